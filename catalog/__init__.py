@@ -1,0 +1,20 @@
+"""icefloe's catalog of record: Iceberg tables whose pointers and commit log live in RocksDB."""
+
+from catalog.commit_log import CommitLog, CommitRecord, CursorExpiredError
+from catalog.context import CommitContext, commit_context, current_commit_context
+from catalog.rocks_catalog import CatalogReadOnlyError, RocksCatalog
+from catalog.subscriptions import CommitHub, Subscription, TooManySubscribersError
+
+__all__ = [
+    "CatalogReadOnlyError",
+    "CommitContext",
+    "CommitHub",
+    "CommitLog",
+    "CommitRecord",
+    "CursorExpiredError",
+    "RocksCatalog",
+    "Subscription",
+    "TooManySubscribersError",
+    "commit_context",
+    "current_commit_context",
+]

@@ -1,0 +1,83 @@
+"""A pyiceberg FileIO whose local files are fsync'd when they are closed.
+
+A commit moves the table pointer only after the metadata it points at — and every manifest
+and data file that metadata references — is on disk. pyiceberg writes all of those through
+``FileIO.new_output``, so making each local output stream fsync the file and its folder on
+close gives that guarantee without tracking paths. Object stores need nothing extra: an
+object is durable once its PUT returns.
+"""
+
+from __future__ import annotations
+
+import os
+from types import TracebackType
+from typing import Any
+
+from pyiceberg.io import OutputStream
+from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
+
+
+def fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file_and_dir(path: str) -> None:
+    fsync_path(path)
+    fsync_path(os.path.dirname(path) or ".")
+
+
+class _SyncOnClose:
+    """Wraps an output stream so that closing it makes the file durable."""
+
+    def __init__(self, stream: Any, path: str) -> None:
+        self._stream = stream
+        self._path = path
+        self._synced = False
+
+    def write(self, data: bytes) -> int:
+        return int(self._stream.write(data))
+
+    def close(self) -> None:
+        self._stream.close()
+        if not self._synced:
+            self._synced = True
+            fsync_file_and_dir(self._path)
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._stream.closed)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def __enter__(self) -> _SyncOnClose:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class _DurableFile(PyArrowFile):
+    def create(self, overwrite: bool = False) -> OutputStream:
+        stream = super().create(overwrite=overwrite)
+        return _SyncOnClose(stream, self._path)  # type: ignore[return-value]
+
+
+class DurableFileIO(PyArrowFileIO):
+    """PyArrowFileIO that fsyncs every local file (and its folder) when it is closed."""
+
+    def new_output(self, location: str) -> PyArrowFile:
+        scheme, _, path = self.parse_location(location, self.properties)
+        output = super().new_output(location)
+        if scheme != "file":
+            return output
+        durable = _DurableFile.__new__(_DurableFile)
+        durable.__dict__.update(output.__dict__)
+        durable._path = path
+        return durable

@@ -1,0 +1,78 @@
+"""RocksDB key layout of the catalog of record.
+
+All keys are bytes with a one-word prefix so that each kind of record sorts together and can
+be scanned with a prefix iterator. Namespace levels are joined with the unit separator
+(0x1F), which `names.check_name` refuses inside a name, so encodings never collide.
+"""
+
+from __future__ import annotations
+
+import struct
+
+SEP = "\x1f"
+
+NAMESPACE = b"ns/"
+TABLE = b"tb/"
+LOG = b"log/"
+META = b"meta/"
+IDEMPOTENCY = b"idem/"
+
+HEAD_SEQ = META + b"head_seq"
+LOG_START = META + b"log_start"
+FORMAT = META + b"format"
+
+
+def encode_namespace(levels: tuple[str, ...]) -> bytes:
+    return SEP.join(levels).encode("utf-8")
+
+
+def decode_namespace(raw: bytes) -> tuple[str, ...]:
+    return tuple(raw.decode("utf-8").split(SEP))
+
+
+def namespace_key(levels: tuple[str, ...]) -> bytes:
+    return NAMESPACE + encode_namespace(levels)
+
+
+def table_prefix(levels: tuple[str, ...]) -> bytes:
+    """Prefix of every table key in exactly this namespace (NUL ends the namespace part)."""
+    return TABLE + encode_namespace(levels) + b"\x00"
+
+
+def table_key(levels: tuple[str, ...], table: str) -> bytes:
+    return table_prefix(levels) + table.encode("utf-8")
+
+
+def decode_table_key(key: bytes) -> tuple[tuple[str, ...], str]:
+    ns_raw, _, name = key[len(TABLE) :].partition(b"\x00")
+    return decode_namespace(ns_raw), name.decode("utf-8")
+
+
+def log_key(seq: int) -> bytes:
+    # Big-endian so that byte order is numeric order.
+    return LOG + struct.pack(">Q", seq)
+
+
+def decode_log_key(key: bytes) -> int:
+    return int(struct.unpack(">Q", key[len(LOG) :])[0])
+
+
+def encode_u64(value: int) -> bytes:
+    return struct.pack(">Q", value)
+
+
+def decode_u64(raw: bytes | None, default: int = 0) -> int:
+    if raw is None:
+        return default
+    return int(struct.unpack(">Q", raw)[0])
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """Smallest key greater than every key that starts with ``prefix``."""
+    as_list = bytearray(prefix)
+    while as_list and as_list[-1] == 0xFF:
+        as_list.pop()
+    if not as_list:
+        return b"\xff" * (len(prefix) + 1)
+    as_list[-1] += 1
+    return bytes(as_list)

@@ -1,0 +1,85 @@
+"""Applying table updates and describing what a commit did.
+
+``pyiceberg.table.update.update_table_metadata`` ends with ``model_copy(deep=True)`` of the
+whole metadata, whose cost grows with every snapshot and metadata-log entry. The catalog keeps
+metadata immutable and cached, so a deep copy buys nothing: this module applies the same
+per-update functions and validations without it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
+from pyiceberg.table.update import (
+    AddSchemaUpdate,
+    AddSnapshotUpdate,
+    RemoveSnapshotsUpdate,
+    SetCurrentSchemaUpdate,
+    SetPropertiesUpdate,
+    RemovePropertiesUpdate,
+    TableUpdate,
+    _apply_table_update,
+    _TableMetadataUpdateContext,
+    _update_table_metadata_log,
+)
+from pyiceberg.utils.datetime import datetime_to_millis
+
+
+def apply_updates(
+    base: TableMetadata, updates: tuple[TableUpdate, ...], metadata_location: str | None, creating: bool
+) -> TableMetadata:
+    """Return ``base`` with ``updates`` applied (``base`` itself is never modified)."""
+    context = _TableMetadataUpdateContext()
+    metadata = base
+    for update in updates:
+        metadata = _apply_table_update(update, metadata, context)
+    if context.has_changes():
+        if metadata_location:
+            metadata = _update_table_metadata_log(metadata, metadata_location, base.last_updated_ms)
+        if base.last_updated_ms == metadata.last_updated_ms:
+            metadata = metadata.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
+    metadata.spec().check_compatible(metadata.schema())
+    metadata.sort_order().check_compatible(metadata.schema())
+    if creating:
+        # A new table is built from an empty V1 shell; re-parse to get the right version class.
+        return TableMetadataUtil.parse_obj(metadata.model_dump())
+    return metadata
+
+
+def _summary_int(summary: Any, key: str) -> int | None:
+    if summary is None:
+        return None
+    value = summary.get(key) if hasattr(summary, "get") else None
+    return int(value) if value is not None else None
+
+
+def describe_commit(updates: tuple[TableUpdate, ...], new: TableMetadata) -> dict[str, Any]:
+    """Commit-log fields (operation, snapshot ids, row and file counts) for a metadata change."""
+    info: dict[str, Any] = {"operation": "update"}
+    kinds = {type(u) for u in updates}
+    snapshot_updates = [u for u in updates if isinstance(u, AddSnapshotUpdate)]
+    if snapshot_updates:
+        snapshot = snapshot_updates[-1].snapshot
+        summary = snapshot.summary
+        info.update(
+            operation=str(summary.operation.value) if summary is not None else "append",
+            snapshot_id=snapshot.snapshot_id,
+            parent_snapshot_id=snapshot.parent_snapshot_id,
+            added_rows=_summary_int(summary, "added-records") or 0,
+            deleted_rows=_summary_int(summary, "deleted-records") or 0,
+            added_files=_summary_int(summary, "added-data-files") or 0,
+        )
+        return info
+    if kinds & {AddSchemaUpdate, SetCurrentSchemaUpdate}:
+        info["operation"] = "schema"
+    elif kinds & {SetPropertiesUpdate, RemovePropertiesUpdate}:
+        info["operation"] = "properties"
+    elif kinds & {RemoveSnapshotsUpdate}:
+        info["operation"] = "expire"
+    current = new.current_snapshot()
+    if current is not None:
+        info["snapshot_id"] = current.snapshot_id
+        info["parent_snapshot_id"] = current.parent_snapshot_id
+    return info

@@ -1,0 +1,619 @@
+"""``RocksCatalog``: a pyiceberg catalog whose catalog of record lives in RocksDB.
+
+Every table change is one fsync'd RocksDB write batch holding the new table pointer, the next
+commit sequence number and the commit-log record, guarded by a compare-and-swap on the
+current metadata location. Metadata, manifests and data files are made durable (see
+``durable_io``) before that batch is written, so a crash at any point leaves either the old
+table or the new one, plus at worst unreferenced files for maintenance to remove.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from pyiceberg.catalog import Catalog, MetastoreCatalog, PropertiesUpdateSummary
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    ForbiddenError,
+    NamespaceAlreadyExistsError,
+    NamespaceNotEmptyError,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    NoSuchViewError,
+    TableAlreadyExistsError,
+)
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.serializers import FromInputFile
+from pyiceberg.table import CommitTableResponse, StagedTable, Table, TableProperties
+from pyiceberg.table.locations import load_location_provider
+from pyiceberg.table.metadata import TableMetadata, new_table_metadata
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
+from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
+
+from catalog import keys
+from catalog.commit_log import CommitLog, CommitRecord
+from catalog.context import current_commit_context
+from catalog.metadata_ops import apply_updates, describe_commit
+from catalog.names import InvalidNameError, check_name, check_namespace, namespace_folder
+from catalog.store import RocksStore, StoreLockedError
+from catalog.subscriptions import CommitHub
+from catalog.table import RocksTable
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.table.update import TableRequirement, TableUpdate
+    from pyiceberg.view import View
+
+logger = logging.getLogger("icefloe.catalog")
+
+CATALOG_DIR = "catalog.rocksdb"
+READ_ONLY = "read-only"  # "true", "false" or "auto" (read-only when another process writes)
+CATALOG_PATH = "catalog-path"  # where the RocksDB lives when the warehouse is not local
+DEFAULT_IO_IMPL = "catalog.durable_io.DurableFileIO"
+
+# Table defaults that keep metadata bounded so commit cost does not grow with history.
+DEFAULT_TABLE_PROPERTIES = {
+    TableProperties.METADATA_PREVIOUS_VERSIONS_MAX: "20",
+    TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED: "true",
+    TableProperties.MANIFEST_MERGE_ENABLED: "true",
+}
+
+
+class CatalogReadOnlyError(ForbiddenError):
+    """A write was attempted on a catalog opened read-only."""
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class RocksCatalog(MetastoreCatalog):
+    """Iceberg catalog backed by RocksDB.
+
+    Args:
+        name: Catalog name.
+        **properties: ``warehouse`` (a path, ``file://`` or ``s3://`` URI; required),
+            ``read-only`` (``auto`` by default: read-write unless another process holds the
+            warehouse), ``catalog-path`` (RocksDB folder for a non-local warehouse), and any
+            pyiceberg FileIO property.
+
+    Raises:
+        ValueError: If no warehouse is given.
+        CatalogReadOnlyError: If ``read-only`` is ``false`` and the warehouse is held elsewhere.
+    """
+
+    def __init__(self, name: str, **properties: str) -> None:
+        warehouse = properties.get("warehouse")
+        if not warehouse:
+            raise ValueError("RocksCatalog needs a 'warehouse' property (a path or file:// / s3:// URI)")
+        parsed = urlparse(warehouse)
+        if parsed.scheme in ("", "file"):
+            local = os.path.abspath(parsed.path if parsed.scheme == "file" else warehouse)
+            warehouse = local
+            db_path = properties.get(CATALOG_PATH) or os.path.join(local, CATALOG_DIR)
+        else:
+            db_path = properties.get(CATALOG_PATH) or ""
+            if not db_path:
+                raise ValueError(f"a {parsed.scheme}:// warehouse needs a local '{CATALOG_PATH}' for the catalog database")
+        props = {"py-io-impl": DEFAULT_IO_IMPL, **properties, "warehouse": warehouse}
+        super().__init__(name, **props)
+        self.warehouse = warehouse
+        mode = str(props.get(READ_ONLY, "auto")).lower()
+        if mode == "true":
+            self._store = RocksStore(db_path, read_only=True)
+        else:
+            try:
+                self._store = RocksStore(db_path, read_only=False)
+            except StoreLockedError:
+                if mode == "false":
+                    raise CatalogReadOnlyError(
+                        "the warehouse is held by another process (an icefloe server?); open it read-only"
+                    ) from None
+                logger.info("warehouse %s is held by another process; opened read-only", warehouse)
+                self._store = RocksStore(db_path, read_only=True)
+        self.log = CommitLog(self._store)
+        self.hub = CommitHub(self.log)
+        self._commit_lock = threading.Lock()
+        # (namespace, table) -> (metadata location, parsed metadata). Metadata is immutable.
+        self._metadata_cache: dict[tuple[tuple[str, ...], str], tuple[str, TableMetadata]] = {}
+
+    # -- helpers -----------------------------------------------------------------------
+
+    @property
+    def read_only(self) -> bool:
+        return self._store.read_only
+
+    @property
+    def store(self) -> RocksStore:
+        return self._store
+
+    def _check_writable(self) -> None:
+        if self._store.read_only:
+            raise CatalogReadOnlyError(
+                "this catalog is open read-only (another process, such as the icefloe server, holds the warehouse)"
+            )
+
+    def _refresh(self) -> None:
+        self._store.refresh()
+
+    @staticmethod
+    def _namespace(namespace: str | Identifier, err: type[Exception] = NoSuchNamespaceError) -> tuple[str, ...]:
+        levels = Catalog.identifier_to_tuple(namespace)
+        try:
+            return check_namespace(levels)
+        except InvalidNameError as exc:
+            if err is InvalidNameError:
+                raise
+            raise err(str(exc)) from None
+
+    def _split(self, identifier: str | Identifier, err: type[Exception] = NoSuchTableError) -> tuple[tuple[str, ...], str]:
+        parts = Catalog.identifier_to_tuple(identifier)
+        if len(parts) < 2:
+            raise err(f"table identifier needs a namespace and a name: {identifier!r}")
+        try:
+            return check_namespace(parts[:-1]), check_name(parts[-1], "table")
+        except InvalidNameError as exc:
+            raise err(str(exc)) from None
+
+    def _pointer(self, ns: tuple[str, ...], table: str) -> dict[str, Any] | None:
+        raw = self._store.get(keys.table_key(ns, table))
+        return json.loads(raw) if raw is not None else None
+
+    def _ns_exists(self, ns: tuple[str, ...]) -> bool:
+        return self._store.get(keys.namespace_key(ns)) is not None
+
+    def _require_namespace(self, ns: tuple[str, ...]) -> None:
+        if not self._ns_exists(ns):
+            raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(ns)}")
+
+    def _read_metadata(self, ns: tuple[str, ...], table: str, location: str) -> TableMetadata:
+        cached = self._metadata_cache.get((ns, table))
+        if cached is not None and cached[0] == location:
+            return cached[1]
+        io = self._load_file_io(location=location)
+        metadata = FromInputFile.table(io.new_input(location))
+        self._metadata_cache[(ns, table)] = (location, metadata)
+        return metadata
+
+    def _table(self, ns: tuple[str, ...], table: str, location: str, metadata: TableMetadata) -> Table:
+        return RocksTable(
+            identifier=(*ns, table),
+            metadata=metadata,
+            metadata_location=location,
+            io=self._load_file_io(metadata.properties, location),
+            catalog=self,
+        )
+
+    def _land(
+        self,
+        record_fields: dict[str, Any],
+        puts: dict[bytes, bytes],
+        deletes: tuple[bytes, ...] = (),
+    ) -> CommitRecord:
+        """Write one commit (caller holds ``_commit_lock``): pointer changes + seq + log record."""
+        ctx = current_commit_context()
+        seq = self.log.head() + 1
+        fields = dict(record_fields)
+        if ctx.operation and fields.get("operation") not in ("create", "drop", "rename", "register"):
+            fields["operation"] = ctx.operation
+        extra = {**ctx.extra, **fields.pop("extra", {})}
+        record = CommitRecord(
+            seq=seq,
+            committed_at_us=_now_us(),
+            principal=ctx.principal,
+            extra=extra,
+            **fields,
+        )
+        batch = dict(puts)
+        batch[keys.HEAD_SEQ] = keys.encode_u64(seq)
+        batch[keys.log_key(seq)] = record.to_bytes()
+        self._store.write(batch, deletes)
+        return record
+
+    def _publish(self, record: CommitRecord) -> None:
+        self.hub.publish(record)
+
+    @staticmethod
+    def _pointer_value(location: str, previous: str | None, table_uuid: str) -> bytes:
+        return json.dumps(
+            {"metadata_location": location, "previous_metadata_location": previous, "table_uuid": table_uuid}
+        ).encode("utf-8")
+
+    # -- tables ------------------------------------------------------------------------
+
+    def _resolve_table_location(self, location: str | None, database_name: str, table_name: str) -> str:
+        if location:
+            return location.rstrip("/")
+        ns = tuple(database_name.split("\x1f"))
+        props = self.load_namespace_properties(ns)
+        if ns_location := props.get("location"):
+            return f"{ns_location.rstrip('/')}/{table_name}"
+        return f"{self.warehouse.rstrip('/')}/{namespace_folder(ns)}/{table_name}"
+
+    def _create_staged_table(
+        self,
+        identifier: str | Identifier,
+        schema: Schema | pa.Schema,
+        location: str | None = None,
+        partition_spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
+        sort_order: SortOrder = UNSORTED_SORT_ORDER,
+        properties: Properties = EMPTY_DICT,
+    ) -> StagedTable:
+        ns, table = self._split(identifier, err=ValueError)
+        self._require_namespace(ns)
+        properties = {**DEFAULT_TABLE_PROPERTIES, **properties}
+        iceberg_schema: Schema = self._convert_schema_if_needed(  # type: ignore[assignment]
+            schema,
+            int(properties.get(TableProperties.FORMAT_VERSION, TableProperties.DEFAULT_FORMAT_VERSION)),
+        )
+        table_location = self._resolve_table_location(location, "\x1f".join(ns), table)
+        provider = load_location_provider(table_location, properties)
+        metadata_location = provider.new_table_metadata_file_location()
+        metadata = new_table_metadata(
+            location=table_location,
+            schema=iceberg_schema,
+            partition_spec=partition_spec,
+            sort_order=sort_order,
+            properties=properties,
+        )
+        io = self._load_file_io(properties=properties, location=metadata_location)
+        return StagedTable(identifier=(*ns, table), metadata=metadata, metadata_location=metadata_location, io=io, catalog=self)
+
+    def create_table(
+        self,
+        identifier: str | Identifier,
+        schema: Schema | pa.Schema,
+        location: str | None = None,
+        partition_spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
+        sort_order: SortOrder = UNSORTED_SORT_ORDER,
+        properties: Properties = EMPTY_DICT,
+    ) -> Table:
+        """Create a table.
+
+        Raises:
+            TableAlreadyExistsError: If a table with that name exists.
+            NoSuchNamespaceError: If the namespace does not exist.
+            CatalogReadOnlyError: If the catalog is open read-only.
+        """
+        self._check_writable()
+        ns, table = self._split(identifier, err=ValueError)
+        self._require_namespace(ns)
+        if self._pointer(ns, table) is not None:
+            raise TableAlreadyExistsError(f"Table {'.'.join((*ns, table))} already exists")
+        staged = self._create_staged_table(identifier, schema, location, partition_spec, sort_order, properties)
+        self._write_metadata(staged.metadata, staged.io, staged.metadata_location)
+        return self._register_pointer(ns, table, staged.metadata_location, staged.metadata, "create", overwrite=False)
+
+    def _register_pointer(
+        self, ns: tuple[str, ...], table: str, location: str, metadata: TableMetadata, operation: str, overwrite: bool
+    ) -> Table:
+        with self._commit_lock:
+            self._require_namespace(ns)
+            current = self._pointer(ns, table)
+            if current is not None and not overwrite:
+                raise TableAlreadyExistsError(f"Table {'.'.join((*ns, table))} already exists")
+            snapshot = metadata.current_snapshot()
+            record = self._land(
+                {
+                    "namespace": ns,
+                    "table": table,
+                    "table_uuid": str(metadata.table_uuid),
+                    "operation": operation,
+                    "snapshot_id": snapshot.snapshot_id if snapshot else None,
+                    "parent_snapshot_id": snapshot.parent_snapshot_id if snapshot else None,
+                    "metadata_location": location,
+                },
+                {
+                    keys.table_key(ns, table): self._pointer_value(
+                        location, current["metadata_location"] if current else None, str(metadata.table_uuid)
+                    )
+                },
+            )
+            self._metadata_cache[(ns, table)] = (location, metadata)
+        self._publish(record)
+        return self._table(ns, table, location, metadata)
+
+    def register_table(self, identifier: str | Identifier, metadata_location: str, overwrite: bool = False) -> Table:
+        """Register an existing metadata file as a table.
+
+        Raises:
+            TableAlreadyExistsError: If the table exists and ``overwrite`` is false.
+            NoSuchNamespaceError: If the namespace does not exist.
+        """
+        self._check_writable()
+        ns, table = self._split(identifier, err=ValueError)
+        self._require_namespace(ns)
+        if not overwrite and self._pointer(ns, table) is not None:
+            raise TableAlreadyExistsError(f"Table {'.'.join((*ns, table))} already exists")
+        io = self._load_file_io(location=metadata_location)
+        metadata = FromInputFile.table(io.new_input(metadata_location))
+        return self._register_pointer(ns, table, metadata_location, metadata, "register", overwrite=overwrite)
+
+    def load_table(self, identifier: str | Identifier) -> Table:
+        """Load a table.
+
+        Raises:
+            NoSuchTableError: If the table does not exist.
+        """
+        ns, table = self._split(identifier)
+        self._refresh()
+        pointer = self._pointer(ns, table)
+        if pointer is None:
+            raise NoSuchTableError(f"Table does not exist: {'.'.join((*ns, table))}")
+        location = pointer["metadata_location"]
+        return self._table(ns, table, location, self._read_metadata(ns, table, location))
+
+    def table_exists(self, identifier: str | Identifier) -> bool:
+        try:
+            ns, table = self._split(identifier)
+        except NoSuchTableError:
+            return False
+        self._refresh()
+        return self._pointer(ns, table) is not None
+
+    def drop_table(self, identifier: str | Identifier) -> None:
+        """Drop a table (its files stay; use ``purge_table`` to delete them).
+
+        Raises:
+            NoSuchTableError: If the table does not exist.
+        """
+        self._check_writable()
+        ns, table = self._split(identifier)
+        with self._commit_lock:
+            pointer = self._pointer(ns, table)
+            if pointer is None:
+                raise NoSuchTableError(f"Table does not exist: {'.'.join((*ns, table))}")
+            record = self._land(
+                {
+                    "namespace": ns,
+                    "table": table,
+                    "table_uuid": pointer.get("table_uuid"),
+                    "operation": "drop",
+                    "metadata_location": pointer["metadata_location"],
+                },
+                {},
+                (keys.table_key(ns, table),),
+            )
+            self._metadata_cache.pop((ns, table), None)
+        self._publish(record)
+
+    def rename_table(self, from_identifier: str | Identifier, to_identifier: str | Identifier) -> Table:
+        """Rename a table; its files stay where they are.
+
+        Raises:
+            NoSuchTableError: If the source table does not exist.
+            TableAlreadyExistsError: If the target name is taken.
+            NoSuchNamespaceError: If the target namespace does not exist.
+        """
+        self._check_writable()
+        src_ns, src = self._split(from_identifier)
+        dst_ns, dst = self._split(to_identifier, err=ValueError)
+        with self._commit_lock:
+            pointer = self._pointer(src_ns, src)
+            if pointer is None:
+                raise NoSuchTableError(f"Table does not exist: {'.'.join((*src_ns, src))}")
+            self._require_namespace(dst_ns)
+            if self._pointer(dst_ns, dst) is not None:
+                raise TableAlreadyExistsError(f"Table {'.'.join((*dst_ns, dst))} already exists")
+            location = pointer["metadata_location"]
+            metadata = self._read_metadata(src_ns, src, location)
+            record = self._land(
+                {
+                    "namespace": dst_ns,
+                    "table": dst,
+                    "table_uuid": pointer.get("table_uuid"),
+                    "operation": "rename",
+                    "metadata_location": location,
+                    "extra": {"renamed_from": ".".join((*src_ns, src))},
+                },
+                {keys.table_key(dst_ns, dst): json.dumps(pointer).encode("utf-8")},
+                (keys.table_key(src_ns, src),),
+            )
+            self._metadata_cache.pop((src_ns, src), None)
+            self._metadata_cache[(dst_ns, dst)] = (location, metadata)
+        self._publish(record)
+        return self._table(dst_ns, dst, location, metadata)
+
+    def commit_table(
+        self, table: Table, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
+    ) -> CommitTableResponse:
+        """Commit updates to a table (or create it, for a create-table transaction).
+
+        Raises:
+            NoSuchTableError: If the table does not exist (and this is not a create).
+            CommitFailedException: A requirement is not met, or a concurrent commit won.
+            CatalogReadOnlyError: If the catalog is open read-only.
+        """
+        self._check_writable()
+        ns, name = self._split(table.name())
+        pointer = self._pointer(ns, name)
+        base_location = pointer["metadata_location"] if pointer else None
+        base = self._read_metadata(ns, name, base_location) if base_location else None
+        for requirement in requirements:
+            requirement.validate(base)
+        if base is None and not updates:
+            raise NoSuchTableError(f"Table does not exist: {'.'.join((*ns, name))}")
+        new = apply_updates(
+            base if base is not None else self._empty_table_metadata(), updates, base_location, creating=base is None
+        )
+        if base is not None and new == base:
+            return CommitTableResponse(metadata=base, metadata_location=base_location)  # type: ignore[arg-type]
+        version = self._parse_metadata_version(base_location) + 1 if base_location else 0
+        provider = load_location_provider(new.location, new.properties)
+        new_location = provider.new_table_metadata_file_location(version)
+        io = self._load_file_io(new.properties, new_location)
+        self._write_metadata(new, io, new_location)
+
+        info = describe_commit(updates, new)
+        if base is None:
+            info["operation"] = "create"
+        with self._commit_lock:
+            current = self._pointer(ns, name)
+            current_location = current["metadata_location"] if current else None
+            if current_location != base_location:
+                self._discard(io, new_location)
+                raise CommitFailedException(
+                    f"Table {'.'.join((*ns, name))} was changed by a concurrent commit; reload and retry"
+                )
+            if base is None:
+                self._require_namespace(ns)
+            record = self._land(
+                {
+                    "namespace": ns,
+                    "table": name,
+                    "table_uuid": str(new.table_uuid),
+                    "metadata_location": new_location,
+                    **info,
+                },
+                {keys.table_key(ns, name): self._pointer_value(new_location, base_location, str(new.table_uuid))},
+            )
+            self._metadata_cache[(ns, name)] = (new_location, new)
+        self._publish(record)
+        return CommitTableResponse(metadata=new, metadata_location=new_location)
+
+    @staticmethod
+    def _discard(io: Any, location: str) -> None:
+        try:
+            io.delete(location)
+        except Exception:  # best effort: maintenance removes what is left
+            logger.warning("could not remove unreferenced metadata file after a lost commit race")
+
+    # -- namespaces --------------------------------------------------------------------
+
+    def create_namespace(self, namespace: str | Identifier, properties: Properties = EMPTY_DICT) -> None:
+        """Create a namespace.
+
+        Raises:
+            NamespaceAlreadyExistsError: If it exists.
+            ValueError: If a level name is invalid.
+        """
+        self._check_writable()
+        ns = self._namespace(namespace, err=InvalidNameError)
+        with self._commit_lock:
+            if self._ns_exists(ns):
+                raise NamespaceAlreadyExistsError(f"Namespace {'.'.join(ns)} already exists")
+            self._store.write({keys.namespace_key(ns): json.dumps(dict(properties)).encode("utf-8")})
+
+    def drop_namespace(self, namespace: str | Identifier) -> None:
+        """Drop an empty namespace.
+
+        Raises:
+            NoSuchNamespaceError: If it does not exist.
+            NamespaceNotEmptyError: If it holds tables or child namespaces.
+        """
+        self._check_writable()
+        ns = self._namespace(namespace)
+        with self._commit_lock:
+            self._require_namespace(ns)
+            tables = self.list_tables(ns)
+            if tables:
+                raise NamespaceNotEmptyError(f"Namespace {'.'.join(ns)} is not empty: {len(tables)} tables exist")
+            children = self.list_namespaces(ns)
+            if children:
+                raise NamespaceNotEmptyError(f"Namespace {'.'.join(ns)} is not empty: it has child namespaces")
+            self._store.write({}, (keys.namespace_key(ns),))
+
+    def list_tables(self, namespace: str | Identifier) -> list[Identifier]:
+        """List the tables directly in a namespace.
+
+        Raises:
+            NoSuchNamespaceError: If it does not exist.
+        """
+        ns = self._namespace(namespace)
+        self._refresh()
+        self._require_namespace(ns)
+        prefix = keys.table_prefix(ns)
+        return [(*ns, key[len(prefix) :].decode("utf-8")) for key, _ in self._store.scan(prefix)]
+
+    def list_namespaces(self, namespace: str | Identifier = ()) -> list[Identifier]:
+        """List the direct children of a namespace (top-level namespaces for ``()``).
+
+        Raises:
+            NoSuchNamespaceError: If the parent does not exist.
+        """
+        parent = Catalog.identifier_to_tuple(namespace)
+        self._refresh()
+        if parent:
+            ns = self._namespace(parent)
+            self._require_namespace(ns)
+            prefix = keys.namespace_key(ns) + keys.SEP.encode()
+        else:
+            prefix = keys.NAMESPACE
+        children: set[tuple[str, ...]] = set()
+        for key, _ in self._store.scan(prefix):
+            levels = keys.decode_namespace(key[len(keys.NAMESPACE) :])
+            children.add(levels[: len(parent) + 1])
+        return sorted(children)
+
+    def load_namespace_properties(self, namespace: str | Identifier) -> Properties:
+        """Properties of a namespace.
+
+        Raises:
+            NoSuchNamespaceError: If it does not exist.
+        """
+        ns = self._namespace(namespace)
+        self._refresh()
+        raw = self._store.get(keys.namespace_key(ns))
+        if raw is None:
+            raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(ns)}")
+        props: Properties = json.loads(raw)
+        return props
+
+    def namespace_exists(self, namespace: str | Identifier) -> bool:
+        try:
+            ns = self._namespace(namespace)
+        except NoSuchNamespaceError:
+            return False
+        self._refresh()
+        return self._ns_exists(ns)
+
+    def update_namespace_properties(
+        self, namespace: str | Identifier, removals: set[str] | None = None, updates: Properties = EMPTY_DICT
+    ) -> PropertiesUpdateSummary:
+        """Remove and set namespace properties.
+
+        Raises:
+            NoSuchNamespaceError: If it does not exist.
+            ValueError: If a key is both removed and updated.
+        """
+        self._check_writable()
+        ns = self._namespace(namespace)
+        with self._commit_lock:
+            current = self.load_namespace_properties(ns)
+            summary, updated = self._get_updated_props_and_update_summary(current, removals, updates)
+            self._store.write({keys.namespace_key(ns): json.dumps(updated).encode("utf-8")})
+        return summary
+
+    # -- views: not supported ------------------------------------------------------------
+
+    def list_views(self, namespace: str | Identifier) -> list[Identifier]:
+        return []
+
+    def view_exists(self, identifier: str | Identifier) -> bool:
+        return False
+
+    def load_view(self, identifier: str | Identifier) -> View:
+        raise NoSuchViewError(f"views are not supported by icefloe: {identifier}")
+
+    def drop_view(self, identifier: str | Identifier) -> None:
+        raise NoSuchViewError(f"views are not supported by icefloe: {identifier}")
+
+    def register_view(self, identifier: str | Identifier, metadata_location: str) -> View:
+        raise NotImplementedError("views are not supported by icefloe")
+
+    def create_view(self, *args: Any, **kwargs: Any) -> View:
+        raise NotImplementedError("views are not supported by icefloe")
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._store.close()
+

@@ -1,0 +1,112 @@
+"""Thin wrapper over rocksdict: one process writes, any number read.
+
+The writer opens the database exclusively (RocksDB's LOCK file). Readers in other processes
+open it as a RocksDB *secondary* instance and catch up with the primary's WAL before each read,
+so a CLI or a pyiceberg user sees the server's latest commits without taking the lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import rocksdict
+
+from catalog import keys
+
+logger = logging.getLogger("icefloe.catalog.store")
+
+
+class StoreLockedError(RuntimeError):
+    """The database is held by another process for writing."""
+
+
+class RocksStore:
+    """Key/value access to the catalog database with durable (fsync'd) atomic batches."""
+
+    def __init__(self, path: str, read_only: bool = False) -> None:
+        self.path = path
+        self.read_only = read_only
+        self._secondary_dir: str | None = None
+        self._catch_up_lock = threading.Lock()
+        options = rocksdict.Options(raw_mode=True)
+        options.create_if_missing(not read_only)
+        if read_only:
+            if not os.path.exists(os.path.join(path, "CURRENT")):
+                raise FileNotFoundError(f"no icefloe catalog at {path}")
+            options.set_max_open_files(-1)
+            self._secondary_dir = tempfile.mkdtemp(prefix="icefloe-ro-")
+            self._db = rocksdict.Rdict(
+                path, options, access_type=rocksdict.AccessType.secondary(self._secondary_dir)
+            )
+        else:
+            os.makedirs(path, exist_ok=True)
+            try:
+                self._db = rocksdict.Rdict(path, options)
+            except Exception as exc:  # rocksdict raises a bare Exception for a held LOCK
+                if "lock" in str(exc).lower():
+                    raise StoreLockedError(f"catalog database is in use by another process: {path}") from exc
+                raise
+        self._sync = rocksdict.WriteOptions()
+        self._sync.sync = True
+
+    # -- reads -------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Catch a read-only (secondary) instance up with the writer's latest commits."""
+        if self._secondary_dir is not None:
+            with self._catch_up_lock:
+                self._db.try_catch_up_with_primary()
+
+    def get(self, key: bytes) -> bytes | None:
+        value: Any = self._db.get(key)
+        return value
+
+    def scan(self, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """Yield (key, value) for every key starting with ``prefix``, from ``start`` on."""
+        it = self._db.iter()
+        it.seek(start if start is not None else prefix)
+        while it.valid():
+            key = it.key()
+            if not key.startswith(prefix):
+                break
+            yield key, it.value()
+            it.next()
+
+    def last_key(self, prefix: bytes) -> bytes | None:
+        it = self._db.iter()
+        it.seek_for_prev(keys.prefix_end(prefix))
+        if it.valid() and it.key().startswith(prefix):
+            key: bytes = it.key()
+            return key
+        return None
+
+    # -- writes ------------------------------------------------------------------------
+
+    def write(self, puts: dict[bytes, bytes], deletes: tuple[bytes, ...] = (), sync: bool = True) -> None:
+        """Apply puts and deletes as one atomic batch; fsync the WAL before returning."""
+        if self.read_only:
+            raise PermissionError("catalog is open read-only")
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for key in deletes:
+            batch.delete(key)
+        for key, value in puts.items():
+            batch.put(key, value)
+        self._db.write(batch, self._sync if sync else None)
+
+    def delete_range(self, begin: bytes, end: bytes) -> None:
+        if self.read_only:
+            raise PermissionError("catalog is open read-only")
+        self._db.delete_range(begin, end, self._sync)
+
+    def close(self) -> None:
+        try:
+            self._db.close()
+        finally:
+            if self._secondary_dir is not None:
+                shutil.rmtree(self._secondary_dir, ignore_errors=True)

@@ -1,0 +1,146 @@
+"""In-process fan-out of landed commits to subscribers.
+
+Writers publish each record after its batch is durable and never wait: every subscriber has a
+bounded queue, and a subscriber whose queue is full is marked *lagging* instead. A lagging
+subscriber drops its queue and catches up from the durable commit log, then goes back to the
+queue; sequence numbers make the seam exact (anything at or below the last delivered seq is
+skipped).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+from catalog.commit_log import CommitLog, CommitRecord
+
+logger = logging.getLogger("icefloe.catalog.subscriptions")
+
+
+class TooManySubscribersError(RuntimeError):
+    pass
+
+
+class Subscription:
+    """One subscriber's view of the commit stream, starting after a given sequence."""
+
+    def __init__(self, hub: CommitHub, after: int, queue_size: int) -> None:
+        self._hub = hub
+        self._queue: queue.Queue[CommitRecord] = queue.Queue(maxsize=queue_size)
+        self._lagging = threading.Event()
+        self.last_seq = after
+        self.closed = False
+
+    def _offer(self, record: CommitRecord) -> None:
+        if self._lagging.is_set():
+            return
+        try:
+            self._queue.put_nowait(record)
+        except queue.Full:
+            self._lagging.set()
+
+    @property
+    def lagging(self) -> bool:
+        return self._lagging.is_set()
+
+    def poll(self, timeout: float, limit: int = 1024) -> list[CommitRecord]:
+        """Return the next records after ``last_seq`` (possibly none when ``timeout`` passes).
+
+        Raises:
+            CursorExpiredError: If catching up needs records the log no longer holds.
+        """
+        if self._lagging.is_set():
+            # Dropped records are in the durable log; clear the flag first so that anything
+            # published from now on is queued (and deduplicated below if also read here).
+            self._drain()
+            self._lagging.clear()
+            records = list(self._hub.log.read(self.last_seq, limit=limit))
+        elif self.last_seq < self._hub.log.head():
+            # Replay (or a record landed but not yet published): the log is the source.
+            records = list(self._hub.log.read(self.last_seq, limit=limit))
+        else:
+            records = []
+            try:
+                records.append(self._queue.get(timeout=timeout))
+            except queue.Empty:
+                return []
+            while len(records) < limit:
+                try:
+                    records.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+        fresh = [r for r in records if r.seq > self.last_seq]
+        if fresh:
+            self.last_seq = fresh[-1].seq
+        return fresh
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                return
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._hub._remove(self)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class CommitHub:
+    """Publishes landed commits to in-process subscribers without ever blocking the writer."""
+
+    def __init__(self, log: CommitLog, max_subscribers: int = 1000, queue_size: int = 1024) -> None:
+        self.log = log
+        self.max_subscribers = max_subscribers
+        self.queue_size = queue_size
+        self._subscribers: set[Subscription] = set()
+        self._lock = threading.Lock()
+        self._listeners: list[Callable[[CommitRecord], None]] = []
+
+    def subscribe(self, after: int) -> Subscription:
+        """Register a subscriber that will see every record with ``seq > after``.
+
+        Registration happens before any log read, so nothing published meanwhile is missed.
+
+        Raises:
+            TooManySubscribersError: When ``max_subscribers`` are already registered.
+        """
+        sub = Subscription(self, after, self.queue_size)
+        with self._lock:
+            if len(self._subscribers) >= self.max_subscribers:
+                raise TooManySubscribersError(f"subscriber limit reached ({self.max_subscribers})")
+            self._subscribers.add(sub)
+        return sub
+
+    def add_listener(self, listener: Callable[[CommitRecord], None]) -> None:
+        """Call ``listener`` (which must not block) for every published record."""
+        self._listeners.append(listener)
+
+    def publish(self, record: CommitRecord) -> None:
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for sub in subscribers:
+            sub._offer(record)
+        for listener in self._listeners:
+            try:
+                listener(record)
+            except Exception:  # a listener bug must never fail a landed commit
+                logger.exception("commit listener failed for seq %d", record.seq)
+
+    @property
+    def subscriber_count(self) -> int:
+        with self._lock:
+            return len(self._subscribers)
+
+    def _remove(self, sub: Subscription) -> None:
+        with self._lock:
+            self._subscribers.discard(sub)

@@ -1,0 +1,3 @@
+"""icefloe's Flight / Flight SQL front end: server, SQL engine, feed, CLI."""
+
+__version__ = "0.1.0"

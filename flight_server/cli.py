@@ -1,0 +1,43 @@
+"""The ``icefloe`` command line (click; every ``serve`` flag also reads ``ICEFLOE_*``)."""
+
+from __future__ import annotations
+
+import click
+
+from flight_server import __version__
+from flight_server.config import Config
+from flight_server.logging_config import configure_logging
+
+
+@click.group()
+@click.version_option(__version__, prog_name="icefloe")
+def main() -> None:
+    """icefloe: an Arrow Flight SQL server for an Iceberg lakehouse."""
+
+
+@main.command()
+@click.option("--warehouse", envvar="ICEFLOE_WAREHOUSE", default="./warehouse", show_default=True,
+              help="Warehouse folder (or s3:// URI) holding catalog.rocksdb and the tables.")
+@click.option("--host", envvar="ICEFLOE_HOST", default="127.0.0.1", show_default=True)
+@click.option("--port", envvar="ICEFLOE_PORT", default=31337, show_default=True, type=int,
+              help="TCP port; 0 picks a free one (the readiness line names it).")
+@click.option("--users", "users_file", envvar="ICEFLOE_USERS", default=None,
+              help="TOML users file; with it every call must authenticate.")
+@click.option("--tls-cert", envvar="ICEFLOE_TLS_CERT", default=None)
+@click.option("--tls-key", envvar="ICEFLOE_TLS_KEY", default=None)
+@click.option("--tls-client-ca", envvar="ICEFLOE_TLS_CLIENT_CA", default=None,
+              help="CA bundle for client certificates (mutual TLS).")
+@click.option("--lineage-namespace", envvar="ICEFLOE_LINEAGE_NAMESPACE", default=None)
+@click.option("--demo", envvar="ICEFLOE_DEMO", is_flag=True, default=False, help="Load a small sample dataset.")
+@click.option("--log-level", envvar="ICEFLOE_LOG_LEVEL", default="info", show_default=True)
+def serve(**options: object) -> None:
+    """Serve the warehouse over Arrow Flight SQL."""
+    config = Config(**options)  # type: ignore[arg-type]
+    configure_logging(config.log_level)
+    from flight_server.server import serve as run
+
+    run(config)
+
+
+if __name__ == "__main__":
+    main()

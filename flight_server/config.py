@@ -1,0 +1,36 @@
+"""Server configuration, kept apart from the server that uses it (as uvicorn does)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass
+class Config:
+    warehouse: str = "./warehouse"
+    host: str = "127.0.0.1"
+    port: int = 31337
+    users_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    lineage_namespace: str | None = None
+    demo: bool = False
+    log_level: str = "info"
+    query_timeout_s: float = 300.0
+    max_concurrent_queries: int = 16
+    max_subscribers: int = 1000
+    allow_remote_without_auth: bool = False
+
+    @property
+    def scheme(self) -> str:
+        return "grpc+tls" if self.tls_cert else "grpc"
+
+    @property
+    def location(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+    @property
+    def warehouse_path(self) -> str:
+        return self.warehouse if "://" in self.warehouse else os.path.abspath(self.warehouse)

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from servers import ServerProcess  # noqa: E402
+
+
+@pytest.fixture
+def warehouse(tmp_path: Path) -> Path:
+    return tmp_path / "warehouse"
+
+
+@pytest.fixture
+def server(warehouse: Path) -> Iterator[ServerProcess]:
+    """A real icefloe server on a free port over a fresh warehouse."""
+    proc = ServerProcess(warehouse).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
