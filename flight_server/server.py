@@ -1,15 +1,23 @@
-"""The Flight server: owns the catalog and routes each RPC to the service that handles it."""
+"""The Flight server: owns the catalog and routes each RPC to the service that handles it.
+
+Routing only; the work lives in one service per capability:
+- ``flightsql``: Flight SQL commands (GetFlightInfo / DoGet / DoPut(CMD) / DoAction);
+- ``appends``: plain Flight appends (DoPut on a path descriptor);
+- ``feed``: the DoExchange commit and row feeds.
+"""
 
 from __future__ import annotations
 
 import logging
 import signal
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow.flight as flight
 
 from catalog import RocksCatalog
+from flight_server import errors
 from flight_server.config import Config
 
 logger = logging.getLogger("icefloe.server")
@@ -19,13 +27,82 @@ class IcefloeServer(flight.FlightServerBase):
     """Arrow Flight (SQL) server over a ``RocksCatalog`` warehouse."""
 
     def __init__(self, config: Config, catalog: RocksCatalog | None = None, **kwargs: Any) -> None:
+        from flight_server.appends import AppendService
+        from flight_server.feed import FeedService
+        from flight_server.flightsql import FlightSqlService
+
+        errors.install_clean_tracebacks()
         self.config = config
         self.catalog = catalog or RocksCatalog("icefloe", warehouse=config.warehouse, **{"read-only": "false"})
+        # Set when shutdown begins, so long-lived streams (the feed) end and let gRPC drain.
+        self.stopping = threading.Event()
+        self.flightsql = FlightSqlService(self)
+        self.appends = AppendService(self)
+        self.feed = FeedService(self)
         super().__init__(config.location, **kwargs)
         # --port 0 asks the OS for a port; keep the one we got.
         self.config.port = self.port
-        # Set when shutdown begins, so long-lived streams (the feed) end and let gRPC drain.
-        self.stopping = threading.Event()
+
+    # -- access control ----------------------------------------------------------------
+
+    def authorize(self, context: flight.ServerCallContext, role: str) -> str | None:
+        """Check that the caller may act with ``role`` ("read", "write" or "admin").
+
+        Returns the principal name to record on commits (None when auth is off).
+
+        Raises:
+            errors.Unauthenticated: No or bad credentials (when users are configured).
+            errors.PermissionDenied: The caller's role is below ``role``.
+        """
+        return None
+
+    # -- RPC routing ---------------------------------------------------------------------
+
+    @errors.guard
+    def get_flight_info(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
+        return self.flightsql.get_flight_info(context, descriptor)
+
+    @errors.guard
+    def get_schema(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
+        return self.flightsql.get_schema(context, descriptor)
+
+    @errors.guard
+    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
+        return self.flightsql.do_get(context, ticket)
+
+    @errors.guard
+    def do_put(
+        self,
+        context: flight.ServerCallContext,
+        descriptor: flight.FlightDescriptor,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.FlightMetadataWriter,
+    ) -> None:
+        if descriptor.descriptor_type == flight.DescriptorType.PATH:
+            return self.appends.do_put(context, descriptor, reader, writer)
+        return self.flightsql.do_put(context, descriptor, reader, writer)
+
+    @errors.guard
+    def do_exchange(
+        self,
+        context: flight.ServerCallContext,
+        descriptor: flight.FlightDescriptor,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.MetadataRecordBatchWriter,
+    ) -> None:
+        return self.feed.do_exchange(context, descriptor, reader, writer)
+
+    @errors.guard
+    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
+        return self.flightsql.do_action(context, action)
+
+    def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
+        return self.flightsql.list_actions(context)
+
+    def list_flights(self, context: flight.ServerCallContext, criteria: bytes) -> Iterator[flight.FlightInfo]:
+        return iter(())
+
+    # -- lifecycle -----------------------------------------------------------------------
 
     def shutdown_and_close(self) -> None:
         self.stopping.set()
@@ -47,7 +124,7 @@ def serve(config: Config) -> None:
     signal.signal(signal.SIGINT, _on_signal)
     # FlightServerBase starts serving in its constructor; serve() would only install Arrow's
     # own signal handlers over ours, so the main thread just waits for a signal instead.
-    stop.wait()
-    server.stopping.set()
+    while not stop.wait(1.0):
+        pass
     server.shutdown_and_close()
     logger.info("icefloe stopped")

@@ -1,0 +1,191 @@
+"""Errors for clients: precise gRPC status codes, user-facing messages, no tracebacks.
+
+Handlers raise the ``IcefloeError`` subclasses below (or let catalog / engine exceptions
+escape); the server's RPC entry points pass every exception through ``to_flight_error`` so
+that what reaches gRPC is deliberate.
+
+pyarrow.flight appends the Python traceback to the status message of any exception that is
+not one of its ``FlightError`` types. Codes that pyarrow has a ``FlightError`` for
+(UNAUTHENTICATED, PERMISSION_DENIED, CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE, INTERNAL)
+are raised as those. The others (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, UNIMPLEMENTED,
+OUT_OF_RANGE, ...) can only be reached through Arrow status codes (``ArrowInvalid`` and
+friends), which carry a traceback "detail"; ``install_clean_tracebacks`` makes that detail
+print just the message for our own errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+logger = logging.getLogger("icefloe.errors")
+
+
+class IcefloeError(Exception):
+    """An error meant for the client. ``code`` is the gRPC status name."""
+
+    code = "INTERNAL"
+
+
+class InvalidArgument(IcefloeError):
+    code = "INVALID_ARGUMENT"
+
+
+class NotFound(IcefloeError):
+    code = "NOT_FOUND"
+
+
+class AlreadyExists(IcefloeError):
+    code = "ALREADY_EXISTS"
+
+
+class FailedPrecondition(IcefloeError):
+    code = "FAILED_PRECONDITION"
+
+
+class Aborted(IcefloeError):
+    code = "ABORTED"
+
+
+class OutOfRange(IcefloeError):
+    code = "OUT_OF_RANGE"
+
+
+class Unimplemented(IcefloeError):
+    code = "UNIMPLEMENTED"
+
+
+class Unauthenticated(IcefloeError):
+    code = "UNAUTHENTICATED"
+
+
+class PermissionDenied(IcefloeError):
+    code = "PERMISSION_DENIED"
+
+
+class Cancelled(IcefloeError):
+    code = "CANCELLED"
+
+
+class DeadlineExceeded(IcefloeError):
+    code = "DEADLINE_EXCEEDED"
+
+
+class ResourceExhausted(IcefloeError):
+    code = "RESOURCE_EXHAUSTED"
+
+
+class Unavailable(IcefloeError):
+    code = "UNAVAILABLE"
+
+
+_FLIGHT_NATIVE: dict[str, type[Exception]] = {
+    "UNAUTHENTICATED": flight.FlightUnauthenticatedError,
+    "PERMISSION_DENIED": flight.FlightUnauthorizedError,
+    "CANCELLED": flight.FlightCancelledError,
+    "DEADLINE_EXCEEDED": flight.FlightTimedOutError,
+    "UNAVAILABLE": flight.FlightUnavailableError,
+    "INTERNAL": flight.FlightInternalError,
+}
+
+# Arrow status codes that the gRPC transport turns into the wanted gRPC code.
+_ARROW_STATUS: dict[str, type[Exception]] = {
+    "INVALID_ARGUMENT": pa.ArrowInvalid,
+    "NOT_FOUND": pa.ArrowKeyError,
+    "UNIMPLEMENTED": pa.ArrowNotImplementedError,
+    "ALREADY_EXISTS": pa.ArrowInvalid,
+    "OUT_OF_RANGE": pa.ArrowIndexError,
+    "FAILED_PRECONDITION": pa.ArrowInvalid,
+    "ABORTED": pa.ArrowInvalid,
+    "RESOURCE_EXHAUSTED": pa.ArrowCapacityError,
+}
+
+_CLEAN_ATTR = "_icefloe_clean"
+
+
+def to_flight_error(exc: BaseException) -> BaseException:
+    """Map any exception to the exception pyarrow.flight should raise for it."""
+    if isinstance(exc, flight.FlightError):
+        return exc
+    if isinstance(exc, IcefloeError):
+        code, message = exc.code, str(exc)
+    else:
+        code, message = classify(exc)
+    if code == "INTERNAL":
+        logger.error("internal error", exc_info=exc)
+        message = "internal error (see the server log)"
+    native = _FLIGHT_NATIVE.get(code)
+    if native is not None:
+        return native(message)
+    arrow_cls = _ARROW_STATUS.get(code, pa.ArrowInvalid)
+    mapped = arrow_cls(message)
+    setattr(mapped, _CLEAN_ATTR, True)
+    return mapped
+
+
+def classify(exc: BaseException) -> tuple[str, str]:
+    """gRPC code and message for exceptions raised by the catalog and libraries."""
+    from pyiceberg import exceptions as ice
+
+    from catalog import CatalogReadOnlyError, CursorExpiredError, TooManySubscribersError
+    from catalog.names import InvalidNameError
+
+    if isinstance(exc, (ice.NoSuchTableError, ice.NoSuchNamespaceError, ice.NoSuchViewError)):
+        return "NOT_FOUND", str(exc)
+    if isinstance(exc, (ice.TableAlreadyExistsError, ice.NamespaceAlreadyExistsError)):
+        return "ALREADY_EXISTS", str(exc)
+    if isinstance(exc, ice.NamespaceNotEmptyError):
+        return "FAILED_PRECONDITION", str(exc)
+    if isinstance(exc, ice.CommitFailedException):
+        return "ABORTED", str(exc)
+    if isinstance(exc, CatalogReadOnlyError):
+        return "FAILED_PRECONDITION", str(exc)
+    if isinstance(exc, CursorExpiredError):
+        return "OUT_OF_RANGE", str(exc)
+    if isinstance(exc, TooManySubscribersError):
+        return "RESOURCE_EXHAUSTED", str(exc)
+    if isinstance(exc, InvalidNameError):
+        return "INVALID_ARGUMENT", str(exc)
+    return "INTERNAL", str(exc)
+
+
+def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator for RPC entry points: every exception leaves through ``to_flight_error``."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # deliberately total: nothing unmapped reaches gRPC
+            mapped = to_flight_error(exc)
+            if mapped is exc:
+                raise
+            raise mapped from None
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+_installed = False
+
+
+def install_clean_tracebacks() -> None:
+    """Make pyarrow's traceback "detail" for our mapped errors show only the message."""
+    global _installed
+    if _installed:
+        return
+    original = traceback.format_exception
+
+    def format_exception(exc: Any, *args: Any, **kwargs: Any) -> list[str]:
+        value = exc if isinstance(exc, BaseException) else (args[0] if args else None)
+        if value is not None and getattr(value, _CLEAN_ATTR, False):
+            return [type(value).__name__.removeprefix("Arrow")]
+        return original(exc, *args, **kwargs)
+
+    traceback.format_exception = format_exception  # type: ignore[assignment]
+    _installed = True
