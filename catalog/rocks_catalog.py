@@ -179,7 +179,7 @@ class RocksCatalog(MetastoreCatalog):
         if cached is not None and cached[0] == location:
             return cached[1]
         io = self._load_file_io(location=location)
-        metadata = FromInputFile.table(io.new_input(location))
+        metadata = FromInputFile.table_metadata(io.new_input(location))
         self._metadata_cache[(ns, table)] = (location, metadata)
         return metadata
 
@@ -334,7 +334,7 @@ class RocksCatalog(MetastoreCatalog):
         if not overwrite and self._pointer(ns, table) is not None:
             raise TableAlreadyExistsError(f"Table {'.'.join((*ns, table))} already exists")
         io = self._load_file_io(location=metadata_location)
-        metadata = FromInputFile.table(io.new_input(metadata_location))
+        metadata = FromInputFile.table_metadata(io.new_input(metadata_location))
         return self._register_pointer(ns, table, metadata_location, metadata, "register", overwrite=overwrite)
 
     def load_table(self, identifier: str | Identifier) -> Table:
@@ -445,7 +445,7 @@ class RocksCatalog(MetastoreCatalog):
             base if base is not None else self._empty_table_metadata(), updates, base_location, creating=base is None
         )
         if base is not None and new == base:
-            return CommitTableResponse(metadata=base, metadata_location=base_location)  # type: ignore[arg-type]
+            return CommitTableResponse(metadata=base, metadata_location=base_location)  # type: ignore[call-arg]
         version = self._parse_metadata_version(base_location) + 1 if base_location else 0
         provider = load_location_provider(new.location, new.properties)
         new_location = provider.new_table_metadata_file_location(version)
@@ -477,7 +477,7 @@ class RocksCatalog(MetastoreCatalog):
             )
             self._metadata_cache[(ns, name)] = (new_location, new)
         self._publish(record)
-        return CommitTableResponse(metadata=new, metadata_location=new_location)
+        return CommitTableResponse(metadata=new, metadata_location=new_location)  # type: ignore[call-arg]
 
     @staticmethod
     def _discard(io: Any, location: str) -> None:
@@ -489,7 +489,7 @@ class RocksCatalog(MetastoreCatalog):
     # -- namespaces --------------------------------------------------------------------
 
     def create_namespace(self, namespace: str | Identifier, properties: Properties = EMPTY_DICT) -> None:
-        """Create a namespace.
+        """Create a namespace (and any missing parent levels, without properties).
 
         Raises:
             NamespaceAlreadyExistsError: If it exists.
@@ -500,7 +500,13 @@ class RocksCatalog(MetastoreCatalog):
         with self._commit_lock:
             if self._ns_exists(ns):
                 raise NamespaceAlreadyExistsError(f"Namespace {'.'.join(ns)} already exists")
-            self._store.write({keys.namespace_key(ns): json.dumps(dict(properties)).encode("utf-8")})
+            # Missing parent levels are created (without properties) in the same batch, so a
+            # child namespace always has a parent that exists, lists and can be dropped last.
+            puts = {
+                keys.namespace_key(ns[:depth]): b"{}" for depth in range(1, len(ns)) if not self._ns_exists(ns[:depth])
+            }
+            puts[keys.namespace_key(ns)] = json.dumps(dict(properties)).encode("utf-8")
+            self._store.write(puts)
 
     def drop_namespace(self, namespace: str | Identifier) -> None:
         """Drop an empty namespace.
