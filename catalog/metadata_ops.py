@@ -15,10 +15,10 @@ from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.table.update import (
     AddSchemaUpdate,
     AddSnapshotUpdate,
+    RemovePropertiesUpdate,
     RemoveSnapshotsUpdate,
     SetCurrentSchemaUpdate,
     SetPropertiesUpdate,
-    RemovePropertiesUpdate,
     TableUpdate,
     _apply_table_update,
     _TableMetadataUpdateContext,

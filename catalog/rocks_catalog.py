@@ -14,8 +14,7 @@ import logging
 import os
 import threading
 import time
-
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlparse
 
 from pyiceberg.catalog import Catalog, MetastoreCatalog, PropertiesUpdateSummary
@@ -50,6 +49,7 @@ from catalog.table import RocksTable
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.table.update import TableRequirement, TableUpdate
+    from pyiceberg.typedef import TableVersion
     from pyiceberg.view import View
 
 logger = logging.getLogger("icefloe.catalog")
@@ -102,7 +102,9 @@ class RocksCatalog(MetastoreCatalog):
         else:
             db_path = properties.get(CATALOG_PATH) or ""
             if not db_path:
-                raise ValueError(f"a {parsed.scheme}:// warehouse needs a local '{CATALOG_PATH}' for the catalog database")
+                raise ValueError(
+                    f"a {parsed.scheme}:// warehouse needs a local '{CATALOG_PATH}' for the catalog database"
+                )
         props = {"py-io-impl": DEFAULT_IO_IMPL, **properties, "warehouse": warehouse}
         super().__init__(name, **props)
         self.warehouse = warehouse
@@ -154,13 +156,23 @@ class RocksCatalog(MetastoreCatalog):
                 raise
             raise err(str(exc)) from None
 
-    def _split(self, identifier: str | Identifier, err: type[Exception] = NoSuchTableError) -> tuple[tuple[str, ...], str]:
+    def _split(
+        self, identifier: str | Identifier, err: type[Exception] = NoSuchTableError
+    ) -> tuple[tuple[str, ...], str]:
+        """Namespace and table name of an identifier.
+
+        ``err`` is what an invalid identifier means to the caller: a table that cannot exist
+        (``NoSuchTableError``, for reads and drops) or a refused name (``InvalidNameError``,
+        for calls that would create one).
+        """
         parts = Catalog.identifier_to_tuple(identifier)
         if len(parts) < 2:
             raise err(f"table identifier needs a namespace and a name: {identifier!r}")
         try:
             return check_namespace(parts[:-1]), check_name(parts[-1], "table")
         except InvalidNameError as exc:
+            if err is InvalidNameError:
+                raise
             raise err(str(exc)) from None
 
     def _pointer(self, ns: tuple[str, ...], table: str) -> dict[str, Any] | None:
@@ -247,13 +259,13 @@ class RocksCatalog(MetastoreCatalog):
         sort_order: SortOrder = UNSORTED_SORT_ORDER,
         properties: Properties = EMPTY_DICT,
     ) -> StagedTable:
-        ns, table = self._split(identifier, err=ValueError)
+        ns, table = self._split(identifier, err=InvalidNameError)
         self._require_namespace(ns)
         properties = {**DEFAULT_TABLE_PROPERTIES, **properties}
-        iceberg_schema: Schema = self._convert_schema_if_needed(  # type: ignore[assignment]
-            schema,
-            int(properties.get(TableProperties.FORMAT_VERSION, TableProperties.DEFAULT_FORMAT_VERSION)),
+        format_version = cast(
+            "TableVersion", int(properties.get(TableProperties.FORMAT_VERSION, TableProperties.DEFAULT_FORMAT_VERSION))
         )
+        iceberg_schema: Schema = self._convert_schema_if_needed(schema, format_version)
         table_location = self._resolve_table_location(location, "\x1f".join(ns), table)
         provider = load_location_provider(table_location, properties)
         metadata_location = provider.new_table_metadata_file_location()
@@ -265,7 +277,9 @@ class RocksCatalog(MetastoreCatalog):
             properties=properties,
         )
         io = self._load_file_io(properties=properties, location=metadata_location)
-        return StagedTable(identifier=(*ns, table), metadata=metadata, metadata_location=metadata_location, io=io, catalog=self)
+        return StagedTable(
+            identifier=(*ns, table), metadata=metadata, metadata_location=metadata_location, io=io, catalog=self
+        )
 
     def create_table(
         self,
@@ -284,7 +298,7 @@ class RocksCatalog(MetastoreCatalog):
             CatalogReadOnlyError: If the catalog is open read-only.
         """
         self._check_writable()
-        ns, table = self._split(identifier, err=ValueError)
+        ns, table = self._split(identifier, err=InvalidNameError)
         self._require_namespace(ns)
         if self._pointer(ns, table) is not None:
             raise TableAlreadyExistsError(f"Table {'.'.join((*ns, table))} already exists")
@@ -329,7 +343,7 @@ class RocksCatalog(MetastoreCatalog):
             NoSuchNamespaceError: If the namespace does not exist.
         """
         self._check_writable()
-        ns, table = self._split(identifier, err=ValueError)
+        ns, table = self._split(identifier, err=InvalidNameError)
         self._require_namespace(ns)
         if not overwrite and self._pointer(ns, table) is not None:
             raise TableAlreadyExistsError(f"Table {'.'.join((*ns, table))} already exists")
@@ -395,7 +409,7 @@ class RocksCatalog(MetastoreCatalog):
         """
         self._check_writable()
         src_ns, src = self._split(from_identifier)
-        dst_ns, dst = self._split(to_identifier, err=ValueError)
+        dst_ns, dst = self._split(to_identifier, err=InvalidNameError)
         with self._commit_lock:
             pointer = self._pointer(src_ns, src)
             if pointer is None:

@@ -11,6 +11,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from catalog import RocksCatalog
 
+
 @pytest.fixture
 def rocks(tmp_path: Path) -> Iterator[RocksCatalog]:
     cat = RocksCatalog("test", warehouse=str(tmp_path / "warehouse"))
