@@ -26,14 +26,20 @@ def local_path(location: str) -> str:
 
 
 def referenced_files(table: Table) -> set[str]:
-    """Local paths of every manifest list, manifest and data file the current metadata references."""
+    """Local paths of every manifest list, manifest and data file the current metadata references.
+
+    Manifests are shared between snapshots, so each is read once.
+    """
     files: set[str] = set()
+    manifests = {}
     for snapshot in table.metadata.snapshots:
         files.add(local_path(snapshot.manifest_list))
         for manifest in snapshot.manifests(table.io):
-            files.add(local_path(manifest.manifest_path))
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                files.add(local_path(entry.data_file.file_path))
+            manifests.setdefault(manifest.manifest_path, manifest)
+    for path, manifest in manifests.items():
+        files.add(local_path(path))
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            files.add(local_path(entry.data_file.file_path))
     return files
 
 
