@@ -137,6 +137,10 @@ class RocksCatalog(MetastoreCatalog):
     def store(self) -> RocksStore:
         return self._store
 
+    def check_writable(self) -> None:
+        """Raise ``CatalogReadOnlyError`` if this catalog cannot commit."""
+        self._check_writable()
+
     def _check_writable(self) -> None:
         if self._store.read_only:
             raise CatalogReadOnlyError(
@@ -259,6 +263,7 @@ class RocksCatalog(MetastoreCatalog):
         sort_order: SortOrder = UNSORTED_SORT_ORDER,
         properties: Properties = EMPTY_DICT,
     ) -> StagedTable:
+        self._check_writable()  # a create-table transaction would fail only at commit otherwise
         ns, table = self._split(identifier, err=InvalidNameError)
         self._require_namespace(ns)
         properties = {**DEFAULT_TABLE_PROPERTIES, **properties}

@@ -37,4 +37,9 @@ class RocksTable(Table):
     """A pyiceberg ``Table`` whose transactions skip needless deep copies."""
 
     def transaction(self) -> Transaction:
+        # Appends, overwrites and deletes write data files before they commit: on a read-only
+        # catalog refuse up front rather than leave unreferenced files behind.
+        check_writable = getattr(self.catalog, "check_writable", None)
+        if check_writable is not None:
+            check_writable()
         return FastTransaction(self)
