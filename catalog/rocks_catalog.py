@@ -58,6 +58,10 @@ CATALOG_DIR = "catalog.rocksdb"
 READ_ONLY = "read-only"  # "true", "false" or "auto" (read-only when another process writes)
 CATALOG_PATH = "catalog-path"  # where the RocksDB lives when the warehouse is not local
 DEFAULT_IO_IMPL = "catalog.durable_io.DurableFileIO"
+# Commit-log retention, applied by ``trim_commit_log`` (never past a hold, see CommitLog.set_hold).
+LOG_RETAIN_COUNT = "commit-log.retain-count"  # keep at most this many newest records
+LOG_RETAIN_AGE_S = "commit-log.retain-age-s"  # drop records older than this many seconds
+DEFAULT_LOG_RETAIN_COUNT = 1_000_000
 
 # Table defaults that keep metadata bounded so commit cost does not grow with history.
 DEFAULT_TABLE_PROPERTIES = {
@@ -214,7 +218,10 @@ class RocksCatalog(MetastoreCatalog):
         puts: dict[bytes, bytes],
         deletes: tuple[bytes, ...] = (),
     ) -> CommitRecord:
-        """Write one commit (caller holds ``_commit_lock``): pointer changes + seq + log record."""
+        """Write one commit (caller holds ``_commit_lock``): pointer changes + seq + log record.
+
+        The record is published on ``hub`` once the batch is durable.
+        """
         ctx = current_commit_context()
         seq = self.log.head() + 1
         fields = dict(record_fields)
@@ -232,10 +239,10 @@ class RocksCatalog(MetastoreCatalog):
         batch[keys.HEAD_SEQ] = keys.encode_u64(seq)
         batch[keys.log_key(seq)] = record.to_bytes()
         self._store.write(batch, deletes)
-        return record
-
-    def _publish(self, record: CommitRecord) -> None:
+        # Published while the commit lock is still held, so subscribers and listeners (the
+        # feed, lineage) receive records in sequence order. Publishing never blocks.
         self.hub.publish(record)
+        return record
 
     @staticmethod
     def _pointer_value(location: str, previous: str | None, table_uuid: str) -> bytes:
@@ -320,7 +327,7 @@ class RocksCatalog(MetastoreCatalog):
             if current is not None and not overwrite:
                 raise TableAlreadyExistsError(f"Table {'.'.join((*ns, table))} already exists")
             snapshot = metadata.current_snapshot()
-            record = self._land(
+            self._land(
                 {
                     "namespace": ns,
                     "table": table,
@@ -337,7 +344,6 @@ class RocksCatalog(MetastoreCatalog):
                 },
             )
             self._metadata_cache[(ns, table)] = (location, metadata)
-        self._publish(record)
         return self._table(ns, table, location, metadata)
 
     def register_table(self, identifier: str | Identifier, metadata_location: str, overwrite: bool = False) -> Table:
@@ -390,7 +396,7 @@ class RocksCatalog(MetastoreCatalog):
             pointer = self._pointer(ns, table)
             if pointer is None:
                 raise NoSuchTableError(f"Table does not exist: {'.'.join((*ns, table))}")
-            record = self._land(
+            self._land(
                 {
                     "namespace": ns,
                     "table": table,
@@ -402,7 +408,6 @@ class RocksCatalog(MetastoreCatalog):
                 (keys.table_key(ns, table),),
             )
             self._metadata_cache.pop((ns, table), None)
-        self._publish(record)
 
     def rename_table(self, from_identifier: str | Identifier, to_identifier: str | Identifier) -> Table:
         """Rename a table; its files stay where they are.
@@ -424,7 +429,7 @@ class RocksCatalog(MetastoreCatalog):
                 raise TableAlreadyExistsError(f"Table {'.'.join((*dst_ns, dst))} already exists")
             location = pointer["metadata_location"]
             metadata = self._read_metadata(src_ns, src, location)
-            record = self._land(
+            self._land(
                 {
                     "namespace": dst_ns,
                     "table": dst,
@@ -438,7 +443,6 @@ class RocksCatalog(MetastoreCatalog):
             )
             self._metadata_cache.pop((src_ns, src), None)
             self._metadata_cache[(dst_ns, dst)] = (location, metadata)
-        self._publish(record)
         return self._table(dst_ns, dst, location, metadata)
 
     def commit_table(
@@ -484,7 +488,7 @@ class RocksCatalog(MetastoreCatalog):
                 )
             if base is None:
                 self._require_namespace(ns)
-            record = self._land(
+            self._land(
                 {
                     "namespace": ns,
                     "table": name,
@@ -495,7 +499,6 @@ class RocksCatalog(MetastoreCatalog):
                 {keys.table_key(ns, name): self._pointer_value(new_location, base_location, str(new.table_uuid))},
             )
             self._metadata_cache[(ns, name)] = (new_location, new)
-        self._publish(record)
         return CommitTableResponse(metadata=new, metadata_location=new_location)  # type: ignore[call-arg]
 
     @staticmethod
@@ -636,6 +639,45 @@ class RocksCatalog(MetastoreCatalog):
 
     def create_view(self, *args: Any, **kwargs: Any) -> View:
         raise NotImplementedError("views are not supported by icefloe")
+
+    # -- commit-log retention ------------------------------------------------------------
+
+    def trim_commit_log(self, now_us: int | None = None) -> int:
+        """Apply the commit-log retention properties; return the new log start.
+
+        A record is dropped when it is not among the newest ``commit-log.retain-count``
+        (default 1,000,000) or is older than ``commit-log.retain-age-s`` (default: no age
+        limit), whichever drops more; but never a record above the lowest hold
+        (``self.log.set_hold``). Readers whose cursor falls below the new start get
+        ``CursorExpiredError``.
+
+        Raises:
+            CatalogReadOnlyError: If the catalog is open read-only.
+            ValueError: If a retention property is not a non-negative integer.
+        """
+        self._check_writable()
+        retain_count = self._int_property(LOG_RETAIN_COUNT, DEFAULT_LOG_RETAIN_COUNT)
+        retain_age_s = self._int_property(LOG_RETAIN_AGE_S, None)
+        with self._commit_lock:
+            keep_after = self.log.head() - retain_count if retain_count is not None else 0
+            if retain_age_s is not None:
+                now = now_us if now_us is not None else _now_us()
+                keep_after = max(keep_after, self.log.last_seq_before(now - retain_age_s * 1_000_000))
+            start = self.log.trim(keep_after)
+        logger.info("commit log trimmed: log starts at %d", start)
+        return start
+
+    def _int_property(self, name: str, default: int | None) -> int | None:
+        raw = self.properties.get(name)
+        if raw is None or raw == "":
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"catalog property {name} must be an integer, got {raw!r}") from None
+        if value < 0:
+            raise ValueError(f"catalog property {name} must not be negative, got {value}")
+        return value
 
     # -- lifecycle ---------------------------------------------------------------------
 
