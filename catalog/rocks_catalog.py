@@ -35,12 +35,13 @@ from pyiceberg.table import CommitTableResponse, StagedTable, Table, TableProper
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
+from pyiceberg.table.update import AddSnapshotUpdate
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 
 from catalog import keys
 from catalog.commit_log import CommitLog, CommitRecord
 from catalog.context import current_commit_context
-from catalog.metadata_ops import apply_updates, describe_commit
+from catalog.metadata_ops import apply_updates, describe_commit, expire_snapshots, snapshots_to_retain
 from catalog.names import InvalidNameError, check_name, check_namespace, namespace_folder
 from catalog.store import RocksStore, StoreLockedError
 from catalog.subscriptions import CommitHub
@@ -469,6 +470,9 @@ class RocksCatalog(MetastoreCatalog):
         )
         if base is not None and new == base:
             return CommitTableResponse(metadata=base, metadata_location=base_location)  # type: ignore[call-arg]
+        if any(isinstance(update, AddSnapshotUpdate) for update in updates):
+            # Bounded metadata keeps the cost of every later commit flat.
+            new = expire_snapshots(new, snapshots_to_retain(new))
         version = self._parse_metadata_version(base_location) + 1 if base_location else 0
         provider = load_location_provider(new.location, new.properties)
         new_location = provider.new_table_metadata_file_location(version)
@@ -499,6 +503,13 @@ class RocksCatalog(MetastoreCatalog):
                 {keys.table_key(ns, name): self._pointer_value(new_location, base_location, str(new.table_uuid))},
             )
             self._metadata_cache[(ns, name)] = (new_location, new)
+        if base is not None:
+            # Honour write.metadata.delete-after-commit.enabled (on by default for our tables):
+            # remove metadata files that dropped out of the metadata log. Best effort.
+            try:
+                self._delete_old_metadata(io, base, new)
+            except Exception:
+                logger.warning("could not remove old metadata files of %s", ".".join((*ns, name)))
         return CommitTableResponse(metadata=new, metadata_location=new_location)  # type: ignore[call-arg]
 
     @staticmethod
