@@ -1,0 +1,383 @@
+"""The SQL engine: DuckDB, sandboxed, reading Iceberg tables through the catalog at pinned snapshots.
+
+Interface (all the Flight SQL layer uses):
+- ``classify(sql)``: is it one read-only query, or something else;
+- ``pin(sql, default_schema)``: the catalog tables the SQL names, with the snapshot ids to read;
+- ``describe(...)``: result and parameter Arrow schemas without running the query;
+- ``execute(...)``: a ``pyarrow.RecordBatchReader`` streaming the result straight out of DuckDB.
+
+Isolation: one in-memory DuckDB database (catalog ``icefloe``) serves all queries. Each query
+gets its own cursor; its Iceberg sources are registered on that cursor only, and the views
+``icefloe."<namespace>"."<table>"`` that make them readable by name exist only between setup
+and the start of execution (under a lock), because DuckDB binds a query once and keeps what
+it bound. So concurrent queries at different snapshots of the same table never see each
+other's views.
+
+Sandbox (DuckDB settings, then ``lock_configuration``): no external access (no file reads,
+writes, globbing, ATTACH of files, extension installs), no extension autoloading; only
+single SELECT-like statements that the binder says do not write are run. Verified with
+DuckDB 2.0.1: ``allowed_directories`` would still let ``COPY ... TO`` write inside the allowed
+folder, which is why no directory is allowed at all and data reaches DuckDB only as Arrow.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+from duckdb import _seam  # binder access: schema of a statement without running it
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+from flight_server import errors
+from flight_server.engine.iceberg_source import IcebergSources, quote
+
+logger = logging.getLogger("icefloe.engine")
+
+CATALOG_NAME = "icefloe"
+BATCH_ROWS = 122_880  # DuckDB's natural multiple of its 2048-row vectors
+_READ_TYPES = {"SELECT", "EXPLAIN"}
+_WRITE_TYPES = {"INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "MERGE_INTO", "COPY"}
+
+SANDBOX_SETTINGS: dict[str, Any] = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+    "allow_unsigned_extensions": False,
+}
+
+
+@dataclass(frozen=True)
+class PinnedTable:
+    """A catalog table as one query reads it: namespace, name, snapshot (None = empty), schema."""
+
+    namespace: tuple[str, ...]
+    name: str
+    snapshot_id: int | None
+    schema_id: int
+
+    def to_json(self) -> list[Any]:
+        return [list(self.namespace), self.name, self.snapshot_id, self.schema_id]
+
+    @classmethod
+    def from_json(cls, raw: list[Any]) -> PinnedTable:
+        ns, name, snap, schema_id = raw
+        return cls(tuple(str(p) for p in ns), str(name), None if snap is None else int(snap), int(schema_id))
+
+
+class Kind:
+    QUERY = "query"
+    WRITE = "write"
+
+
+def split_qualified(name: str) -> list[str]:
+    """Split a DuckDB qualified name (``"a.b".t``) into unquoted parts."""
+    parts, cur, i, quoted = [], [], 0, False
+    while i < len(name):
+        ch = name[i]
+        if quoted:
+            if ch == '"' and i + 1 < len(name) and name[i + 1] == '"':
+                cur.append('"')
+                i += 1
+            elif ch == '"':
+                quoted = False
+            else:
+                cur.append(ch)
+        elif ch == '"':
+            quoted = True
+        elif ch == ".":
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+        i += 1
+    parts.append("".join(cur))
+    return parts
+
+
+class _Running:
+    """A query DuckDB is executing: what the watchdog needs to interrupt it."""
+
+    def __init__(self, cursor: duckdb.DuckDBPyConnection, context: Any, deadline: float) -> None:
+        self.cursor = cursor
+        self.context = context
+        self.deadline = deadline
+        self.interrupted: str | None = None
+
+
+class Engine:
+    def __init__(self, catalog: Any, query_timeout_s: float = 300.0, max_concurrent: int = 16, threads: int | None = None) -> None:
+        self.catalog = catalog
+        self.query_timeout_s = query_timeout_s
+        self.sources = IcebergSources()
+        config = dict(SANDBOX_SETTINGS)
+        if threads:
+            config["threads"] = threads
+        self._db = duckdb.connect(":memory:", config=config)
+        self._db.execute(f"ATTACH ':memory:' AS {CATALOG_NAME}")
+        self._db.execute(f"USE {CATALOG_NAME}")
+        self._db.execute("SET lock_configuration = true")
+        # Views are dropped from this cursor: the query's own cursor holds an open result by then.
+        self._admin = self._db.cursor()
+        self._admin.execute(f"USE {CATALOG_NAME}")
+        self._setup_lock = threading.Lock()
+        self._permits = threading.BoundedSemaphore(max_concurrent)
+        self._running: set[_Running] = set()
+        self._running_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, name="icefloe-query-watchdog", daemon=True)
+        self._watchdog.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._running_lock:
+            for run in list(self._running):
+                run.cursor.interrupt()
+
+    # -- statements ---------------------------------------------------------------------
+
+    def classify(self, sql: str) -> str:
+        cur = self._db.cursor()
+        try:
+            statements = cur.extract_statements(sql)
+        except duckdb.Error as exc:
+            raise errors.InvalidArgument(_clean(exc)) from None
+        finally:
+            cur.close()
+        if len(statements) != 1:
+            raise errors.InvalidArgument(f"expected exactly one SQL statement, got {len(statements)}")
+        kind = statements[0].type.name
+        if kind in _READ_TYPES:
+            return Kind.QUERY
+        if kind in _WRITE_TYPES:
+            return Kind.WRITE
+        raise errors.InvalidArgument(f"{kind} statements are not allowed")
+
+    def pin(self, sql: str, default_schema: tuple[str, ...] | None) -> list[PinnedTable]:
+        """The catalog tables ``sql`` names, each at its current snapshot."""
+        cur = self._db.cursor()
+        try:
+            names = cur.get_table_names(_without_parameters(sql), qualified=True)
+        except duckdb.Error as exc:
+            raise _map_duckdb(exc) from None
+        finally:
+            cur.close()
+        pins: dict[tuple[tuple[str, ...], str], PinnedTable] = {}
+        for raw in sorted(names):
+            for ns, table in self._candidates(split_qualified(raw), default_schema):
+                if (ns, table) in pins:
+                    break
+                try:
+                    tbl = self.catalog.load_table((*ns, table))
+                except (NoSuchTableError, NoSuchNamespaceError, ValueError):
+                    continue
+                snap = tbl.metadata.current_snapshot()
+                pins[(ns, table)] = PinnedTable(
+                    ns, table, snap.snapshot_id if snap else None, tbl.metadata.current_schema_id
+                )
+                break
+        return list(pins.values())
+
+    @staticmethod
+    def _candidates(parts: list[str], default_schema: tuple[str, ...] | None) -> list[tuple[tuple[str, ...], str]]:
+        if len(parts) == 1:
+            return [(default_schema, parts[0])] if default_schema else []
+        if len(parts) == 3 and parts[0] == CATALOG_NAME:
+            return [((*split_namespace(parts[1]),), parts[2])]
+        return [((*split_namespace(parts[-2]),), parts[-1])] if len(parts) == 2 else []
+
+    def describe(
+        self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None, params: list[Any] | None = None
+    ) -> tuple[pa.Schema, pa.Schema]:
+        """Result schema and parameter schema of a query, without running it."""
+        cur = self._db.cursor()
+        try:
+            with self._setup_lock:
+                created = self._setup(cur, pins, default_schema)
+                try:
+                    sig = _seam.bind(cur, sql, values=params)
+                finally:
+                    self._teardown(created)
+            if sig.writes:
+                raise errors.InvalidArgument("this statement writes; send it as an update")
+            schema = _arrow_schema(cur, sig.names, sig.types)
+            param_schema = _arrow_schema(cur, [f"${n}" for n, _ in sig.parameters], [t for _, t in sig.parameters])
+            return schema, param_schema
+        except duckdb.Error as exc:
+            raise _map_duckdb(exc) from None
+        finally:
+            cur.close()
+
+    def execute(
+        self,
+        sql: str,
+        pins: list[PinnedTable],
+        default_schema: tuple[str, ...] | None,
+        params: list[Any] | None = None,
+        context: Any = None,
+    ) -> pa.RecordBatchReader:
+        """Start the query; the reader streams from DuckDB and frees its resources when dropped."""
+        if not self._permits.acquire(timeout=5.0):
+            raise errors.ResourceExhausted("too many concurrent queries; retry later")
+        cur = self._db.cursor()
+        run = _Running(cur, context, time.monotonic() + self.query_timeout_s)
+        try:
+            with self._running_lock:
+                self._running.add(run)
+            with self._setup_lock:
+                created = self._setup(cur, pins, default_schema)
+                try:
+                    sig = _seam.bind(cur, sql, values=params)
+                    if sig.writes:
+                        raise errors.InvalidArgument("this statement writes; send it as an update")
+                    reader = cur.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
+                finally:
+                    self._teardown(created)
+        except BaseException as exc:
+            self._finish(run)
+            if isinstance(exc, duckdb.Error):
+                raise self._failure(run, exc) from None
+            raise
+        weakref.finalize(reader, self._finish, run)
+        return reader
+
+    def _finish(self, run: _Running) -> None:
+        with self._running_lock:
+            if run not in self._running:
+                return
+            self._running.discard(run)
+        try:
+            run.cursor.close()
+        except duckdb.Error:
+            pass
+        self._permits.release()
+
+    def _failure(self, run: _Running, exc: duckdb.Error) -> Exception:
+        if run.interrupted == "timeout":
+            return errors.DeadlineExceeded(f"query exceeded the {self.query_timeout_s:g}s timeout")
+        if run.interrupted == "cancelled":
+            return errors.Cancelled("query cancelled")
+        return _map_duckdb(exc)
+
+    # -- sources --------------------------------------------------------------------------
+
+    def _setup(
+        self, cur: duckdb.DuckDBPyConnection, pins: list[PinnedTable], default_schema: tuple[str, ...] | None
+    ) -> list[tuple[str, str]]:
+        cur.execute(f"USE {CATALOG_NAME}")
+        created: list[tuple[str, str]] = []
+        for i, pin in enumerate(pins):
+            table = self.catalog.load_table((*pin.namespace, pin.name))
+            schema = table.schemas().get(pin.schema_id) or table.schema()
+            if pin.snapshot_id is not None and table.metadata.snapshot_by_id(pin.snapshot_id) is None:
+                raise errors.FailedPrecondition(
+                    f"snapshot {pin.snapshot_id} of {'.'.join((*pin.namespace, pin.name))} no longer exists; "
+                    "run the query again"
+                )
+            parts = self.sources.parts(table, pin.snapshot_id, schema)
+            selects = []
+            for j, part in enumerate(parts):
+                src = f"__icefloe_src_{i}_{j}"
+                cur.register(src, part.data)
+                selects.append(f"SELECT {part.select_list} FROM {src}")
+            schema_name = quote(".".join(pin.namespace))
+            cur.execute(f"CREATE SCHEMA IF NOT EXISTS {CATALOG_NAME}.{schema_name}")
+            view = f"{CATALOG_NAME}.{schema_name}.{quote(pin.name)}"
+            cur.execute(f"CREATE OR REPLACE VIEW {view} AS {' UNION ALL '.join(selects)}")
+            created.append((schema_name, view))
+        if default_schema:
+            path = f"{CATALOG_NAME}.{quote('.'.join(default_schema))},{CATALOG_NAME}.main"
+            cur.execute("SET search_path = '" + path.replace("'", "''") + "'")
+        return created
+
+    def _teardown(self, created: list[tuple[str, str]]) -> None:
+        for _schema, view in created:
+            try:
+                self._admin.execute(f"DROP VIEW IF EXISTS {view}")
+            except duckdb.Error:
+                logger.warning("could not drop %s", view, exc_info=True)
+
+    # -- cancellation and timeouts --------------------------------------------------------
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.1):
+            now = time.monotonic()
+            with self._running_lock:
+                running = list(self._running)
+            for run in running:
+                if run.interrupted:
+                    continue
+                reason = None
+                if now > run.deadline:
+                    reason = "timeout"
+                elif run.context is not None and run.context.is_cancelled():
+                    reason = "cancelled"
+                if reason:
+                    run.interrupted = reason
+                    logger.info("interrupting query (%s)", reason)
+                    run.cursor.interrupt()
+
+
+def _arrow_schema(cur: duckdb.DuckDBPyConnection, names: list[str], types: list[Any]) -> pa.Schema:
+    """Arrow schema for bound columns; a type the binder could not infer (a bare ``?``) is null."""
+    fields = []
+    for name, typ in zip(names, types, strict=True):
+        if str(typ) == "UNKNOWN":
+            fields.append(pa.field(name, pa.null()))
+        else:
+            fields.append(_seam.arrow_schema(cur, [name], [typ]).field(0))
+    return pa.schema(fields)
+
+
+def _without_parameters(sql: str) -> str:
+    """``sql`` with every parameter marker (``?``, ``$1``, ``$name``) replaced by NULL.
+
+    DuckDB's table-name extraction refuses statements with parameters; the tokenizer tells
+    markers apart from the same characters inside strings, identifiers and comments.
+    """
+    tokens = duckdb.tokenize(sql)
+    edits: list[tuple[int, int]] = []
+    for i, (pos, kind) in enumerate(tokens):
+        if kind != duckdb.token_type.operator:
+            continue
+        if sql.startswith("?", pos):
+            edits.append((pos, pos + 1))
+        elif sql.startswith("$", pos) and i + 1 < len(tokens) and tokens[i + 1][0] == pos + 1:
+            end = tokens[i + 2][0] if i + 2 < len(tokens) else len(sql)
+            edits.append((pos, pos + 1 + len(sql[pos + 1 : end].rstrip())))
+    for start, end in reversed(edits):
+        sql = sql[:start] + "NULL" + sql[end:]
+    return sql
+
+
+def split_namespace(name: str) -> tuple[str, ...]:
+    """A DB schema name as a namespace: multi-level namespaces are joined with '.'."""
+    return tuple(name.split("."))
+
+
+def _clean(exc: BaseException) -> str:
+    """DuckDB's message without its LINE/caret excerpt noise trimmed to one paragraph."""
+    text = str(exc).strip()
+    return text if len(text) < 2000 else text[:2000] + "..."
+
+
+def _map_duckdb(exc: duckdb.Error) -> Exception:
+    msg = _clean(exc)
+    if isinstance(exc, duckdb.InterruptException):
+        return errors.Cancelled("query interrupted")
+    if isinstance(exc, duckdb.PermissionException):
+        return errors.PermissionDenied("not allowed in icefloe SQL: " + msg.split("Permission Error: ", 1)[-1])
+    if isinstance(exc, duckdb.CatalogException):
+        return errors.NotFound(msg)
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return errors.ResourceExhausted(msg)
+    if isinstance(exc, (duckdb.ParserException, duckdb.BinderException, duckdb.ProgrammingError, duckdb.DataError,
+                        duckdb.ConversionException, duckdb.InvalidInputException, duckdb.NotImplementedException)):
+        return errors.InvalidArgument(msg)
+    return errors.InvalidArgument(msg)
