@@ -325,14 +325,42 @@ class Engine:
 
 
 def _arrow_schema(cur: duckdb.DuckDBPyConnection, names: list[str], types: list[Any]) -> pa.Schema:
-    """Arrow schema for bound columns; a type the binder could not infer (a bare ``?``) is null."""
+    """Arrow schema for bound columns.
+
+    A type the binder could not infer (a bare ``?``) is given as utf8: the JDBC driver cannot
+    bind any value to a null-typed parameter, and DuckDB casts a string where the SQL needs it.
+    """
     fields = []
     for name, typ in zip(names, types, strict=True):
         if str(typ) == "UNKNOWN":
-            fields.append(pa.field(name, pa.null()))
+            fields.append(pa.field(name, pa.utf8()))
         else:
             fields.append(_seam.arrow_schema(cur, [name], [typ]).field(0))
     return pa.schema(fields)
+
+
+def parameter_markers(sql: str) -> int:
+    """How many distinct parameters ``sql`` has (``?`` each count; ``$n`` / ``$name`` once each)."""
+    return len(_marker_spans(sql)[1])
+
+
+def _marker_spans(sql: str) -> tuple[list[tuple[int, int]], list[str]]:
+    tokens = duckdb.tokenize(sql)
+    edits: list[tuple[int, int]] = []
+    names: list[str] = []
+    for i, (pos, kind) in enumerate(tokens):
+        if kind != duckdb.token_type.operator:
+            continue
+        if sql.startswith("?", pos):
+            edits.append((pos, pos + 1))
+            names.append(f"?{len(edits)}")
+        elif sql.startswith("$", pos) and i + 1 < len(tokens) and tokens[i + 1][0] == pos + 1:
+            end = tokens[i + 2][0] if i + 2 < len(tokens) else len(sql)
+            edits.append((pos, pos + 1 + len(sql[pos + 1 : end].rstrip())))
+            name = sql[edits[-1][0] : edits[-1][1]]
+            if name not in names:
+                names.append(name)
+    return edits, names
 
 
 def _without_parameters(sql: str) -> str:
@@ -341,16 +369,7 @@ def _without_parameters(sql: str) -> str:
     DuckDB's table-name extraction refuses statements with parameters; the tokenizer tells
     markers apart from the same characters inside strings, identifiers and comments.
     """
-    tokens = duckdb.tokenize(sql)
-    edits: list[tuple[int, int]] = []
-    for i, (pos, kind) in enumerate(tokens):
-        if kind != duckdb.token_type.operator:
-            continue
-        if sql.startswith("?", pos):
-            edits.append((pos, pos + 1))
-        elif sql.startswith("$", pos) and i + 1 < len(tokens) and tokens[i + 1][0] == pos + 1:
-            end = tokens[i + 2][0] if i + 2 < len(tokens) else len(sql)
-            edits.append((pos, pos + 1 + len(sql[pos + 1 : end].rstrip())))
+    edits, _ = _marker_spans(sql)
     for start, end in reversed(edits):
         sql = sql[:start] + "NULL" + sql[end:]
     return sql

@@ -17,6 +17,7 @@ import pyarrow.flight as flight
 
 from flight_server import errors
 from flight_server.engine import CATALOG_NAME, Engine, Kind, split_namespace
+from flight_server.engine.engine import parameter_markers
 from flight_server.flightsql import metadata as md
 from flight_server.flightsql import protocol as p
 from flight_server.flightsql.sessions import SessionStore
@@ -284,8 +285,12 @@ class FlightSqlService:
         default_schema = self.default_schema(context)
         kind = self.engine.classify(req.query)
         if kind == Kind.WRITE:
+            # No dataset schema: that is how JDBC knows it is an update. Parameter types of writes
+            # are not known until the SQL write path binds them against the table; utf8 for now.
             handle = PreparedHandle(req.query, default_schema, is_query=False)
-            result = p.ActionCreatePreparedStatementResult(handle.encode())
+            count = parameter_markers(req.query)
+            params = pa.schema([pa.field(f"${i + 1}", pa.utf8()) for i in range(count)])
+            result = p.ActionCreatePreparedStatementResult(handle.encode(), b"", _ipc(params) if count else b"")
         else:
             pins = self.engine.pin(req.query, default_schema)
             schema, params = self.engine.describe(req.query, pins, default_schema)
