@@ -23,6 +23,7 @@ folder, which is why no directory is allowed at all and data reaches DuckDB only
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 import weakref
@@ -101,33 +102,54 @@ def split_qualified(name: str) -> list[str]:
     return parts
 
 
-class _Running:
-    """A query DuckDB is executing: what the watchdog needs to interrupt it."""
+class _Slot:
+    """One sandboxed in-memory DuckDB database; a query has it to itself from setup to the end."""
 
-    def __init__(self, cursor: duckdb.DuckDBPyConnection, context: Any, deadline: float) -> None:
+    def __init__(self, threads: int | None) -> None:
+        config = dict(SANDBOX_SETTINGS)
+        if threads:
+            config["threads"] = threads
+        self.db = duckdb.connect(":memory:", config=config)
+        self.db.execute(f"ATTACH ':memory:' AS {CATALOG_NAME}")
+        self.db.execute(f"USE {CATALOG_NAME}")
+        self.db.execute("SET lock_configuration = true")
+        # Views are dropped from this cursor: the query's own cursor may still hold its result.
+        self.admin = self.db.cursor()
+        self.admin.execute(f"USE {CATALOG_NAME}")
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        cur = self.db.cursor()
+        cur.execute(f"USE {CATALOG_NAME}")
+        return cur
+
+
+class _Running:
+    """A query DuckDB is executing: what the watchdog needs to interrupt it, and what to free."""
+
+    def __init__(self, slot: _Slot, cursor: duckdb.DuckDBPyConnection, context: Any, deadline: float) -> None:
+        self.slot = slot
         self.cursor = cursor
         self.context = context
         self.deadline = deadline
+        self.views: list[str] = []
         self.interrupted: str | None = None
 
 
 class Engine:
-    def __init__(self, catalog: Any, query_timeout_s: float = 300.0, max_concurrent: int = 16, threads: int | None = None) -> None:
+    def __init__(
+        self, catalog: Any, query_timeout_s: float = 300.0, max_concurrent: int = 16, threads: int | None = None
+    ) -> None:
         self.catalog = catalog
         self.query_timeout_s = query_timeout_s
         self.sources = IcebergSources()
-        config = dict(SANDBOX_SETTINGS)
-        if threads:
-            config["threads"] = threads
-        self._db = duckdb.connect(":memory:", config=config)
-        self._db.execute(f"ATTACH ':memory:' AS {CATALOG_NAME}")
-        self._db.execute(f"USE {CATALOG_NAME}")
-        self._db.execute("SET lock_configuration = true")
-        # Views are dropped from this cursor: the query's own cursor holds an open result by then.
-        self._admin = self._db.cursor()
-        self._admin.execute(f"USE {CATALOG_NAME}")
-        self._setup_lock = threading.Lock()
-        self._permits = threading.BoundedSemaphore(max_concurrent)
+        self._threads = threads
+        self._parser = _Slot(threads)  # parsing and name extraction only; never sees a table
+        # Each running query owns a slot, so the views naming its pinned snapshots cannot clash
+        # with another query's; the pool size is the cap on concurrent queries.
+        self._max_slots = max_concurrent
+        self._slots: queue.LifoQueue[_Slot] = queue.LifoQueue()
+        self._made = 0
+        self._slots_lock = threading.Lock()
         self._running: set[_Running] = set()
         self._running_lock = threading.Lock()
         self._stop = threading.Event()
@@ -140,14 +162,30 @@ class Engine:
             for run in list(self._running):
                 run.cursor.interrupt()
 
+    def _take_slot(self, wait_s: float = 5.0) -> _Slot:
+        try:
+            return self._slots.get_nowait()
+        except queue.Empty:
+            pass
+        with self._slots_lock:
+            if self._made < self._max_slots:
+                self._made += 1
+                return _Slot(self._threads)
+        try:
+            return self._slots.get(timeout=wait_s)
+        except queue.Empty:
+            raise errors.ResourceExhausted(
+                f"too many concurrent queries (limit {self._max_slots}); retry later"
+            ) from None
+
     # -- statements ---------------------------------------------------------------------
 
     def classify(self, sql: str) -> str:
-        cur = self._db.cursor()
+        cur = self._parser.cursor()
         try:
             statements = cur.extract_statements(sql)
         except duckdb.Error as exc:
-            raise errors.InvalidArgument(_clean(exc)) from None
+            raise _map_duckdb(exc) from None
         finally:
             cur.close()
         if len(statements) != 1:
@@ -161,7 +199,7 @@ class Engine:
 
     def pin(self, sql: str, default_schema: tuple[str, ...] | None) -> list[PinnedTable]:
         """The catalog tables ``sql`` names, each at its current snapshot."""
-        cur = self._db.cursor()
+        cur = self._parser.cursor()
         try:
             names = cur.get_table_names(_without_parameters(sql), qualified=True)
         except duckdb.Error as exc:
@@ -196,14 +234,12 @@ class Engine:
         self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None, params: list[Any] | None = None
     ) -> tuple[pa.Schema, pa.Schema]:
         """Result schema and parameter schema of a query, without running it."""
-        cur = self._db.cursor()
+        slot = self._take_slot()
+        cur = slot.cursor()
+        run = _Running(slot, cur, None, 0.0)
         try:
-            with self._setup_lock:
-                created = self._setup(cur, pins, default_schema)
-                try:
-                    sig = _seam.bind(cur, sql, values=params)
-                finally:
-                    self._teardown(created)
+            self._setup(run, pins, default_schema)
+            sig = _seam.bind(cur, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
             schema = _arrow_schema(cur, sig.names, sig.types)
@@ -212,7 +248,7 @@ class Engine:
         except duckdb.Error as exc:
             raise _map_duckdb(exc) from None
         finally:
-            cur.close()
+            self._release(run)
 
     def execute(
         self,
@@ -222,41 +258,48 @@ class Engine:
         params: list[Any] | None = None,
         context: Any = None,
     ) -> pa.RecordBatchReader:
-        """Start the query; the reader streams from DuckDB and frees its resources when dropped."""
-        if not self._permits.acquire(timeout=5.0):
-            raise errors.ResourceExhausted("too many concurrent queries; retry later")
-        cur = self._db.cursor()
-        run = _Running(cur, context, time.monotonic() + self.query_timeout_s)
+        """Start the query; the reader streams from DuckDB and frees its slot when dropped."""
+        slot = self._take_slot()
+        run = _Running(slot, slot.cursor(), context, time.monotonic() + self.query_timeout_s)
+        with self._running_lock:
+            self._running.add(run)
         try:
-            with self._running_lock:
-                self._running.add(run)
-            with self._setup_lock:
-                created = self._setup(cur, pins, default_schema)
-                try:
-                    sig = _seam.bind(cur, sql, values=params)
-                    if sig.writes:
-                        raise errors.InvalidArgument("this statement writes; send it as an update")
-                    reader = cur.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
-                finally:
-                    self._teardown(created)
+            self._setup(run, pins, default_schema)
+            sig = _seam.bind(run.cursor, sql, values=params)
+            if sig.writes:
+                raise errors.InvalidArgument("this statement writes; send it as an update")
+            reader = run.cursor.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
         except BaseException as exc:
-            self._finish(run)
+            self._release(run)
             if isinstance(exc, duckdb.Error):
                 raise self._failure(run, exc) from None
             raise
-        weakref.finalize(reader, self._finish, run)
+        weakref.finalize(reader, self._release, run)
         return reader
 
-    def _finish(self, run: _Running) -> None:
+    def _release(self, run: _Running) -> None:
+        """End of a query: close its cursor, drop its views, return its slot (exactly once)."""
         with self._running_lock:
-            if run not in self._running:
+            if getattr(run, "released", False):
                 return
+            run.released = True  # type: ignore[attr-defined]
             self._running.discard(run)
         try:
             run.cursor.close()
         except duckdb.Error:
             pass
-        self._permits.release()
+        ok = True
+        for view in run.views:
+            try:
+                run.slot.admin.execute(f"DROP VIEW IF EXISTS {view}")
+            except duckdb.Error:
+                ok = False
+                logger.warning("could not drop %s; discarding the DuckDB slot", view, exc_info=True)
+        if ok:
+            self._slots.put(run.slot)
+        else:
+            with self._slots_lock:
+                self._made -= 1
 
     def _failure(self, run: _Running, exc: duckdb.Error) -> Exception:
         if run.interrupted == "timeout":
@@ -267,11 +310,8 @@ class Engine:
 
     # -- sources --------------------------------------------------------------------------
 
-    def _setup(
-        self, cur: duckdb.DuckDBPyConnection, pins: list[PinnedTable], default_schema: tuple[str, ...] | None
-    ) -> list[tuple[str, str]]:
-        cur.execute(f"USE {CATALOG_NAME}")
-        created: list[tuple[str, str]] = []
+    def _setup(self, run: _Running, pins: list[PinnedTable], default_schema: tuple[str, ...] | None) -> None:
+        cur = run.cursor
         for i, pin in enumerate(pins):
             table = self.catalog.load_table((*pin.namespace, pin.name))
             schema = table.schemas().get(pin.schema_id) or table.schema()
@@ -290,18 +330,10 @@ class Engine:
             cur.execute(f"CREATE SCHEMA IF NOT EXISTS {CATALOG_NAME}.{schema_name}")
             view = f"{CATALOG_NAME}.{schema_name}.{quote(pin.name)}"
             cur.execute(f"CREATE OR REPLACE VIEW {view} AS {' UNION ALL '.join(selects)}")
-            created.append((schema_name, view))
+            run.views.append(view)
         if default_schema:
             path = f"{CATALOG_NAME}.{quote('.'.join(default_schema))},{CATALOG_NAME}.main"
             cur.execute("SET search_path = '" + path.replace("'", "''") + "'")
-        return created
-
-    def _teardown(self, created: list[tuple[str, str]]) -> None:
-        for _schema, view in created:
-            try:
-                self._admin.execute(f"DROP VIEW IF EXISTS {view}")
-            except duckdb.Error:
-                logger.warning("could not drop %s", view, exc_info=True)
 
     # -- cancellation and timeouts --------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 A session is found by the caller's bearer token (``authorization: Bearer ...``) when there is
 one, else by the ``arrow_flight_session_id`` cookie (the name Arrow's own session middleware
-uses). A cookie is issued when a cookie-less client first sets an option. Sessions that go
+uses). Cookie-less callers are offered a cookie on every response; state is kept only once they set an option. Sessions that go
 idle expire, and the number kept is capped, so clients that vanish leave nothing behind.
 """
 
@@ -60,7 +60,12 @@ class SessionMiddlewareFactory(flight.ServerMiddlewareFactory):
                 name, _, val = part.strip().partition("=")
                 if name == COOKIE and val:
                     cookie = val
-        return SessionMiddleware(token, cookie)
+        mw = SessionMiddleware(token, cookie)
+        if token is None and cookie is None:
+            # Offer a session id up front: Arrow sends response headers before the handler can
+            # decide it needs one. No session state exists until the client sets an option.
+            mw.new_cookie = secrets.token_urlsafe(24)
+        return mw
 
 
 def _header(headers: dict[str, list[str]], name: str) -> list[str]:

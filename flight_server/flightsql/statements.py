@@ -59,7 +59,7 @@ def _load(data: bytes, magic: bytes, what: str) -> dict[str, Any]:
         if not isinstance(raw, dict):
             raise ValueError
         return raw
-    except ValueError:
+    except (ValueError, RecursionError):
         raise errors.InvalidArgument(f"malformed {what}") from None
 
 
