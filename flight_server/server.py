@@ -19,6 +19,8 @@ import pyarrow.flight as flight
 from catalog import RocksCatalog
 from flight_server import errors
 from flight_server.config import Config
+from flight_server.flightsql.sessions import MIDDLEWARE_KEY as SESSION_MIDDLEWARE_KEY
+from flight_server.flightsql.sessions import SessionMiddlewareFactory
 
 logger = logging.getLogger("icefloe.server")
 
@@ -39,7 +41,9 @@ class IcefloeServer(flight.FlightServerBase):
         self.flightsql = FlightSqlService(self)
         self.appends = AppendService(self)
         self.feed = FeedService(self)
-        super().__init__(config.location, **kwargs)
+        middleware = dict(kwargs.pop("middleware", None) or {})
+        middleware.setdefault(SESSION_MIDDLEWARE_KEY, SessionMiddlewareFactory())
+        super().__init__(config.location, middleware=middleware, **kwargs)
         # --port 0 asks the OS for a port; keep the one we got.
         self.config.port = self.port
 
@@ -107,6 +111,7 @@ class IcefloeServer(flight.FlightServerBase):
     def shutdown_and_close(self) -> None:
         self.stopping.set()
         self.shutdown()
+        self.flightsql.close()
         self.catalog.close()
 
 
