@@ -36,7 +36,8 @@ from duckdb import _seam  # binder access: schema of a statement without running
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 from flight_server import errors
-from flight_server.engine.iceberg_source import IcebergSources, quote
+from flight_server.engine import history
+from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
 
 logger = logging.getLogger("icefloe.engine")
 
@@ -56,20 +57,38 @@ SANDBOX_SETTINGS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class PinnedTable:
-    """A catalog table as one query reads it: namespace, name, snapshot (None = empty), schema."""
+    """A catalog table as one query reads it: namespace, name, snapshot (None = empty), schema.
+
+    ``view`` is the name the query reads it by when that is not ``name`` (time travel:
+    ``t@<snapshot id>``; metadata tables: ``t$snapshots``); ``kind`` is ``data`` or the
+    metadata table kind (``snapshots``, ``history``, ``files``).
+    """
 
     namespace: tuple[str, ...]
     name: str
     snapshot_id: int | None
     schema_id: int
+    view: str | None = None
+    kind: str = "data"
+
+    @property
+    def view_name(self) -> str:
+        return self.view or self.name
 
     def to_json(self) -> list[Any]:
-        return [list(self.namespace), self.name, self.snapshot_id, self.schema_id]
+        raw: list[Any] = [list(self.namespace), self.name, self.snapshot_id, self.schema_id]
+        if self.view is not None or self.kind != "data":
+            raw += [self.view, self.kind]
+        return raw
 
     @classmethod
     def from_json(cls, raw: list[Any]) -> PinnedTable:
-        ns, name, snap, schema_id = raw
-        return cls(tuple(str(p) for p in ns), str(name), None if snap is None else int(snap), int(schema_id))
+        ns, name, snap, schema_id = raw[:4]
+        view, kind = (raw[4], raw[5]) if len(raw) >= 6 else (None, "data")
+        if kind != "data" and kind not in history.METADATA_KINDS:
+            raise ValueError(kind)
+        return cls(tuple(str(p) for p in ns), str(name), None if snap is None else int(snap), int(schema_id),
+                   None if view is None else str(view), str(kind))
 
 
 class Kind:
@@ -197,6 +216,26 @@ class Engine:
             return Kind.WRITE
         raise errors.InvalidArgument(f"{kind} statements are not allowed")
 
+    def plan(self, sql: str, default_schema: tuple[str, ...] | None) -> tuple[str, list[PinnedTable]]:
+        """A query ready to run: ``sql`` with time-travel references rewritten, and its pins."""
+        cur = self._parser.cursor()
+        try:
+            refs = history.find_at_references(cur, self.catalog, _without_parameters(sql), default_schema)
+        except duckdb.Error as exc:
+            raise _map_duckdb(exc) from None
+        finally:
+            cur.close()
+        if refs and parameter_markers(sql):
+            # Spans were found in the text with markers replaced; keep offsets honest.
+            raise errors.InvalidArgument("time travel (AT ...) cannot be combined with parameters yet")
+        rewritten = history.rewrite(sql, refs, quote, CATALOG_NAME) if refs else sql
+        pins = {(r.namespace, history.at_view_name(r.name, r.snapshot_id)):
+                PinnedTable(r.namespace, r.name, r.snapshot_id, r.schema_id,
+                            view=history.at_view_name(r.name, r.snapshot_id)) for r in refs}
+        for pin in self.pin(rewritten, default_schema):
+            pins.setdefault((pin.namespace, pin.view_name), pin)
+        return rewritten, list(pins.values())
+
     def pin(self, sql: str, default_schema: tuple[str, ...] | None) -> list[PinnedTable]:
         """The catalog tables ``sql`` names, each at its current snapshot."""
         cur = self._parser.cursor()
@@ -211,16 +250,30 @@ class Engine:
             for ns, table in self._candidates(split_qualified(raw), default_schema):
                 if (ns, table) in pins:
                     break
-                try:
-                    tbl = self.catalog.load_table((*ns, table))
-                except (NoSuchTableError, NoSuchNamespaceError, ValueError):
+                if history.parse_at_view_name(table):
+                    break  # a time-travel view planned by ``plan``
+                pin = self._pin_one(ns, table)
+                if pin is None:
                     continue
-                snap = tbl.metadata.current_snapshot()
-                pins[(ns, table)] = PinnedTable(
-                    ns, table, snap.snapshot_id if snap else None, tbl.metadata.current_schema_id
-                )
+                pins[(ns, table)] = pin
                 break
         return list(pins.values())
+
+    def _pin_one(self, ns: tuple[str, ...], table: str) -> PinnedTable | None:
+        try:
+            tbl = self.catalog.load_table((*ns, table))
+            kind, view = "data", None
+        except (NoSuchTableError, NoSuchNamespaceError, ValueError):
+            meta = history.metadata_table_name(table)
+            if meta is None:
+                return None
+            try:
+                tbl = self.catalog.load_table((*ns, meta[0]))
+            except (NoSuchTableError, NoSuchNamespaceError, ValueError):
+                return None
+            kind, view, table = meta[1], table, meta[0]
+        snap = tbl.metadata.current_snapshot()
+        return PinnedTable(ns, table, snap.snapshot_id if snap else None, tbl.metadata.current_schema_id, view, kind)
 
     @staticmethod
     def _candidates(parts: list[str], default_schema: tuple[str, ...] | None) -> list[tuple[tuple[str, ...], str]]:
@@ -257,6 +310,7 @@ class Engine:
         default_schema: tuple[str, ...] | None,
         params: list[Any] | None = None,
         context: Any = None,
+        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None,
     ) -> pa.RecordBatchReader:
         """Start the query; the reader streams from DuckDB and frees its slot when dropped."""
         slot = self._take_slot()
@@ -264,7 +318,7 @@ class Engine:
         with self._running_lock:
             self._running.add(run)
         try:
-            self._setup(run, pins, default_schema)
+            self._setup(run, pins, default_schema, file_tags)
             sig = _seam.bind(run.cursor, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
@@ -276,6 +330,37 @@ class Engine:
             raise
         weakref.finalize(reader, self._release, run)
         return reader
+
+    def column_types(
+        self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None,
+        params: list[Any] | None = None,
+    ) -> list[tuple[str, str]]:
+        """(name, DuckDB type) of each result column of a query, without running it (SQL writes)."""
+        slot = self._take_slot()
+        cur = slot.cursor()
+        run = _Running(slot, cur, None, 0.0)
+        try:
+            self._setup(run, pins, default_schema)
+            sig = _seam.bind(cur, sql, values=params)
+            return [(str(n), str(t)) for n, t in zip(sig.names, sig.types, strict=True)]
+        except duckdb.Error as exc:
+            raise _map_duckdb(exc) from None
+        finally:
+            self._release(run)
+
+    def query_table(
+        self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None,
+        params: list[Any] | None = None, context: Any = None,
+        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None,
+    ) -> pa.Table:
+        """Run a query to completion (the read part of a SQL write)."""
+        reader = self.execute(sql, pins, default_schema, params, context=context, file_tags=file_tags)
+        try:
+            return reader.read_all()
+        except duckdb.Error as exc:
+            raise _map_duckdb(exc) from None
+        finally:
+            reader.close()
 
     def _release(self, run: _Running) -> None:
         """End of a query: close its cursor, drop its views, return its slot (exactly once)."""
@@ -310,17 +395,33 @@ class Engine:
 
     # -- sources --------------------------------------------------------------------------
 
-    def _setup(self, run: _Running, pins: list[PinnedTable], default_schema: tuple[str, ...] | None) -> None:
+    def _setup(
+        self, run: _Running, pins: list[PinnedTable], default_schema: tuple[str, ...] | None,
+        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None,
+    ) -> None:
+        """Create the views the query reads its pinned tables through.
+
+        ``file_tags`` (SQL writes): for those tables, read exactly the given data files, each
+        through its own source, with an extra column ``__icefloe_file`` = the file's index in
+        the list, so a DELETE / UPDATE can tell which files its predicate touches.
+        """
         cur = run.cursor
         for i, pin in enumerate(pins):
             table = self.catalog.load_table((*pin.namespace, pin.name))
-            schema = table.schemas().get(pin.schema_id) or table.schema()
             if pin.snapshot_id is not None and table.metadata.snapshot_by_id(pin.snapshot_id) is None:
                 raise errors.FailedPrecondition(
                     f"snapshot {pin.snapshot_id} of {'.'.join((*pin.namespace, pin.name))} no longer exists; "
                     "run the query again"
                 )
-            parts = self.sources.parts(table, pin.snapshot_id, schema)
+            if pin.kind != "data":
+                parts = [SourcePart(history.metadata_table(table, pin.kind, pin.snapshot_id), "*")]
+            else:
+                schema = table.schemas().get(pin.schema_id) or table.schema()
+                tagged = (file_tags or {}).get((pin.namespace, pin.name))
+                if tagged is not None:
+                    parts = self.sources.file_parts(table, tagged, schema)
+                else:
+                    parts = self.sources.parts(table, pin.snapshot_id, schema)
             selects = []
             for j, part in enumerate(parts):
                 src = f"__icefloe_src_{i}_{j}"
@@ -328,7 +429,7 @@ class Engine:
                 selects.append(f"SELECT {part.select_list} FROM {src}")
             schema_name = quote(".".join(pin.namespace))
             cur.execute(f"CREATE SCHEMA IF NOT EXISTS {CATALOG_NAME}.{schema_name}")
-            view = f"{CATALOG_NAME}.{schema_name}.{quote(pin.name)}"
+            view = f"{CATALOG_NAME}.{schema_name}.{quote(pin.view_name)}"
             cur.execute(f"CREATE OR REPLACE VIEW {view} AS {' UNION ALL '.join(selects)}")
             run.views.append(view)
         if default_schema:
