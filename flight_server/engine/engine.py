@@ -44,7 +44,8 @@ logger = logging.getLogger("icefloe.engine")
 CATALOG_NAME = "icefloe"
 BATCH_ROWS = 122_880  # DuckDB's natural multiple of its 2048-row vectors
 _READ_TYPES = {"SELECT", "EXPLAIN"}
-_WRITE_TYPES = {"INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "MERGE_INTO", "COPY"}
+# MULTI: one statement DuckDB expands into several (ALTER TABLE ... ADD COLUMN ... NOT NULL).
+_WRITE_TYPES = {"INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "MERGE_INTO", "COPY", "MULTI"}
 
 SANDBOX_SETTINGS: dict[str, Any] = {
     "enable_external_access": False,

@@ -22,7 +22,7 @@ from flight_server import errors
 from flight_server.engine import CATALOG_NAME
 from flight_server.engine.iceberg_source import quote
 from flight_server.sqlwrite import types
-from flight_server.sqlwrite.parse import TableName, schema_name, sql_of, table_name
+from flight_server.sqlwrite.parse import TableName, bind_subset, schema_name, sql_of, table_name
 from flight_server.sqlwrite.rows import conform, input_names
 
 if TYPE_CHECKING:
@@ -112,9 +112,10 @@ def create_table(w: Write) -> int:
 
 def _create_as(w: Write, target: TableName, query_sql: str) -> int:
     sql, pins = w.engine.plan(query_sql, w.default_schema)
-    columns = w.engine.column_types(sql, pins, w.default_schema, w.params)
+    sql, params = bind_subset(sql, w.params)
+    columns = w.engine.column_types(sql, pins, w.default_schema, params)
     schema = types.schema_from_query_types(columns)
-    data = w.engine.query_table(sql, pins, w.default_schema, w.params, context=w.context)
+    data = w.engine.query_table(sql, pins, w.default_schema, params, context=w.context)
     with w.committing("create", input_names(pins)):
         txn = w.catalog.create_table_transaction(target.identifier, schema=schema)
         rows = conform(data, txn.table_metadata.schema(), [name for name, _ in columns], target.qualified)
@@ -193,15 +194,18 @@ def alter_table(w: Write) -> int:
             with table.update_schema() as upd:
                 upd.add_column(column, added.field_type, required=False)
         elif isinstance(action, exp.Drop) and str(action.args.get("kind") or "").upper() == "COLUMN":
-            for col in action.expressions:
+            dropped = action.args.get("tables") or action.expressions
+            if not dropped:
+                raise errors.InvalidArgument(f"{what} DROP COLUMN: name the column")
+            for col in dropped:
                 if col.name not in names:
                     if action.args.get("exists"):
                         return 0
                     raise errors.NotFound(f"{what} DROP COLUMN: column {col.name} does not exist")
-            if len(action.expressions) >= len(names):
+            if len(dropped) >= len(names):
                 raise errors.InvalidArgument(f"{what} DROP COLUMN: a table must keep at least one column")
             with table.update_schema() as upd:
-                for col in action.expressions:
+                for col in dropped:
                     upd.delete_column(col.name)
         elif isinstance(action, exp.RenameColumn):
             old, new_name = action.this.name, action.args["to"].name

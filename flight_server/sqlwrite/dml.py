@@ -29,7 +29,7 @@ from flight_server import errors
 from flight_server.engine import PinnedTable
 from flight_server.engine.iceberg_source import quote
 from flight_server.sqlwrite.ddl import view_sql
-from flight_server.sqlwrite.parse import TableName, sql_of, table_name, table_reference
+from flight_server.sqlwrite.parse import TableName, bind_subset, sql_of, table_name, table_reference
 from flight_server.sqlwrite.rows import conform, input_names
 
 if TYPE_CHECKING:
@@ -83,7 +83,8 @@ def insert(w: Write) -> int:
     sql, pins = w.engine.plan(sql_of(source), w.default_schema)
     base = _target_pin(table, target)
     pins = _with_target(pins, base)
-    sources = w.engine.column_types(sql, pins, w.default_schema, w.params)
+    source_sql, source_params = bind_subset(sql, w.params)
+    sources = w.engine.column_types(source_sql, pins, w.default_schema, source_params)
     columns = _column_types(w, target, base)
     mapping = _insert_mapping(tree, what, [n for n, _ in sources], [n for n, _ in columns])
     required = {f.name for f in table.schema().fields if f.required}
@@ -95,7 +96,8 @@ def insert(w: Write) -> int:
         select.append(f"CAST({value} AS {typ}) AS {quote(name)}")
     aliases = ", ".join(f"c{i}" for i in range(len(sources)))
     final = f"SELECT {', '.join(select)} FROM ({sql}) AS __icefloe_src({aliases})"
-    data = w.engine.query_table(final, pins, w.default_schema, w.params, context=w.context)
+    final, params = bind_subset(final, w.params)
+    data = w.engine.query_table(final, pins, w.default_schema, params, context=w.context)
     rows = conform(data, table.schema(), [n for n, _ in columns], what)
     if rows.num_rows == 0:
         return 0
@@ -169,14 +171,16 @@ class _Files:
             return {i: int(f.record_count) for i, f in enumerate(self.files)}
         sql, pins = w.engine.plan(f"SELECT {TAG}, count(*) FROM {ref} WHERE {cond} GROUP BY 1", w.default_schema)
         self.pins = _with_target(pins, self.base)
-        counts = w.engine.query_table(sql, self.pins, w.default_schema, w.params, context=w.context,
+        sql, params = bind_subset(sql, w.params)
+        counts = w.engine.query_table(sql, self.pins, w.default_schema, params, context=w.context,
                                       file_tags=self.tags)
         return {int(k): int(n) for k, n in zip(counts.column(0).to_pylist(), counts.column(1).to_pylist(),
                                                  strict=True) if n}
 
     def read(self, w: Write, query: str) -> pa.Table:
         sql, pins = w.engine.plan(query, w.default_schema)
-        return w.engine.query_table(sql, _with_target(pins, self.base), w.default_schema, w.params,
+        sql, params = bind_subset(sql, w.params)
+        return w.engine.query_table(sql, _with_target(pins, self.base), w.default_schema, params,
                                     context=w.context, file_tags=self.tags)
 
 

@@ -15,12 +15,14 @@ them (an UPDATE's condition is used twice).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
 
 from flight_server import errors
 from flight_server.engine import CATALOG_NAME
+from flight_server.engine.engine import _marker_spans
 
 DIALECT = "duckdb"
 
@@ -106,3 +108,32 @@ def table_reference(node: exp.Table, view_sql: str) -> str:
     if not node.alias:
         return view_sql
     return f"{view_sql} AS {exp.to_identifier(node.alias, quoted=True).sql(dialect=DIALECT)}"
+
+
+def bind_subset(sql: str, params: list[Any] | None) -> tuple[str, list[Any] | None]:
+    """``sql`` (built from fragments of a statement) with only the parameters it uses.
+
+    Fragments keep the statement's numbering (``$2`` stays ``$2``), but DuckDB refuses values
+    for parameters a query does not mention, so the used ones are renumbered ``$1..$k``.
+    """
+    if not params:
+        return sql, params
+    edits, _ = _marker_spans(sql)
+    if not edits:
+        return sql, None
+    order: list[int] = []
+    out = sql
+    for start, end in reversed(edits):
+        token = sql[start:end]
+        if not token[1:].isdigit():
+            raise errors.InvalidArgument(f"named parameter {token} is not supported in SQL writes; use ? or $n")
+        number = int(token[1:])
+        if not 1 <= number <= len(params):
+            raise errors.InvalidArgument(f"parameter {token} has no value ({len(params)} given)")
+        if number not in order:
+            order.append(number)
+    order.sort()
+    for start, end in reversed(edits):
+        number = int(sql[start + 1 : end])
+        out = out[:start] + f"${order.index(number) + 1}" + out[end:]
+    return out, [params[n - 1] for n in order]

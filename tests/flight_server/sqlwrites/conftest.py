@@ -1,0 +1,44 @@
+"""Fixtures for the SQL write tests: a real server over a fresh warehouse, ADBC connections,
+and a read-only RocksCatalog opened in the test process while the server holds the warehouse."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import adbc_driver_flightsql.dbapi as fsql
+import pyarrow as pa
+import pytest
+
+from servers import ServerProcess
+
+
+@pytest.fixture(scope="module")
+def write_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    warehouse = tmp_path_factory.mktemp("sqlwrites") / "warehouse"
+    proc = ServerProcess(warehouse).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def conn(write_server: ServerProcess) -> Iterator[Any]:
+    connection = fsql.connect(write_server.location, autocommit=True)
+    try:
+        yield connection
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def reader_catalog(write_server: ServerProcess) -> Iterator[Any]:
+    """pyiceberg's view of the warehouse: a read-only RocksCatalog in this process."""
+    from catalog import RocksCatalog
+
+    cat = RocksCatalog("reader", warehouse=str(write_server.warehouse), **{"read-only": "true"})
+    try:
+        yield cat
+    finally:
+        cat.close()
