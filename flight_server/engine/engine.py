@@ -112,6 +112,8 @@ def split_qualified(name: str) -> list[str]:
                 cur.append(ch)
         elif ch == '"':
             quoted = True
+        elif ch.isspace():
+            break  # ``get_table_names`` appends " AS alias" to aliased tables
         elif ch == ".":
             parts.append("".join(cur))
             cur = []
@@ -241,14 +243,16 @@ class Engine:
         """The catalog tables ``sql`` names, each at its current snapshot."""
         cur = self._parser.cursor()
         try:
-            names = cur.get_table_names(_without_parameters(sql), qualified=True)
+            refs = history.table_references(cur, _without_parameters(sql))
+            if refs is None:  # not a plain SELECT: ask DuckDB's table-name extraction
+                refs = [split_qualified(n) for n in cur.get_table_names(_without_parameters(sql), qualified=True)]
         except duckdb.Error as exc:
             raise _map_duckdb(exc) from None
         finally:
             cur.close()
         pins: dict[tuple[tuple[str, ...], str], PinnedTable] = {}
-        for raw in sorted(names):
-            for ns, table in self._candidates(split_qualified(raw), default_schema):
+        for parts in sorted(refs):
+            for ns, table in self._candidates(parts, default_schema):
                 if (ns, table) in pins:
                     break
                 if history.parse_at_view_name(table):

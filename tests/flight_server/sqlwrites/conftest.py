@@ -7,9 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import adbc_driver_flightsql.dbapi as fsql
-import pyarrow as pa
 import pytest
-
 from servers import ServerProcess
 
 
