@@ -22,6 +22,7 @@ from flight_server import errors
 from flight_server.engine import CATALOG_NAME
 from flight_server.engine.iceberg_source import quote
 from flight_server.sqlwrite import types
+from flight_server.sqlwrite.commit import commit_once
 from flight_server.sqlwrite.parse import TableName, bind_subset, schema_name, sql_of, table_name
 from flight_server.sqlwrite.rows import conform, input_names
 
@@ -122,7 +123,7 @@ def _create_as(w: Write, target: TableName, query_sql: str) -> int:
         if rows.num_rows:
             txn.append(rows)
         try:
-            txn.commit_transaction()
+            commit_once(txn)
         except TableAlreadyExistsError:
             raise errors.AlreadyExists(f"CREATE TABLE: table {target.qualified} already exists") from None
     return int(data.num_rows)
@@ -175,7 +176,7 @@ def alter_table(w: Write) -> int:
         with w.committing("properties", [target.qualified]):
             txn = table.transaction()
             txn.set_properties(props)
-            txn.commit_transaction()
+            commit_once(txn)
         return 0
     table = _load(w, target, what)
     names = {f.name for f in table.schema().fields}

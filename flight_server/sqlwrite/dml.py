@@ -28,6 +28,7 @@ from sqlglot import exp
 from flight_server import errors
 from flight_server.engine import PinnedTable
 from flight_server.engine.iceberg_source import quote
+from flight_server.sqlwrite.commit import commit_once
 from flight_server.sqlwrite.ddl import view_sql
 from flight_server.sqlwrite.parse import TableName, bind_subset, sql_of, table_name, table_reference
 from flight_server.sqlwrite.rows import conform, input_names
@@ -104,7 +105,7 @@ def insert(w: Write) -> int:
     with w.committing("append", input_names([p for p in pins if p is not base])):
         txn = table.transaction()
         txn.append(rows)
-        txn.commit_transaction()
+        commit_once(txn)
     return int(rows.num_rows)
 
 
@@ -201,7 +202,7 @@ def _commit_rewrite(
                     table_metadata=txn.table_metadata, write_uuid=ow.commit_uuid, df=rows, io=table.io
                 ):
                     ow.append_data_file(data_file)
-        txn.commit_transaction()
+        commit_once(txn)
 
 
 def _target_of(w: Write, node: exp.Expression, what_prefix: str) -> tuple[TableName, str]:

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, ValidationException
 from sqlglot import exp
 
 from catalog import commit_context
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("icefloe.sqlwrite")
 
-COMMIT_ATTEMPTS = 4
+COMMIT_ATTEMPTS = 6
 
 
 @dataclass
@@ -76,8 +78,9 @@ class SqlWriter:
                 count = int(handler(write))
                 logger.info("SQL write done (%s, %d rows)", type(tree).__name__.lower(), count)
                 return count
-            except CommitFailedException:
+            except (CommitFailedException, ValidationException):
                 logger.info("SQL write lost a commit race (attempt %d of %d)", attempt, COMMIT_ATTEMPTS)
+                time.sleep(random.uniform(0.005, 0.02) * attempt)  # spread out contending writers
         raise errors.Aborted(
             f"{_statement_kind(tree)}: the table kept changing under concurrent commits; nothing was committed, retry"
         )
