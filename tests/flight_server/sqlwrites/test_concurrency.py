@@ -8,9 +8,8 @@ from typing import Any
 
 import adbc_driver_flightsql.dbapi as fsql
 import adbc_driver_manager
-from sqlwrites_lib import log_head, log_records, rows, update
-
 from servers import ServerProcess
+from sqlwrites_lib import log_head, log_records, rows, update
 
 THREADS = 4
 ROUNDS = 5

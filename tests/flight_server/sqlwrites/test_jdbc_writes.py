@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlwrites_lib import log_records
-
 from servers import ROOT, ServerProcess
+from sqlwrites_lib import log_records
 
 HERE = Path(__file__).resolve().parent
 
