@@ -247,7 +247,7 @@ def metadata_table(table: Table, kind: str, snapshot_id: int | None) -> pa.Table
         for task in table.scan(snapshot_id=pinned.snapshot_id).plan_files():
             files = [task.file, *task.delete_files]
             for f in files:
-                partition = {name: _jsonable(f.partition[i]) for i, name in enumerate(_partition_names(table, f))}
+                partition = _partition(table, f)
                 rows.append({"path": f.file_path, "record_count": f.record_count, "file_size": f.file_size_in_bytes,
                              "partition": json.dumps(partition) if partition else None,
                              "content": f.content.name.lower(), "file_format": str(f.file_format.value)})
@@ -255,12 +255,18 @@ def metadata_table(table: Table, kind: str, snapshot_id: int | None) -> pa.Table
     raise errors.NotFound(f"unknown metadata table ${kind}")
 
 
-def _partition_names(table: Table, data_file: Any) -> list[str]:
+def _partition(table: Table, data_file: Any) -> dict[str, Any]:
+    """A file's partition values as Iceberg prints them (``ts_day`` -> ``2024-01-01``)."""
     spec = table.specs().get(data_file.spec_id)
-    return [f.name for f in spec.fields] if spec is not None else []
-
-
-def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
+    if spec is None:
+        return {}
+    schema = table.schema()
+    values: dict[str, Any] = {}
+    for i, field in enumerate(spec.fields):
+        value = data_file.partition[i]
+        try:
+            source_type = schema.find_field(field.source_id).field_type
+            values[field.name] = None if value is None else field.transform.to_human_string(source_type, value)
+        except ValueError:  # source column dropped since: the raw value
+            values[field.name] = None if value is None else str(value)
+    return values

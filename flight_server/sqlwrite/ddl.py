@@ -24,6 +24,7 @@ from flight_server.engine.iceberg_source import quote
 from flight_server.sqlwrite import types
 from flight_server.sqlwrite.commit import commit_once
 from flight_server.sqlwrite.parse import TableName, bind_subset, schema_name, sql_of, table_name
+from flight_server.sqlwrite.partitioning import partition_spec
 from flight_server.sqlwrite.rows import conform, input_names
 
 if TYPE_CHECKING:
@@ -82,8 +83,6 @@ def _require_namespace(w: Write, target: TableName, what: str) -> None:
 def create_table(w: Write) -> int:
     tree = w.tree
     props = tree.args.get("properties")
-    if props is not None and any(isinstance(p, exp.PartitionedByProperty) for p in props.expressions):
-        raise errors.Unimplemented("CREATE TABLE: PARTITIONED BY is not supported yet (tables are unpartitioned)")
     if tree.args.get("replace"):
         raise errors.Unimplemented("CREATE OR REPLACE TABLE is not supported; DROP the table first")
     target = table_name(tree.this, w.default_schema)
@@ -100,25 +99,27 @@ def create_table(w: Write) -> int:
         if len(defs) != len(tree.this.expressions):
             raise errors.Unimplemented(f"CREATE TABLE {target.qualified}: table constraints are not supported")
         schema = types.schema_from_column_defs(defs)
+        spec = partition_spec(props, schema, f"CREATE TABLE {target.qualified}")
         with w.committing("create", []):
             try:
-                w.catalog.create_table(target.identifier, schema=schema)
+                w.catalog.create_table(target.identifier, schema=schema, partition_spec=spec)
             except TableAlreadyExistsError:
                 if tree.args.get("exists"):
                     return 0
                 raise errors.AlreadyExists(f"CREATE TABLE: table {target.qualified} already exists") from None
         return 0
-    return _create_as(w, target, sql_of(query))
+    return _create_as(w, target, sql_of(query), props)
 
 
-def _create_as(w: Write, target: TableName, query_sql: str) -> int:
+def _create_as(w: Write, target: TableName, query_sql: str, props: exp.Expression | None) -> int:
     sql, pins = w.engine.plan(query_sql, w.default_schema)
     sql, params = bind_subset(sql, w.params)
     columns = w.engine.column_types(sql, pins, w.default_schema, params)
     schema = types.schema_from_query_types(columns)
+    spec = partition_spec(props, schema, f"CREATE TABLE {target.qualified}")
     data = w.engine.query_table(sql, pins, w.default_schema, params, context=w.context)
     with w.committing("create", input_names(pins)):
-        txn = w.catalog.create_table_transaction(target.identifier, schema=schema)
+        txn = w.catalog.create_table_transaction(target.identifier, schema=schema, partition_spec=spec)
         rows = conform(data, txn.table_metadata.schema(), [name for name, _ in columns], target.qualified)
         if rows.num_rows:
             txn.append(rows)
