@@ -36,7 +36,8 @@ def test_partitioned_table_writes_follow_the_spec(conn: Any, reader_catalog: Any
 def test_ctas_partitioned_and_bad_specs(conn: Any, reader_catalog: Any) -> None:
     update(conn, "CREATE SCHEMA part_b")
     update(conn, """CREATE TABLE part_b.src AS
-                    SELECT range AS id, TIMESTAMP '2024-01-15' + to_days(CAST(range AS INT) * 20) AS ts FROM range(6)""")
+                    SELECT range AS id, TIMESTAMP '2024-01-15' + to_days(CAST(range AS INT) * 20) AS ts
+                    FROM range(6)""")
     assert update(conn, "CREATE TABLE part_b.m PARTITIONED BY (month(ts)) AS SELECT * FROM part_b.src") == 6
     table = reader_catalog.load_table("part_b.m")
     assert [type(f.transform) for f in table.spec().fields] == [MonthTransform]
