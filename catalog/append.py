@@ -123,6 +123,32 @@ class Appender:
         self.idempotency = IdempotencyStore(catalog.store, *(() if idempotency_retention_s is None else (idempotency_retention_s,)))
         self._committers: dict[tuple[tuple[str, ...], str], TableCommitter] = {}
         self._registry_lock = threading.Lock()
+        # Writers whose files are not committed yet: orphan removal must not touch them.
+        self._active_writers: set[DataFileWriter] = set()
+        # Tables with new small files since maintenance last looked: identifier -> files.
+        self._dirty: dict[tuple[str, ...], int] = {}
+
+    def track_writer(self, writer: DataFileWriter) -> None:
+        with self._registry_lock:
+            self._active_writers.add(writer)
+
+    def untrack_writer(self, writer: DataFileWriter) -> None:
+        with self._registry_lock:
+            self._active_writers.discard(writer)
+
+    def active_paths(self) -> set[str]:
+        with self._registry_lock:
+            writers = list(self._active_writers)
+        return {path for writer in writers for path in writer.written_paths}
+
+    def mark_dirty(self, identifier: tuple[str, ...], files: int) -> None:
+        with self._registry_lock:
+            self._dirty[identifier] = self._dirty.get(identifier, 0) + files
+
+    def take_dirty(self) -> dict[tuple[str, ...], int]:
+        with self._registry_lock:
+            dirty, self._dirty = self._dirty, {}
+        return dirty
 
     def committer(self, namespace: tuple[str, ...], table: str) -> TableCommitter:
         with self._registry_lock:
@@ -170,20 +196,35 @@ class Appender:
         table = self._prepare_schema(table, namespace, name, schema, on_schema_change)
         policy_plan = plan(table.schema(), schema, policy_of(table.properties), table.metadata.format_version)
         writer = DataFileWriter(table.metadata, table.io, schema, policy_plan.required_columns)
+        self.track_writer(writer)
+        try:
+            files = self._write_all(writer, schema, batches)
+            return self._commit_files(table, identifier, files, writer.rows, idempotency_key)
+        finally:
+            self.untrack_writer(writer)
+
+    @staticmethod
+    def _write_all(writer: DataFileWriter, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> list[DataFile]:
         try:
             for batch in batches:
                 if batch.schema.names != schema.names:
                     raise SchemaMismatchError("the stream changed its schema midway")
                 writer.write(batch)
-            files = writer.finish()
+            return writer.finish()
         except BaseException:
             writer.abort()
             raise
+
+    def _commit_files(
+        self, table: Table, identifier: tuple[str, ...], files: list[DataFile], rows: int, idempotency_key: str | None
+    ) -> AppendResult:
+        namespace, name = tuple(identifier[:-1]), identifier[-1]
+        qualified = ".".join(identifier)
         if not files:
             # Nothing to commit: answer with the table's current state.
             snapshot = table.current_snapshot()
             return AppendResult(qualified, self.catalog.log.head(), snapshot.snapshot_id if snapshot else None, 0)
-        request = _Request(files, writer.rows, idempotency_key, current_commit_context().principal)
+        request = _Request(files, rows, idempotency_key, current_commit_context().principal)
         try:
             result = self.committer(namespace, name).submit(request)
         except BaseException:
@@ -191,6 +232,8 @@ class Appender:
             raise
         if result.duplicate:
             delete_files(table.io, [f.file_path for f in files])
+        else:
+            self.mark_dirty(tuple(identifier), len(files))
         return result
 
     # -- schema ---------------------------------------------------------------------------

@@ -19,6 +19,8 @@ import pyarrow.flight as flight
 from catalog import RocksCatalog
 from flight_server import errors
 from flight_server.config import Config
+from flight_server.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
+from flight_server.headers import HeadersMiddlewareFactory
 
 logger = logging.getLogger("icefloe.server")
 
@@ -39,7 +41,9 @@ class IcefloeServer(flight.FlightServerBase):
         self.flightsql = FlightSqlService(self)
         self.appends = AppendService(self)
         self.feed = FeedService(self)
-        super().__init__(config.location, **kwargs)
+        middleware = dict(kwargs.pop("middleware", None) or {})
+        middleware.setdefault(HEADERS_MIDDLEWARE_KEY, HeadersMiddlewareFactory())
+        super().__init__(config.location, middleware=middleware, **kwargs)
         # --port 0 asks the OS for a port; keep the one we got.
         self.config.port = self.port
 
@@ -94,6 +98,8 @@ class IcefloeServer(flight.FlightServerBase):
 
     @errors.guard
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
+        if action.type in self.appends.ACTIONS:
+            return self.appends.do_action(context, action)
         return self.flightsql.do_action(context, action)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
@@ -107,6 +113,7 @@ class IcefloeServer(flight.FlightServerBase):
     def shutdown_and_close(self) -> None:
         self.stopping.set()
         self.shutdown()
+        self.appends.close()
         self.catalog.close()
 
 
