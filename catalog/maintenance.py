@@ -131,9 +131,13 @@ def compact(appender: Appender, identifier: tuple[str, ...], min_input_files: in
         writer = DataFileWriter(table.metadata, table.io, arrow_schema)
         appender.track_writer(writer)
         try:
-            for batch in scan.to_record_batches(FileScanTask(f) for f in small):
+            # A list, not a generator: ArrowScan walks its tasks more than once.
+            for batch in scan.to_record_batches([FileScanTask(f) for f in small]):
                 writer.write(pa.RecordBatch.from_arrays(batch.columns, schema=arrow_schema))
             new_files = writer.finish()
+            expected = sum(f.record_count for f in small)
+            if writer.rows != expected or sum(f.record_count for f in new_files) != expected:
+                raise RuntimeError(f"compaction read {writer.rows} rows from files holding {expected}; not committed")
         except BaseException:
             writer.abort()
             raise
