@@ -62,8 +62,12 @@ class AppendService:
         identifier = self._identifier(descriptor)
         key = self._idempotency_key(context)
         with commit_context(principal=principal):
-            result = self._append(identifier, reader, key)
-        writer.write(pa.py_buffer(json.dumps(result.to_json()).encode("utf-8")))
+            result = self._append(identifier, reader, key, context)
+        try:
+            writer.write(pa.py_buffer(json.dumps(result.to_json()).encode("utf-8")))
+        except OSError:
+            # Committed, but the client is gone: a retry with its idempotency key gets this result.
+            logger.info("client left before its append result (%s seq %d) was sent", result.table, result.commit_seq)
 
     @staticmethod
     def _identifier(descriptor: flight.FlightDescriptor) -> tuple[str, ...]:
@@ -91,13 +95,15 @@ class AppendService:
             raise errors.InvalidArgument(f"header {IDEMPOTENCY_HEADER} was sent more than once with different values")
         return values[0]
 
-    def _append(self, identifier: tuple[str, ...], reader: Any, key: str | None) -> AppendResult:
+    def _append(
+        self, identifier: tuple[str, ...], reader: Any, key: str | None, context: flight.ServerCallContext | None
+    ) -> AppendResult:
         try:
             schema = reader.schema
         except Exception:
             raise errors.InvalidArgument("the DoPut stream carries no schema") from None
         try:
-            return self.appender.append_stream(identifier, schema, self._batches(reader), idempotency_key=key)
+            return self.appender.append_stream(identifier, schema, self._batches(reader, context), idempotency_key=key)
         except NoSuchTableError:
             raise errors.NotFound(f"table {'.'.join(identifier)} does not exist") from None
         except SchemaMismatchError as exc:
@@ -107,13 +113,19 @@ class AppendService:
                 raise errors.InvalidArgument(str(exc)) from None
             raise
 
-    def _batches(self, reader: Any) -> Iterator[pa.RecordBatch]:
-        """Batches of a Flight or plain Arrow reader; ends the append if the server stops."""
+    def _batches(self, reader: Any, context: flight.ServerCallContext | None) -> Iterator[pa.RecordBatch]:
+        """Batches of a Flight or plain Arrow reader; ends the append if the server stops.
+
+        A client that dies mid-stream looks like an ordinary end of stream to the reader;
+        only the call's cancelled flag tells them apart, so it is checked at the end.
+        """
         if hasattr(reader, "read_chunk"):
             while True:
                 try:
                     chunk = reader.read_chunk()
                 except StopIteration:
+                    if context is not None and context.is_cancelled():
+                        raise errors.Cancelled("the client went away mid-stream; nothing was committed") from None
                     return
                 if self.server.stopping.is_set():
                     raise errors.Unavailable("the server is shutting down; nothing was committed")
@@ -199,7 +211,7 @@ class AppendService:
             if idempotency_key is not None and catalog.table_exists(identifier):
                 first = self.appender.idempotency.get(ns, name, idempotency_key)
                 if first is not None:
-                    for _ in self._batches(reader):
+                    for _ in self._batches(reader, context):
                         pass
                     return int(first["rows"])
             created = False
@@ -214,7 +226,7 @@ class AppendService:
             if mode in ("create", "replace", "create_append"):
                 created = self._create_table(identifier, reader.schema, must_be_new=mode != "create_append")
             try:
-                result = self._append(identifier, reader, idempotency_key)
+                result = self._append(identifier, reader, idempotency_key, context)
             except BaseException:
                 if created and mode == "create":
                     self._drop_quietly(identifier)
