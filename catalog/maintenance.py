@@ -70,6 +70,11 @@ def register_pin_source(source: Callable[[tuple[str, ...], str], set[int]]) -> N
     _pin_sources.append(source)
 
 
+def unregister_pin_source(source: Callable[[tuple[str, ...], str], set[int]]) -> None:
+    if source in _pin_sources:
+        _pin_sources.remove(source)
+
+
 def _pinned(namespace: tuple[str, ...], table: str) -> set[int]:
     pinned: set[int] = set()
     for source in _pin_sources:
