@@ -120,7 +120,9 @@ class Appender:
 
     def __init__(self, catalog: RocksCatalog, idempotency_retention_s: float | None = None) -> None:
         self.catalog = catalog
-        self.idempotency = IdempotencyStore(catalog.store, *(() if idempotency_retention_s is None else (idempotency_retention_s,)))
+        self.idempotency = IdempotencyStore(
+            catalog.store, *(() if idempotency_retention_s is None else (idempotency_retention_s,))
+        )
         self._committers: dict[tuple[tuple[str, ...], str], TableCommitter] = {}
         self._registry_lock = threading.Lock()
         # Writers whose files are not committed yet: orphan removal must not touch them.
@@ -159,7 +161,9 @@ class Appender:
 
     # -- public API ---------------------------------------------------------------------
 
-    def append_table(self, identifier: tuple[str, ...], data: pa.Table, idempotency_key: str | None = None) -> AppendResult:
+    def append_table(
+        self, identifier: tuple[str, ...], data: pa.Table, idempotency_key: str | None = None
+    ) -> AppendResult:
         """Append an in-memory Arrow table (same path as a stream)."""
         return self.append_stream(identifier, data.schema, data.to_batches(), idempotency_key=idempotency_key)
 
@@ -183,7 +187,6 @@ class Appender:
             CommitFailedException: The commit kept losing races (after retries).
         """
         namespace, name = tuple(identifier[:-1]), identifier[-1]
-        qualified = ".".join(identifier)
         if idempotency_key is not None:
             check_key(idempotency_key)
         table = self.catalog.load_table(identifier)
@@ -261,7 +264,7 @@ class Appender:
                 for column, column_type in needed.add_columns:
                     update.add_column(column, column_type)
                 for column, column_type in needed.widen_columns:
-                    update.update_column(column, field_type=column_type)  # type: ignore[arg-type]
+                    update.update_column(column, field_type=column_type)
             logger.info(
                 "evolved %s: added %s, widened %s",
                 ".".join((*namespace, name)),

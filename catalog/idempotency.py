@@ -55,7 +55,9 @@ def check_key(key: str) -> str:
 
 
 def idempotency_key(namespace: tuple[str, ...], table: str, key: str) -> bytes:
-    return keys.IDEMPOTENCY + keys.encode_namespace(namespace) + b"\x00" + table.encode("utf-8") + b"\x00" + key.encode()
+    return (
+        keys.IDEMPOTENCY + keys.encode_namespace(namespace) + b"\x00" + table.encode("utf-8") + b"\x00" + key.encode()
+    )
 
 
 def encode_result(result: dict[str, Any]) -> bytes:
@@ -83,7 +85,11 @@ class IdempotencyStore:
     def expire(self, now: float | None = None) -> int:
         """Delete keys older than the retention window; return how many were removed."""
         cutoff = (now if now is not None else time.time()) - self.retention_s
-        stale = [key for key, raw in self._store.scan(keys.IDEMPOTENCY) if float(json.loads(raw).get("stored_at", 0)) < cutoff]
+        stale = [
+            key
+            for key, raw in self._store.scan(keys.IDEMPOTENCY)
+            if float(json.loads(raw).get("stored_at", 0)) < cutoff
+        ]
         if stale:
             self._store.write({}, tuple(stale))
         return len(stale)

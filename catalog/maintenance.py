@@ -127,7 +127,11 @@ def compact(appender: Appender, identifier: tuple[str, ...], min_input_files: in
     if not table.spec().is_unpartitioned():
         return report  # partitioned tables: not compacted (files are already split by partition)
     small_limit = _prop_int(table, SMALL_FILE_PROPERTY, DEFAULT_SMALL_FILE_BYTES)
-    needed = min_input_files if min_input_files is not None else _prop_int(table, MIN_INPUT_FILES_PROPERTY, DEFAULT_MIN_INPUT_FILES)
+    needed = (
+        min_input_files
+        if min_input_files is not None
+        else _prop_int(table, MIN_INPUT_FILES_PROPERTY, DEFAULT_MIN_INPUT_FILES)
+    )
     base = table.current_snapshot()
     small = [f for f in _live_data_files(table) if f.file_size_in_bytes < small_limit][:MAX_FILES_PER_COMPACTION]
     if len(small) >= max(needed, 2):
@@ -312,7 +316,10 @@ def remove_orphans(appender: Appender, identifier: tuple[str, ...], grace_s: flo
 
 
 def maintain(
-    appender: Appender, identifier: tuple[str, ...], orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S, min_input_files: int = 2
+    appender: Appender,
+    identifier: tuple[str, ...],
+    orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
+    min_input_files: int = 2,
 ) -> MaintenanceReport:
     """Compact, merge manifests, expire snapshots and remove orphans for one table."""
     report = compact(appender, identifier, min_input_files=min_input_files)

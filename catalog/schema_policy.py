@@ -74,10 +74,14 @@ def input_field_type(arrow_field: pa.Field, format_version: int) -> IcebergType:
     """Iceberg type of one input column (raises SchemaMismatchError naming the column)."""
     try:
         converted = _pyarrow_to_schema_without_ids(
-            pa.schema([arrow_field]), downcast_ns_timestamp_to_us=format_version < 3, format_version=format_version  # type: ignore[arg-type]
+            pa.schema([arrow_field]),
+            downcast_ns_timestamp_to_us=format_version < 3,
+            format_version=format_version,  # type: ignore[arg-type]
         )
     except Exception as exc:  # pyiceberg raises TypeError/ValueError for unsupported Arrow types
-        raise SchemaMismatchError(f"column {arrow_field.name!r}: Arrow type {arrow_field.type} cannot be stored in Iceberg") from exc
+        raise SchemaMismatchError(
+            f"column {arrow_field.name!r}: Arrow type {arrow_field.type} cannot be stored in Iceberg"
+        ) from exc
     return converted.fields[0].field_type
 
 
@@ -137,7 +141,11 @@ def plan(table_schema: Schema, input_schema: pa.Schema, policy: str, format_vers
         else:
             raise SchemaMismatchError(
                 f"column {name!r}: the table has type {want}, the input has {given}"
-                + (" (schema policy is strict)" if policy == STRICT and (_widening(given, want) or _widening(want, given)) else "")
+                + (
+                    " (schema policy is strict)"
+                    if policy == STRICT and (_widening(given, want) or _widening(want, given))
+                    else ""
+                )
             )
         if existing.required:
             result.required_columns.append(name)

@@ -24,8 +24,8 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
+from pyiceberg.io.fileformat import FileFormatFactory
 from pyiceberg.io.pyarrow import (
-    FileFormatFactory,
     _dataframe_to_data_files,
     _get_parquet_writer_kwargs,
     _to_requested_schema,
@@ -123,11 +123,17 @@ class DataFileWriter:
         self._format_model = FileFormatFactory.get(FileFormat.PARQUET)
         self._writer_kwargs = _get_parquet_writer_kwargs(props)
         self._row_group_rows = int(
-            property_as_int(props, TableProperties.PARQUET_ROW_GROUP_LIMIT, TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT)
+            property_as_int(
+                props, TableProperties.PARQUET_ROW_GROUP_LIMIT, TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT
+            )
             or TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT
         )
         self._target_size = int(
-            property_as_int(props, TableProperties.WRITE_TARGET_FILE_SIZE_BYTES, TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT)
+            property_as_int(
+                props,
+                TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
+                TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
+            )
             or TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT
         )
         self._locations = load_location_provider(metadata.location, props)

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 
-from catalog.append import AppendResult, Appender
+from catalog.append import Appender, AppendResult
 from catalog.context import commit_context
 from catalog.maintenance import DEFAULT_ORPHAN_GRACE_S, BackgroundMaintainer, all_tables, maintain
 from catalog.names import InvalidNameError, check_name, check_namespace
@@ -243,7 +243,9 @@ class AppendService:
                 raise errors.AlreadyExists(f"table {'.'.join(identifier)} already exists") from None
             return False
         except (TypeError, ValueError) as exc:
-            raise errors.InvalidArgument(f"cannot create table {'.'.join(identifier)} from this schema: {exc}") from None
+            raise errors.InvalidArgument(
+                f"cannot create table {'.'.join(identifier)} from this schema: {exc}"
+            ) from None
 
     def _drop_quietly(self, identifier: tuple[str, ...]) -> None:
         try:

@@ -13,7 +13,14 @@ import pytest
 
 from catalog import RocksCatalog
 from catalog.append import Appender
-from catalog.maintenance import compact, expire_snapshots, maintain, register_pin_source, remove_orphans, unregister_pin_source
+from catalog.maintenance import (
+    compact,
+    expire_snapshots,
+    maintain,
+    register_pin_source,
+    remove_orphans,
+    unregister_pin_source,
+)
 
 
 @pytest.fixture
@@ -54,7 +61,9 @@ def test_compaction_keeps_rows_and_old_snapshots_readable(catalog: RocksCatalog)
 
 
 def test_manifests_are_merged(catalog: RocksCatalog) -> None:
-    catalog.load_table("ns.t").transaction().set_properties({"icefloe.compaction.small-file-bytes": "1"}).commit_transaction()
+    catalog.load_table("ns.t").transaction().set_properties(
+        {"icefloe.compaction.small-file-bytes": "1"}
+    ).commit_transaction()
     appender = Appender(catalog)
     for i in range(20):
         appender.append_table(("ns", "t"), _ids(5, i * 5))
@@ -74,6 +83,7 @@ def test_expiry_respects_window_newest_and_pins(catalog: RocksCatalog) -> None:
     # inside the default retention window nothing goes
     assert expire_snapshots(appender, ("ns", "t")) == 0
     pinned = snapshots[1]
+
     def pin(ns: tuple[str, ...], t: str) -> set[int]:
         return {pinned} if (ns, t) == (("ns",), "t") else set()
 
@@ -106,7 +116,9 @@ def test_orphans_removed_only_when_unreferenced_and_old(catalog: RocksCatalog) -
 
 
 def test_full_maintain_after_expiry_deletes_replaced_small_files(catalog: RocksCatalog) -> None:
-    catalog.load_table("ns.t").transaction().set_properties({"history.expire.max-snapshot-age-ms": "0"}).commit_transaction()
+    catalog.load_table("ns.t").transaction().set_properties(
+        {"history.expire.max-snapshot-age-ms": "0"}
+    ).commit_transaction()
     appender = Appender(catalog)
     for i in range(10):
         appender.append_table(("ns", "t"), _ids(10, i * 10))

@@ -25,7 +25,12 @@ def catalog(tmp_path: Path) -> Iterator[RocksCatalog]:
 
 
 def _data(n: int, start: int = 0) -> pa.Table:
-    return pa.table({"id": pa.array(range(start, start + n), pa.int64()), "v": pa.array([f"value-{i}" for i in range(start, start + n)])})
+    return pa.table(
+        {
+            "id": pa.array(range(start, start + n), pa.int64()),
+            "v": pa.array([f"value-{i}" for i in range(start, start + n)]),
+        }
+    )
 
 
 def _parquet_files(cat: RocksCatalog, name: str = "t") -> list[Path]:
@@ -34,7 +39,8 @@ def _parquet_files(cat: RocksCatalog, name: str = "t") -> list[Path]:
 
 def test_stream_rolls_files_at_target_size_with_stats(catalog: RocksCatalog) -> None:
     catalog.create_table(
-        "ns.t", _data(1).schema,
+        "ns.t",
+        _data(1).schema,
         properties={"write.target-file-size-bytes": "300000", "write.parquet.row-group-limit": "20000"},
     )
     data = _data(300_000)

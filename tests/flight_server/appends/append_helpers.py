@@ -1,4 +1,5 @@
 """Helpers for the append integration tests (real server, pyarrow.flight DoPut)."""
+
 from __future__ import annotations
 
 import json
@@ -13,24 +14,31 @@ from catalog import RocksCatalog
 IDEMPOTENCY_HEADER = b"x-icefloe-idempotency-key"
 
 
-def make_table(warehouse: Path, name: str = "ns.t", schema: pa.Schema | None = None, properties: dict[str, str] | None = None) -> None:
+def make_table(
+    warehouse: Path, name: str = "ns.t", schema: pa.Schema | None = None, properties: dict[str, str] | None = None
+) -> None:
     """Create a table offline (before the server starts)."""
     cat = RocksCatalog("setup", warehouse=str(warehouse), **{"read-only": "false"})
     try:
         ns = tuple(name.split(".")[:-1])
         if not cat.namespace_exists(ns):
             cat.create_namespace(ns)
-        cat.create_table(name, schema or pa.schema([("id", pa.int64()), ("v", pa.string())]), properties=properties or {})
+        cat.create_table(
+            name, schema or pa.schema([("id", pa.int64()), ("v", pa.string())]), properties=properties or {}
+        )
     finally:
         cat.close()
 
 
-def do_put(location: str, path: tuple[str, ...], data: pa.Table, key: str | None = None, batch_rows: int | None = None) -> dict[str, Any]:
+def do_put(
+    location: str, path: tuple[str, ...], data: pa.Table, key: str | None = None, batch_rows: int | None = None
+) -> dict[str, Any]:
     client = flight.FlightClient(location)
     try:
         headers = [(IDEMPOTENCY_HEADER, key.encode())] if key is not None else []
-        writer, reader = client.do_put(flight.FlightDescriptor.for_path(*path), data.schema,
-                                       options=flight.FlightCallOptions(headers=headers))
+        writer, reader = client.do_put(
+            flight.FlightDescriptor.for_path(*path), data.schema, options=flight.FlightCallOptions(headers=headers)
+        )
         writer.write_table(data, max_chunksize=batch_rows)
         writer.done_writing()
         buf = reader.read()
@@ -43,7 +51,12 @@ def do_put(location: str, path: tuple[str, ...], data: pa.Table, key: str | None
 
 
 def rows(n: int, start: int = 0) -> pa.Table:
-    return pa.table({"id": pa.array(range(start, start + n), pa.int64()), "v": pa.array([f"r{i}" for i in range(start, start + n)], pa.string())})
+    return pa.table(
+        {
+            "id": pa.array(range(start, start + n), pa.int64()),
+            "v": pa.array([f"r{i}" for i in range(start, start + n)], pa.string()),
+        }
+    )
 
 
 def read_only(warehouse: Path) -> RocksCatalog:
@@ -61,5 +74,3 @@ def scan_ids(warehouse: Path, name: str = "ns.t") -> list[int]:
 def data_files_on_disk(warehouse: Path, name: str = "ns.t") -> list[Path]:
     folder = warehouse.joinpath(*name.split("."), "data")
     return sorted(folder.rglob("*.parquet")) if folder.exists() else []
-
-

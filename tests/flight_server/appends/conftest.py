@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 from append_helpers import make_table
-
 from servers import ServerProcess
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import pyarrow.flight as flight
 import pytest
 from append_helpers import IDEMPOTENCY_HEADER, data_files_on_disk, do_put, make_table, read_only, rows, scan_ids
-
 from servers import ROOT, ServerProcess
 
 CHILD = textwrap.dedent(
@@ -80,7 +79,9 @@ def test_client_killed_mid_stream_commits_nothing(table_server: ServerProcess, w
     assert do_put(table_server.location, ("ns", "t"), rows(3))["rows"] == 3
 
 
-def test_server_killed_mid_stream_then_retry_with_key_commits_once(table_server: ServerProcess, warehouse: Path) -> None:
+def test_server_killed_mid_stream_then_retry_with_key_commits_once(
+    table_server: ServerProcess, warehouse: Path
+) -> None:
     data = rows(200_000)
     client = flight.FlightClient(table_server.location)
     options = flight.FlightCallOptions(headers=[(IDEMPOTENCY_HEADER, b"load-42")])

@@ -10,7 +10,6 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 from append_helpers import IDEMPOTENCY_HEADER, data_files_on_disk, do_put, read_only, rows, scan_ids
-
 from servers import ServerProcess
 
 
@@ -158,8 +157,11 @@ def test_result_only_after_durable_commit_and_log_matches(table_server: ServerPr
 def test_put_result_is_json_object(table_server: ServerProcess) -> None:
     client = flight.FlightClient(table_server.location)
     try:
-        writer, reader = client.do_put(flight.FlightDescriptor.for_path("ns", "t"), rows(1).schema,
-                                       options=flight.FlightCallOptions(headers=[(IDEMPOTENCY_HEADER, b"one")]))
+        writer, reader = client.do_put(
+            flight.FlightDescriptor.for_path("ns", "t"),
+            rows(1).schema,
+            options=flight.FlightCallOptions(headers=[(IDEMPOTENCY_HEADER, b"one")]),
+        )
         writer.write_table(rows(1))
         writer.done_writing()
         body = json.loads(reader.read().to_pybytes())

@@ -13,14 +13,16 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 from append_helpers import do_put, make_table, read_only, rows
-
 from servers import ROOT, ServerProcess
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "flight_server.cli", *args],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
 

@@ -10,7 +10,6 @@ import pyarrow as pa
 import pytest
 from append_helpers import do_put, make_table, read_only
 from pyiceberg.types import DecimalType, DoubleType, LongType
-
 from servers import ServerProcess
 
 BASE = pa.schema(
@@ -87,7 +86,11 @@ def test_evolve_widens_int_float_decimal(policy_server: ServerProcess, warehouse
         ]
     )
     big = 2**40
-    do_put(policy_server.location, ("ns", "ev"), pa.Table.from_pylist([_row(i=big, f=1e300, d=Decimal("1234567890.12"))], schema=wide))
+    do_put(
+        policy_server.location,
+        ("ns", "ev"),
+        pa.Table.from_pylist([_row(i=big, f=1e300, d=Decimal("1234567890.12"))], schema=wide),
+    )
     schema, data = _table(warehouse, "ns.ev")
     assert schema.find_field("i").field_type == LongType()  # type: ignore[attr-defined]
     assert schema.find_field("f").field_type == DoubleType()  # type: ignore[attr-defined]
@@ -107,7 +110,12 @@ def test_narrower_input_is_cast_up_and_missing_nullable_filled(policy_server: Se
     ("name", "schema", "row", "column"),
     [
         ("st", BASE.append(pa.field("extra", pa.string())), _row(extra="x"), "extra"),
-        ("st", pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("s", pa.string())]), {"id": 1, "s": "a"}, "i"),
+        (
+            "st",
+            pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("s", pa.string())]),
+            {"id": 1, "s": "a"},
+            "i",
+        ),
         ("st", BASE.set(1, pa.field("i", pa.int64())), _row(), "i"),
         ("ev", BASE.set(4, pa.field("s", pa.int64())), _row(s=5), "s"),
         ("ev", BASE.set(1, pa.field("i", pa.string())), _row(i="x"), "i"),
@@ -115,8 +123,16 @@ def test_narrower_input_is_cast_up_and_missing_nullable_filled(policy_server: Se
         ("ev", BASE.set(1, pa.field("i", pa.float64())), _row(i=1.0), "i"),
         ("ev", BASE.remove(0), {k: v for k, v in _row().items() if k != "id"}, "id"),
     ],
-    ids=["strict-new-col", "strict-missing-col", "strict-widen", "clash-int-into-string",
-         "clash-string-into-int", "decimal-scale", "float-into-int", "required-missing"],
+    ids=[
+        "strict-new-col",
+        "strict-missing-col",
+        "strict-widen",
+        "clash-int-into-string",
+        "clash-string-into-int",
+        "decimal-scale",
+        "float-into-int",
+        "required-missing",
+    ],
 )
 def test_refused_shapes_name_the_column(
     policy_server: ServerProcess, warehouse: Path, name: str, schema: pa.Schema, row: dict[str, object], column: str
@@ -133,11 +149,16 @@ def test_null_into_required_column_refused(policy_server: ServerProcess, warehou
     nullable_id = BASE.set(0, pa.field("id", pa.int64(), nullable=True))
     head = _head(warehouse)
     with pytest.raises(pa.ArrowInvalid) as info:
-        do_put(policy_server.location, ("ns", "ev"), pa.Table.from_pylist([_row(id=1), _row(id=None)], schema=nullable_id))
+        do_put(
+            policy_server.location, ("ns", "ev"), pa.Table.from_pylist([_row(id=1), _row(id=None)], schema=nullable_id)
+        )
     assert "'id'" in str(info.value) and "null" in str(info.value)
     assert _head(warehouse) == head
     # Non-null values through a nullable Arrow field are fine.
-    assert do_put(policy_server.location, ("ns", "ev"), pa.Table.from_pylist([_row(id=3)], schema=nullable_id))["rows"] == 1
+    assert (
+        do_put(policy_server.location, ("ns", "ev"), pa.Table.from_pylist([_row(id=3)], schema=nullable_id))["rows"]
+        == 1
+    )
 
 
 def test_duplicate_column_names_refused(policy_server: ServerProcess) -> None:
