@@ -30,6 +30,7 @@ from pyiceberg.table import Table
 
 from catalog.commit_log import CommitRecord
 from catalog.context import commit_context, current_commit_context
+from catalog.durable_io import DurableFileIO
 from catalog.idempotency import IdempotencyStore, check_key, encode_result, extra_batch_writes, idempotency_key
 from catalog.schema_policy import SchemaMismatchError, SchemaPlan, plan, policy_of
 from catalog.writer import DataFileWriter, delete_files
@@ -327,11 +328,16 @@ class Appender:
         extras: Callable[[CommitRecord], dict[bytes, bytes]],
     ) -> None:
         table = self.catalog.load_table((*namespace, name))
+        io = table.io
+        if isinstance(io, DurableFileIO):
+            io.defer_fsync()  # this io instance is ours alone: sync its manifests in one round
         tx = table.transaction()
         with tx.update_snapshot().fast_append() as append:
             for req in requests:
                 for data_file in req.data_files:
                     append.append_data_file(data_file)
+        if isinstance(io, DurableFileIO):
+            io.sync_deferred()
         with extra_batch_writes(extras):
             tx.commit_transaction()
 

@@ -9,9 +9,10 @@ file or manifest compaction) or ``"expire"`` (snapshot expiry):
   are unchanged), then merges manifests when there are many. Old files stay on disk, so
   readers of older snapshots keep working.
 - ``expire_snapshots``: removes snapshots older than the retention window
-  (``history.expire.max-snapshot-age-ms``, icefloe default ``DEFAULT_RETENTION_MS``), always
-  keeping the current one, ``history.expire.min-snapshots-to-keep`` newest ones, and any
-  snapshot a registered pin source reports (query tickets, feed cursors).
+  (``history.expire.max-snapshot-age-ms``, icefloe default ``DEFAULT_RETENTION_MS``) and the
+  oldest beyond ``icefloe.max-snapshots`` (default ``DEFAULT_MAX_SNAPSHOTS``), always keeping
+  the current one, ``history.expire.min-snapshots-to-keep`` newest ones, and any snapshot a
+  registered pin source reports (query tickets, feed cursors).
 - ``remove_orphans``: deletes files under the table location that no retained snapshot or
   metadata references and that are older than a grace period, skipping files of appends in
   flight.
@@ -50,11 +51,15 @@ logger = logging.getLogger("icefloe.catalog.maintenance")
 
 MAX_SNAPSHOT_AGE_PROPERTY = "history.expire.max-snapshot-age-ms"
 MIN_SNAPSHOTS_PROPERTY = "history.expire.min-snapshots-to-keep"
+MAX_SNAPSHOTS_PROPERTY = "icefloe.max-snapshots"
 SMALL_FILE_PROPERTY = "icefloe.compaction.small-file-bytes"
 MIN_INPUT_FILES_PROPERTY = "icefloe.compaction.min-input-files"
 AUTO_PROPERTY = "icefloe.compaction.auto"
 
 DEFAULT_RETENTION_MS = 10 * 60 * 1000
+# Metadata JSON lists every snapshot, so commit cost grows with their number: beyond this
+# many, the oldest go even inside the retention window (pinned ones never do).
+DEFAULT_MAX_SNAPSHOTS = 500
 DEFAULT_SMALL_FILE_BYTES = 16 * 1024 * 1024
 DEFAULT_MIN_INPUT_FILES = 16
 MANIFEST_MERGE_THRESHOLD = 16
@@ -226,19 +231,37 @@ def merge_manifests(appender: Appender, identifier: tuple[str, ...], threshold: 
 # -- snapshot expiry ---------------------------------------------------------------------------
 
 
+def _expirable(table: Table, namespace: tuple[str, ...], name: str, now_ms: int | None) -> list[int]:
+    retention = _prop_int(table, MAX_SNAPSHOT_AGE_PROPERTY, DEFAULT_RETENTION_MS)
+    keep_newest = max(1, _prop_int(table, MIN_SNAPSHOTS_PROPERTY, 1))
+    max_count = max(keep_newest, _prop_int(table, MAX_SNAPSHOTS_PROPERTY, DEFAULT_MAX_SNAPSHOTS))
+    cutoff = (now_ms if now_ms is not None else int(time.time() * 1000)) - retention
+    snapshots = sorted(table.metadata.snapshots, key=lambda s: s.timestamp_ms)
+    over_cap = len(snapshots) - max_count
+    if over_cap <= 0 and (not snapshots or snapshots[0].timestamp_ms >= cutoff):
+        return []
+    protected = {s.snapshot_id for s in snapshots[-keep_newest:]}
+    protected |= {ref.snapshot_id for ref in table.metadata.refs.values()}
+    protected |= _pinned(namespace, name)
+    return [
+        s.snapshot_id
+        for index, s in enumerate(snapshots)
+        if (s.timestamp_ms < cutoff or index < over_cap) and s.snapshot_id not in protected
+    ]
+
+
 def expire_snapshots(appender: Appender, identifier: tuple[str, ...], now_ms: int | None = None) -> int:
-    """Expire snapshots past the retention window (never current, newest N, or pinned ones)."""
+    """Expire snapshots past the retention window or beyond the snapshot cap.
+
+    Never the current snapshot, a branch/tag head, the newest
+    ``history.expire.min-snapshots-to-keep``, or a snapshot a pin source reports.
+    """
     namespace, name = tuple(identifier[:-1]), identifier[-1]
+    if not _expirable(appender.catalog.load_table(identifier), namespace, name, now_ms):
+        return 0  # the common case: decided without taking the table's commit slot
     with appender.committer(namespace, name).exclusive():
         table = appender.catalog.load_table(identifier)
-        retention = _prop_int(table, MAX_SNAPSHOT_AGE_PROPERTY, DEFAULT_RETENTION_MS)
-        keep_newest = max(1, _prop_int(table, MIN_SNAPSHOTS_PROPERTY, 1))
-        cutoff = (now_ms if now_ms is not None else int(time.time() * 1000)) - retention
-        snapshots = sorted(table.metadata.snapshots, key=lambda s: s.timestamp_ms)
-        protected = {s.snapshot_id for s in snapshots[-keep_newest:]}
-        protected |= {ref.snapshot_id for ref in table.metadata.refs.values()}
-        protected |= _pinned(namespace, name)
-        expired = [s.snapshot_id for s in snapshots if s.timestamp_ms < cutoff and s.snapshot_id not in protected]
+        expired = _expirable(table, namespace, name, now_ms)
         if not expired:
             return 0
         with commit_context(operation="expire"):

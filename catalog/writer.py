@@ -43,7 +43,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
 from pyiceberg.utils.properties import property_as_int
 
-from catalog.durable_io import fsync_path
+from catalog.durable_io import fsync_all
 from catalog.schema_policy import check_required, strip_field_ids
 
 logger = logging.getLogger("icefloe.catalog.writer")
@@ -150,8 +150,9 @@ class DataFileWriter:
         self._error: BaseException | None = None
         self._closed = False
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=_QUEUE_DEPTH)
-        self._thread = threading.Thread(target=self._run, name="icefloe-parquet-writer", daemon=True)
-        self._thread.start()
+        # Small streams (one row group) are encoded in the caller's thread at finish();
+        # the encoder thread starts only once a stream outgrows one row group.
+        self._thread: threading.Thread | None = None
 
     # -- producer side (the caller's thread) -------------------------------------------------
 
@@ -168,23 +169,27 @@ class DataFileWriter:
             return
         check_required(batch, self._required)
         self.rows += batch.num_rows
+        if self._thread is None:
+            if self._buffer_rows + batch.num_rows < self._row_group_rows and self._buffer_bytes < ROW_GROUP_BYTES:
+                self._add(batch)
+                return
+            self._thread = threading.Thread(target=self._run, name="icefloe-parquet-writer", daemon=True)
+            self._thread.start()
         self._queue.put(batch)
 
     def finish(self) -> list[DataFile]:
         """Flush, close and fsync every file; return their ``DataFile``s (empty for no rows)."""
-        self._queue.put(_DONE)
-        self._thread.join()
+        if self._thread is None:
+            self._queue.put(_DONE)
+            self._run()  # no encoder thread: flush in this thread
+        else:
+            self._queue.put(_DONE)
+            self._thread.join()
         self._closed = True
         if self._error is not None:
             self.abort()
             raise WriteAborted("the data file writer failed") from self._error
-        dirs = {os.path.dirname(p) for p in (_local(p) for p in self._written_paths) if p}
-        for path in self._written_paths:
-            local = _local(path)
-            if local:
-                fsync_path(local)
-        for folder in dirs:
-            fsync_path(folder)
+        fsync_all([local for local in (_local(p) for p in self._written_paths) if local])
         return list(self._data_files)
 
     def abort(self) -> None:
@@ -197,7 +202,10 @@ class DataFileWriter:
             except queue.Empty:
                 pass
             self._queue.put(_DONE)
-            self._thread.join()
+            if self._thread is not None:
+                self._thread.join()
+            else:
+                self._run()
             self._closed = True
         delete_files(self._io, self._written_paths)
         self._written_paths = []
