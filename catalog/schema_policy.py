@@ -16,7 +16,10 @@ Arrow type Iceberg cannot store.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
@@ -109,12 +112,38 @@ def _same_type(a: IcebergType, b: IcebergType) -> bool:
     return a == b
 
 
+_PLAN_CACHE_SIZE = 256
+_plans: OrderedDict[tuple[Any, ...], SchemaPlan | SchemaMismatchError] = OrderedDict()
+_plans_lock = threading.Lock()
+
+
 def plan(table_schema: Schema, input_schema: pa.Schema, policy: str, format_version: int) -> SchemaPlan:
     """Check ``input_schema`` against the table and say what the table needs.
+
+    Results (and refusals) are cached per table schema and input schema: a stream of
+    same-shaped appends pays for the comparison once.
 
     Raises:
         SchemaMismatchError: The input is incompatible (the message names the column).
     """
+    key = (table_schema.model_dump_json(), input_schema, policy, format_version)
+    with _plans_lock:
+        found = _plans.get(key)
+    if found is None:
+        try:
+            found = _plan(table_schema, input_schema, policy, format_version)
+        except SchemaMismatchError as exc:
+            found = exc
+        with _plans_lock:
+            _plans[key] = found
+            while len(_plans) > _PLAN_CACHE_SIZE:
+                _plans.popitem(last=False)
+    if isinstance(found, SchemaMismatchError):
+        raise SchemaMismatchError(str(found))
+    return SchemaPlan(list(found.add_columns), list(found.widen_columns), list(found.required_columns))
+
+
+def _plan(table_schema: Schema, input_schema: pa.Schema, policy: str, format_version: int) -> SchemaPlan:
     seen: set[str] = set()
     for name in input_schema.names:
         if name in seen:

@@ -18,6 +18,8 @@ import os
 import queue
 import threading
 import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
@@ -55,6 +57,78 @@ _DONE = object()
 
 class WriteAborted(RuntimeError):
     """The writer was aborted or failed; nothing it wrote may be committed."""
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Everything about writing one input schema into one table schema (cached: appends of
+    the same shape to the same table are the common case, and deriving this costs more
+    than encoding a 100-row batch)."""
+
+    file_schema: Schema
+    input_schema: pa.Schema
+    downcast: bool
+    input_iceberg: Schema
+    target_arrow: pa.Schema
+    fast_schema: pa.Schema | None
+    stats_plan: dict[int, Any]
+    column_mapping: dict[str, int]
+
+
+_LAYOUT_CACHE_SIZE = 256
+_layouts: OrderedDict[tuple[Any, ...], _Layout] = OrderedDict()
+_layouts_lock = threading.Lock()
+
+
+def _layout(metadata: TableMetadata, input_schema: pa.Schema) -> _Layout:
+    key = (
+        str(metadata.table_uuid),
+        metadata.current_schema_id,
+        metadata.format_version,
+        tuple(sorted(metadata.properties.items())),
+        input_schema,
+    )
+    with _layouts_lock:
+        found = _layouts.get(key)
+        if found is not None:
+            _layouts.move_to_end(key)
+            return found
+    table_schema = metadata.schema()
+    sanitized = sanitize_column_names(table_schema)
+    file_schema: Schema = sanitized if sanitized != table_schema else table_schema
+    stripped = strip_field_ids(input_schema)
+    downcast = metadata.format_version < 3
+    input_iceberg = pyarrow_to_schema(
+        stripped,
+        name_mapping=table_schema.name_mapping,
+        downcast_ns_timestamp_to_us=downcast,
+        format_version=metadata.format_version,
+    )
+    # Fast path: the input already has the table's columns, order, types and nullability,
+    # so conforming is just attaching field ids to the input's own (zero-copy) columns.
+    fast_schema: pa.Schema | None = None
+    if input_iceberg.as_struct() == file_schema.as_struct():
+        fast_schema = pa.schema(
+            [
+                pa.field(f.name, f.type, f.nullable, metadata={b"PARQUET:field_id": str(ice.field_id).encode()})
+                for f, ice in zip(stripped, file_schema.fields, strict=True)
+            ]
+        )
+    layout = _Layout(
+        file_schema=file_schema,
+        input_schema=stripped,
+        downcast=downcast,
+        input_iceberg=input_iceberg,
+        target_arrow=schema_to_pyarrow(file_schema, include_field_ids=True),
+        fast_schema=fast_schema,
+        stats_plan=compute_statistics_plan(file_schema, metadata.properties),
+        column_mapping=parquet_path_to_id_mapping(file_schema),
+    )
+    with _layouts_lock:
+        _layouts[key] = layout
+        while len(_layouts) > _LAYOUT_CACHE_SIZE:
+            _layouts.popitem(last=False)
+    return layout
 
 
 class _RollingFile:
@@ -98,28 +172,15 @@ class DataFileWriter:
         self._io = io
         self._required = list(required_columns or [])
         props = metadata.properties
-        table_schema = metadata.schema()
-        sanitized = sanitize_column_names(table_schema)
-        self._file_schema: Schema = sanitized if sanitized != table_schema else table_schema
-        self._input_schema = strip_field_ids(input_schema)
-        self._downcast = metadata.format_version < 3
-        self._input_iceberg = pyarrow_to_schema(
-            self._input_schema,
-            name_mapping=table_schema.name_mapping,
-            downcast_ns_timestamp_to_us=self._downcast,
-            format_version=metadata.format_version,
-        )
-        self._target_arrow = schema_to_pyarrow(self._file_schema, include_field_ids=True)
-        # Fast path: the input already has the table's columns, order, types and nullability,
-        # so conforming is just attaching field ids to the input's own (zero-copy) columns.
-        self._fast_schema: pa.Schema | None = None
-        if self._input_iceberg.as_struct() == self._file_schema.as_struct():
-            self._fast_schema = pa.schema(
-                [
-                    pa.field(f.name, f.type, f.nullable, metadata={b"PARQUET:field_id": str(ice.field_id).encode()})
-                    for f, ice in zip(self._input_schema, self._file_schema.fields, strict=True)
-                ]
-            )
+        layout = _layout(metadata, input_schema)
+        self._file_schema = layout.file_schema
+        self._input_schema = layout.input_schema
+        self._downcast = layout.downcast
+        self._input_iceberg = layout.input_iceberg
+        self._target_arrow = layout.target_arrow
+        self._fast_schema = layout.fast_schema
+        self._stats_plan = layout.stats_plan
+        self._column_mapping = layout.column_mapping
         self._format_model = FileFormatFactory.get(FileFormat.PARQUET)
         self._writer_kwargs = _get_parquet_writer_kwargs(props)
         self._row_group_rows = int(
@@ -290,8 +351,8 @@ class DataFileWriter:
         parquet_metadata, size = current.close()
         statistics = data_file_statistics_from_parquet_metadata(
             parquet_metadata=parquet_metadata,
-            stats_columns=compute_statistics_plan(self._file_schema, self._metadata.properties),
-            parquet_column_mapping=parquet_path_to_id_mapping(self._file_schema),
+            stats_columns=self._stats_plan,
+            parquet_column_mapping=self._column_mapping,
         )
         self._data_files.append(
             DataFile.from_args(
