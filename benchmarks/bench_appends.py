@@ -85,7 +85,9 @@ def make_rows(n: int, start: int = 0) -> pa.Table:
             "value": pa.array([i * 0.5 for i in range(n)], pa.float64())
             if n <= 100_000
             else pa.compute.multiply(ids.cast(pa.float64()), 0.5),
-            "name": pa.compute.binary_join_element_wise("row-", pa.compute.cast(pa.compute.bit_wise_and(ids, 1023), pa.string()), ""),
+            "name": pa.compute.binary_join_element_wise(
+                "row-", pa.compute.cast(pa.compute.bit_wise_and(ids, 1023), pa.string()), ""
+            ),
         }
     )
 

@@ -94,7 +94,7 @@ class _DurableFile(PyArrowFile):
 
     def create(self, overwrite: bool = False) -> OutputStream:
         stream = super().create(overwrite=overwrite)
-        return _SyncOnClose(stream, self._path, self._deferred)  # type: ignore[return-value]
+        return _SyncOnClose(stream, self._path, self._deferred)
 
 
 class DurableFileIO(PyArrowFileIO):
