@@ -10,7 +10,7 @@ file or manifest compaction) or ``"expire"`` (snapshot expiry):
   readers of older snapshots keep working.
 - ``expire_snapshots``: removes snapshots older than the retention window
   (``history.expire.max-snapshot-age-ms``, icefloe default ``DEFAULT_RETENTION_MS``) and the
-  oldest beyond ``icefloe.max-snapshots`` (default ``DEFAULT_MAX_SNAPSHOTS``), always keeping
+  oldest beyond ``icefloe.snapshots.retain`` (the catalog's cap, default 100), always keeping
   the current one, ``history.expire.min-snapshots-to-keep`` newest ones, and any snapshot a
   registered pin source reports (query tickets, feed cursors).
 - ``remove_orphans``: deletes files under the table location that no retained snapshot or
@@ -42,6 +42,7 @@ from pyiceberg.table.update.snapshot import _MergeAppendFiles, _OverwriteFiles
 from pyiceberg.utils.properties import property_as_int
 
 from catalog.context import commit_context
+from catalog.metadata_ops import DEFAULT_SNAPSHOTS_RETAIN, SNAPSHOTS_RETAIN
 from catalog.writer import DataFileWriter, delete_files
 
 if TYPE_CHECKING:
@@ -51,15 +52,16 @@ logger = logging.getLogger("icefloe.catalog.maintenance")
 
 MAX_SNAPSHOT_AGE_PROPERTY = "history.expire.max-snapshot-age-ms"
 MIN_SNAPSHOTS_PROPERTY = "history.expire.min-snapshots-to-keep"
-MAX_SNAPSHOTS_PROPERTY = "icefloe.max-snapshots"
+# The catalog also trims to this many on every commit; expiry here applies the same cap.
+MAX_SNAPSHOTS_PROPERTY = SNAPSHOTS_RETAIN
 SMALL_FILE_PROPERTY = "icefloe.compaction.small-file-bytes"
 MIN_INPUT_FILES_PROPERTY = "icefloe.compaction.min-input-files"
 AUTO_PROPERTY = "icefloe.compaction.auto"
 
 DEFAULT_RETENTION_MS = 10 * 60 * 1000
 # Metadata JSON lists every snapshot, so commit cost grows with their number: beyond this
-# many, the oldest go even inside the retention window (pinned ones never do).
-DEFAULT_MAX_SNAPSHOTS = 500
+# many, the oldest go even inside the retention window (pinned ones never do here).
+DEFAULT_MAX_SNAPSHOTS = DEFAULT_SNAPSHOTS_RETAIN
 DEFAULT_SMALL_FILE_BYTES = 16 * 1024 * 1024
 DEFAULT_MIN_INPUT_FILES = 16
 MANIFEST_MERGE_THRESHOLD = 16

@@ -29,6 +29,10 @@ def main() -> None:
               help="CA bundle for client certificates (mutual TLS).")
 @click.option("--lineage-namespace", envvar="ICEFLOE_LINEAGE_NAMESPACE", default=None)
 @click.option("--demo", envvar="ICEFLOE_DEMO", is_flag=True, default=False, help="Load a small sample dataset.")
+@click.option("--query-timeout", "query_timeout_s", envvar="ICEFLOE_QUERY_TIMEOUT", default=300.0, show_default=True,
+              type=float, help="Seconds a SQL query may run before it is interrupted (DEADLINE_EXCEEDED).")
+@click.option("--max-concurrent-queries", envvar="ICEFLOE_MAX_CONCURRENT_QUERIES", default=16, show_default=True,
+              type=int, help="Queries that may run at once; more wait briefly, then get RESOURCE_EXHAUSTED.")
 @click.option("--log-level", envvar="ICEFLOE_LOG_LEVEL", default="info", show_default=True)
 def serve(**options: object) -> None:
     """Serve the warehouse over Arrow Flight SQL."""

@@ -21,6 +21,8 @@ from flight_server import errors
 from flight_server.config import Config
 from flight_server.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
 from flight_server.headers import HeadersMiddlewareFactory
+from flight_server.flightsql.sessions import MIDDLEWARE_KEY as SESSION_MIDDLEWARE_KEY
+from flight_server.flightsql.sessions import SessionMiddlewareFactory
 
 logger = logging.getLogger("icefloe.server")
 
@@ -43,6 +45,7 @@ class IcefloeServer(flight.FlightServerBase):
         self.feed = FeedService(self)
         middleware = dict(kwargs.pop("middleware", None) or {})
         middleware.setdefault(HEADERS_MIDDLEWARE_KEY, HeadersMiddlewareFactory())
+        middleware.setdefault(SESSION_MIDDLEWARE_KEY, SessionMiddlewareFactory())
         super().__init__(config.location, middleware=middleware, **kwargs)
         # --port 0 asks the OS for a port; keep the one we got.
         self.config.port = self.port
@@ -114,6 +117,7 @@ class IcefloeServer(flight.FlightServerBase):
         self.stopping.set()
         self.shutdown()
         self.appends.close()
+        self.flightsql.close()
         self.catalog.close()
 
 

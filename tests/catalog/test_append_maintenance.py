@@ -173,14 +173,3 @@ def test_compaction_while_writers_and_readers_run(catalog: RocksCatalog) -> None
     assert ids == list(range(4 * 40 * 10))
     assert any(r.operation == "replace" for r in catalog.log.read(0))
 
-
-def test_snapshot_cap_expires_oldest_inside_the_window(catalog: RocksCatalog) -> None:
-    catalog.load_table("ns.t").transaction().set_properties({"icefloe.max-snapshots": "3"}).commit_transaction()
-    appender = Appender(catalog)
-    for i in range(6):
-        appender.append_table(("ns", "t"), _ids(1, i))
-    newest = [s.snapshot_id for s in catalog.load_table("ns.t").metadata.snapshots][-3:]
-    assert expire_snapshots(appender, ("ns", "t")) == 3
-    assert [s.snapshot_id for s in catalog.load_table("ns.t").metadata.snapshots] == newest
-    assert expire_snapshots(appender, ("ns", "t")) == 0
-    assert catalog.load_table("ns.t").scan().to_arrow().num_rows == 6
