@@ -9,7 +9,6 @@ import adbc_driver_flightsql.dbapi as flight_sql
 import pyarrow as pa
 import pytest
 from append_helpers import do_put, read_only, rows
-
 from servers import ServerProcess
 
 HEADER_OPTION = "adbc.flight.sql.rpc.call_header.x-icefloe-idempotency-key"
