@@ -26,7 +26,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.manifest import DataFile
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.types import NestedField
 
 from catalog.commit_log import CommitRecord
 from catalog.context import commit_context, current_commit_context
@@ -64,12 +67,31 @@ class AppendResult:
         }
 
 
+class ConcurrentSchemaChangeError(CommitFailedException):
+    """The table's schema changed while an append that evolves it was being written."""
+
+
+@dataclass(frozen=True)
+class _StagedSchema:
+    """A schema evolution an append will commit together with its rows.
+
+    The files are written with the field ids this change assigns on top of the base schema;
+    the commit re-applies it only if the table is still at that base (same ids result).
+    """
+
+    plan: SchemaPlan
+    base_schema_id: int
+    base_last_column_id: int
+    metadata: TableMetadata  # the table metadata with the change applied (not committed)
+
+
 @dataclass
 class _Request:
     data_files: list[DataFile]
     rows: int
     key: str | None
     principal: str | None
+    staged_schema: _StagedSchema | None = None
     result: AppendResult | None = None
     error: BaseException | None = None
     done: bool = False
@@ -174,7 +196,6 @@ class Appender:
         schema: pa.Schema,
         batches: Iterable[pa.RecordBatch],
         idempotency_key: str | None = None,
-        on_schema_change: Callable[[SchemaPlan], None] | None = None,
     ) -> AppendResult:
         """Append a stream of batches to an existing table; return once the commit is durable.
 
@@ -185,6 +206,8 @@ class Appender:
             NoSuchTableError: The table does not exist.
             SchemaMismatchError: The input does not fit the table under its schema policy.
             ValueError: A malformed idempotency key.
+            ConcurrentSchemaChangeError: The append evolves the schema and the table's schema
+                changed incompatibly meanwhile (nothing committed; retry).
             CommitFailedException: The commit kept losing races (after retries).
         """
         namespace, name = tuple(identifier[:-1]), identifier[-1]
@@ -197,13 +220,14 @@ class Appender:
                 for _ in batches:  # let the client finish sending; keep nothing
                     pass
                 return AppendResult(**{**first, "duplicate": True})
-        table = self._prepare_schema(table, namespace, name, schema, on_schema_change)
         policy_plan = plan(table.schema(), schema, policy_of(table.properties), table.metadata.format_version)
-        writer = DataFileWriter(table.metadata, table.io, schema, policy_plan.required_columns)
+        staged = self._stage_schema(table, policy_plan) if policy_plan.changes_table else None
+        metadata = staged.metadata if staged is not None else table.metadata
+        writer = DataFileWriter(metadata, table.io, schema, policy_plan.required_columns)
         self.track_writer(writer)
         try:
             files = self._write_all(writer, schema, batches)
-            return self._commit_files(table, identifier, files, writer.rows, idempotency_key)
+            return self._commit_files(table, identifier, files, writer.rows, idempotency_key, staged)
         finally:
             self.untrack_writer(writer)
 
@@ -220,7 +244,13 @@ class Appender:
             raise
 
     def _commit_files(
-        self, table: Table, identifier: tuple[str, ...], files: list[DataFile], rows: int, idempotency_key: str | None
+        self,
+        table: Table,
+        identifier: tuple[str, ...],
+        files: list[DataFile],
+        rows: int,
+        idempotency_key: str | None,
+        staged: _StagedSchema | None,
     ) -> AppendResult:
         namespace, name = tuple(identifier[:-1]), identifier[-1]
         qualified = ".".join(identifier)
@@ -228,7 +258,7 @@ class Appender:
             # Nothing to commit: answer with the table's current state.
             snapshot = table.current_snapshot()
             return AppendResult(qualified, self.catalog.log.head(), snapshot.snapshot_id if snapshot else None, 0)
-        request = _Request(files, rows, idempotency_key, current_commit_context().principal)
+        request = _Request(files, rows, idempotency_key, current_commit_context().principal, staged)
         try:
             result = self.committer(namespace, name).submit(request)
         except BaseException:
@@ -242,42 +272,28 @@ class Appender:
 
     # -- schema ---------------------------------------------------------------------------
 
-    def _prepare_schema(
-        self,
-        table: Table,
-        namespace: tuple[str, ...],
-        name: str,
-        schema: pa.Schema,
-        on_schema_change: Callable[[SchemaPlan], None] | None,
-    ) -> Table:
-        """Evolve the table (one 'schema' commit) when the input needs it and policy allows."""
-        first = plan(table.schema(), schema, policy_of(table.properties), table.metadata.format_version)
-        if not first.changes_table:
-            return table
-        with self.committer(namespace, name).exclusive():
-            table = self.catalog.load_table((*namespace, name))
-            needed = plan(table.schema(), schema, policy_of(table.properties), table.metadata.format_version)
-            if not needed.changes_table:
-                return table
-            if on_schema_change is not None:
-                on_schema_change(needed)
-            with commit_context(operation="schema"), table.update_schema() as update:
-                for column, column_type in needed.add_columns:
-                    update.add_column(column, column_type)
-                for column, column_type in needed.widen_columns:
-                    update.update_column(column, field_type=column_type)
-            logger.info(
-                "evolved %s: added %s, widened %s",
-                ".".join((*namespace, name)),
-                [c for c, _ in needed.add_columns],
-                [c for c, _ in needed.widen_columns],
-            )
-            return self.catalog.load_table((*namespace, name))
+    @staticmethod
+    def _apply_plan(update: Any, schema_plan: SchemaPlan) -> None:
+        for column, column_type in schema_plan.add_columns:
+            update.add_column(column, column_type)
+        for column, column_type in schema_plan.widen_columns:
+            update.update_column(column, field_type=column_type)
+
+    def _stage_schema(self, table: Table, schema_plan: SchemaPlan) -> _StagedSchema:
+        """Apply the evolution to a transaction that is never committed, to learn field ids."""
+        tx = table.transaction()
+        with tx.update_schema() as update:
+            self._apply_plan(update, schema_plan)
+        return _StagedSchema(
+            plan=schema_plan,
+            base_schema_id=table.metadata.current_schema_id,
+            base_last_column_id=table.metadata.last_column_id,
+            metadata=tx.table_metadata,
+        )
 
     # -- group commit (called by the leader, holding the table's commit slot) -------------
 
     def _commit_group(self, namespace: tuple[str, ...], name: str, group: list[_Request]) -> None:
-        qualified = ".".join((*namespace, name))
         to_commit: list[_Request] = []
         first_by_key: dict[str, _Request] = {}
         replays: list[tuple[_Request, _Request]] = []
@@ -292,8 +308,29 @@ class Appender:
                     continue
                 first_by_key[req.key] = req
             to_commit.append(req)
-        if not to_commit:
-            return
+        plain = [r for r in to_commit if r.staged_schema is None]
+        if plain:
+            try:
+                self._commit_batch(namespace, name, plain)
+            except Exception as exc:
+                for req in plain:
+                    req.error, req.done = exc, True
+        for req in to_commit:
+            if req.staged_schema is not None:
+                try:
+                    self._commit_batch(namespace, name, [req])
+                except Exception as exc:  # this writer's failure only
+                    req.error, req.done = exc, True
+        for req, first in replays:
+            if first.error is not None:
+                req.error, req.done = first.error, True
+                continue
+            assert first.result is not None
+            req.result, req.done = AppendResult(**{**first.result.to_json(), "duplicate": True}), True
+
+    def _commit_batch(self, namespace: tuple[str, ...], name: str, to_commit: list[_Request]) -> None:
+        """Land ``to_commit`` as one snapshot in one catalog commit (with their keys)."""
+        qualified = ".".join((*namespace, name))
         landed: list[CommitRecord] = []
 
         def idempotency_writes(record: CommitRecord) -> dict[bytes, bytes]:
@@ -316,9 +353,6 @@ class Appender:
         record = landed[-1]
         for req in to_commit:
             req.result, req.done = AppendResult(qualified, record.seq, record.snapshot_id, req.rows), True
-        for req, first in replays:
-            assert first.result is not None
-            req.result, req.done = AppendResult(**{**first.result.to_json(), "duplicate": True}), True
 
     def _land_append(
         self,
@@ -332,6 +366,9 @@ class Appender:
         if isinstance(io, DurableFileIO):
             io.defer_fsync()  # this io instance is ours alone: sync its manifests in one round
         tx = table.transaction()
+        staged = requests[0].staged_schema if len(requests) == 1 else None
+        if staged is not None:
+            self._restage_schema(table, tx, staged)
         with tx.update_snapshot().fast_append() as append:
             for req in requests:
                 for data_file in req.data_files:
@@ -341,6 +378,21 @@ class Appender:
         with extra_batch_writes(extras):
             tx.commit_transaction()
 
+    def _restage_schema(self, table: Table, tx: Any, staged: _StagedSchema) -> None:
+        """Put the append's schema change into ``tx`` if its field ids still come out the same."""
+        current = table.metadata
+        wanted = staged.metadata.schema()
+        if current.current_schema_id == staged.base_schema_id and current.last_column_id == staged.base_last_column_id:
+            with tx.update_schema() as update:
+                self._apply_plan(update, staged.plan)
+            if tx.table_metadata.schema().as_struct() == wanted.as_struct():
+                return
+        elif all(_has_field(current.schema(), f) for f in wanted.fields):
+            return  # someone made the very same change already: the files fit as they are
+        raise ConcurrentSchemaChangeError(
+            f"the schema of {table.name()[-1]} changed while this append was evolving it; nothing was committed, retry"
+        )
+
     @staticmethod
     def _retry(fn: Callable[[], T], principal: str | None, extra: dict[str, Any]) -> T:
         delay = 0.005
@@ -348,6 +400,8 @@ class Appender:
             try:
                 with commit_context(principal=principal, extra=extra):
                     return fn()
+            except ConcurrentSchemaChangeError:
+                raise
             except CommitFailedException:
                 if attempt == COMMIT_ATTEMPTS:
                     raise
@@ -355,3 +409,11 @@ class Appender:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.2)
         raise AssertionError("unreachable")
+
+
+def _has_field(schema: Schema, wanted: NestedField) -> bool:
+    try:
+        found = schema.find_field(wanted.field_id)
+    except ValueError:
+        return False
+    return found.name == wanted.name and found.field_type == wanted.field_type

@@ -83,7 +83,9 @@ _layouts_lock = threading.Lock()
 def _layout(metadata: TableMetadata, input_schema: pa.Schema) -> _Layout:
     key = (
         str(metadata.table_uuid),
-        metadata.current_schema_id,
+        # not just the schema id: an append that evolves the schema writes against a staged
+        # schema whose id another staged evolution may share
+        metadata.schema().model_dump_json(),
         metadata.format_version,
         tuple(sorted(metadata.properties.items())),
         input_schema,

@@ -167,3 +167,76 @@ def test_expired_idempotency_keys_are_removed(catalog: RocksCatalog) -> None:
     appender.append_table(("ns", "t"), _data(1), idempotency_key="old")
     assert appender.idempotency.expire() == 1
     assert not appender.append_table(("ns", "t"), _data(1), idempotency_key="old").duplicate
+
+
+def test_evolving_append_commits_schema_and_rows_together(catalog: RocksCatalog) -> None:
+    catalog.create_table("ns.t", _data(1).schema)
+    wider = _data(3).append_column("extra", pa.array(["a", "b", "c"]))
+    result = Appender(catalog).append_table(("ns", "t"), wider)
+    records = [r for r in catalog.log.read(0)]
+    assert [r.operation for r in records] == ["create", "append"]  # one commit, no separate "schema"
+    table = catalog.load_table("ns.t")
+    assert table.schema().find_field("extra").field_id == 3
+    snapshot = table.current_snapshot()
+    assert snapshot is not None and snapshot.snapshot_id == result.snapshot_id
+    assert snapshot.schema_id == table.schema().schema_id
+    assert table.scan().to_arrow().column("extra").to_pylist() == ["a", "b", "c"]
+
+
+def test_failed_evolving_append_leaves_the_schema_alone(catalog: RocksCatalog) -> None:
+    catalog.create_table("ns.t", pa.schema([pa.field("id", pa.int64(), nullable=False)]))
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("extra", pa.string())])
+
+    def broken() -> Iterator[pa.RecordBatch]:
+        yield pa.record_batch([pa.array([1]), pa.array(["x"])], schema=schema)
+        raise ConnectionError("client went away")
+
+    with pytest.raises(ConnectionError):
+        Appender(catalog).append_stream(("ns", "t"), schema, broken())
+    nulls = pa.record_batch([pa.array([1, None]), pa.array(["x", "y"])], schema=schema)
+    with pytest.raises(SchemaMismatchError, match="'id'"):
+        Appender(catalog).append_stream(("ns", "t"), schema, [nulls])
+    table = catalog.load_table("ns.t")
+    assert [f.name for f in table.schema().fields] == ["id"]
+    assert catalog.log.head() == 1 and _parquet_files(catalog) == []
+
+
+def test_concurrent_evolutions_same_change_both_land_different_change_one_aborts(catalog: RocksCatalog) -> None:
+    from catalog.append import ConcurrentSchemaChangeError
+
+    catalog.create_table("ns.t", _data(1).schema)
+    appender = Appender(catalog)
+    base = catalog.load_table("ns.t")
+    plan_x = appender._stage_schema(base, _plan_for(base, "x"))
+    plan_y = appender._stage_schema(base, _plan_for(base, "y"))
+    first = appender.append_table(("ns", "t"), _data(2).append_column("x", pa.array(["a", "b"])))
+    assert first.rows == 2
+    # a second append staged against the old base with the same new column still fits
+    same = appender._commit_files(
+        base, ("ns", "t"), _write(appender, base, plan_x, "x"), 1, None, plan_x
+    )
+    assert same.rows == 1
+    # one staged against the old base with a different column would reuse x's field id
+    with pytest.raises(ConcurrentSchemaChangeError):
+        appender._commit_files(base, ("ns", "t"), _write(appender, base, plan_y, "y"), 1, None, plan_y)
+    table = catalog.load_table("ns.t")
+    assert [f.name for f in table.schema().fields] == ["id", "v", "x"]
+    assert table.scan().to_arrow().num_rows == 3
+
+
+def _plan_for(table: object, column: str) -> object:
+    from catalog.schema_policy import plan
+
+    t = table  # a pyiceberg Table
+    wider = _data(1).append_column(column, pa.array(["z"])).schema
+    return plan(t.schema(), wider, "evolve", t.metadata.format_version)  # type: ignore[attr-defined]
+
+
+def _write(appender: Appender, table: object, staged: object, column: str) -> list[object]:
+    from catalog.writer import DataFileWriter
+
+    data = _data(1, start=100).append_column(column, pa.array(["z"]))
+    writer = DataFileWriter(staged.metadata, table.io, data.schema)  # type: ignore[attr-defined]
+    for batch in data.to_batches():
+        writer.write(batch)
+    return writer.finish()  # type: ignore[return-value]
