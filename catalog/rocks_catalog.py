@@ -41,6 +41,7 @@ from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from catalog import keys
 from catalog.commit_log import CommitLog, CommitRecord
 from catalog.context import current_commit_context
+from catalog.idempotency import batch_extras
 from catalog.metadata_ops import apply_updates, describe_commit, expire_snapshots, snapshots_to_retain
 from catalog.names import InvalidNameError, check_name, check_namespace, namespace_folder
 from catalog.store import RocksStore, StoreLockedError
@@ -237,6 +238,8 @@ class RocksCatalog(MetastoreCatalog):
             **fields,
         )
         batch = dict(puts)
+        # Writes that must land atomically with this commit (idempotency keys of appends).
+        batch.update(batch_extras(record))
         batch[keys.HEAD_SEQ] = keys.encode_u64(seq)
         batch[keys.log_key(seq)] = record.to_bytes()
         self._store.write(batch, deletes)
