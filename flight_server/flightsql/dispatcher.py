@@ -68,7 +68,8 @@ class FlightSqlService:
                              max_concurrent=config.max_concurrent_queries)
         self.metadata = md.Metadata(server.catalog)
         self.sessions = SessionStore()
-        self.writer = SqlWriter(self.engine, server.catalog)
+        self.writer = SqlWriter(self.engine, server.catalog,
+                                lambda: getattr(getattr(server, "appends", None), "appender", None))
 
     def close(self) -> None:
         self.engine.close()

@@ -103,9 +103,14 @@ def insert(w: Write) -> int:
     if rows.num_rows == 0:
         return 0
     with w.committing("append", input_names([p for p in pins if p is not base])):
-        txn = table.transaction()
-        txn.append(rows)
-        commit_once(txn)
+        if w.appender is not None:
+            # The same group-commit path as DoPut: appends commute, so losing a race only
+            # re-bases the new files onto the newer snapshot (the appender retries).
+            w.appender.append_table(target.identifier, rows)
+        else:
+            txn = table.transaction()
+            txn.append(rows)
+            commit_once(txn)
     return int(rows.num_rows)
 
 

@@ -8,6 +8,8 @@ writer partitions by the table's current spec (transforms run in ``pyiceberg-cor
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import (
@@ -24,7 +26,7 @@ from sqlglot import exp
 
 from flight_server import errors
 
-_UNARY: dict[str, type[Transform]] = {  # type: ignore[type-arg]
+_UNARY: dict[str, Callable[[], Transform]] = {  # type: ignore[type-arg]
     "year": YearTransform, "years": YearTransform, "month": MonthTransform, "months": MonthTransform,
     "day": DayTransform, "days": DayTransform, "hour": HourTransform, "hours": HourTransform,
 }

@@ -29,7 +29,7 @@ from sqlglot import exp
 from catalog import commit_context
 from flight_server import errors
 from flight_server.sqlwrite import ddl, dml
-from flight_server.sqlwrite.parse import parse
+from flight_server.sqlwrite.parse import parse, table_name
 
 if TYPE_CHECKING:
     from flight_server.engine import Engine
@@ -52,6 +52,20 @@ class Write:
     params: list[Any] | None
     context: Any
     authorize: Any  # (role) -> principal
+    # The server's group-commit Appender (catalog.append), shared with DoPut; None without one.
+    appender: Any = None
+    # Set on the last attempt: hold the target table's commit slot for the whole statement.
+    exclusive: bool = False
+
+    @contextlib.contextmanager
+    def table_slot(self, identifier: tuple[str, ...]) -> Iterator[None]:
+        """On the last attempt, keep appends (DoPut, ingest, INSERT) off the table until the
+        statement has committed, so a busy table cannot starve a DELETE / UPDATE."""
+        if not self.exclusive or self.appender is None or not identifier:
+            yield
+            return
+        with self.appender.committer(tuple(identifier[:-1]), identifier[-1]).exclusive():
+            yield
 
     @contextlib.contextmanager
     def committing(self, operation: str, inputs: list[str]) -> Iterator[None]:
@@ -61,9 +75,11 @@ class Write:
 
 
 class SqlWriter:
-    def __init__(self, engine: Engine, catalog: Any) -> None:
+    def __init__(self, engine: Engine, catalog: Any, appender: Any = None) -> None:
         self.engine = engine
         self.catalog = catalog
+        # A callable returning the Appender (the append service is created after this one).
+        self._appender = appender
 
     def run(
         self, sql: str, default_schema: tuple[str, ...] | None, params: list[Any] | None,
@@ -71,11 +87,15 @@ class SqlWriter:
     ) -> int:
         """Execute one write statement; returns the number of rows it affected (0 for DDL)."""
         tree = parse(sql)
-        write = Write(sql, tree, self.engine, self.catalog, principal, default_schema, params, context, authorize)
+        appender = self._appender() if self._appender is not None else None
+        write = Write(sql, tree, self.engine, self.catalog, principal, default_schema, params, context, authorize,
+                      appender)
         handler = _handler(tree)
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            write.exclusive = attempt == COMMIT_ATTEMPTS
             try:
-                count = int(handler(write))
+                with write.table_slot(_rewritten_table(tree, default_schema)):
+                    count = int(handler(write))
                 logger.info("SQL write done (%s, %d rows)", type(tree).__name__.lower(), count)
                 return count
             except (CommitFailedException, ValidationException):
@@ -84,6 +104,18 @@ class SqlWriter:
         raise errors.Aborted(
             f"{_statement_kind(tree)}: the table kept changing under concurrent commits; nothing was committed, retry"
         )
+
+
+def _rewritten_table(tree: exp.Expression, default_schema: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The table a DELETE / UPDATE / TRUNCATE rewrites (empty for other statements)."""
+    node = None
+    if isinstance(tree, (exp.Delete, exp.Update)):
+        node = tree.this
+    elif isinstance(tree, exp.TruncateTable) and len(tree.expressions) == 1:
+        node = tree.expressions[0]
+    if node is None:
+        return ()
+    return table_name(node, default_schema).identifier
 
 
 def _statement_kind(tree: exp.Expression) -> str:
