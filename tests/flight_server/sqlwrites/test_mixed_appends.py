@@ -54,3 +54,29 @@ def test_adbc_ingest_then_sql(conn: Any, reader_catalog: Any) -> None:
     assert update(conn, "INSERT INTO mix_b.t SELECT k + 10, s FROM mix_b.t") == 2
     assert rows(conn, "SELECT k FROM mix_b.t ORDER BY k") == [{"k": 1}, {"k": 3}, {"k": 11}, {"k": 13}]
     assert [r.operation for r in log_records(reader_catalog, head)] == ["delete", "append"]
+
+
+def test_metadata_tables_after_maintenance(conn: Any, write_server: ServerProcess) -> None:
+    update(conn, "CREATE SCHEMA mix_c")
+    update(conn, "CREATE TABLE mix_c.t (id BIGINT, v VARCHAR)")
+    for i in range(6):
+        update(conn, f"INSERT INTO mix_c.t VALUES ({i}, 'v{i}')")
+    update(conn, "DELETE FROM mix_c.t WHERE id = 0")
+    before = scalar(conn, 'SELECT max_by(snapshot_id, committed_at) FROM mix_c."t$snapshots"')
+    assert scalar(conn, 'SELECT count(*) FROM mix_c."t$files"') == 5
+    client = flight.FlightClient(write_server.location)
+    try:
+        reports = [json.loads(r.body.to_pybytes()) for r in
+                   client.do_action(flight.Action("icefloe.maintain", json.dumps({"table": "mix_c.t"}).encode()))]
+    finally:
+        client.close()
+    assert len(reports) == 1
+    files = rows(conn, 'SELECT record_count FROM mix_c."t$files"')
+    assert len(files) < 5 and sum(f["record_count"] for f in files) == 5  # compacted, same rows
+    snaps = rows(conn, 'SELECT snapshot_id, operation FROM mix_c."t$snapshots" ORDER BY committed_at')
+    # Compaction is one more snapshot (Iceberg "replace", or "overwrite" as pyiceberg writes it).
+    assert snaps[-1]["operation"] in ("replace", "overwrite") and snaps[-2]["snapshot_id"] == before
+    assert rows(conn, "SELECT id FROM mix_c.t ORDER BY id") == [{"id": i} for i in range(1, 6)]
+    assert scalar(conn, f"SELECT count(*) FROM mix_c.t AT (VERSION => {before})") == 5
+    history = rows(conn, 'SELECT snapshot_id FROM mix_c."t$history" ORDER BY made_current_at')
+    assert [h["snapshot_id"] for h in history] == [s["snapshot_id"] for s in snaps]
