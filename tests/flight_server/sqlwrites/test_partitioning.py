@@ -52,3 +52,23 @@ def test_ctas_partitioned_and_bad_specs(conn: Any, reader_catalog: Any) -> None:
         with pytest.raises(adbc_driver_manager.Error, match=f"INVALID_ARGUMENT.*{pattern}"):
             update(conn, bad)
     assert log_head(reader_catalog) == head and not reader_catalog.table_exists("part_b.x")
+
+
+def test_doput_appends_honour_a_sql_created_spec(conn: Any, write_server: Any) -> None:
+    import pyarrow as pa
+    import pyarrow.flight as flight
+
+    update(conn, "CREATE SCHEMA part_c")
+    update(conn, "CREATE TABLE part_c.t (id BIGINT, c VARCHAR) PARTITIONED BY (c)")
+    data = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "c": ["x", "y", "x"]})
+    client = flight.FlightClient(write_server.location)
+    try:
+        writer, reader = client.do_put(flight.FlightDescriptor.for_path("part_c", "t"), data.schema)
+        writer.write_table(data)
+        writer.done_writing()
+        reader.read()
+        writer.close()
+    finally:
+        client.close()
+    files = rows(conn, 'SELECT record_count, partition FROM part_c."t$files"')
+    assert sorted((json.loads(f["partition"])["c"], f["record_count"]) for f in files) == [("x", 2), ("y", 1)]
