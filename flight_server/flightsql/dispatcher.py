@@ -54,6 +54,8 @@ _ACTIONS = [
     ("CloseSession", "Close the session"),
 ]
 SESSION_OPTIONS = ("catalog", "schema")
+# What a write statement sent as a query returns: the number of rows it affected.
+WRITE_RESULT_SCHEMA = pa.schema([pa.field("count", pa.int64())])
 
 
 def _ipc(schema: pa.Schema) -> bytes:
@@ -128,6 +130,12 @@ class FlightSqlService:
     def get_schema(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
         cmd = self._descriptor_command(descriptor)
         if isinstance(cmd, (p.CommandStatementQuery, p.CommandPreparedStatementQuery)):
+            sql = (cmd.query if isinstance(cmd, p.CommandStatementQuery)
+                   else PreparedHandle.decode(cmd.prepared_statement_handle).sql)
+            self.server.authorize(context, "read")
+            if self.engine.classify(sql) == Kind.WRITE:
+                # Asking for the schema must not run the write: its result is one count row.
+                return flight.SchemaResult(WRITE_RESULT_SCHEMA)
             return flight.SchemaResult(self.get_flight_info(context, descriptor).schema)
         return flight.SchemaResult(self._metadata_schema(context, cmd))
 

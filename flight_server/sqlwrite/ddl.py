@@ -98,6 +98,8 @@ def create_table(w: Write) -> int:
         defs = [sql_of(c) for c in tree.this.expressions if isinstance(c, exp.ColumnDef)]
         if len(defs) != len(tree.this.expressions):
             raise errors.Unimplemented(f"CREATE TABLE {target.qualified}: table constraints are not supported")
+        for column in tree.this.expressions:
+            _only_not_null(column, f"CREATE TABLE {target.qualified}")
         schema = types.schema_from_column_defs(defs)
         spec = partition_spec(props, schema, f"CREATE TABLE {target.qualified}")
         with w.committing("create", []):
@@ -109,6 +111,16 @@ def create_table(w: Write) -> int:
                 raise errors.AlreadyExists(f"CREATE TABLE: table {target.qualified} already exists") from None
         return 0
     return _create_as(w, target, sql_of(query), props)
+
+
+def _only_not_null(column: exp.Expression, what: str) -> None:
+    """Iceberg has required columns and nothing else: refuse DEFAULT, CHECK, keys, ... rather
+    than accept and silently ignore them."""
+    for constraint in column.args.get("constraints") or []:
+        kind = constraint.args.get("kind") if isinstance(constraint, exp.ColumnConstraint) else constraint
+        if not isinstance(kind, exp.NotNullColumnConstraint):  # NOT NULL, or an explicit NULL
+            raise errors.Unimplemented(
+                f"{what}: column {column.name}: only NOT NULL is supported, not {constraint.sql(dialect='duckdb')}")
 
 
 def _create_as(w: Write, target: TableName, query_sql: str, props: exp.Expression | None) -> int:
@@ -188,6 +200,7 @@ def alter_table(w: Write) -> int:
                 if action.args.get("exists"):
                     return 0
                 raise errors.AlreadyExists(f"{what} ADD COLUMN: column {column} already exists")
+            _only_not_null(action, what)
             added = types.schema_from_column_defs([sql_of(action)]).fields[0]
             if added.required:
                 raise errors.InvalidArgument(

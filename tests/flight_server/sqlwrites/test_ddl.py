@@ -159,3 +159,15 @@ def test_commit_records_carry_sql_and_operation(conn: Any, reader_catalog: Any) 
     assert [r.operation for r in records] == ["create", "schema", "drop"]
     assert [r.extra["sql"] for r in records] == [
         "CREATE TABLE ddl_h.t (a INT)", "ALTER TABLE ddl_h.t ADD COLUMN b INT", "DROP TABLE ddl_h.t"]
+
+
+def test_constraints_other_than_not_null_are_refused(conn: Any, reader_catalog: Any) -> None:
+    update(conn, "CREATE SCHEMA ddl_i")
+    head = log_head(reader_catalog)
+    for bad in ("CREATE TABLE ddl_i.t (a INT DEFAULT 3)", "CREATE TABLE ddl_i.t (a INT CHECK (a > 0))",
+                "CREATE TABLE ddl_i.t (a INT PRIMARY KEY)"):
+        with pytest.raises(adbc_driver_manager.Error, match="only NOT NULL is supported"):
+            update(conn, bad)
+    assert log_head(reader_catalog) == head and not reader_catalog.table_exists("ddl_i.t")
+    update(conn, "CREATE TABLE ddl_i.t (a INT NULL, b INT NOT NULL)")
+    assert [f.required for f in reader_catalog.load_table("ddl_i.t").schema().fields] == [False, True]

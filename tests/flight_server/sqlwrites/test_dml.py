@@ -6,7 +6,9 @@ from decimal import Decimal
 from typing import Any
 
 import adbc_driver_manager
+import pyarrow.flight as flight
 import pytest
+from servers import ServerProcess
 from sqlwrites_lib import log_head, log_records, rows, scalar, sql, update
 
 
@@ -151,3 +153,21 @@ def test_failing_dml_commits_nothing(conn: Any, reader_catalog: Any) -> None:
     assert log_head(reader_catalog) == head
     assert reader_catalog.load_table("dml_g.t").metadata.current_snapshot_id == snapshot
     assert rows(conn, "SELECT id, name FROM dml_g.t ORDER BY id") == [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]
+
+
+def test_asking_for_the_schema_of_a_write_does_not_run_it(
+    conn: Any, reader_catalog: Any, write_server: ServerProcess
+) -> None:
+    from flight_server.flightsql import protocol
+
+    _make(conn, "dml_h")
+    head = log_head(reader_catalog)
+    command = protocol.CommandStatementQuery(query="INSERT INTO dml_h.t VALUES (1, 'a', 1)").pack()
+    client = flight.FlightClient(write_server.location)
+    try:
+        schema = client.get_schema(flight.FlightDescriptor.for_command(command)).schema
+    finally:
+        client.close()
+    assert schema.names == ["count"]
+    assert log_head(reader_catalog) == head
+    assert scalar(conn, "SELECT count(*) FROM dml_h.t") == 0
