@@ -163,12 +163,16 @@ class FlightSqlService:
         self, context: flight.ServerCallContext, sql: str, default_schema: tuple[str, ...] | None,
         params: pa.RecordBatch | None,
     ) -> int:
-        """Run a write statement (DDL / DML) through the SQL writer: at most one commit."""
+        """Run a write statement (DDL / DML) through the SQL writer: at most one commit per
+        parameter row (an INSERT with several rows is one commit)."""
         principal = self.server.authorize(context, "write")
         if default_schema is None:
             default_schema = self.default_schema(context)
-        return self.writer.run(sql, default_schema, param_values(params), principal,
-                               lambda role: self.server.authorize(context, role), context=context)
+        rows = _parameter_rows(params)
+        if rows is not None and not rows:
+            return 0  # a batch of zero parameter rows runs nothing
+        return self.writer.run(sql, default_schema, rows[0] if rows else None, principal,
+                               lambda role: self.server.authorize(context, role), context=context, param_rows=rows)
 
     def _metadata_schema(self, context: flight.ServerCallContext, cmd: p.Message) -> pa.Schema:
         self.server.authorize(context, "read")
@@ -244,9 +248,7 @@ class FlightSqlService:
             params = read_parameters(reader)
             if params is None:
                 params = prepared.params
-            count = 0
-            for row in _parameter_rows(params):
-                count += self._update(context, prepared.sql, prepared.default_schema, row)
+            count = self._update(context, prepared.sql, prepared.default_schema, params)
             writer.write(pa.py_buffer(p.DoPutUpdateResult(record_count=count).encode()))
         elif isinstance(cmd, p.CommandStatementIngest):
             count = self._ingest(context, cmd, reader)
@@ -368,11 +370,12 @@ class FlightSqlService:
         return p.GetSessionOptionsResult(entries).encode()
 
 
-def _parameter_rows(params: pa.RecordBatch | None) -> list[pa.RecordBatch | None]:
-    """One execution per bound parameter row (JDBC executeBatch / ADBC executemany bind several)."""
+def _parameter_rows(params: pa.RecordBatch | None) -> list[list[Any]] | None:
+    """Every bound parameter row as values (JDBC executeBatch / ADBC executemany bind several)."""
     if params is None or params.num_columns == 0:
-        return [None]
-    return [params.slice(i, 1) for i in range(params.num_rows)]
+        return None
+    columns = [params.column(i).to_pylist() for i in range(params.num_columns)]
+    return [list(row) for row in zip(*columns, strict=True)]
 
 
 def ingest_mode(if_not_exist: int, if_exists: int) -> str:

@@ -97,8 +97,12 @@ def insert(w: Write) -> int:
         select.append(f"CAST({value} AS {typ}) AS {quote(name)}")
     aliases = ", ".join(f"c{i}" for i in range(len(sources)))
     final = f"SELECT {', '.join(select)} FROM ({sql}) AS __icefloe_src({aliases})"
-    final, params = bind_subset(final, w.params)
-    data = w.engine.query_table(final, pins, w.default_schema, params, context=w.context)
+    parts = []
+    param_sets: list[list[Any] | None] = list(w.param_rows) if w.param_rows else [w.params]
+    for values in param_sets:  # several parameter rows: one append for all
+        bound, params = bind_subset(final, values)
+        parts.append(w.engine.query_table(bound, pins, w.default_schema, params, context=w.context))
+    data = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
     rows = conform(data, table.schema(), [n for n, _ in columns], what)
     if rows.num_rows == 0:
         return 0

@@ -56,6 +56,8 @@ class Write:
     appender: Any = None
     # Set on the last attempt: hold the target table's commit slot for the whole statement.
     exclusive: bool = False
+    # Several bound parameter rows (INSERT only: one commit for all of them).
+    param_rows: list[list[Any]] | None = None
 
     @contextlib.contextmanager
     def table_slot(self, identifier: tuple[str, ...]) -> Iterator[None]:
@@ -83,13 +85,19 @@ class SqlWriter:
 
     def run(
         self, sql: str, default_schema: tuple[str, ...] | None, params: list[Any] | None,
-        principal: str | None, authorize: Any, context: Any = None,
+        principal: str | None, authorize: Any, context: Any = None, param_rows: list[list[Any]] | None = None,
     ) -> int:
-        """Execute one write statement; returns the number of rows it affected (0 for DDL)."""
+        """Execute one write statement; returns the number of rows it affected (0 for DDL).
+
+        ``param_rows``: several parameter rows (a JDBC batch). An INSERT appends the rows of
+        all of them in one commit; any other statement runs once per row, a commit each.
+        """
         tree = parse(sql)
+        if param_rows is not None and len(param_rows) > 1 and not isinstance(tree, exp.Insert):
+            return sum(self.run(sql, default_schema, row, principal, authorize, context) for row in param_rows)
         appender = self._appender() if self._appender is not None else None
         write = Write(sql, tree, self.engine, self.catalog, principal, default_schema, params, context, authorize,
-                      appender)
+                      appender, param_rows=param_rows if param_rows is not None and len(param_rows) > 1 else None)
         handler = _handler(tree)
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             write.exclusive = attempt == COMMIT_ATTEMPTS

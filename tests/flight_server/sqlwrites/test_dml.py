@@ -46,9 +46,11 @@ def test_insert_values_positional_column_list_and_by_name(conn: Any, reader_cata
 
 def test_insert_with_parameters(conn: Any, reader_catalog: Any) -> None:
     _make(conn, "dml_b")
+    head = log_head(reader_catalog)
     with conn.cursor() as cur:
         cur.executemany("INSERT INTO dml_b.t (id, name) VALUES (?, ?)", [(1, "p"), (2, "q"), (3, None)])
         assert cur.rowcount == 3
+    assert [(r.operation, r.added_rows) for r in log_records(reader_catalog, head)] == [("append", 3)]  # one commit
     assert rows(conn, "SELECT id, name FROM dml_b.t ORDER BY id") == [
         {"id": 1, "name": "p"}, {"id": 2, "name": "q"}, {"id": 3, "name": None}]
     assert sql(conn, "DELETE FROM dml_b.t WHERE id = ?", [2]).to_pylist() == [{"count": 1}]
