@@ -171,3 +171,19 @@ def test_constraints_other_than_not_null_are_refused(conn: Any, reader_catalog: 
     assert log_head(reader_catalog) == head and not reader_catalog.table_exists("ddl_i.t")
     update(conn, "CREATE TABLE ddl_i.t (a INT NULL, b INT NOT NULL)")
     assert [f.required for f in reader_catalog.load_table("ddl_i.t").schema().fields] == [False, True]
+
+
+def test_sql_info_announces_schema_and_table_ddl(write_server: Any) -> None:
+    import pyarrow.flight as flight
+
+    from flight_server.flightsql import protocol
+
+    client = flight.FlightClient(write_server.location)
+    try:
+        command = protocol.CommandGetSqlInfo(info=[3, 500, 501, 502]).pack()
+        info = client.get_flight_info(flight.FlightDescriptor.for_command(command))
+        table = client.do_get(info.endpoints[0].ticket).read_all()
+    finally:
+        client.close()
+    values = dict(zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True))
+    assert values == {3: False, 500: False, 501: True, 502: True}  # not read-only; schema and table DDL
