@@ -107,8 +107,9 @@ def main() -> None:
                     count, seconds = execute_update(conn, sql)
                     summary = last_summary(conn)
                     start = time.perf_counter()
-                    duck_count = duck.execute(sql.replace("bench.t", "t")).fetchone()[0]
+                    changed = duck.execute(sql.replace("bench.t", "t")).fetchone()
                     theirs.append(time.perf_counter() - start)
+                    duck_count = changed[0] if changed else None
                     if count != duck_count:
                         raise AssertionError(f"{kind}: icefloe changed {count} rows, DuckDB {duck_count}")
                     ours.append(seconds)
