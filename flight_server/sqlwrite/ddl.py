@@ -14,7 +14,9 @@ from pyiceberg.exceptions import (
     NamespaceAlreadyExistsError,
     NoSuchNamespaceError,
     NoSuchTableError,
+    ResolveError,
     TableAlreadyExistsError,
+    ValidationError,
 )
 from sqlglot import exp
 
@@ -230,11 +232,43 @@ def alter_table(w: Write) -> int:
                 raise errors.AlreadyExists(f"{what} RENAME COLUMN: column {new_name} already exists")
             with table.update_schema() as upd:
                 upd.rename_column(old, new_name)
+        elif isinstance(action, exp.AlterColumn):
+            _alter_column(table, action, names, what)
         else:
             raise errors.Unimplemented(
-                f"{what}: only ADD COLUMN, DROP COLUMN, RENAME COLUMN, RENAME TO and SET (...) are supported"
+                f"{what}: only ADD / DROP / RENAME / ALTER COLUMN, RENAME TO and SET (...) are supported"
             )
     return 0
+
+
+def _alter_column(table: Any, action: exp.AlterColumn, names: set[str], what: str) -> None:
+    """``ALTER COLUMN c [SET DATA] TYPE t`` (Iceberg's promotions only) and ``DROP NOT NULL``."""
+    column = action.name
+    if column not in names:
+        raise errors.NotFound(f"{what} ALTER COLUMN: column {column} does not exist")
+    dtype = action.args.get("dtype")
+    if dtype is not None:
+        if action.args.get("using") or action.args.get("collate"):
+            raise errors.Unimplemented(f"{what} ALTER COLUMN {column}: USING / COLLATE are not supported")
+        new_type = types.schema_from_column_defs([f"{quote(column)} {sql_of(dtype)}"]).fields[0].field_type
+        current = table.schema().find_field(column).field_type
+        if new_type == current:
+            return
+        try:
+            with table.update_schema() as upd:
+                upd.update_column(column, field_type=new_type)
+        except (ValueError, TypeError, ResolveError, ValidationError) as exc:
+            raise errors.InvalidArgument(
+                f"{what} ALTER COLUMN {column}: cannot change {current} to {new_type} "
+                f"(Iceberg allows int -> long, float -> double, wider decimal precision): {exc}") from None
+    elif action.args.get("allow_null") is True:
+        with table.update_schema() as upd:
+            upd.update_column(column, required=False)
+    elif action.args.get("allow_null") is False:
+        raise errors.InvalidArgument(
+            f"{what} ALTER COLUMN {column} SET NOT NULL: existing rows may hold NULL; Iceberg cannot make it required")
+    else:
+        raise errors.Unimplemented(f"{what} ALTER COLUMN {column}: only TYPE and DROP NOT NULL are supported")
 
 
 def _properties(action: exp.Expression, what: str) -> dict[str, str]:

@@ -187,3 +187,29 @@ def test_sql_info_announces_schema_and_table_ddl(write_server: Any) -> None:
         client.close()
     values = dict(zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True))
     assert values == {3: False, 500: False, 501: True, 502: True}  # not read-only; schema and table DDL
+
+
+def test_alter_column_type_promotion_and_drop_not_null(conn: Any, reader_catalog: Any) -> None:
+    update(conn, "CREATE SCHEMA ddl_j")
+    update(conn, "CREATE TABLE ddl_j.t (a INT NOT NULL, f REAL, d DECIMAL(6, 2), s VARCHAR)")
+    update(conn, "INSERT INTO ddl_j.t VALUES (1, 1.5, 12.25, 'x')")
+    update(conn, "ALTER TABLE ddl_j.t ALTER COLUMN a TYPE BIGINT")
+    update(conn, "ALTER TABLE ddl_j.t ALTER COLUMN f SET DATA TYPE DOUBLE")
+    update(conn, "ALTER TABLE ddl_j.t ALTER COLUMN d TYPE DECIMAL(10, 2)")
+    update(conn, "ALTER TABLE ddl_j.t ALTER COLUMN a DROP NOT NULL")
+    fields = {f.name: (f.field_type, f.required) for f in reader_catalog.load_table("ddl_j.t").schema().fields}
+    assert fields["a"] == (LongType(), False) and fields["f"][0] == DoubleType()
+    assert fields["d"][0] == DecimalType(10, 2)
+    update(conn, "INSERT INTO ddl_j.t VALUES (NULL, 2.5, 99999.99, 'y')")  # old file read with the new types
+    assert rows(conn, "SELECT a, f, CAST(d AS VARCHAR) AS d FROM ddl_j.t ORDER BY f") == [
+        {"a": 1, "f": 1.5, "d": "12.25"}, {"a": None, "f": 2.5, "d": "99999.99"}]
+    head = log_head(reader_catalog)
+    for bad, pattern in [
+        ("ALTER TABLE ddl_j.t ALTER COLUMN s TYPE INT", "INVALID_ARGUMENT.*cannot change string to int"),
+        ("ALTER TABLE ddl_j.t ALTER COLUMN a TYPE INT", "INVALID_ARGUMENT.*cannot change long to int"),
+        ("ALTER TABLE ddl_j.t ALTER COLUMN s SET NOT NULL", "INVALID_ARGUMENT.*cannot make it required"),
+        ("ALTER TABLE ddl_j.t ALTER COLUMN nope TYPE INT", "NOT_FOUND.*column nope does not exist"),
+    ]:
+        with pytest.raises(adbc_driver_manager.Error, match=pattern):
+            update(conn, bad)
+    assert log_head(reader_catalog) == head
