@@ -109,9 +109,37 @@ class SqlWriter:
             except (CommitFailedException, ValidationException):
                 logger.info("SQL write lost a commit race (attempt %d of %d)", attempt, COMMIT_ATTEMPTS)
                 time.sleep(random.uniform(0.005, 0.02) * attempt)  # spread out contending writers
+            except errors.IcefloeError as exc:
+                raise _named(exc, tree, default_schema) from None
         raise errors.Aborted(
             f"{_statement_kind(tree)}: the table kept changing under concurrent commits; nothing was committed, retry"
         )
+
+
+def _named(exc: errors.IcefloeError, tree: exp.Expression, default_schema: tuple[str, ...] | None) -> Exception:
+    """``exc`` with a message that names the statement and its table, without DuckDB's excerpt
+    of the internal query a DELETE / UPDATE / INSERT runs (``LINE 1: SELECT __icefloe_file ...``)."""
+    message = str(exc).split("\n\nLINE ")[0].split("\nLINE ")[0].strip()
+    kind = _statement_kind(tree)
+    if kind == "TRUNCATETABLE":
+        kind = "TRUNCATE"
+    if message.upper().startswith(kind):
+        return exc if message == str(exc) else type(exc)(message)
+    try:
+        target = _target_name(tree, default_schema)
+    except errors.IcefloeError:
+        target = ""
+    verb = {"INSERT": "INSERT INTO", "DELETE": "DELETE FROM"}.get(kind, kind)
+    return type(exc)(f"{verb} {target}: {message}" if target else f"{verb}: {message}")
+
+
+def _target_name(tree: exp.Expression, default_schema: tuple[str, ...] | None) -> str:
+    node = tree.this if isinstance(tree, (exp.Insert, exp.Delete, exp.Update)) else None
+    if isinstance(tree, exp.TruncateTable) and tree.expressions:
+        node = tree.expressions[0]
+    if isinstance(tree, (exp.Alter, exp.Create)) and isinstance(tree.this, (exp.Table, exp.Schema)):
+        node = tree.this
+    return table_name(node, default_schema).qualified if node is not None else ""
 
 
 def _rewritten_table(tree: exp.Expression, default_schema: tuple[str, ...] | None) -> tuple[str, ...]:

@@ -173,3 +173,16 @@ def test_asking_for_the_schema_of_a_write_does_not_run_it(
     assert schema.names == ["count"]
     assert log_head(reader_catalog) == head
     assert scalar(conn, "SELECT count(*) FROM dml_h.t") == 0
+
+
+def test_engine_errors_name_the_statement_not_the_internal_query(conn: Any) -> None:
+    _make(conn, "dml_i")
+    update(conn, "INSERT INTO dml_i.t VALUES (1, 'a', 1)")
+    for bad, prefix in [("DELETE FROM dml_i.t WHERE nope = 1", "DELETE FROM dml_i.t: "),
+                        ("UPDATE dml_i.t SET amount = 1 WHERE nope", "UPDATE dml_i.t: "),
+                        ("INSERT INTO dml_i.t SELECT nope, 'x', 1", "INSERT INTO dml_i.t: ")]:
+        with pytest.raises(adbc_driver_manager.Error) as info:
+            update(conn, bad)
+        message = str(info.value)
+        assert prefix in message and "nope" in message, message
+        assert "__icefloe" not in message and "LINE 1" not in message, message
