@@ -27,6 +27,7 @@ import queue
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -318,6 +319,19 @@ class Engine:
         file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None,
     ) -> pa.RecordBatchReader:
         """Start the query; the reader streams from DuckDB and frees its slot when dropped."""
+        reader, run = self._start(sql, pins, default_schema, params, context, file_tags)
+        weakref.finalize(reader, self._release, run)
+        return reader
+
+    def _start(
+        self,
+        sql: str,
+        pins: list[PinnedTable],
+        default_schema: tuple[str, ...] | None,
+        params: list[Any] | None,
+        context: Any,
+        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None,
+    ) -> tuple[pa.RecordBatchReader, _Running]:
         slot = self._take_slot()
         run = _Running(slot, slot.cursor(), context, time.monotonic() + self.query_timeout_s)
         with self._running_lock:
@@ -333,8 +347,7 @@ class Engine:
             if isinstance(exc, duckdb.Error):
                 raise self._failure(run, exc) from None
             raise
-        weakref.finalize(reader, self._release, run)
-        return reader
+        return reader, run
 
     def column_types(
         self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None,
@@ -358,14 +371,46 @@ class Engine:
         params: list[Any] | None = None, context: Any = None,
         file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None,
     ) -> pa.Table:
-        """Run a query to completion (the read part of a SQL write)."""
-        reader = self.execute(sql, pins, default_schema, params, context=context, file_tags=file_tags)
+        """Run a query to completion (the read part of a SQL write).
+
+        The query is released before returning, not when the reader is collected: a reader
+        kept alive by a traceback would leave the query registered with the watchdog, which
+        would then ask a finished RPC's context whether it was cancelled.
+        """
+        reader, run = self._start(sql, pins, default_schema, params, context, file_tags)
         try:
             return reader.read_all()
         except duckdb.Error as exc:
-            raise _map_duckdb(exc) from None
+            raise self._failure(run, exc) from None
+        except (pa.ArrowException, OSError) as exc:
+            raise _stream_failure(run, exc) from None
         finally:
             reader.close()
+            self._release(run)
+
+    def stream(
+        self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None,
+        params: list[Any] | None = None, context: Any = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """Run a query and yield its batches as DuckDB produces them (the read part of an INSERT).
+
+        Released explicitly when the caller stops iterating (see ``query_table``).
+        """
+        reader, run = self._start(sql, pins, default_schema, params, context, None)
+        try:
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    return
+                except duckdb.Error as exc:
+                    raise self._failure(run, exc) from None
+                except (pa.ArrowException, OSError) as exc:
+                    raise _stream_failure(run, exc) from None
+                yield batch
+        finally:
+            reader.close()
+            self._release(run)
 
     def _release(self, run: _Running) -> None:
         """End of a query: close its cursor, drop its views, return its slot (exactly once)."""
@@ -460,6 +505,16 @@ class Engine:
                     run.interrupted = reason
                     logger.info("interrupting query (%s)", reason)
                     run.cursor.interrupt()
+
+
+def _stream_failure(run: _Running, exc: BaseException) -> Exception:
+    """An error DuckDB raised while producing batches reaches Python through Arrow's C stream
+    as ``OSError`` / ``ArrowException`` with DuckDB's message: map it like the DuckDB error."""
+    if run.interrupted == "timeout":
+        return errors.DeadlineExceeded("query exceeded its timeout")
+    if run.interrupted == "cancelled":
+        return errors.Cancelled("query cancelled")
+    return errors.InvalidArgument(_clean(exc))
 
 
 def _arrow_schema(cur: duckdb.DuckDBPyConnection, names: list[str], types: list[Any]) -> pa.Schema:

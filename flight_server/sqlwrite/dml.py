@@ -31,7 +31,7 @@ from flight_server.engine.iceberg_source import quote
 from flight_server.sqlwrite.commit import commit_once
 from flight_server.sqlwrite.ddl import view_sql
 from flight_server.sqlwrite.parse import TableName, bind_subset, sql_of, table_name, table_reference
-from flight_server.sqlwrite.rows import conform, input_names
+from flight_server.sqlwrite.rows import arrow_schema, conform, conform_batch, input_names
 
 if TYPE_CHECKING:
     from flight_server.sqlwrite.writer import Write
@@ -97,6 +97,21 @@ def insert(w: Write) -> int:
         select.append(f"CAST({value} AS {typ}) AS {quote(name)}")
     aliases = ", ".join(f"c{i}" for i in range(len(sources)))
     final = f"SELECT {', '.join(select)} FROM ({sql}) AS __icefloe_src({aliases})"
+    inputs = input_names([p for p in pins if p is not base])
+    if w.appender is not None and not w.param_rows:
+        # Streamed: DuckDB's batches go straight into the appender's file writer (memory stays
+        # bounded); the same group-commit path as DoPut. Appends commute, so a lost race only
+        # re-bases the new files onto the newer snapshot (the appender retries).
+        bound, params = bind_subset(final, w.params)
+        names = [n for n, _ in columns]
+        stream = w.engine.stream(bound, pins, w.default_schema, params, context=w.context)
+        try:
+            batches = (conform_batch(b, table.schema(), names, what) for b in stream)
+            with w.committing("append", inputs):
+                result = w.appender.append_stream(target.identifier, arrow_schema(table.schema()), batches)
+        finally:
+            stream.close()  # ends the query now, even when the appender stopped reading early
+        return int(result.rows)
     parts = []
     param_sets: list[list[Any] | None] = list(w.param_rows) if w.param_rows else [w.params]
     for values in param_sets:  # several parameter rows: one append for all
@@ -106,10 +121,8 @@ def insert(w: Write) -> int:
     rows = conform(data, table.schema(), [n for n, _ in columns], what)
     if rows.num_rows == 0:
         return 0
-    with w.committing("append", input_names([p for p in pins if p is not base])):
+    with w.committing("append", inputs):
         if w.appender is not None:
-            # The same group-commit path as DoPut: appends commute, so losing a race only
-            # re-bases the new files onto the newer snapshot (the appender retries).
             w.appender.append_table(target.identifier, rows)
         else:
             txn = table.transaction()

@@ -11,12 +11,22 @@ from flight_server import errors
 from flight_server.engine import PinnedTable
 
 
+def arrow_schema(schema: Schema) -> pa.Schema:
+    """The Arrow schema rows of a table are written with (required columns non-nullable)."""
+    return schema_to_pyarrow(schema, include_field_ids=False)
+
+
+def conform_batch(batch: pa.RecordBatch, schema: Schema, source_names: list[str], what: str) -> pa.RecordBatch:
+    table = conform(pa.Table.from_batches([batch]), schema, source_names, what)
+    return table.combine_chunks().to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], table.schema)
+
+
 def conform(data: pa.Table, schema: Schema, source_names: list[str], what: str) -> pa.Table:
     """``data`` (columns in table order) with the table's Arrow types and nullability.
 
     Raises INVALID_ARGUMENT when a required column holds NULL or a value does not fit.
     """
-    target = schema_to_pyarrow(schema, include_field_ids=False)
+    target = arrow_schema(schema)
     if data.num_columns != len(target):
         raise errors.InvalidArgument(f"{what}: expected {len(target)} columns, got {data.num_columns}")
     columns = []

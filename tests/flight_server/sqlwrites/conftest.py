@@ -14,11 +14,15 @@ from servers import ServerProcess
 @pytest.fixture(scope="module")
 def write_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     warehouse = tmp_path_factory.mktemp("sqlwrites") / "warehouse"
-    proc = ServerProcess(warehouse).start()
+    proc = ServerProcess(warehouse, env={"PYTHONFAULTHANDLER": "1"}).start()
     try:
         yield proc
     finally:
+        crashed = proc.proc is not None and proc.proc.poll() is not None
         proc.stop()
+        if crashed:  # keep the evidence: the server must never die on a bad request
+            (warehouse.parent / "server.log").write_text(proc.log)
+            pytest.fail("the server died during the tests; its log is in " + str(warehouse.parent / "server.log"))
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -186,3 +187,16 @@ def test_engine_errors_name_the_statement_not_the_internal_query(conn: Any) -> N
         message = str(info.value)
         assert prefix in message and "nope" in message, message
         assert "__icefloe" not in message and "LINE 1" not in message, message
+
+
+def test_failing_inserts_leave_no_query_behind(conn: Any, write_server: ServerProcess) -> None:
+    """A query that failed mid-stream must be released at once: left registered, the query
+    watchdog would later ask the finished RPC's context about cancellation (a crash)."""
+    _make(conn, "dml_j")
+    for i in range(15):
+        with pytest.raises(adbc_driver_manager.Error, match="Could not convert"):
+            update(conn, f"INSERT INTO dml_j.t SELECT CASE WHEN r < 200000 THEN CAST(r AS VARCHAR) ELSE 'x{i}' END, "
+                         "'n', 1 FROM (SELECT range AS r FROM range(300000))")
+        time.sleep(0.12)  # longer than the watchdog's period
+    assert write_server.proc is not None and write_server.proc.poll() is None
+    assert scalar(conn, "SELECT count(*) FROM dml_j.t") == 0
