@@ -71,10 +71,27 @@ class Subscription:
                     records.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
+            records.sort(key=lambda r: r.seq)
+            if not self._contiguous(records):
+                # Writers publish after releasing the commit lock, so seq 6 can be queued
+                # before seq 5. Every queued record landed after all lower seqs did, so the
+                # log holds whatever the queue is missing.
+                records = list(self._hub.log.read(self.last_seq, limit=limit))
         fresh = [r for r in records if r.seq > self.last_seq]
         if fresh:
             self.last_seq = fresh[-1].seq
         return fresh
+
+    def _contiguous(self, records: list[CommitRecord]) -> bool:
+        """Whether sorted ``records`` (ignoring delivered seqs) continue ``last_seq`` gap-free."""
+        expected = self.last_seq + 1
+        for record in records:
+            if record.seq < expected:
+                continue
+            if record.seq != expected:
+                return False
+            expected += 1
+        return True
 
     def _drain(self) -> None:
         while True:
