@@ -39,5 +39,24 @@ def serve(**options: object) -> None:
     run(config)
 
 
+@main.command()
+@click.option("--location", envvar="ICEFLOE_LOCATION", default="grpc://127.0.0.1:31337", show_default=True,
+              help="Server to follow.")
+@click.option("--after", default="latest", show_default=True,
+              help="Start after this commit seq, or 'earliest' (whole retained log) or 'latest'.")
+@click.option("--table", "tables", multiple=True, help="Only these tables: ns.t or ns.* (repeatable).")
+@click.option("--heartbeat-ms", default=1000, show_default=True, type=int)
+def subscribe(location: str, after: str, tables: tuple[str, ...], heartbeat_ms: int) -> None:
+    """Follow every commit live, printing one JSON line per event (reconnects by itself)."""
+    from flight_server.client import FeedError, parse_after, print_events
+
+    try:
+        print_events(location, parse_after(after), list(tables) or None, heartbeat_ms)
+    except (ValueError, FeedError) as exc:
+        raise click.ClickException(str(exc)) from None
+    except (KeyboardInterrupt, BrokenPipeError):
+        pass
+
+
 if __name__ == "__main__":
     main()

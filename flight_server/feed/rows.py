@@ -97,7 +97,11 @@ class RowStream(FeedStream):
                     f"resubscribe with after={record.seq - 1} to read rows with the new schema"
                 )
             target = _output_schema(schema)
-            files = _added_data_files(metadata, io, record.snapshot_id)
+            files = [
+                data_file
+                for snapshot_id in _commit_snapshot_ids(metadata, record)
+                for data_file in _added_data_files(metadata, io, snapshot_id)
+            ]
             scan = ArrowScan(metadata, io, schema, AlwaysTrue())
             pending: pa.RecordBatch | None = None
             # A list, not a generator: ArrowScan iterates the tasks twice.
@@ -167,6 +171,19 @@ def _output_schema(schema: Schema) -> pa.Schema:
     if clashes:
         raise errors.FailedPrecondition(f"rows.v1 cannot stream a table with a column named {clashes[0]}")
     return pa.schema([*columns, *EXTRA_FIELDS])
+
+
+def _commit_snapshot_ids(metadata: TableMetadata, record: CommitRecord) -> list[int]:
+    """Ids of the snapshots one commit added, oldest first (a transaction can add several)."""
+    assert record.snapshot_id is not None
+    ids: list[int] = []
+    snapshot = metadata.snapshot_by_id(record.snapshot_id)
+    while snapshot is not None and snapshot.snapshot_id != record.parent_snapshot_id and len(ids) < 1000:
+        ids.append(snapshot.snapshot_id)
+        if snapshot.parent_snapshot_id is None:
+            break
+        snapshot = metadata.snapshot_by_id(snapshot.parent_snapshot_id)
+    return ids[::-1]
 
 
 def _added_data_files(metadata: TableMetadata, io: FileIO, snapshot_id: int) -> list[DataFile]:
