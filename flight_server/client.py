@@ -179,6 +179,7 @@ class _Connection:
         self._stop = stop
         self._client: flight.FlightClient | None = None
         self._reader: flight.FlightStreamReader | None = None
+        self._writer: flight.FlightStreamWriter | None = None
         self._waiting_since: float | None = None
         self._closed = threading.Event()
         self._lock = threading.Lock()
@@ -188,7 +189,7 @@ class _Connection:
         self._client = flight.connect(self._location)
         descriptor = flight.FlightDescriptor.for_command(json.dumps(self._request).encode("utf-8"))
         writer, reader = self._client.do_exchange(descriptor, self._options)
-        self._reader = reader
+        self._reader, self._writer = reader, writer
         writer.done_writing()  # the feed reads nothing from the client
         threading.Thread(target=self._watch, name="icefloe-feed-watchdog", daemon=True).start()
         while True:
@@ -224,9 +225,13 @@ class _Connection:
     def close(self) -> None:
         self._closed.set()
         with self._lock:
-            if self._reader is not None:
-                self._reader.cancel()
-                self._reader = None
+            if self._reader is not None and self._writer is not None:
+                for step in (self._reader.cancel, self._writer.close):
+                    try:
+                        step()
+                    except (flight.FlightError, pa.ArrowException):
+                        pass  # closing a cancelled call reports the cancellation
+                self._reader = self._writer = None
             if self._client is not None:
                 self._client.close()
                 self._client = None

@@ -86,16 +86,19 @@ class FeedStream:
         catalog = self.server.catalog
         log = catalog.log
         after = self.request.after
-        if after == "earliest":
-            after = log.log_start() - 1
-        elif after == "latest":
-            after = log.head()
-        assert isinstance(after, int)
         # Register before reading the log: anything landing from now on reaches the queue, and
         # anything that landed before is read from the log; sequence numbers dedupe the seam.
-        subscription = catalog.hub.subscribe(after)
+        subscription = catalog.hub.subscribe(after if isinstance(after, int) else 0)
         with subscription:
             log_start, head = log.log_start(), log.head()
+            # Named cursors resolve against what hello reports, so "latest" means "after
+            # hello's head" exactly.
+            if after == "earliest":
+                after = log_start - 1
+            elif after == "latest":
+                after = head
+            assert isinstance(after, int)
+            subscription.last_seq = after
             if after < log_start - 1:
                 raise errors.OutOfRange(f"cursor expired: log starts at {log_start}")
             if after > head:

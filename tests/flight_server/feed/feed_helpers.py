@@ -108,10 +108,11 @@ class FeedReader:
 
     def close(self) -> None:
         self._go.set()
-        try:
-            self.reader.cancel()
-        except Exception:
-            pass
+        for step in (self.reader.cancel, self.writer.close):
+            try:
+                step()
+            except Exception:  # closing a cancelled call reports the cancellation
+                pass
         self.client.close()
         self._thread.join(5)
 
