@@ -124,7 +124,7 @@ def subscribe(
                         yield event
                         cursor = event.seq
             error: Exception = ConnectionError("the server ended the feed stream")
-        except flight.FlightError as exc:
+        except pa.ArrowException as exc:  # FlightError and the Arrow-status errors
             _raise_if_final(exc)
             error = exc
         finally:
@@ -142,7 +142,7 @@ def subscribe(
         backoff = min(max_backoff_s, backoff * 2)
 
 
-def _raise_if_final(exc: flight.FlightError | pa.ArrowException) -> None:
+def _raise_if_final(exc: pa.ArrowException) -> None:
     text = str(exc)
     if "cursor expired" in text:
         raise FeedCursorExpired(_first_line(text)) from exc
