@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from catalog.commit_log import CommitRecord
-from flight_server.feed.events import record_matches, records_to_batch
+from flight_server.feed.events import EventBatchCache, record_matches
 from flight_server.feed.stream import FeedStream
 
 
 class CommitStream(FeedStream):
+    def __init__(self, *args: Any, batches: EventBatchCache, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._batches = batches
+
     def handle(self, records: list[CommitRecord]) -> bool:
         matched = [r for r in records if record_matches(self.request, r)]
         if not matched:
             return False
-        self.send_batch(records_to_batch(matched))
+        self.send_batch(self._batches.get(matched))
         return True

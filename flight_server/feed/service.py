@@ -9,6 +9,7 @@ import pyarrow.flight as flight
 
 from flight_server import errors
 from flight_server.feed.commits import CommitStream
+from flight_server.feed.events import EventBatchCache
 from flight_server.feed.request import COMMITS_FEED, parse_request
 from flight_server.feed.stream import FeedStream
 
@@ -22,6 +23,7 @@ class FeedService:
     def __init__(self, server: IcefloeServer) -> None:
         self.server = server
         server.catalog.hub.max_subscribers = server.config.max_subscribers
+        self.batches = EventBatchCache()
 
     def do_exchange(
         self,
@@ -39,7 +41,7 @@ class FeedService:
         request = parse_request(descriptor.command)
         stream: FeedStream
         if request.feed == COMMITS_FEED:
-            stream = CommitStream(self.server, context, request, writer)
+            stream = CommitStream(self.server, context, request, writer, batches=self.batches)
         else:
             from flight_server.feed.rows import RowStream
 
