@@ -120,3 +120,37 @@ def test_subscriber_that_stops_reading_does_not_block_writers(feed_server: Icefl
     finally:
         stalled.close()
         live.close()
+
+
+def test_lagging_subscriber_whose_cursor_is_trimmed_gets_cursor_expired(
+    feed_server: IcefloeServer, location: str
+) -> None:
+    cat = feed_server.catalog
+    cat.hub.queue_size = 2
+    cat.create_namespace("ns")
+    request = {"feed": "commits.v1", "after": "latest"}
+    stalled = FeedReader(location, request, generic_options=STALLING_CLIENT_OPTIONS, read=False)
+    try:
+        deadline = time.monotonic() + 10
+        while cat.hub.subscriber_count < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        for i in range(12):
+            cat.create_table(f"ns.t{i}", SCHEMA)
+        # Retention drops records the stalled subscriber has not read yet.
+        assert cat.log.trim(10) == 11
+        stalled.resume()
+        seqs: list[int] = []
+        while True:
+            try:
+                msg = stalled.next()
+            except BaseException as exc:  # the stream's end
+                error = exc
+                break
+            if msg.batch is not None:
+                seqs.extend(msg.batch.column(0).to_pylist())
+        # Whatever was already in flight arrives in order; then an error, never a silent skip.
+        assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) < 12
+        assert "cursor expired: log starts at 11" in str(error)
+    finally:
+        stalled.close()
