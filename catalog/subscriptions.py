@@ -74,27 +74,14 @@ class Subscription:
                     records.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            records.sort(key=lambda r: r.seq)
-            if not self._contiguous(records):
-                # Writers publish after releasing the commit lock, so seq 6 can be queued
-                # before seq 5. Every queued record landed after all lower seqs did, so the
-                # log holds whatever the queue is missing.
-                records = list(self._hub.log.read(self.last_seq, limit=limit))
-        fresh = [r for r in records if r.seq > self.last_seq]
+        fresh = sorted((r for r in records if r.seq > self.last_seq), key=lambda r: r.seq)
+        if any(r.seq != self.last_seq + 1 + i for i, r in enumerate(fresh)):
+            # The queue skipped a seq (published out of order, or a record is still being
+            # published): every landed record is in the log, which is contiguous.
+            fresh = list(self._hub.log.read(self.last_seq, limit=limit))
         if fresh:
             self.last_seq = fresh[-1].seq
         return fresh
-
-    def _contiguous(self, records: list[CommitRecord]) -> bool:
-        """Whether sorted ``records`` (ignoring delivered seqs) continue ``last_seq`` gap-free."""
-        expected = self.last_seq + 1
-        for record in records:
-            if record.seq < expected:
-                continue
-            if record.seq != expected:
-                return False
-            expected += 1
-        return True
 
     def _drain(self) -> None:
         while True:
@@ -142,7 +129,11 @@ class CommitHub:
         return sub
 
     def add_listener(self, listener: Callable[[CommitRecord], None]) -> None:
-        """Call ``listener`` (which must not block) for every published record."""
+        """Call ``listener`` for every published record, in seq order.
+
+        It runs on the committing thread while the catalog's commit lock is held, so it must
+        not block or do I/O: hand the record to a queue (or read the durable log instead).
+        """
         self._listeners.append(listener)
 
     def publish(self, record: CommitRecord) -> None:

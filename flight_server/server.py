@@ -20,6 +20,10 @@ import pyarrow.flight as flight
 from catalog import RocksCatalog
 from flight_server import errors
 from flight_server.config import Config
+from flight_server.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
+from flight_server.headers import HeadersMiddlewareFactory
+from flight_server.flightsql.sessions import MIDDLEWARE_KEY as SESSION_MIDDLEWARE_KEY
+from flight_server.flightsql.sessions import SessionMiddlewareFactory
 
 logger = logging.getLogger("icefloe.server")
 
@@ -40,7 +44,10 @@ class IcefloeServer(flight.FlightServerBase):
         self.flightsql = FlightSqlService(self)
         self.appends = AppendService(self)
         self.feed = FeedService(self)
-        super().__init__(config.location, **kwargs)
+        middleware = dict(kwargs.pop("middleware", None) or {})
+        middleware.setdefault(HEADERS_MIDDLEWARE_KEY, HeadersMiddlewareFactory())
+        middleware.setdefault(SESSION_MIDDLEWARE_KEY, SessionMiddlewareFactory())
+        super().__init__(config.location, middleware=middleware, **kwargs)
         # --port 0 asks the OS for a port; keep the one we got.
         self.config.port = self.port
 
@@ -95,6 +102,8 @@ class IcefloeServer(flight.FlightServerBase):
 
     @errors.guard
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
+        if action.type in self.appends.ACTIONS:
+            return self.appends.do_action(context, action)
         return self.flightsql.do_action(context, action)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
@@ -117,6 +126,8 @@ class IcefloeServer(flight.FlightServerBase):
         stopper.join(grace_s)
         if stopper.is_alive():
             logger.warning("some calls did not finish within %.0f s of shutdown; closing anyway", grace_s)
+        self.appends.close()
+        self.flightsql.close()
         self.catalog.close()
         return not stopper.is_alive()
 
