@@ -56,6 +56,7 @@ class RowStream(FeedStream):
         # The Iceberg schema of the rows sent so far (None until the first append is sent).
         self._iceberg_schema: Schema | None = None
         self._metadata: OrderedDict[str, TableMetadata] = OrderedDict()
+        self._live_index: tuple[int, dict[int, list[DataFile]]] | None = None
 
     def run(self) -> None:
         # A mistyped table name should fail now rather than stream heartbeats forever.
@@ -87,21 +88,27 @@ class RowStream(FeedStream):
         try:
             metadata, io = self._metadata_for(record)
             snapshot = metadata.snapshot_by_id(record.snapshot_id)
-            if snapshot is None:
-                raise RowsUnavailable("snapshot expired")
-            schema = metadata.schema_by_id(snapshot.schema_id) if snapshot.schema_id is not None else None
-            schema = schema or metadata.schema()
+            if snapshot is not None:
+                schema = metadata.schema_by_id(snapshot.schema_id) if snapshot.schema_id is not None else None
+                schema = schema or metadata.schema()
+                files = [
+                    data_file
+                    for snapshot_id in _commit_snapshot_ids(metadata, record)
+                    for data_file in _added_data_files(metadata, io, snapshot_id)
+                ]
+            else:
+                # The snapshot was expired (tables keep their last N snapshots), but the files
+                # it added are still live unless rewritten: their manifest entries keep the
+                # id of the snapshot that added them.
+                schema = metadata.schema()
+                files = self._live_files(metadata, io).get(record.snapshot_id, [])
+            _check_complete(record, files)
             if self._iceberg_schema is not None and not _same_schema(schema, self._iceberg_schema):
                 raise errors.FailedPrecondition(
                     f"the schema of {self.table_name} changed before seq {record.seq}; "
                     f"resubscribe with after={record.seq - 1} to read rows with the new schema"
                 )
             target = _output_schema(schema)
-            files = [
-                data_file
-                for snapshot_id in _commit_snapshot_ids(metadata, record)
-                for data_file in _added_data_files(metadata, io, snapshot_id)
-            ]
             scan = ArrowScan(metadata, io, schema, AlwaysTrue())
             pending: pa.RecordBatch | None = None
             # A list, not a generator: ArrowScan iterates the tasks twice.
@@ -133,6 +140,21 @@ class RowStream(FeedStream):
             return True  # cannot tell; ending the stream is the safe answer
         return not _same_schema(metadata.schema(), self._iceberg_schema)
 
+    def _live_files(self, metadata: TableMetadata, io: FileIO) -> dict[int, list[DataFile]]:
+        """Live data files of the current snapshot, by the id of the snapshot that added them."""
+        current = metadata.current_snapshot()
+        key = current.snapshot_id if current is not None else 0  # the index depends only on it
+        if self._live_index is not None and self._live_index[0] == key:
+            return self._live_index[1]
+        index: dict[int, list[DataFile]] = {}
+        if current is not None:
+            for manifest in current.manifests(io):
+                for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                    if entry.data_file.content == DataFileContent.DATA and entry.snapshot_id is not None:
+                        index.setdefault(entry.snapshot_id, []).append(entry.data_file)
+        self._live_index = (key, index)
+        return index
+
     def _metadata_for(self, record: CommitRecord) -> tuple[TableMetadata, FileIO]:
         """The table metadata written by ``record``'s commit (or the table's current metadata)."""
         catalog = self.server.catalog
@@ -159,6 +181,14 @@ class RowStream(FeedStream):
         while len(self._metadata) > _METADATA_CACHE_SIZE:
             self._metadata.popitem(last=False)
         return metadata, io
+
+
+def _check_complete(record: CommitRecord, files: list[DataFile]) -> None:
+    """Refuse to send part of a commit: the files found must be exactly what it added."""
+    if record.added_files is not None and len(files) != record.added_files:
+        raise RowsUnavailable(f"found {len(files)} of the {record.added_files} files the commit added")
+    if record.added_rows is not None and sum(f.record_count for f in files) != record.added_rows:
+        raise RowsUnavailable("the commit's files were rewritten")
 
 
 def _same_schema(a: Schema, b: Schema) -> bool:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 from feed_helpers import SCHEMA, FeedReader, Message, rows
 from pyiceberg.types import StringType
 
 from flight_server.server import IcefloeServer
+
+# Old metadata files are deleted after one newer version, so replay cannot use them.
+FORGETFUL = {"write.metadata.previous-versions-max": "1", "write.metadata.delete-after-commit.enabled": "true"}
 
 EXTRA = [
     pa.field("_seq", pa.int64(), nullable=False),
@@ -165,3 +170,37 @@ def test_unknown_table_is_not_found(location: str) -> None:
     with row_feed(location, table="ns.nope") as f:
         err = f.error()
     assert "NOT_FOUND" in str(err) and "ns.nope" in str(err)
+
+
+def test_replay_of_appends_whose_snapshots_expired(feed_server: IcefloeServer, location: str) -> None:
+    cat = feed_server.catalog
+    cat.create_namespace("ns")
+    # Keep only 3 snapshots, and let old metadata files go: replay must use live entries.
+    table = cat.create_table("ns.t", SCHEMA, properties=FORGETFUL | {"icefloe.snapshots.retain": "3"})
+    first_metadata = table.metadata_location
+    for k in range(8):
+        table.append(rows(k * 10, 2))
+    assert len(table.metadata.snapshots) == 3
+    assert not Path(first_metadata).exists()
+    with row_feed(location, after=1) as f:
+        f.wait_for("hello")
+        got = [next_commit(f) for _ in range(8)]
+    assert [c["seq"] for _, c in got] == list(range(2, 10))
+    for k, (batch_rows, commit) in enumerate(got):
+        assert [(r["id"], r["_seq"]) for r in batch_rows] == [(k * 10, commit["seq"]), (k * 10 + 1, commit["seq"])]
+
+
+def test_rows_of_a_rewritten_append_are_an_error_not_a_partial_send(
+    feed_server: IcefloeServer, location: str
+) -> None:
+    cat = feed_server.catalog
+    cat.create_namespace("ns")
+    table = cat.create_table("ns.t", SCHEMA, properties=FORGETFUL | {"icefloe.snapshots.retain": "1"})
+    table.append(rows(0, 4))  # seq 2; its snapshot and metadata file are gone after these:
+    table.delete("id = 1")  # copy-on-write rewrites the file seq 2 added
+    table.append(rows(10, 1))
+    table.append(rows(20, 1))
+    with row_feed(location, after=1) as f:
+        err = f.error()
+    assert "the rows of seq 2 are no longer available" in str(err)
+    assert "resubscribe with after=2" in str(err)
