@@ -1,16 +1,16 @@
 """Commit feed: commit -> subscriber latency, and writer throughput with stalled subscribers.
 
-One icefloe server runs in this process; the writer commits 100-row pyiceberg appends through
-the server's own catalog (the same path DoPut takes) and notes the time each append is
-acknowledged. Subscribers are real pyarrow.flight clients in separate processes.
+A real ``icefloe serve`` process; the writer appends 100-row batches with Flight DoPut (one
+commit each) and notes when each DoPut is acknowledged; subscribers are pyarrow.flight
+clients in separate processes.
 
 1. Latency: from the writer's acknowledgement to the event's arrival at each subscriber,
    with 1, 10 and 100 subscribers (paced commits, so each is measured on its own). Also
-   reported: from ``committed_at`` (stamped before the fsync) to arrival. An event can
-   arrive before the writer's call returns (it is published as soon as it is durable), so
+   reported: from ``committed_at`` (stamped just before the fsync) to arrival. The event is
+   published as soon as the commit is durable, before the DoPut answer travels back, so
    ack -> arrival can be negative.
-2. Throughput: appends/s with no subscriber vs with 20 subscribers that never read (their
-   gRPC writes block), alternating A/B rounds; the ratio is the median with / median without.
+2. Throughput: DoPut appends/s with no subscriber vs with 20 subscribers that never read
+   (their gRPC writes block), alternating rounds; the ratio is median with / median without.
 
     python benchmarks/bench_feed.py [--quick]
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -35,8 +36,7 @@ import pyarrow.flight as flight
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from flight_server.config import Config  # noqa: E402
-from flight_server.server import IcefloeServer  # noqa: E402
+from catalog import RocksCatalog  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "feed.json"
 # Client channel options under which a non-reading client blocks the server's writes at once.
@@ -50,7 +50,8 @@ ROWS = pa.table({"id": pa.array(range(100), pa.int64()), "name": pa.array([f"r{i
 def subscriber_main(location: str, streams: int, expected: int, stalled: bool) -> None:
     """Open ``streams`` feeds; print "ready"; then (unless stalled) print arrivals as JSON."""
     request = json.dumps({"feed": "commits.v1", "after": "latest", "tables": ["bench.*"]}).encode()
-    arrivals: list[list[tuple[int, int]]] = [[] for _ in range(streams)]
+    # Per stream: (seq, arrival ns, committed_at us).
+    arrivals: list[list[tuple[int, int, int]]] = [[] for _ in range(streams)]
     hello = threading.Barrier(streams + 1)
     done = threading.Event()
     calls = []
@@ -72,7 +73,11 @@ def subscriber_main(location: str, streams: int, expected: int, stalled: bool) -
             chunk = reader.read_chunk()
             now = time.time_ns()
             if chunk.data is not None:
-                got.extend((seq, now) for seq in chunk.data.column(0).to_pylist())
+                seqs = chunk.data.column("seq").to_pylist()
+                stamps = chunk.data.column("committed_at").cast(pa.int64()).to_pylist()
+                # Only the writer's appends count (background compaction commits too).
+                ops = chunk.data.column("operation").to_pylist()
+                got.extend((seq, now, ts) for seq, ts, op in zip(seqs, stamps, ops, strict=True) if op == "append")
 
     threads = [threading.Thread(target=follow, args=(i,), daemon=True) for i in range(streams)]
     for t in threads:
@@ -114,11 +119,11 @@ class Subscribers:
                 self.close()
                 raise RuntimeError(f"subscriber process failed to start: {line!r}")
 
-    def arrivals(self) -> list[list[tuple[int, int]]]:
-        out: list[list[tuple[int, int]]] = []
+    def arrivals(self) -> list[list[tuple[int, int, int]]]:
+        out: list[list[tuple[int, int, int]]] = []
         for proc in self.procs:
             assert proc.stdout is not None
-            out.extend([(a[0], a[1]) for a in stream] for stream in json.loads(proc.stdout.readline()))
+            out.extend([(a[0], a[1], a[2]) for a in stream] for stream in json.loads(proc.stdout.readline()))
         return out
 
     def close(self) -> None:
@@ -141,37 +146,73 @@ class Subscribers:
 # -- measurements -----------------------------------------------------------------------------
 
 
+class ServerUnderTest:
+    """``icefloe serve`` on a free port over a warehouse prepared offline."""
+
+    def __init__(self, warehouse: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        cmd = [sys.executable, "-m", "flight_server.cli", "serve", "--warehouse", str(warehouse), "--port", "0"]
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            found = re.search(r"icefloe listening on (\S+)", line)
+            if found:
+                self.location = found.group(1)
+                break
+        else:
+            raise RuntimeError("the server did not start")
+        # Keep draining its log so the server never blocks on a full pipe.
+        threading.Thread(target=lambda: [None for _ in self.proc.stderr or ()], daemon=True).start()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Writer:
+    """Appends ``ROWS`` to a table with DoPut; returns the acknowledged commit seq."""
+
+    def __init__(self, location: str) -> None:
+        self.client = flight.FlightClient(location)
+
+    def append(self, table: str) -> int:
+        writer, reader = self.client.do_put(flight.FlightDescriptor.for_path(*table.split(".")), ROWS.schema)
+        writer.write_table(ROWS)
+        writer.done_writing()
+        answer = reader.read()
+        writer.close()
+        assert answer is not None
+        return int(json.loads(answer.to_pybytes())["commit_seq"])
+
+    def close(self) -> None:
+        self.client.close()
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
     return ordered[index]
 
 
-def measure_latency(
-    server: IcefloeServer, location: str, subscribers: int, commits: int, gap_s: float
-) -> dict[str, Any]:
-    cat = server.catalog
-    table = cat.create_table(f"bench.lat{subscribers}", ROWS.schema)
+def measure_latency(writer: Writer, location: str, subscribers: int, commits: int, gap_s: float) -> dict[str, Any]:
     subs = Subscribers(location, subscribers, expected=commits)
     acks: dict[int, int] = {}
-    committed: dict[int, int] = {}
     try:
         for _ in range(commits):
-            table.append(ROWS)
-            ack = time.time_ns()
-            seq = cat.log.head()  # a single writer: the head is our commit
-            acks[seq] = ack
-            record = cat.log.get(seq)
-            assert record is not None
-            committed[seq] = record.committed_at_us * 1000
+            seq = writer.append(f"bench.lat{subscribers}")
+            acks[seq] = time.time_ns()
             time.sleep(gap_s)
         arrivals = subs.arrivals()
     finally:
         subs.close()
-    from_ack = [(t - acks[seq]) / 1e6 for stream in arrivals for seq, t in stream]
-    from_commit = [(t - committed[seq]) / 1e6 for stream in arrivals for seq, t in stream]
     for stream in arrivals:
-        assert [seq for seq, _ in stream] == sorted(acks), "a subscriber missed or reordered events"
+        assert [seq for seq, _, _ in stream] == sorted(acks), ([seq for seq, _, _ in stream], sorted(acks))
+    from_ack = [(t - acks[seq]) / 1e6 for stream in arrivals for seq, t, _ in stream]
+    from_commit = [(t - committed * 1000) / 1e6 for stream in arrivals for _, t, committed in stream]
     return {
         "subscribers": subscribers,
         "events": len(from_ack),
@@ -183,28 +224,27 @@ def measure_latency(
     }
 
 
-def append_rate(server: IcefloeServer, name: str, commits: int) -> float:
-    table = server.catalog.create_table(f"bench.{name}", ROWS.schema)
+def append_rate(writer: Writer, table: str, commits: int) -> float:
     start = time.perf_counter()
     for _ in range(commits):
-        table.append(ROWS)
+        writer.append(table)
     return commits / (time.perf_counter() - start)
 
 
-def measure_throughput(server: IcefloeServer, location: str, stalled: int, commits: int, rounds: int) -> dict[str, Any]:
+def measure_throughput(writer: Writer, location: str, stalled: int, commits: int, rounds: int) -> dict[str, Any]:
     without: list[float] = []
     with_stalled: list[float] = []
-    append_rate(server, "tp_warmup", commits)  # imports, caches, first-table costs
+    append_rate(writer, "bench.tp_warmup", commits)  # caches, connections, first-append costs
     for r in range(rounds):
         # Alternate which side goes first so drift on a shared machine hits both alike.
         for side in (("base", "stalled") if r % 2 == 0 else ("stalled", "base")):
             if side == "base":
-                without.append(append_rate(server, f"tp_base{r}", commits))
+                without.append(append_rate(writer, f"bench.tp_base{r}", commits))
                 continue
             subs = Subscribers(location, stalled, expected=0, stalled=True)
             try:
                 time.sleep(0.5)  # let their streams settle (blocked in gRPC writes or idle)
-                with_stalled.append(append_rate(server, f"tp_stalled{r}", commits))
+                with_stalled.append(append_rate(writer, f"bench.tp_stalled{r}", commits))
             finally:
                 subs.close()
     base, loaded = statistics.median(without), statistics.median(with_stalled)
@@ -220,26 +260,40 @@ def measure_throughput(server: IcefloeServer, location: str, stalled: int, commi
     }
 
 
+def prepare(warehouse: Path, rounds: int) -> None:
+    cat = RocksCatalog("bench", warehouse=str(warehouse), **{"read-only": "false"})
+    try:
+        cat.create_namespace("bench")
+        names = ["lat1", "lat10", "lat100", "tp_warmup"]
+        names += [f"tp_{side}{r}" for r in range(rounds) for side in ("base", "stalled")]
+        for name in names:
+            cat.create_table(f"bench.{name}", ROWS.schema)
+    finally:
+        cat.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short development run")
     args = parser.parse_args()
     commits = 20 if args.quick else 100
     tp_commits, rounds = (30, 2) if args.quick else (150, 4)
-    results: dict[str, Any] = {"quick": args.quick, "cpus": os.cpu_count()}
+    results: dict[str, Any] = {"quick": args.quick, "cpus": os.cpu_count(), "writer": "DoPut, 100 rows per commit"}
     with tempfile.TemporaryDirectory(prefix="icefloe-bench-feed-") as tmp:
-        server = IcefloeServer(Config(warehouse=str(Path(tmp) / "wh"), port=0, log_level="warning"))
-        location = f"grpc://127.0.0.1:{server.port}"
+        warehouse = Path(tmp) / "wh"
+        prepare(warehouse, rounds)
+        server = ServerUnderTest(warehouse)
+        writer = Writer(server.location)
         try:
-            server.catalog.create_namespace("bench")
             results["latency"] = [
-                measure_latency(server, location, n, commits, gap_s=0.05) for n in (1, 10, 100)
+                measure_latency(writer, server.location, n, commits, gap_s=0.05) for n in (1, 10, 100)
             ]
-            results["throughput"] = measure_throughput(server, location, 20, tp_commits, rounds)
+            results["throughput"] = measure_throughput(writer, server.location, 20, tp_commits, rounds)
         finally:
-            server.shutdown_and_close(grace_s=5)
+            writer.close()
+            server.stop()
 
-    print(f"\ncommit -> subscriber latency ({commits} paced 100-row appends; ms)")
+    print(f"\ncommit -> subscriber latency ({commits} paced 100-row DoPut appends; ms)")
     header = ("subscribers", "events", "ack p50", "ack p99", "ack max", "commit p50", "commit p99")
     print(" ".join(f"{h:>11}" for h in header))
     for row in results["latency"]:
