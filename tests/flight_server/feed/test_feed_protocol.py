@@ -272,3 +272,27 @@ def test_hello_is_json_metadata_only(location: str) -> None:
         msg = f.next()
     assert msg.batch is None
     assert json.loads(json.dumps(msg.metadata)) == {"hello": {"log_start": 1, "head": 0}}
+
+
+def test_vanished_client_is_cleaned_up(feed_server: IcefloeServer, location: str) -> None:
+    """A subscriber process that dies without closing its call frees its subscription."""
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys, time, pyarrow.flight as fl\n"
+        "c = fl.connect(sys.argv[1])\n"
+        "w, r = c.do_exchange(fl.FlightDescriptor.for_command(json.dumps({'feed': 'commits.v1'}).encode()))\n"
+        "r.read_chunk(); print('subscribed', flush=True); time.sleep(600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, location], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "subscribed"
+        assert feed_server.catalog.hub.subscriber_count == 1
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 20
+    while feed_server.catalog.hub.subscriber_count:
+        assert time.monotonic() < deadline, "the dead client's subscription was not cleaned up"
+        time.sleep(0.05)
