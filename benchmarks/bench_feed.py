@@ -279,6 +279,8 @@ def main() -> None:
     commits = 20 if args.quick else 100
     tp_commits, rounds = (30, 2) if args.quick else (150, 4)
     results: dict[str, Any] = {"quick": args.quick, "cpus": os.cpu_count(), "writer": "DoPut, 100 rows per commit"}
+    # The machine may be shared: record how busy it was (1-minute load average).
+    results["load_avg_start"] = round(os.getloadavg()[0], 2)
     with tempfile.TemporaryDirectory(prefix="icefloe-bench-feed-") as tmp:
         warehouse = Path(tmp) / "wh"
         prepare(warehouse, rounds)
@@ -293,6 +295,8 @@ def main() -> None:
             writer.close()
             server.stop()
 
+    results["load_avg_end"] = round(os.getloadavg()[0], 2)
+    print(f"\nload average (1 min) at start / end: {results['load_avg_start']} / {results['load_avg_end']}")
     print(f"\ncommit -> subscriber latency ({commits} paced 100-row DoPut appends; ms)")
     header = ("subscribers", "events", "ack p50", "ack p99", "ack max", "commit p50", "commit p99")
     print(" ".join(f"{h:>11}" for h in header))
