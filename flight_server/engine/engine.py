@@ -112,6 +112,9 @@ class _Slot:
         self.db = duckdb.connect(":memory:", config=config)
         self.db.execute(f"ATTACH ':memory:' AS {CATALOG_NAME}")
         self.db.execute(f"USE {CATALOG_NAME}")
+        # Client SQL must not reach Python objects of the server by name (DuckDB's Python
+        # replacement scans look variables up in the calling frames).
+        self.db.execute("SET python_enable_replacements = false")
         self.db.execute("SET lock_configuration = true")
         # Views are dropped from this cursor: the query's own cursor may still hold its result.
         self.admin = self.db.cursor()
