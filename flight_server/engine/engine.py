@@ -32,6 +32,9 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import sqlglot
+import sqlglot.errors
+from sqlglot import exp as sql_exp
 from duckdb import _seam  # binder access: schema of a statement without running it
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
@@ -202,16 +205,9 @@ class Engine:
 
     def pin(self, sql: str, default_schema: tuple[str, ...] | None) -> list[PinnedTable]:
         """The catalog tables ``sql`` names, each at its current snapshot."""
-        cur = self._parser.cursor()
-        try:
-            names = cur.get_table_names(_without_parameters(sql), qualified=True)
-        except duckdb.Error as exc:
-            raise _map_duckdb(exc) from None
-        finally:
-            cur.close()
         pins: dict[tuple[tuple[str, ...], str], PinnedTable] = {}
-        for raw in sorted(names):
-            for ns, table in self._candidates(split_qualified(raw), default_schema):
+        for parts in sorted(self.table_references(sql)):
+            for ns, table in self._candidates(parts, default_schema):
                 if (ns, table) in pins:
                     break
                 try:
@@ -225,8 +221,37 @@ class Engine:
                 break
         return list(pins.values())
 
+    def table_references(self, sql: str) -> set[tuple[str, ...]]:
+        """Every table name the SQL mentions, as its (unquoted) parts.
+
+        Parsed with sqlglot's DuckDB dialect: DuckDB's own ``get_table_names`` binds the query,
+        which fails exactly when the tables are not there yet (JOIN ... USING) and refuses
+        parameters. DuckDB's extraction is the fallback for SQL sqlglot cannot parse.
+        """
+        try:
+            trees = sqlglot.parse(sql, read="duckdb")
+        except sqlglot.errors.SqlglotError:
+            trees = None
+        if trees is not None:
+            refs: set[tuple[str, ...]] = set()
+            for tree in trees:
+                if tree is None:
+                    continue
+                for table in tree.find_all(sql_exp.Table):
+                    if isinstance(table.this, sql_exp.Identifier) and table.name:
+                        refs.add(tuple(part for part in (table.catalog, table.db, table.name) if part))
+            return refs
+        cur = self._parser.cursor()
+        try:
+            names = cur.get_table_names(_without_parameters(sql), qualified=True)
+        except duckdb.Error as exc:
+            raise _map_duckdb(exc) from None
+        finally:
+            cur.close()
+        return {tuple(split_qualified(name.split(" AS ", 1)[0])) for name in names}
+
     @staticmethod
-    def _candidates(parts: list[str], default_schema: tuple[str, ...] | None) -> list[tuple[tuple[str, ...], str]]:
+    def _candidates(parts: tuple[str, ...], default_schema: tuple[str, ...] | None) -> list[tuple[tuple[str, ...], str]]:
         if len(parts) == 1:
             return [(default_schema, parts[0])] if default_schema else []
         if len(parts) == 3 and parts[0] == CATALOG_NAME:
