@@ -11,7 +11,7 @@ logger = logging.getLogger("icefloe.demo")
 
 NAMESPACE = "demo"
 
-_CITIES = {
+_CITIES: dict[str, list[Any]] = {
     "city_id": [1, 2, 3, 4, 5, 6, 7, 8],
     "name": ["Reykjavik", "Oslo", "Helsinki", "Tromso", "Nuuk", "Murmansk", "Anchorage", "Longyearbyen"],
     "country": ["IS", "NO", "FI", "NO", "GL", "RU", "US", "NO"],
@@ -41,14 +41,29 @@ def load_demo(catalog: Any) -> None:
     if not catalog.namespace_exists(NAMESPACE):
         catalog.create_namespace(NAMESPACE)
     tables = {
-        "cities": pa.table(_CITIES, schema=pa.schema([
-            pa.field("city_id", pa.int32(), nullable=False), pa.field("name", pa.string()),
-            pa.field("country", pa.string()), pa.field("population", pa.int64()), pa.field("latitude", pa.float64()),
-        ])),
-        "floe_sightings": pa.table(_floes(), schema=pa.schema([
-            pa.field("city_id", pa.int32(), nullable=False), pa.field("day", pa.date32()),
-            pa.field("floes", pa.int32()), pa.field("max_area_km2", pa.float64()),
-        ])),
+        "cities": pa.table(
+            _CITIES,
+            schema=pa.schema(
+                [
+                    pa.field("city_id", pa.int32(), nullable=False),
+                    pa.field("name", pa.string()),
+                    pa.field("country", pa.string()),
+                    pa.field("population", pa.int64()),
+                    pa.field("latitude", pa.float64()),
+                ]
+            ),
+        ),
+        "floe_sightings": pa.table(
+            _floes(),
+            schema=pa.schema(
+                [
+                    pa.field("city_id", pa.int32(), nullable=False),
+                    pa.field("day", pa.date32()),
+                    pa.field("floes", pa.int32()),
+                    pa.field("max_area_km2", pa.float64()),
+                ]
+            ),
+        ),
     }
     for name, data in tables.items():
         if catalog.table_exists((NAMESPACE, name)):

@@ -34,9 +34,9 @@ import duckdb
 import pyarrow as pa
 import sqlglot
 import sqlglot.errors
-from sqlglot import exp as sql_exp
 from duckdb import _seam  # binder access: schema of a statement without running it
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from sqlglot import exp as sql_exp
 
 from flight_server import errors
 from flight_server.engine.iceberg_source import IcebergSources, quote
@@ -251,7 +251,9 @@ class Engine:
         return {tuple(split_qualified(name.split(" AS ", 1)[0])) for name in names}
 
     @staticmethod
-    def _candidates(parts: tuple[str, ...], default_schema: tuple[str, ...] | None) -> list[tuple[tuple[str, ...], str]]:
+    def _candidates(
+        parts: tuple[str, ...], default_schema: tuple[str, ...] | None
+    ) -> list[tuple[tuple[str, ...], str]]:
         if len(parts) == 1:
             return [(default_schema, parts[0])] if default_schema else []
         if len(parts) == 3 and parts[0] == CATALOG_NAME:
@@ -456,7 +458,17 @@ def _map_duckdb(exc: duckdb.Error) -> Exception:
         return errors.NotFound(msg)
     if isinstance(exc, duckdb.OutOfMemoryException):
         return errors.ResourceExhausted(msg)
-    if isinstance(exc, (duckdb.ParserException, duckdb.BinderException, duckdb.ProgrammingError, duckdb.DataError,
-                        duckdb.ConversionException, duckdb.InvalidInputException, duckdb.NotImplementedException)):
+    if isinstance(
+        exc,
+        (
+            duckdb.ParserException,
+            duckdb.BinderException,
+            duckdb.ProgrammingError,
+            duckdb.DataError,
+            duckdb.ConversionException,
+            duckdb.InvalidInputException,
+            duckdb.NotImplementedException,
+        ),
+    ):
         return errors.InvalidArgument(msg)
     return errors.InvalidArgument(msg)

@@ -56,15 +56,16 @@ SESSION_OPTIONS = ("catalog", "schema")
 
 
 def _ipc(schema: pa.Schema) -> bytes:
-    return schema.serialize().to_pybytes()
+    return bytes(schema.serialize().to_pybytes())
 
 
 class FlightSqlService:
     def __init__(self, server: IcefloeServer) -> None:
         self.server = server
         config = server.config
-        self.engine = Engine(server.catalog, query_timeout_s=config.query_timeout_s,
-                             max_concurrent=config.max_concurrent_queries)
+        self.engine = Engine(
+            server.catalog, query_timeout_s=config.query_timeout_s, max_concurrent=config.max_concurrent_queries
+        )
         self.metadata = md.Metadata(server.catalog)
         self.sessions = SessionStore()
 
@@ -100,11 +101,15 @@ class FlightSqlService:
 
     # -- GetFlightInfo / GetSchema ---------------------------------------------------------
 
-    def get_flight_info(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
+    def get_flight_info(
+        self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
+    ) -> flight.FlightInfo:
         cmd = self._descriptor_command(descriptor)
         if isinstance(cmd, p.CommandStatementQuery):
             handle = self._plan(context, cmd.query, None)
-            schema, _ = self.engine.describe(handle.sql, handle.pins, handle.default_schema, param_values(handle.params))
+            schema, _ = self.engine.describe(
+                handle.sql, handle.pins, handle.default_schema, param_values(handle.params)
+            )
             ticket = p.TicketStatementQuery(handle.encode()).pack()
         elif isinstance(cmd, p.CommandPreparedStatementQuery):
             prepared = PreparedHandle.decode(cmd.prepared_statement_handle)
@@ -113,7 +118,9 @@ class FlightSqlService:
                 self.server.authorize(context, "write")
                 self._write(prepared.sql)
             handle = self._plan(context, prepared.sql, prepared.default_schema, prepared.params)
-            schema, _ = self.engine.describe(handle.sql, handle.pins, handle.default_schema, param_values(handle.params))
+            schema, _ = self.engine.describe(
+                handle.sql, handle.pins, handle.default_schema, param_values(handle.params)
+            )
             ticket = p.TicketStatementQuery(handle.encode()).pack()
         else:
             schema = self._metadata_schema(context, cmd)
@@ -128,7 +135,10 @@ class FlightSqlService:
         return flight.SchemaResult(self._metadata_schema(context, cmd))
 
     def _plan(
-        self, context: flight.ServerCallContext, sql: str, default_schema: tuple[str, ...] | None,
+        self,
+        context: flight.ServerCallContext,
+        sql: str,
+        default_schema: tuple[str, ...] | None,
         params: pa.RecordBatch | None = None,
     ) -> StatementHandle:
         """Authorize, classify, and pin the snapshots of the tables a query reads."""
@@ -175,8 +185,9 @@ class FlightSqlService:
         if isinstance(cmd, p.TicketStatementQuery):
             self.server.authorize(context, "read")
             handle = StatementHandle.decode(cmd.statement_handle)
-            reader = self.engine.execute(handle.sql, handle.pins, handle.default_schema, param_values(handle.params),
-                                         context=context)
+            reader = self.engine.execute(
+                handle.sql, handle.pins, handle.default_schema, param_values(handle.params), context=context
+            )
             return flight.RecordBatchStream(reader)
         return flight.RecordBatchStream(self._metadata_table(context, cmd))
 
@@ -243,10 +254,17 @@ class FlightSqlService:
         ingest = getattr(self.server.appends, "ingest", None)
         if ingest is None:
             raise errors.Unimplemented("bulk ingest is not available in this build")
-        return int(ingest(
-            context, namespace=namespace, table=cmd.table, mode=mode, temporary=cmd.temporary, reader=reader,
-            idempotency_key=options.get("idempotency_key") or None,
-        ))
+        return int(
+            ingest(
+                context,
+                namespace=namespace,
+                table=cmd.table,
+                mode=mode,
+                temporary=cmd.temporary,
+                reader=reader,
+                idempotency_key=options.get("idempotency_key") or None,
+            )
+        )
 
     # -- DoAction ----------------------------------------------------------------------------
 
@@ -332,7 +350,9 @@ class FlightSqlService:
         options: dict[str, Any] = {"catalog": CATALOG_NAME}
         if session is not None:
             options.update(session.options)
-        entries = [p.SessionOptionEntry(k, p.SessionOptionValue(string_value=str(v))) for k, v in sorted(options.items())]
+        entries = [
+            p.SessionOptionEntry(k, p.SessionOptionValue(string_value=str(v))) for k, v in sorted(options.items())
+        ]
         return p.GetSessionOptionsResult(entries).encode()
 
 

@@ -12,8 +12,13 @@ from servers import ROOT, ServerProcess
 
 def icefloe_sql(location: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "flight_server.cli", "sql", "--uri", location, *args],
-                          capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "flight_server.cli", "sql", "--uri", location, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def test_demo_and_sql_client(tmp_path: Path) -> None:

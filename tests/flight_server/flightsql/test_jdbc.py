@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from servers import ROOT, ServerProcess
 
 HERE = Path(__file__).resolve().parent
@@ -39,7 +38,9 @@ def jdbc_output(sample_server: ServerProcess, tmp_path_factory: pytest.TempPathF
     url = f"jdbc:arrow-flight-sql://127.0.0.1:{port}?useEncryption=false"
     proc = subprocess.run(
         ["java", "--add-opens=java.base/java.nio=ALL-UNNAMED", "-cp", f"{jar}{os.pathsep}{classes}", "JdbcCheck", url],
-        capture_output=True, text=True, timeout=180,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     checks = {}

@@ -10,7 +10,6 @@ import pyarrow.flight as flight
 import pytest
 from flightsql_samples import make_sample_warehouse
 from flightsql_wire import statement_query
-
 from servers import ServerProcess
 
 ENDLESS = "SELECT * FROM range(100000000000) t(i)"
@@ -29,7 +28,9 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
         proc.stop()
 
 
-def start(client: flight.FlightClient, sql: str, options: flight.FlightCallOptions | None = None) -> flight.FlightStreamReader:
+def start(
+    client: flight.FlightClient, sql: str, options: flight.FlightCallOptions | None = None
+) -> flight.FlightStreamReader:
     info = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query(sql)))
     return client.do_get(info.endpoints[0].ticket, options=options)
 

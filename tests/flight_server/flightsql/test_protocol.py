@@ -14,7 +14,6 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 from flightsql_wire import SQL, any_of, field_bytes, field_varint, read_fields, statement_query
-
 from servers import ServerProcess
 
 SERVICE = "/arrow.flight.protocol.FlightService/"
@@ -102,8 +101,11 @@ def test_bad_tickets_are_invalid_argument(channel: grpc.Channel, ticket: bytes) 
         ("NoSuchAction", b"", grpc.StatusCode.INVALID_ARGUMENT),
         ("CreatePreparedStatement", b"\xff", grpc.StatusCode.INVALID_ARGUMENT),
         ("CreatePreparedStatement", any_of("ActionClosePreparedStatementRequest"), grpc.StatusCode.INVALID_ARGUMENT),
-        ("ClosePreparedStatement", any_of("ActionClosePreparedStatementRequest", field_bytes(1, b"x")),
-         grpc.StatusCode.INVALID_ARGUMENT),
+        (
+            "ClosePreparedStatement",
+            any_of("ActionClosePreparedStatementRequest", field_bytes(1, b"x")),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
         ("BeginTransaction", any_of("ActionBeginTransactionRequest"), grpc.StatusCode.UNIMPLEMENTED),
         ("CreatePreparedSubstraitPlan", b"", grpc.StatusCode.UNIMPLEMENTED),
         ("CancelQuery", b"", grpc.StatusCode.UNIMPLEMENTED),
@@ -122,7 +124,9 @@ def test_server_survives_and_statement_ticket_is_any_packed(channel: grpc.Channe
     assert any_fields[1][0] == (SQL + "TicketStatementQuery").encode()
 
     client = flight.FlightClient(uri)
-    flight_info = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query("SELECT 41 + 1 AS answer")))
+    flight_info = client.get_flight_info(
+        flight.FlightDescriptor.for_command(statement_query("SELECT 41 + 1 AS answer"))
+    )
     table = client.do_get(flight_info.endpoints[0].ticket).read_all()
     assert table.column("answer").to_pylist() == [42]
     assert table.schema == flight_info.schema  # dataset schema is what DoGet sends
@@ -146,7 +150,9 @@ def test_metadata_schemas_match_the_spec(uri: str) -> None:
     assert schema == pa.schema([pa.field("catalog_name", pa.utf8()), pa.field("db_schema_name", pa.utf8(), False)])
     assert table.column("db_schema_name").to_pylist() == ["analytics", "analytics.daily"]
 
-    schema, table = fetch(any_of("CommandGetTables", field_bytes(2, b"sales") + field_bytes(3, b"e%") + field_varint(5, 1)))
+    schema, table = fetch(
+        any_of("CommandGetTables", field_bytes(2, b"sales") + field_bytes(3, b"e%") + field_varint(5, 1))
+    )
     assert schema.names == ["catalog_name", "db_schema_name", "table_name", "table_type", "table_schema"]
     assert [f.nullable for f in schema] == [True, True, False, False, False]
     assert table.column("table_name").to_pylist() == ["empty", "evolved"]
@@ -166,18 +172,33 @@ def test_metadata_schemas_match_the_spec(uri: str) -> None:
     assert not schema.field("value").nullable
     assert union.mode == "dense"
     assert [union.field(i).name for i in range(union.num_fields)] == [
-        "string_value", "bool_value", "bigint_value", "int32_bitmask", "string_list", "int32_to_int32_list_map"]
+        "string_value",
+        "bool_value",
+        "bigint_value",
+        "int32_bitmask",
+        "string_list",
+        "int32_to_int32_list_map",
+    ]
     assert union.field(5).type == pa.map_(pa.int32(), pa.list_(pa.int32()))
     assert dict(zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True)) == {
-        0: "icefloe", 3: False, 504: '"'}
+        0: "icefloe",
+        3: False,
+        504: '"',
+    }
 
     for name in ("CommandGetPrimaryKeys", "CommandGetExportedKeys", "CommandGetImportedKeys"):
         schema, table = fetch(any_of(name, field_bytes(3, b"orders")))
         assert table.num_rows == 0
     schema, _ = fetch(any_of("CommandGetCrossReference", field_bytes(3, b"a") + field_bytes(6, b"b")))
     assert [f.name for f in schema if not f.nullable] == [
-        "pk_table_name", "pk_column_name", "fk_table_name", "fk_column_name", "key_sequence", "update_rule",
-        "delete_rule"]
+        "pk_table_name",
+        "pk_column_name",
+        "fk_table_name",
+        "fk_column_name",
+        "key_sequence",
+        "update_rule",
+        "delete_rule",
+    ]
 
     schema, table = fetch(any_of("CommandGetXdbcTypeInfo", field_varint(1, 12)))
     assert table.column("type_name").to_pylist() == ["VARCHAR"]
@@ -214,11 +235,15 @@ def test_session_options_over_actions(uri: str) -> None:
     assert read_fields(errors[0][2][0])[1] == [1]  # type: ignore[arg-type]  # INVALID_NAME
 
     (got,) = [r.body.to_pybytes() for r in client.do_action(flight.Action("GetSessionOptions", b""))]
-    options = {read_fields(e)[1][0]: read_fields(read_fields(e)[2][0])[1][0]  # type: ignore[arg-type]
-               for e in read_fields(got)[1]}  # type: ignore[arg-type]
+    options = {
+        read_fields(e)[1][0]: read_fields(read_fields(e)[2][0])[1][0]  # type: ignore[arg-type]
+        for e in read_fields(got)[1]
+    }  # type: ignore[arg-type]
     assert options == {b"catalog": b"icefloe", b"schema": b"sales"}
 
-    info = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query("SELECT count(*) AS n FROM orders")))
+    info = client.get_flight_info(
+        flight.FlightDescriptor.for_command(statement_query("SELECT count(*) AS n FROM orders"))
+    )
     assert client.do_get(info.endpoints[0].ticket).read_all().column("n").to_pylist() == [4]
 
     (closed,) = [r.body.to_pybytes() for r in client.do_action(flight.Action("CloseSession", b""))]

@@ -14,14 +14,17 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 from flightsql_wire import statement_query
+from servers import ServerProcess
 
 from flight_server.engine.engine import _Slot
-from servers import ServerProcess
 
 
 def _digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and "catalog.rocksdb" not in p.parts}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and "catalog.rocksdb" not in p.parts
+    }
 
 
 def _escapes(warehouse: Path, scratch: Path) -> list[str]:
@@ -108,7 +111,9 @@ def test_sandbox_escapes_are_refused(sample_server: ServerProcess, tmp_path: Pat
 def test_file_access_is_permission_denied(sample_server: ServerProcess) -> None:
     client = flight.FlightClient(sample_server.location)
     with pytest.raises(flight.FlightUnauthorizedError, match="file system operations are disabled"):
-        client.get_flight_info(flight.FlightDescriptor.for_command(statement_query("SELECT * FROM read_csv('/etc/passwd')")))
+        client.get_flight_info(
+            flight.FlightDescriptor.for_command(statement_query("SELECT * FROM read_csv('/etc/passwd')"))
+        )
     client.close()
 
 
@@ -116,9 +121,13 @@ def test_engine_database_is_locked_even_without_statement_filtering() -> None:
     """Defence in depth: the DuckDB databases themselves refuse, whatever the statement filter lets by."""
     slot = _Slot(threads=1)
     cur = slot.cursor()
-    for sql in ("SET enable_external_access = true", "SET lock_configuration = false",
-                "SELECT * FROM read_csv('/etc/passwd')", "COPY (SELECT 1) TO '/tmp/icefloe-escape2.csv'",
-                "INSTALL httpfs"):
+    for sql in (
+        "SET enable_external_access = true",
+        "SET lock_configuration = false",
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "COPY (SELECT 1) TO '/tmp/icefloe-escape2.csv'",
+        "INSTALL httpfs",
+    ):
         with pytest.raises(duckdb.Error):
             cur.execute(sql)
     assert not Path("/tmp/icefloe-escape2.csv").exists()
