@@ -30,8 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from flight_server.flightsql import protocol  # noqa: E402
 from servers import ServerProcess  # noqa: E402
+
+from flight_server.flightsql import protocol  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "flightsql_scan.json"
 

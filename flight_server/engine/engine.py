@@ -40,6 +40,7 @@ from sqlglot import exp as sql_exp
 
 from flight_server import errors
 from flight_server.engine.iceberg_source import IcebergSources, quote
+from flight_server.engine.pushdown import row_filter
 
 logger = logging.getLogger("icefloe.engine")
 
@@ -294,7 +295,7 @@ class Engine:
         with self._running_lock:
             self._running.add(run)
         try:
-            self._setup(run, pins, default_schema)
+            self._setup(run, pins, default_schema, sql)
             sig = _seam.bind(run.cursor, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
@@ -340,7 +341,10 @@ class Engine:
 
     # -- sources --------------------------------------------------------------------------
 
-    def _setup(self, run: _Running, pins: list[PinnedTable], default_schema: tuple[str, ...] | None) -> None:
+    def _setup(
+        self, run: _Running, pins: list[PinnedTable], default_schema: tuple[str, ...] | None, sql: str | None = None
+    ) -> None:
+        """Register each pinned table's sources and name them; ``sql`` (execution only) prunes files."""
         cur = run.cursor
         for i, pin in enumerate(pins):
             table = self.catalog.load_table((*pin.namespace, pin.name))
@@ -350,7 +354,8 @@ class Engine:
                     f"snapshot {pin.snapshot_id} of {'.'.join((*pin.namespace, pin.name))} no longer exists; "
                     "run the query again"
                 )
-            parts = self.sources.parts(table, pin.snapshot_id, schema)
+            prune = row_filter(sql, schema) if sql is not None and len(pins) == 1 else None
+            parts = self.sources.parts(table, pin.snapshot_id, schema, prune)
             selects = []
             for j, part in enumerate(parts):
                 src = f"__icefloe_src_{i}_{j}"

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -72,12 +73,14 @@ class IcebergSources:
         self._files = _LRU(512)  # (table uuid, snapshot id) -> list of data file paths
         self._footers = _LRU(65536)  # file path -> {field id: physical column name}
 
-    def parts(self, table: Table, snapshot_id: int | None, schema: Schema) -> list[SourcePart]:
+    def parts(
+        self, table: Table, snapshot_id: int | None, schema: Schema, row_filter: BooleanExpression | None = None
+    ) -> list[SourcePart]:
         arrow_schema = schema_to_pyarrow(schema, include_field_ids=False)
         if snapshot_id is None:
             return [SourcePart(arrow_schema.empty_table(), ", ".join(quote(f.name) for f in schema.fields))]
-        paths = self._data_files(table, snapshot_id)
-        if not paths:
+        paths = self._data_files(table, snapshot_id, row_filter or AlwaysTrue())
+        if not paths:  # an empty table, or every file pruned by the row filter
             return [SourcePart(arrow_schema.empty_table(), ", ".join(quote(f.name) for f in schema.fields))]
         fs, _ = pafs.FileSystem.from_uri(paths[0])
         local = [_fs_path(p) for p in paths]
@@ -98,13 +101,14 @@ class IcebergSources:
             parts.append(SourcePart(dataset, ", ".join(select)))
         return parts
 
-    def _data_files(self, table: Table, snapshot_id: int) -> list[str]:
-        key = (str(table.metadata.table_uuid), snapshot_id)
+    def _data_files(self, table: Table, snapshot_id: int, row_filter: BooleanExpression) -> list[str]:
+        key = (str(table.metadata.table_uuid), snapshot_id, repr(row_filter))
         cached = self._files.get(key)
         if cached is not None:
             return list(cached)
         paths = []
-        for task in table.scan(snapshot_id=snapshot_id).plan_files():
+        scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter, case_sensitive=False)
+        for task in scan.plan_files():
             if task.delete_files:
                 from flight_server import errors
 
