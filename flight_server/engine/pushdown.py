@@ -21,6 +21,7 @@ from sqlglot import exp
 
 # pyiceberg's expression classes are pydantic models whose typed signatures mypy cannot follow.
 ice: Any = expressions
+ALWAYS_TRUE: expressions.BooleanExpression = expressions.AlwaysTrue()
 
 _INT_TYPES = (IntegerType, LongType)
 _FLOAT_TYPES = (DoubleType,)  # not float32: its bounds would be compared at another precision
@@ -39,17 +40,17 @@ def row_filter(sql: str, schema: Schema) -> expressions.BooleanExpression:
     try:
         tree = sqlglot.parse_one(sql, read="duckdb")
     except sqlglot.errors.SqlglotError:
-        return ice.AlwaysTrue()
+        return ALWAYS_TRUE
     if not isinstance(tree, exp.Select):
-        return ice.AlwaysTrue()
+        return ALWAYS_TRUE
     tables = [t for t in tree.find_all(exp.Table) if isinstance(t.this, exp.Identifier)]
     if len(tables) != 1 or tree.args.get("joins"):
-        return ice.AlwaysTrue()
+        return ALWAYS_TRUE
     where = tree.args.get("where")
     if where is None:
-        return ice.AlwaysTrue()
+        return ALWAYS_TRUE
     fields = {f.name.lower(): f for f in schema.fields}
-    result: expressions.BooleanExpression = ice.AlwaysTrue()
+    result: expressions.BooleanExpression = ALWAYS_TRUE
     for conjunct in _conjuncts(where.this):
         expr = _convert(conjunct, fields)
         if expr is not None:
