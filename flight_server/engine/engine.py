@@ -32,6 +32,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.dataset as ds
 import sqlglot
 import sqlglot.errors
 from duckdb import _seam  # binder access: schema of a statement without running it
@@ -40,7 +41,7 @@ from sqlglot import exp as sql_exp
 
 from flight_server import errors
 from flight_server.engine.iceberg_source import IcebergSources, quote
-from flight_server.engine.pushdown import row_filter
+from flight_server.engine.pushdown import plain_projection, row_filter
 
 logger = logging.getLogger("icefloe.engine")
 
@@ -139,6 +140,7 @@ class _Running:
         self.context = context
         self.deadline = deadline
         self.views: list[str] = []
+        self.parts: list[Any] = []  # the sources of a single-table query (for the plain-scan path)
         self.interrupted: str | None = None
 
 
@@ -299,7 +301,9 @@ class Engine:
             sig = _seam.bind(run.cursor, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
-            reader = run.cursor.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
+            reader = self._plain_scan(run, sql, sig) if not params else None
+            if reader is None:
+                reader = run.cursor.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
         except BaseException as exc:
             self._release(run)
             if isinstance(exc, duckdb.Error):
@@ -307,6 +311,37 @@ class Engine:
             raise
         weakref.finalize(reader, self._release, run)
         return reader
+
+    def _plain_scan(self, run: _Running, sql: str, sig: Any) -> pa.RecordBatchReader | None:
+        """``SELECT cols FROM t``: stream the Arrow dataset scan itself, without DuckDB in between.
+
+        Only for one table read through a single dataset whose columns convert to DuckDB's
+        result types without a real cast (large -> regular offsets); the schema is DuckDB's
+        own, from the binder, so clients see exactly what the DuckDB path would send.
+        """
+        selected = plain_projection(sql)
+        if selected is None or len(run.parts) != 1:
+            return None
+        part = run.parts[0]
+        by_name = {name.lower(): phys for phys, name in part.columns}
+        physical: list[str] = []
+        for item in selected:
+            if item == "*":
+                physical.extend(phys for phys, _ in part.columns)
+            elif item.lower() in by_name:
+                physical.append(by_name[item.lower()])
+            else:
+                return None
+        target = _arrow_schema(run.cursor, sig.names, sig.types)
+        if len(physical) != len(target) or len(set(target.names)) != len(target.names):
+            return None
+        source_types = part.data.schema
+        for phys, field in zip(physical, target, strict=True):
+            if not _same_values(source_types.field(phys).type, field.type):
+                return None
+        columns = {field.name: ds.field(phys) for phys, field in zip(physical, target, strict=True)}
+        scanner = ds.Scanner.from_dataset(part.data, columns=columns, batch_size=BATCH_ROWS)
+        return scanner.to_reader().cast(target)
 
     def _release(self, run: _Running) -> None:
         """End of a query: close its cursor, drop its views, return its slot (exactly once)."""
@@ -356,6 +391,7 @@ class Engine:
                 )
             prune = row_filter(sql, schema) if sql is not None and len(pins) == 1 else None
             parts = self.sources.parts(table, pin.snapshot_id, schema, prune)
+            run.parts = parts if len(pins) == 1 else []
             selects = []
             for j, part in enumerate(parts):
                 src = f"__icefloe_src_{i}_{j}"
@@ -389,6 +425,14 @@ class Engine:
                     run.interrupted = reason
                     logger.info("interrupting query (%s)", reason)
                     run.cursor.interrupt()
+
+
+def _same_values(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether casting ``source`` to ``target`` only changes offsets width, never values."""
+    if source == target:
+        return True
+    pairs = ((pa.types.is_large_string, pa.types.is_string), (pa.types.is_large_binary, pa.types.is_binary))
+    return any(a(source) and b(target) for a, b in pairs)
 
 
 def _arrow_schema(cur: duckdb.DuckDBPyConnection, names: list[str], types: list[Any]) -> pa.Schema:

@@ -39,6 +39,7 @@ class SourcePart:
 
     data: Any  # pyarrow Dataset or Table
     select_list: str
+    columns: tuple[tuple[str, str], ...] = ()  # (column name in data, table column name), in order
 
 
 def quote(name: str) -> str:
@@ -78,10 +79,10 @@ class IcebergSources:
     ) -> list[SourcePart]:
         arrow_schema = schema_to_pyarrow(schema, include_field_ids=False)
         if snapshot_id is None:
-            return [SourcePart(arrow_schema.empty_table(), ", ".join(quote(f.name) for f in schema.fields))]
+            return [_identity_part(arrow_schema.empty_table())]
         paths = self._data_files(table, snapshot_id, row_filter or AlwaysTrue())
         if not paths:  # an empty table, or every file pruned by the row filter
-            return [SourcePart(arrow_schema.empty_table(), ", ".join(quote(f.name) for f in schema.fields))]
+            return [_identity_part(arrow_schema.empty_table())]
         fs, _ = pafs.FileSystem.from_uri(paths[0])
         local = [_fs_path(p) for p in paths]
         groups: dict[tuple[tuple[int, str], ...], list[str]] = {}
@@ -92,13 +93,14 @@ class IcebergSources:
         parts = []
         for key, files in groups.items():
             id_to_phys = dict(key)
-            fields, select = [], []
+            fields, select, columns = [], [], []
             for f, af in zip(schema.fields, arrow_schema, strict=True):
                 phys = id_to_phys.get(f.field_id, _MISSING.format(f.field_id))
                 fields.append(pa.field(phys, af.type, nullable=True))
                 select.append(f"{quote(phys)} AS {quote(f.name)}")
+                columns.append((phys, f.name))
             dataset = ds.dataset(files, schema=pa.schema(fields), format="parquet", filesystem=fs)
-            parts.append(SourcePart(dataset, ", ".join(select)))
+            parts.append(SourcePart(dataset, ", ".join(select), tuple(columns)))
         return parts
 
     def _data_files(self, table: Table, snapshot_id: int, row_filter: BooleanExpression) -> list[str]:
@@ -133,6 +135,11 @@ class IcebergSources:
             ids = {f.field_id: f.name for f in schema.fields if f.name in names}
         self._footers.put(path, tuple(ids.items()))
         return ids
+
+
+def _identity_part(table: pa.Table) -> SourcePart:
+    names = table.schema.names
+    return SourcePart(ds.dataset(table), ", ".join(quote(n) for n in names), tuple((n, n) for n in names))
 
 
 def _fs_path(uri: str) -> str:

@@ -25,7 +25,13 @@ ALWAYS_TRUE: expressions.BooleanExpression = expressions.AlwaysTrue()
 
 _INT_TYPES = (IntegerType, LongType)
 _FLOAT_TYPES = (DoubleType,)  # not float32: its bounds would be compared at another precision
-_FLIP: dict[type[exp.Expression], type[exp.Expression]] = {exp.GT: exp.LT, exp.LT: exp.GT, exp.GTE: exp.LTE, exp.LTE: exp.GTE, exp.EQ: exp.EQ}
+_FLIP: dict[type[exp.Expression], type[exp.Expression]] = {
+    exp.GT: exp.LT,
+    exp.LT: exp.GT,
+    exp.GTE: exp.LTE,
+    exp.LTE: exp.GTE,
+    exp.EQ: exp.EQ,
+}
 _ICE: dict[type[exp.Expression], Any] = {
     exp.EQ: ice.EqualTo,
     exp.GT: ice.GreaterThan,
@@ -129,3 +135,35 @@ def _literal(node: Any, field_type: Any) -> Any:
     else:
         return None
     return -value if negative else value
+
+
+def plain_projection(sql: str) -> list[str] | None:
+    """For ``SELECT <columns or *> FROM one_table`` and nothing else: the selected column names
+    (``*`` for all), in order; None for any other query.
+
+    Such a query needs no SQL engine at all: the scan itself is the result.
+    """
+    try:
+        tree = sqlglot.parse_one(sql, read="duckdb")
+    except sqlglot.errors.SqlglotError:
+        return None
+    if not isinstance(tree, exp.Select):
+        return None
+    if any(value for key, value in tree.args.items() if key not in ("expressions", "from", "from_", "kind")):
+        return None
+    source = tree.args.get("from") or tree.args.get("from_")  # the key's name varies across sqlglot versions
+    if source is None or not isinstance(source.this, exp.Table) or not isinstance(source.this.this, exp.Identifier):
+        return None
+    if source.this.args.get("pivots") or source.this.args.get("joins"):
+        return None
+    out: list[str] = []
+    for item in tree.expressions:
+        if isinstance(item, exp.Star) and not any(item.args.values()):
+            out.append("*")
+        elif isinstance(item, exp.Column) and isinstance(item.this, exp.Identifier):
+            out.append(item.name)
+        elif isinstance(item, exp.Column) and isinstance(item.this, exp.Star) and not any(item.this.args.values()):
+            out.append("*")
+        else:
+            return None
+    return out
