@@ -251,3 +251,43 @@ def test_session_options_over_actions(uri: str) -> None:
     with pytest.raises(pa.ArrowKeyError, match="orders does not exist"):  # NOT_FOUND: the schema option is gone
         client.get_flight_info(flight.FlightDescriptor.for_command(statement_query("SELECT * FROM orders")))
     client.close()
+
+
+def test_sessions_follow_the_bearer_token(uri: str) -> None:
+    """Two connections presenting the same bearer token share a session; another token does not."""
+
+    def client_with(token: str) -> tuple[flight.FlightClient, flight.FlightCallOptions]:
+        return flight.FlightClient(uri), flight.FlightCallOptions(
+            headers=[(b"authorization", f"Bearer {token}".encode())]
+        )
+
+    first, opts = client_with("token-a")
+    request = field_bytes(1, field_bytes(1, b"schema") + field_bytes(2, field_bytes(1, b"analytics.daily")))
+    list(first.do_action(flight.Action("SetSessionOptions", request), opts))
+    first.close()
+
+    second, opts = client_with("token-a")
+    info = second.get_flight_info(
+        flight.FlightDescriptor.for_command(statement_query("SELECT sum(n) AS s FROM visits")), opts
+    )
+    assert second.do_get(info.endpoints[0].ticket, opts).read_all().column("s").to_pylist() == [15]
+    second.close()
+
+    other, opts = client_with("token-b")
+    with pytest.raises(pa.ArrowKeyError):
+        other.get_flight_info(flight.FlightDescriptor.for_command(statement_query("SELECT * FROM visits")), opts)
+    other.close()
+
+
+def test_error_in_the_middle_of_a_stream_is_clean(channel: grpc.Channel, uri: str) -> None:
+    """DuckDB failing after rows were sent: the code is UNKNOWN (the error surfaces inside Arrow's
+    C++ stream, where it cannot be mapped), but the message is DuckDB's, without a traceback."""
+    sql = "SELECT CASE WHEN i > 500000 THEN error('boom at row') ELSE i END AS v FROM range(1000000) t(i)"
+    client = flight.FlightClient(uri)
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query(sql)))
+    code, details = status_of(do_get, channel, info.endpoints[0].ticket.ticket)
+    assert code == grpc.StatusCode.UNKNOWN
+    assert "boom at row" in details
+    again = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query("SELECT 42 AS x")))
+    assert client.do_get(again.endpoints[0].ticket).read_all().column("x").to_pylist() == [42]
+    client.close()
