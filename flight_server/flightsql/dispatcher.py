@@ -243,6 +243,7 @@ class FlightSqlService:
         return self._write(sql)
 
     def _ingest(self, context: flight.ServerCallContext, cmd: p.CommandStatementIngest, reader: Any) -> int:
+        self.server.authorize(context, "write")
         if cmd.catalog not in (None, "", CATALOG_NAME):
             raise errors.NotFound(f"catalog {cmd.catalog!r} does not exist (the catalog is {CATALOG_NAME!r})")
         if not cmd.table:
@@ -277,6 +278,7 @@ class FlightSqlService:
             if kind == "CreatePreparedStatement":
                 return iter([self._create_prepared(context, p.ActionCreatePreparedStatementRequest.unpack(body))])
             if kind == "ClosePreparedStatement":
+                self.server.authorize(context, "read")
                 req = p.ActionClosePreparedStatementRequest.unpack(body)
                 PreparedHandle.decode(req.prepared_statement_handle)  # validate; nothing to free
                 return iter([])
