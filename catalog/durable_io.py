@@ -66,7 +66,7 @@ class _SyncOnClose:
 class _DurableFile(PyArrowFile):
     def create(self, overwrite: bool = False) -> OutputStream:
         stream = super().create(overwrite=overwrite)
-        return _SyncOnClose(stream, self._path)  # type: ignore[return-value]
+        return _SyncOnClose(stream, self._path)
 
 
 class DurableFileIO(PyArrowFileIO):
