@@ -321,7 +321,8 @@ class FlightSqlService:
     def _set_session_options(self, context: flight.ServerCallContext, req: p.SetSessionOptionsRequest) -> bytes:
         self.server.authorize(context, "read")
         session = self.sessions.get(context, create=True)
-        assert session is not None
+        if session is None:  # the server was built without the session middleware
+            raise errors.Unimplemented("session options are not available on this server")
         errs = []
         for entry in req.session_options:
             value = entry.value.python_value() if entry.value else None
