@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import re
 import threading
 import time
 import weakref
@@ -33,6 +34,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import sqlglot
 import sqlglot.errors
 from duckdb import _seam  # binder access: schema of a statement without running it
@@ -41,13 +43,15 @@ from sqlglot import exp as sql_exp
 
 from flight_server import errors
 from flight_server.engine.iceberg_source import IcebergSources, quote
-from flight_server.engine.pushdown import plain_projection, row_filter
+from flight_server.engine.pushdown import plain_projection, row_filter, safe_conjuncts
 
 logger = logging.getLogger("icefloe.engine")
 
 CATALOG_NAME = "icefloe"
 BATCH_ROWS = 122_880  # DuckDB's natural multiple of its 2048-row vectors
 _READ_TYPES = {"SELECT", "EXPLAIN"}
+# Column types the native scan casts to by name (nested types keep the dataset path).
+_SIMPLE_TYPE = re.compile(r"[A-Z_ ]+(\(\d+,\s*\d+\))?")
 _WRITE_TYPES = {"INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "MERGE_INTO", "COPY"}
 
 SANDBOX_SETTINGS: dict[str, Any] = {
@@ -141,6 +145,7 @@ class _Running:
         self.deadline = deadline
         self.views: list[str] = []
         self.parts: list[Any] = []  # the sources of a single-table query (for the plain-scan path)
+        self.helpers: list[duckdb.DuckDBPyConnection] = []  # native-scan cursors feeding this query
         self.interrupted: str | None = None
 
 
@@ -153,6 +158,12 @@ class Engine:
         self.sources = IcebergSources()
         self._threads = threads
         self._parser = _Slot(threads)  # parsing and name extraction only; never sees a table
+        # Reads pinned Parquet files natively for selective queries; runs only SQL icefloe writes.
+        self._native = duckdb.connect(
+            ":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+        )
+        self._native.execute("SET python_enable_replacements = false")
+        self._native.execute("SET lock_configuration = true")
         # Each running query owns a slot, so the views naming its pinned snapshots cannot clash
         # with another query's; the pool size is the cap on concurrent queries.
         self._max_slots = max_concurrent
@@ -303,6 +314,8 @@ class Engine:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
             reader = self._plain_scan(run, sql, sig) if not params else None
             if reader is None:
+                self._native_scan(run, pins, sql)
+            if reader is None:
                 reader = run.cursor.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
         except BaseException as exc:
             self._release(run)
@@ -343,6 +356,45 @@ class Engine:
         scanner = ds.Scanner.from_dataset(part.data, columns=columns, batch_size=BATCH_ROWS)
         return scanner.to_reader().cast(target)
 
+    def _native_scan(self, run: _Running, pins: list[PinnedTable], sql: str) -> None:
+        """Selective single-table queries: read through DuckDB's own Parquet reader.
+
+        Arrow datasets decode every column of a row group before filtering; DuckDB's reader
+        filters first and materializes only matching rows. The client's SQL never reaches this
+        reader: it runs in a separate, unsandboxed DuckDB database on SQL we write (the pinned
+        files, the column mapping, and the safe conjuncts re-rendered from parsed literals).
+        Its stream then replaces the table's view in the sandbox, typed exactly as before.
+        """
+        if len(pins) != 1 or len(run.parts) != 1 or not isinstance(run.parts[0].data, ds.FileSystemDataset):
+            return
+        part = run.parts[0]
+        if not isinstance(part.data.filesystem, pafs.LocalFileSystem):
+            return  # DuckDB would need httpfs for object stores; the dataset path handles them
+        if any(phys.startswith("__icefloe_missing_") for phys, _ in part.columns):
+            return
+        table = self.catalog.load_table((*pins[0].namespace, pins[0].name))
+        schema = table.schemas().get(pins[0].schema_id) or table.schema()
+        conjuncts = safe_conjuncts(sql, schema)
+        if not conjuncts:
+            return
+        view = run.views[0]
+        types = _seam.bind(run.cursor, f"SELECT * FROM {view}").types
+        type_names = [str(t) for t in types]
+        if any(not _SIMPLE_TYPE.fullmatch(t) for t in type_names):
+            return
+        phys_of = {name: phys for phys, name in part.columns}
+        select = ", ".join(
+            f"CAST({quote(phys)} AS {t}) AS {quote(name)}"
+            for (phys, name), t in zip(part.columns, type_names, strict=True)
+        )
+        where = " AND ".join(c.sql(quote(phys_of[c.column])) for c in conjuncts)
+        files = ", ".join("'" + f.replace("'", "''") + "'" for f in part.data.files)
+        native = self._native.cursor()
+        run.helpers.append(native)
+        stream = native.sql(f"SELECT {select} FROM read_parquet([{files}]) WHERE {where}").to_arrow_reader(BATCH_ROWS)
+        run.cursor.register("__icefloe_native_0", stream)
+        run.cursor.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM __icefloe_native_0")
+
     def _release(self, run: _Running) -> None:
         """End of a query: close its cursor, drop its views, return its slot (exactly once)."""
         with self._running_lock:
@@ -350,10 +402,11 @@ class Engine:
                 return
             run.released = True  # type: ignore[attr-defined]
             self._running.discard(run)
-        try:
-            run.cursor.close()
-        except duckdb.Error:
-            pass
+        for cursor in (run.cursor, *run.helpers):
+            try:
+                cursor.close()
+            except duckdb.Error:
+                pass
         ok = True
         for view in run.views:
             try:
@@ -424,7 +477,8 @@ class Engine:
                 if reason:
                     run.interrupted = reason
                     logger.info("interrupting query (%s)", reason)
-                    run.cursor.interrupt()
+                    for cursor in (run.cursor, *run.helpers):
+                        cursor.interrupt()
 
 
 def _same_values(source: pa.DataType, target: pa.DataType) -> bool:

@@ -1,15 +1,18 @@
-"""File pruning: simple WHERE conjuncts of a single-table query as an Iceberg row filter.
+"""Pushdown: simple WHERE conjuncts of a single-table query, as an Iceberg row filter and as SQL.
 
 Iceberg's manifests keep per-file column bounds, so ``plan_files(row_filter)`` drops files that
 cannot hold a matching row before any Parquet footer is read. DuckDB still applies the full
 WHERE clause (and prunes row groups inside the files it scans); this only has to be implied by
 it. So only top-level AND conjuncts of the form ``column <op> literal`` are used, with literals
 of the column's own kind (no implicit casts that could round), and anything else is ignored,
-which can only make the filter looser, never wrong.
+which can only make the filter looser, never wrong. The same conjuncts, rendered as SQL by us
+(never the client's text), filter the native Parquet scan of selective queries (engine.py).
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import sqlglot
@@ -25,42 +28,63 @@ ALWAYS_TRUE: expressions.BooleanExpression = expressions.AlwaysTrue()
 
 _INT_TYPES = (IntegerType, LongType)
 _FLOAT_TYPES = (DoubleType,)  # not float32: its bounds would be compared at another precision
-_FLIP: dict[type[exp.Expression], type[exp.Expression]] = {
-    exp.GT: exp.LT,
-    exp.LT: exp.GT,
-    exp.GTE: exp.LTE,
-    exp.LTE: exp.GTE,
-    exp.EQ: exp.EQ,
-}
-_ICE: dict[type[exp.Expression], Any] = {
-    exp.EQ: ice.EqualTo,
-    exp.GT: ice.GreaterThan,
-    exp.GTE: ice.GreaterThanOrEqual,
-    exp.LT: ice.LessThan,
-    exp.LTE: ice.LessThanOrEqual,
-}
+_FLIP = {exp.GT: exp.LT, exp.LT: exp.GT, exp.GTE: exp.LTE, exp.LTE: exp.GTE, exp.EQ: exp.EQ}
+_OPS = {exp.EQ: "=", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<="}
+_ICE = {"=": "EqualTo", ">": "GreaterThan", ">=": "GreaterThanOrEqual", "<": "LessThan", "<=": "LessThanOrEqual"}
+
+
+@dataclass(frozen=True)
+class Conjunct:
+    """``column op value`` (op one of = > >= < <=) or ``column IN values``, with a safe literal."""
+
+    column: str  # the table's column name, as the schema spells it
+    op: str
+    values: tuple[Any, ...]
+
+    def iceberg(self) -> expressions.BooleanExpression:
+        if self.op == "in":
+            return ice.In(self.column, set(self.values))  # type: ignore[no-any-return]
+        return getattr(ice, _ICE[self.op])(self.column, self.values[0])  # type: ignore[no-any-return]
+
+    def sql(self, column_sql: str) -> str:
+        if self.op == "in":
+            return f"{column_sql} IN ({', '.join(_sql_literal(v) for v in self.values)})"
+        return f"{column_sql} {self.op} {_sql_literal(self.values[0])}"
+
+
+def _sql_literal(value: Any) -> str:
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return repr(value)  # int or float, parsed from the client's literal by us
+
+
+def safe_conjuncts(sql: str, schema: Schema) -> list[Conjunct]:
+    """The WHERE conjuncts of a single-table SELECT that are simple comparisons with safe literals."""
+    try:
+        tree = sqlglot.parse_one(sql, read="duckdb")
+    except sqlglot.errors.SqlglotError:
+        return []
+    if not isinstance(tree, exp.Select):
+        return []
+    tables = [t for t in tree.find_all(exp.Table) if isinstance(t.this, exp.Identifier)]
+    if len(tables) != 1 or tree.args.get("joins"):
+        return []
+    where = tree.args.get("where")
+    if where is None:
+        return []
+    fields = {f.name.lower(): f for f in schema.fields}
+    out: list[Conjunct] = []
+    for node in _conjuncts(where.this):
+        out.extend(_convert(node, fields))
+    return out
 
 
 def row_filter(sql: str, schema: Schema) -> expressions.BooleanExpression:
     """An Iceberg filter implied by ``sql``'s WHERE clause, or AlwaysTrue."""
-    try:
-        tree = sqlglot.parse_one(sql, read="duckdb")
-    except sqlglot.errors.SqlglotError:
-        return ALWAYS_TRUE
-    if not isinstance(tree, exp.Select):
-        return ALWAYS_TRUE
-    tables = [t for t in tree.find_all(exp.Table) if isinstance(t.this, exp.Identifier)]
-    if len(tables) != 1 or tree.args.get("joins"):
-        return ALWAYS_TRUE
-    where = tree.args.get("where")
-    if where is None:
-        return ALWAYS_TRUE
-    fields = {f.name.lower(): f for f in schema.fields}
     result: expressions.BooleanExpression = ALWAYS_TRUE
-    for conjunct in _conjuncts(where.this):
-        expr = _convert(conjunct, fields)
-        if expr is not None:
-            result = expr if isinstance(result, ice.AlwaysTrue) else ice.And(result, expr)
+    for conjunct in safe_conjuncts(sql, schema):
+        expr = conjunct.iceberg()
+        result = expr if result is ALWAYS_TRUE else ice.And(result, expr)
     return result
 
 
@@ -72,38 +96,37 @@ def _conjuncts(node: Any) -> list[Any]:
     return [node]
 
 
-def _convert(node: Any, fields: dict[str, Any]) -> Any:
-    """One conjunct as an Iceberg expression, or None when it is not a safe simple comparison."""
-    if type(node) in _ICE:
+def _convert(node: Any, fields: dict[str, Any]) -> list[Conjunct]:
+    """One WHERE conjunct as safe Conjuncts ([] when it is not a simple comparison)."""
+    if type(node) in _OPS:
         left, right, kind = node.left, node.right, type(node)
         if isinstance(left, exp.Column) or not isinstance(right, exp.Column):
             column, literal = left, right
         else:
             column, literal, kind = right, left, _FLIP[kind]
-        name, value = _column(column, fields), None
-        if name is not None:
-            value = _literal(literal, fields[name.lower()].field_type)
+        name = _column(column, fields)
+        value = None if name is None else _literal(literal, fields[name.lower()].field_type)
         if name is None or value is None:
-            return None
-        return _ICE[kind](name, value)
+            return []
+        return [Conjunct(name, _OPS[kind], (value,))]
     if isinstance(node, exp.Between):
         name = _column(node.this, fields)
         if name is None:
-            return None
+            return []
         low = _literal(node.args.get("low"), fields[name.lower()].field_type)
         high = _literal(node.args.get("high"), fields[name.lower()].field_type)
         if low is None or high is None:
-            return None
-        return ice.And(ice.GreaterThanOrEqual(name, low), ice.LessThanOrEqual(name, high))
+            return []
+        return [Conjunct(name, ">=", (low,)), Conjunct(name, "<=", (high,))]
     if isinstance(node, exp.In) and not node.args.get("query"):
         name = _column(node.this, fields)
         if name is None:
-            return None
+            return []
         values = [_literal(v, fields[name.lower()].field_type) for v in node.expressions]
         if not values or any(v is None for v in values):
-            return None
-        return ice.In(name, set(values))
-    return None
+            return []
+        return [Conjunct(name, "in", tuple(values))]
+    return []
 
 
 def _column(node: Any, fields: dict[str, Any]) -> str | None:
@@ -131,6 +154,8 @@ def _literal(node: Any, field_type: Any) -> Any:
         try:
             value = float(text)
         except ValueError:
+            return None
+        if not math.isfinite(value):
             return None
     else:
         return None
