@@ -77,7 +77,9 @@ class IcebergSources:
     def parts(
         self, table: Table, snapshot_id: int | None, schema: Schema, row_filter: BooleanExpression | None = None
     ) -> list[SourcePart]:
+        # Regular (32-bit offset) strings and lists, as DuckDB returns them: no cast later on.
         arrow_schema = schema_to_pyarrow(schema, include_field_ids=False)
+        arrow_schema = pa.schema([f.with_type(small_types(f.type)) for f in arrow_schema])
         if snapshot_id is None:
             return [_identity_part(arrow_schema.empty_table())]
         paths = self._data_files(table, snapshot_id, row_filter or AlwaysTrue())
@@ -135,6 +137,21 @@ class IcebergSources:
             ids = {f.field_id: f.name for f in schema.fields if f.name in names}
         self._footers.put(path, tuple(ids.items()))
         return ids
+
+
+def small_types(typ: pa.DataType) -> pa.DataType:
+    """Large Arrow string/binary/list types as their 32-bit-offset forms (DuckDB's output)."""
+    if pa.types.is_large_string(typ):
+        return pa.utf8()
+    if pa.types.is_large_binary(typ):
+        return pa.binary()
+    if pa.types.is_large_list(typ) or pa.types.is_list(typ):
+        return pa.list_(typ.value_field.with_type(small_types(typ.value_type)))
+    if pa.types.is_struct(typ):
+        return pa.struct([f.with_type(small_types(f.type)) for f in typ])
+    if pa.types.is_map(typ):
+        return pa.map_(small_types(typ.key_type), small_types(typ.item_type))
+    return typ
 
 
 def _identity_part(table: pa.Table) -> SourcePart:

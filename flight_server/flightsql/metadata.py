@@ -14,6 +14,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 
 from flight_server import __version__
 from flight_server.engine import CATALOG_NAME
+from flight_server.engine.iceberg_source import small_types
 from flight_server.flightsql import protocol as p
 
 
@@ -289,21 +290,6 @@ def sql_type_name(iceberg_type: Any) -> str:
     if text.startswith("fixed"):
         return "BLOB"
     return _SQL_TYPE_NAMES.get(text, text.upper())
-
-
-def small_types(typ: pa.DataType) -> pa.DataType:
-    """Large Arrow string/binary/list types as their 32-bit-offset forms (DuckDB's output)."""
-    if pa.types.is_large_string(typ):
-        return pa.utf8()
-    if pa.types.is_large_binary(typ):
-        return pa.binary()
-    if pa.types.is_large_list(typ) or pa.types.is_list(typ):
-        return pa.list_(typ.value_field.with_type(small_types(typ.value_type)))
-    if pa.types.is_struct(typ):
-        return pa.struct([f.with_type(small_types(f.type)) for f in typ])
-    if pa.types.is_map(typ):
-        return pa.map_(small_types(typ.key_type), small_types(typ.item_type))
-    return typ
 
 
 def column_metadata(typ: pa.DataType, db_schema: str | None, table: str | None) -> dict[str, str]:
