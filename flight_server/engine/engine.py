@@ -326,11 +326,12 @@ class Engine:
         return reader
 
     def _plain_scan(self, run: _Running, sql: str, sig: Any) -> pa.RecordBatchReader | None:
-        """``SELECT cols FROM t``: stream the Arrow dataset scan itself, without DuckDB in between.
+        """``SELECT cols FROM t``: stream the scan itself, with no SQL engine over it.
 
-        Only for one table read through a single dataset whose columns convert to DuckDB's
-        result types without a real cast (large -> regular offsets); the schema is DuckDB's
-        own, from the binder, so clients see exactly what the DuckDB path would send.
+        Local files are read by DuckDB's native Parquet reader (the internal database, on SQL
+        we write); otherwise the Arrow dataset scan streams directly when its columns need no
+        real cast. Either way the schema is the binder's, so clients see exactly what the
+        sandboxed DuckDB path would send.
         """
         selected = plain_projection(sql)
         if selected is None or len(run.parts) != 1:
@@ -348,6 +349,9 @@ class Engine:
         target = _arrow_schema(run.cursor, sig.names, sig.types)
         if len(physical) != len(target) or len(set(target.names)) != len(target.names):
             return None
+        native = self._native_reader(run, part, physical, target, [str(t) for t in sig.types], "")
+        if native is not None:
+            return native
         source_types = part.data.schema
         for phys, field in zip(physical, target, strict=True):
             if not _same_values(source_types.field(phys).type, field.type):
@@ -355,6 +359,33 @@ class Engine:
         columns = {field.name: ds.field(phys) for phys, field in zip(physical, target, strict=True)}
         scanner = ds.Scanner.from_dataset(part.data, columns=columns, batch_size=BATCH_ROWS)
         return scanner.to_reader().cast(target)
+
+    def _native_reader(
+        self, run: _Running, part: Any, physical: list[str], target: pa.Schema, type_names: list[str], where: str
+    ) -> pa.RecordBatchReader | None:
+        """The pinned files of one local dataset read by DuckDB's native Parquet reader, on SQL we
+        write, typed as ``target``; None where that reader cannot stand in for the dataset."""
+        if not isinstance(part.data, ds.FileSystemDataset) or not isinstance(
+            part.data.filesystem, pafs.LocalFileSystem
+        ):
+            return None  # object stores would need DuckDB's httpfs; the dataset path reads them
+        if any(p.startswith("__icefloe_missing_") for p in physical):
+            return None
+        if any(not _SIMPLE_TYPE.fullmatch(t) for t in type_names):
+            return None
+        select = ", ".join(
+            f"CAST({quote(phys)} AS {t}) AS {quote(name)}"
+            for phys, name, t in zip(physical, target.names, type_names, strict=True)
+        )
+        files = ", ".join("'" + f.replace("'", "''") + "'" for f in part.data.files)
+        native = self._native.cursor()
+        run.helpers.append(native)
+        sql = f"SELECT {select} FROM read_parquet([{files}])" + (f" WHERE {where}" if where else "")
+        reader = native.sql(sql).to_arrow_reader(BATCH_ROWS)
+        if reader.schema != target:
+            logger.warning("native scan schema differs from the bound schema; using the dataset scan")
+            return None
+        return reader
 
     def _native_scan(self, run: _Running, pins: list[PinnedTable], sql: str) -> None:
         """Selective single-table queries: read through DuckDB's own Parquet reader.
@@ -365,33 +396,23 @@ class Engine:
         files, the column mapping, and the safe conjuncts re-rendered from parsed literals).
         Its stream then replaces the table's view in the sandbox, typed exactly as before.
         """
-        if len(pins) != 1 or len(run.parts) != 1 or not isinstance(run.parts[0].data, ds.FileSystemDataset):
+        if len(pins) != 1 or len(run.parts) != 1:
             return
         part = run.parts[0]
-        if not isinstance(part.data.filesystem, pafs.LocalFileSystem):
-            return  # DuckDB would need httpfs for object stores; the dataset path handles them
-        if any(phys.startswith("__icefloe_missing_") for phys, _ in part.columns):
-            return
         table = self.catalog.load_table((*pins[0].namespace, pins[0].name))
         schema = table.schemas().get(pins[0].schema_id) or table.schema()
         conjuncts = safe_conjuncts(sql, schema)
         if not conjuncts:
             return
         view = run.views[0]
-        types = _seam.bind(run.cursor, f"SELECT * FROM {view}").types
-        type_names = [str(t) for t in types]
-        if any(not _SIMPLE_TYPE.fullmatch(t) for t in type_names):
-            return
+        sig = _seam.bind(run.cursor, f"SELECT * FROM {view}")
+        target = _arrow_schema(run.cursor, sig.names, sig.types)
         phys_of = {name: phys for phys, name in part.columns}
-        select = ", ".join(
-            f"CAST({quote(phys)} AS {t}) AS {quote(name)}"
-            for (phys, name), t in zip(part.columns, type_names, strict=True)
-        )
         where = " AND ".join(c.sql(quote(phys_of[c.column])) for c in conjuncts)
-        files = ", ".join("'" + f.replace("'", "''") + "'" for f in part.data.files)
-        native = self._native.cursor()
-        run.helpers.append(native)
-        stream = native.sql(f"SELECT {select} FROM read_parquet([{files}]) WHERE {where}").to_arrow_reader(BATCH_ROWS)
+        physical = [phys for phys, _ in part.columns]
+        stream = self._native_reader(run, part, physical, target, [str(t) for t in sig.types], where)
+        if stream is None:
+            return
         run.cursor.register("__icefloe_native_0", stream)
         run.cursor.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM __icefloe_native_0")
 
