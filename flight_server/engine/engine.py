@@ -4,20 +4,27 @@ Interface (all the Flight SQL layer uses):
 - ``classify(sql)``: is it one read-only query, or something else;
 - ``pin(sql, default_schema)``: the catalog tables the SQL names, with the snapshot ids to read;
 - ``describe(...)``: result and parameter Arrow schemas without running the query;
-- ``execute(...)``: a ``pyarrow.RecordBatchReader`` streaming the result straight out of DuckDB.
+- ``execute(...)``: a ``pyarrow.RecordBatchReader`` streaming the result straight out of DuckDB
+  (no Python code runs per batch).
 
-Isolation: one in-memory DuckDB database (catalog ``icefloe``) serves all queries. Each query
-gets its own cursor; its Iceberg sources are registered on that cursor only, and the views
-``icefloe."<namespace>"."<table>"`` that make them readable by name exist only between setup
-and the start of execution (under a lock), because DuckDB binds a query once and keeps what
-it bound. So concurrent queries at different snapshots of the same table never see each
-other's views.
+Isolation: every running query owns a "slot", one sandboxed in-memory DuckDB database
+(catalog ``icefloe``), from setup until its reader is dropped. Its Iceberg sources are
+registered on the query's cursor and named by views ``icefloe."<namespace>"."<table>"``
+that exist only for that query, so concurrent queries at different snapshots of the same
+table never see each other's views. The pool size is the cap on concurrent queries.
 
 Sandbox (DuckDB settings, then ``lock_configuration``): no external access (no file reads,
-writes, globbing, ATTACH of files, extension installs), no extension autoloading; only
-single SELECT-like statements that the binder says do not write are run. Verified with
-DuckDB 2.0.1: ``allowed_directories`` would still let ``COPY ... TO`` write inside the allowed
-folder, which is why no directory is allowed at all and data reaches DuckDB only as Arrow.
+writes, globbing, ATTACH of files, extension installs), no extension autoloading, no Python
+replacement scans; only single SELECT-like statements that the binder says do not write run.
+Verified with DuckDB 2.0.1: ``allowed_directories`` would still let ``COPY ... TO`` write
+inside the allowed folder, which is why the sandbox allows no directory at all and table
+data reaches it only as Arrow streams.
+
+Scan paths (all produce the schema the sandbox binder gives, so GetFlightInfo and DoGet
+agree): plain ``SELECT cols FROM t`` and selective single-table queries read the pinned
+local files with DuckDB's native Parquet reader in a separate internal database that runs
+only SQL icefloe writes (never client text); everything else scans Arrow datasets inside
+the sandbox, where DuckDB pushes projections and filters into the dataset scan.
 """
 
 from __future__ import annotations
