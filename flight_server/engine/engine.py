@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import re
 import threading
 import time
 import weakref
@@ -40,8 +39,6 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.dataset as ds
-import pyarrow.fs as pafs
 import sqlglot
 import sqlglot.errors
 from duckdb import _seam  # binder access: schema of a statement without running it
@@ -50,15 +47,13 @@ from sqlglot import exp as sql_exp
 
 from flight_server import errors
 from flight_server.engine.iceberg_source import IcebergSources, quote
-from flight_server.engine.pushdown import plain_projection, row_filter, safe_conjuncts
+from flight_server.engine.pushdown import row_filter
+from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 
 logger = logging.getLogger("icefloe.engine")
 
 CATALOG_NAME = "icefloe"
-BATCH_ROWS = 122_880  # DuckDB's natural multiple of its 2048-row vectors
 _READ_TYPES = {"SELECT", "EXPLAIN"}
-# Column types the native scan casts to by name (nested types keep the dataset path).
-_SIMPLE_TYPE = re.compile(r"[A-Z_ ]+(\(\d+,\s*\d+\))?")
 _WRITE_TYPES = {"INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "MERGE_INTO", "COPY"}
 
 SANDBOX_SETTINGS: dict[str, Any] = {
@@ -165,12 +160,8 @@ class Engine:
         self.sources = IcebergSources()
         self._threads = threads
         self._parser = _Slot(threads)  # parsing and name extraction only; never sees a table
-        # Reads pinned Parquet files natively for selective queries; runs only SQL icefloe writes.
-        self._native = duckdb.connect(
-            ":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-        )
-        self._native.execute("SET python_enable_replacements = false")
-        self._native.execute("SET lock_configuration = true")
+        # Native Parquet reads for plain and selective scans (SQL icefloe writes, never the client's).
+        self.scans = ScanPaths(catalog)
         # Each running query owns a slot, so the views naming its pinned snapshots cannot clash
         # with another query's; the pool size is the cap on concurrent queries.
         self._max_slots = max_concurrent
@@ -293,8 +284,8 @@ class Engine:
             sig = _seam.bind(cur, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
-            schema = _arrow_schema(cur, sig.names, sig.types)
-            param_schema = _arrow_schema(cur, [f"${n}" for n, _ in sig.parameters], [t for _, t in sig.parameters])
+            schema = arrow_schema(cur, sig.names, sig.types)
+            param_schema = arrow_schema(cur, [f"${n}" for n, _ in sig.parameters], [t for _, t in sig.parameters])
             return schema, param_schema
         except duckdb.Error as exc:
             raise _map_duckdb(exc) from None
@@ -319,9 +310,9 @@ class Engine:
             sig = _seam.bind(run.cursor, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
-            reader = self._plain_scan(run, sql, sig) if not params else None
+            reader = self.scans.plain_scan(run, sql, sig) if not params else None
             if reader is None:
-                self._native_scan(run, pins, sql)
+                self.scans.native_scan(run, pins, sql)
             if reader is None:
                 reader = run.cursor.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
         except BaseException as exc:
@@ -331,97 +322,6 @@ class Engine:
             raise
         weakref.finalize(reader, self._release, run)
         return reader
-
-    def _plain_scan(self, run: _Running, sql: str, sig: Any) -> pa.RecordBatchReader | None:
-        """``SELECT cols FROM t``: stream the scan itself, with no SQL engine over it.
-
-        Local files are read by DuckDB's native Parquet reader (the internal database, on SQL
-        we write); otherwise the Arrow dataset scan streams directly when its columns need no
-        real cast. Either way the schema is the binder's, so clients see exactly what the
-        sandboxed DuckDB path would send.
-        """
-        selected = plain_projection(sql)
-        if selected is None or len(run.parts) != 1:
-            return None
-        part = run.parts[0]
-        by_name = {name.lower(): phys for phys, name in part.columns}
-        physical: list[str] = []
-        for item in selected:
-            if item == "*":
-                physical.extend(phys for phys, _ in part.columns)
-            elif item.lower() in by_name:
-                physical.append(by_name[item.lower()])
-            else:
-                return None
-        target = _arrow_schema(run.cursor, sig.names, sig.types)
-        if len(physical) != len(target) or len(set(target.names)) != len(target.names):
-            return None
-        native = self._native_reader(run, part, physical, target, [str(t) for t in sig.types], "")
-        if native is not None:
-            return native
-        source_types = part.data.schema
-        for phys, field in zip(physical, target, strict=True):
-            if not _same_values(source_types.field(phys).type, field.type):
-                return None
-        columns = {field.name: ds.field(phys) for phys, field in zip(physical, target, strict=True)}
-        scanner = ds.Scanner.from_dataset(part.data, columns=columns, batch_size=BATCH_ROWS)
-        return scanner.to_reader().cast(target)
-
-    def _native_reader(
-        self, run: _Running, part: Any, physical: list[str], target: pa.Schema, type_names: list[str], where: str
-    ) -> pa.RecordBatchReader | None:
-        """The pinned files of one local dataset read by DuckDB's native Parquet reader, on SQL we
-        write, typed as ``target``; None where that reader cannot stand in for the dataset."""
-        if not isinstance(part.data, ds.FileSystemDataset) or not isinstance(
-            part.data.filesystem, pafs.LocalFileSystem
-        ):
-            return None  # object stores would need DuckDB's httpfs; the dataset path reads them
-        if any(p.startswith("__icefloe_missing_") for p in physical):
-            return None
-        if any(not _SIMPLE_TYPE.fullmatch(t) for t in type_names):
-            return None
-        select = ", ".join(
-            f"CAST({quote(phys)} AS {t}) AS {quote(name)}"
-            for phys, name, t in zip(physical, target.names, type_names, strict=True)
-        )
-        files = ", ".join("'" + f.replace("'", "''") + "'" for f in part.data.files)
-        native = self._native.cursor()
-        run.helpers.append(native)
-        sql = f"SELECT {select} FROM read_parquet([{files}])" + (f" WHERE {where}" if where else "")
-        reader = native.sql(sql).to_arrow_reader(BATCH_ROWS)
-        if reader.schema != target:
-            logger.warning("native scan schema differs from the bound schema; using the dataset scan")
-            return None
-        return reader
-
-    def _native_scan(self, run: _Running, pins: list[PinnedTable], sql: str) -> None:
-        """Selective single-table queries: read through DuckDB's own Parquet reader.
-
-        Arrow datasets decode every column of a row group before filtering; DuckDB's reader
-        filters first and materializes only matching rows. The client's SQL never reaches this
-        reader: it runs in a separate, unsandboxed DuckDB database on SQL we write (the pinned
-        files, the column mapping, and the safe conjuncts re-rendered from parsed literals).
-        Its stream then replaces the table's view in the sandbox, typed exactly as before.
-        """
-        if len(pins) != 1 or len(run.parts) != 1:
-            return
-        part = run.parts[0]
-        table = self.catalog.load_table((*pins[0].namespace, pins[0].name))
-        schema = table.schemas().get(pins[0].schema_id) or table.schema()
-        conjuncts = safe_conjuncts(sql, schema)
-        if not conjuncts:
-            return
-        view = run.views[0]
-        sig = _seam.bind(run.cursor, f"SELECT * FROM {view}")
-        target = _arrow_schema(run.cursor, sig.names, sig.types)
-        phys_of = {name: phys for phys, name in part.columns}
-        where = " AND ".join(c.sql(quote(phys_of[c.column])) for c in conjuncts)
-        physical = [phys for phys, _ in part.columns]
-        stream = self._native_reader(run, part, physical, target, [str(t) for t in sig.types], where)
-        if stream is None:
-            return
-        run.cursor.register("__icefloe_native_0", stream)
-        run.cursor.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM __icefloe_native_0")
 
     def _release(self, run: _Running) -> None:
         """End of a query: close its cursor, drop its views, return its slot (exactly once)."""
@@ -507,29 +407,6 @@ class Engine:
                     logger.info("interrupting query (%s)", reason)
                     for cursor in (run.cursor, *run.helpers):
                         cursor.interrupt()
-
-
-def _same_values(source: pa.DataType, target: pa.DataType) -> bool:
-    """Whether casting ``source`` to ``target`` only changes offsets width, never values."""
-    if source == target:
-        return True
-    pairs = ((pa.types.is_large_string, pa.types.is_string), (pa.types.is_large_binary, pa.types.is_binary))
-    return any(a(source) and b(target) for a, b in pairs)
-
-
-def _arrow_schema(cur: duckdb.DuckDBPyConnection, names: list[str], types: list[Any]) -> pa.Schema:
-    """Arrow schema for bound columns.
-
-    A type the binder could not infer (a bare ``?``) is given as utf8: the JDBC driver cannot
-    bind any value to a null-typed parameter, and DuckDB casts a string where the SQL needs it.
-    """
-    fields = []
-    for name, typ in zip(names, types, strict=True):
-        if str(typ) == "UNKNOWN":
-            fields.append(pa.field(name, pa.utf8()))
-        else:
-            fields.append(_seam.arrow_schema(cur, [name], [typ]).field(0))
-    return pa.schema(fields)
 
 
 def parameter_markers(sql: str) -> int:
