@@ -121,7 +121,8 @@ _CLEAN_ATTR = "_icefloe_clean"
 def to_flight_error(exc: BaseException) -> BaseException:
     """Map any exception to the exception pyarrow.flight should raise for it."""
     if isinstance(exc, flight.FlightError):
-        return exc
+        already: BaseException = exc  # pyarrow.flight is untyped: keep the declared type
+        return already
     if isinstance(exc, IcefloeError):
         code, message = exc.code, str(exc)
     else:
@@ -133,9 +134,10 @@ def to_flight_error(exc: BaseException) -> BaseException:
         message = f"{code}: {message}"
     native = _FLIGHT_NATIVE.get(code)
     if native is not None:
-        return native(message)
+        flight_error: BaseException = native(message)
+        return flight_error
     arrow_cls = _ARROW_STATUS.get(code, pa.ArrowInvalid)
-    mapped = arrow_cls(message)
+    mapped: BaseException = arrow_cls(message)
     setattr(mapped, _CLEAN_ATTR, True)
     return mapped
 
@@ -199,5 +201,5 @@ def install_clean_tracebacks() -> None:
             return [type(value).__name__.removeprefix("Arrow")]
         return original(exc, *args, **kwargs)
 
-    traceback.format_exception = format_exception  # type: ignore[assignment]
+    traceback.format_exception = format_exception
     _installed = True
