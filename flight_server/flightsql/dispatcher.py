@@ -310,12 +310,14 @@ class FlightSqlService:
             handle = PreparedHandle(req.query, default_schema, is_query=False)
             count = parameter_markers(req.query)
             params = pa.schema([pa.field(f"${i + 1}", pa.utf8()) for i in range(count)])
-            result = p.ActionCreatePreparedStatementResult(handle.encode(), b"", _ipc(params) if count else b"")
+            result = p.ActionCreatePreparedStatementResult(
+                handle.encode(), b"", _ipc(params) if count else b"", is_update=True
+            )
         else:
             pins = self.engine.pin(req.query, default_schema)
             schema, params = self.engine.describe(req.query, pins, default_schema)
             handle = PreparedHandle(req.query, default_schema, is_query=True)
-            result = p.ActionCreatePreparedStatementResult(handle.encode(), _ipc(schema), _ipc(params))
+            result = p.ActionCreatePreparedStatementResult(handle.encode(), _ipc(schema), _ipc(params), is_update=False)
         return result.pack()
 
     def _set_session_options(self, context: flight.ServerCallContext, req: p.SetSessionOptionsRequest) -> bytes:

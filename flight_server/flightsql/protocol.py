@@ -497,10 +497,14 @@ class ActionCreatePreparedStatementResult(Message):
     prepared_statement_handle: bytes = b""
     dataset_schema: bytes = b""
     parameter_schema: bytes = b""
+    # Added to the spec in 2026 (apache/arrow GH-49497): tells drivers whether to execute the
+    # statement as CommandPreparedStatementUpdate (true) or ...Query (false).
+    is_update: bool | None = None
     FIELDS = (
         F(1, "prepared_statement_handle", "bytes"),
         F(2, "dataset_schema", "bytes"),
         F(3, "parameter_schema", "bytes"),
+        F(4, "is_update", "bool", optional=True),
     )
 
 

@@ -317,3 +317,26 @@ def test_selective_native_scan_matches_dataset_scan(uri: str, native: str, datas
     assert native_rows.equals(dataset_rows)
     assert native_rows.num_rows > 0
     client.close()
+
+
+@pytest.mark.parametrize(
+    ("sql", "is_update", "has_schema"),
+    [
+        ("SELECT id FROM sales.orders WHERE id = ?", 0, True),
+        ("INSERT INTO sales.orders VALUES (?, 'x', 1.0)", 1, False),
+    ],
+)
+def test_create_prepared_statement_result(channel: grpc.Channel, sql: str, is_update: int, has_schema: bool) -> None:
+    """Any-packed result: handle, dataset_schema only for queries, parameter schema, is_update (field 4)."""
+    (raw,) = do_action(
+        channel, "CreatePreparedStatement", any_of("ActionCreatePreparedStatementRequest", field_bytes(1, sql.encode()))
+    )
+    body = read_fields(raw)[1][0]  # Result.body
+    packed = read_fields(body)  # type: ignore[arg-type]
+    assert packed[1] == [(SQL + "ActionCreatePreparedStatementResult").encode()]
+    result = read_fields(packed[2][0])  # type: ignore[arg-type]
+    assert result[1][0]  # a handle
+    assert (2 in result) == has_schema
+    params = pa.ipc.read_schema(pa.py_buffer(result[3][0]))  # type: ignore[arg-type]
+    assert len(params) == 1
+    assert result[4] == [is_update]
