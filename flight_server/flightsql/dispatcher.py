@@ -86,6 +86,8 @@ class FlightSqlService:
             raise errors.InvalidArgument(f"malformed Flight SQL command: {exc}") from None
         if isinstance(cmd, _UNSUPPORTED_COMMANDS):
             raise errors.Unimplemented(f"{type(cmd).__name__} is not supported")
+        if getattr(cmd, "transaction_id", None):
+            raise errors.Unimplemented("transactions are not supported (every statement commits on its own)")
         return cmd
 
     def _descriptor_command(self, descriptor: flight.FlightDescriptor) -> p.Message:

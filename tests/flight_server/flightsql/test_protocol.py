@@ -67,6 +67,10 @@ def status_of(fn: object, *args: object) -> tuple[grpc.StatusCode, str]:
         (any_of("CommandStatementQuery", b"\x0a\x10abc"), grpc.StatusCode.INVALID_ARGUMENT),  # truncated
         (any_of("CommandStatementQuery", field_bytes(1, b"\xc3\x28")), grpc.StatusCode.INVALID_ARGUMENT),  # bad utf-8
         (any_of("CommandStatementSubstraitPlan"), grpc.StatusCode.UNIMPLEMENTED),
+        (
+            any_of("CommandStatementQuery", field_bytes(1, b"SELECT 1") + field_bytes(2, b"txn")),
+            grpc.StatusCode.UNIMPLEMENTED,
+        ),
         (any_of("CommandStatementUpdate", field_bytes(1, b"SELECT 1")), grpc.StatusCode.INVALID_ARGUMENT),
         (statement_query("SELEC 1"), grpc.StatusCode.INVALID_ARGUMENT),
         (statement_query("SELECT 1; SELECT 2"), grpc.StatusCode.INVALID_ARGUMENT),
