@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 from flightsql_samples import make_sample_warehouse
@@ -119,6 +120,39 @@ def test_restart_keeps_tickets_valid(tmp_path: Path) -> None:
         assert client.do_get(ticket).read_all().column("n").to_pylist() == [4]
         fresh = start(client, "SELECT count(*) AS n FROM sales.orders").read_all()
         assert fresh.column("n").to_pylist() == [5]
+        client.close()
+    finally:
+        proc.stop()
+
+
+def test_ticket_for_an_expired_snapshot_is_failed_precondition(tmp_path: Path) -> None:
+    """A ticket pinned to a snapshot that expiry removed: a clear error naming the cause."""
+    from catalog import RocksCatalog
+
+    warehouse = tmp_path / "warehouse"
+    make_sample_warehouse(warehouse)
+    proc = ServerProcess(warehouse).start()
+    try:
+        client = flight.FlightClient(proc.location)
+        info = client.get_flight_info(
+            flight.FlightDescriptor.for_command(statement_query("SELECT count(*) AS n FROM sales.orders"))
+        )
+        client.close()
+        proc.stop()
+        cat = RocksCatalog("t", warehouse=str(warehouse))
+        orders = cat.load_table("sales.orders")
+        with orders.transaction() as tx:
+            tx.set_properties({"icefloe.snapshots.retain": "1"})
+        orders = cat.load_table("sales.orders")
+        orders.append(orders.scan().to_arrow().slice(0, 1))
+        assert len(cat.load_table("sales.orders").metadata.snapshots) == 1
+        cat.close()
+        proc.start()
+        client = flight.FlightClient(proc.location)
+        with pytest.raises(pa.ArrowInvalid) as err:  # FAILED_PRECONDITION is sent as INVALID_ARGUMENT
+            client.do_get(info.endpoints[0].ticket).read_all()
+        assert "FAILED_PRECONDITION" in str(err.value) and "no longer exists" in str(err.value)
+        assert "Traceback" not in str(err.value)
         client.close()
     finally:
         proc.stop()
