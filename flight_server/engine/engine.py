@@ -39,15 +39,13 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-import sqlglot
-import sqlglot.errors
 from duckdb import _seam  # binder access: schema of a statement without running it
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from sqlglot import exp as sql_exp
 
 from flight_server import errors
 from flight_server.engine.iceberg_source import IcebergSources, quote
-from flight_server.engine.pushdown import row_filter
+from flight_server.engine.pushdown import parse, row_filter
 from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 
 logger = logging.getLogger("icefloe.engine")
@@ -240,10 +238,7 @@ class Engine:
         which fails exactly when the tables are not there yet (JOIN ... USING) and refuses
         parameters. DuckDB's extraction is the fallback for SQL sqlglot cannot parse.
         """
-        try:
-            trees = sqlglot.parse(sql, read="duckdb")
-        except sqlglot.errors.SqlglotError:
-            trees = None
+        trees = parse(sql)
         if trees is not None:
             refs: set[tuple[str, ...]] = set()
             for tree in trees:

@@ -11,6 +11,7 @@ which can only make the filter looser, never wrong. The same conjuncts, rendered
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -58,12 +59,30 @@ def _sql_literal(value: Any) -> str:
     return repr(value)  # int or float, parsed from the client's literal by us
 
 
+def parse(sql: str) -> tuple[Any, ...] | None:
+    """sqlglot's DuckDB-dialect parse of ``sql`` (None when it cannot parse), shared by every
+    analysis of one statement (memoized for statements up to 64 KiB). Callers only read trees."""
+    return _parse_cached(sql) if len(sql) <= 65536 else _parse(sql)
+
+
+def _parse(sql: str) -> tuple[Any, ...] | None:
+    try:
+        return tuple(sqlglot.parse(sql, read="duckdb"))
+    except sqlglot.errors.SqlglotError:
+        return None
+
+
+_parse_cached = functools.lru_cache(maxsize=512)(_parse)
+
+
+def _single(sql: str) -> Any:
+    trees = parse(sql)
+    return trees[0] if trees is not None and len(trees) == 1 else None
+
+
 def safe_conjuncts(sql: str, schema: Schema) -> list[Conjunct]:
     """The WHERE conjuncts of a single-table SELECT that are simple comparisons with safe literals."""
-    try:
-        tree = sqlglot.parse_one(sql, read="duckdb")
-    except sqlglot.errors.SqlglotError:
-        return []
+    tree = _single(sql)
     if not isinstance(tree, exp.Select):
         return []
     tables = [t for t in tree.find_all(exp.Table) if isinstance(t.this, exp.Identifier)]
@@ -168,10 +187,7 @@ def plain_projection(sql: str) -> list[str] | None:
 
     Such a query needs no SQL engine at all: the scan itself is the result.
     """
-    try:
-        tree = sqlglot.parse_one(sql, read="duckdb")
-    except sqlglot.errors.SqlglotError:
-        return None
+    tree = _single(sql)
     if not isinstance(tree, exp.Select):
         return None
     if any(value for key, value in tree.args.items() if key not in ("expressions", "from", "from_", "kind")):
