@@ -68,7 +68,7 @@ def parse(sql: str) -> tuple[Any, ...] | None:
 def _parse(sql: str) -> tuple[Any, ...] | None:
     try:
         return tuple(sqlglot.parse(sql, read="duckdb"))
-    except sqlglot.errors.SqlglotError:
+    except (sqlglot.errors.SqlglotError, RecursionError):
         return None
 
 

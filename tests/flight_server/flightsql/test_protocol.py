@@ -74,6 +74,11 @@ def status_of(fn: object, *args: object) -> tuple[grpc.StatusCode, str]:
         (any_of("CommandStatementUpdate", field_bytes(1, b"SELECT 1")), grpc.StatusCode.INVALID_ARGUMENT),
         (statement_query("SELEC 1"), grpc.StatusCode.INVALID_ARGUMENT),
         (statement_query("SELECT 1; SELECT 2"), grpc.StatusCode.INVALID_ARGUMENT),
+        (statement_query("SELECT " + "(" * 20000 + "1" + ")" * 20000), grpc.StatusCode.INVALID_ARGUMENT),
+        (
+            statement_query("SELECT * FROM " + "(SELECT * FROM " * 3000 + "sales.orders" + ")" * 3000),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
         (statement_query("SELECT * FROM sales.nope"), grpc.StatusCode.NOT_FOUND),
         (statement_query("INSERT INTO sales.orders VALUES (1, 'a', 1)"), grpc.StatusCode.UNIMPLEMENTED),
     ],
