@@ -151,9 +151,17 @@ class _Running:
 
 class Engine:
     def __init__(
-        self, catalog: Any, query_timeout_s: float = 300.0, max_concurrent: int = 16, threads: int | None = None
+        self,
+        catalog: Any,
+        query_timeout_s: float = 300.0,
+        max_concurrent: int = 16,
+        threads: int | None = None,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.catalog = catalog
+        # Set when the server begins to shut down: running queries are interrupted so their
+        # streams end and gRPC can drain.
+        self._server_stopping = stopping or threading.Event()
         self.query_timeout_s = query_timeout_s
         self.sources = IcebergSources()
         self._threads = threads
@@ -348,6 +356,8 @@ class Engine:
             return errors.DeadlineExceeded(f"query exceeded the {self.query_timeout_s:g}s timeout")
         if run.interrupted == "cancelled":
             return errors.Cancelled("query cancelled")
+        if run.interrupted == "shutdown":
+            return errors.Unavailable("the server is shutting down; retry")
         return _map_duckdb(exc)
 
     # -- sources --------------------------------------------------------------------------
@@ -393,7 +403,9 @@ class Engine:
                 if run.interrupted:
                     continue
                 reason = None
-                if now > run.deadline:
+                if self._server_stopping.is_set():
+                    reason = "shutdown"
+                elif now > run.deadline:
                     reason = "timeout"
                 elif run.context is not None and run.context.is_cancelled():
                     reason = "cancelled"

@@ -64,7 +64,10 @@ class FlightSqlService:
         self.server = server
         config = server.config
         self.engine = Engine(
-            server.catalog, query_timeout_s=config.query_timeout_s, max_concurrent=config.max_concurrent_queries
+            server.catalog,
+            query_timeout_s=config.query_timeout_s,
+            max_concurrent=config.max_concurrent_queries,
+            stopping=server.stopping,
         )
         self.metadata = md.Metadata(server.catalog)
         self.sessions = SessionStore()

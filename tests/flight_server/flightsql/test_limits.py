@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,3 +157,37 @@ def test_ticket_for_an_expired_snapshot_is_failed_precondition(tmp_path: Path) -
         client.close()
     finally:
         proc.stop()
+
+
+def test_sigterm_ends_running_streams(tmp_path: Path) -> None:
+    """Clients reading an endless result or waiting on a long aggregate must not keep the server
+    from stopping: shutdown interrupts their DuckDB work and their calls end with an error.
+
+    (A client that stops reading but keeps its connection open is another matter: its stream
+    waits on gRPC flow control, and pyarrow offers no shutdown deadline to cut it off.)
+    """
+    warehouse = tmp_path / "warehouse"
+    make_sample_warehouse(warehouse)
+    proc = ServerProcess(warehouse).start()
+    client = flight.FlightClient(proc.location)
+    outcome: list[BaseException] = []
+
+    def run(sql: str) -> None:
+        try:
+            for _ in start(client, sql, flight.FlightCallOptions(timeout=120)):
+                pass
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertions below
+            outcome.append(exc)
+
+    workers = [threading.Thread(target=run, args=(sql,)) for sql in (ENDLESS, SLOW_AGGREGATE)]
+    for worker in workers:
+        worker.start()
+    time.sleep(1.5)  # both queries are running in DuckDB by now
+    code = proc.stop()
+    for worker in workers:
+        worker.join(30)
+    assert code == 0, proc.log  # exited by itself, not killed after the 30 s grace period
+    assert proc.log.count("interrupting query (shutdown)") == 2
+    assert "icefloe stopped" in proc.log
+    assert len(outcome) == 2 and not any("Traceback" in str(e) for e in outcome)
+    client.close()
