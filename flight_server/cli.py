@@ -67,5 +67,23 @@ def sql(query: str, uri: str, fmt: str, update: bool, token: str | None) -> None
         raise click.ClickException(str(exc).split(". Detail:", 1)[0]) from None
 
 
+@main.command()
+@click.argument("table", required=False)
+@click.option("--warehouse", envvar="ICEFLOE_WAREHOUSE", default="./warehouse", show_default=True,
+              help="Warehouse to maintain offline (when no server holds it).")
+@click.option("--server", "server_location", envvar="ICEFLOE_SERVER", default=None,
+              help="Ask a running server instead, e.g. grpc://127.0.0.1:31337 (DoAction icefloe.maintain).")
+@click.option("--orphan-grace-s", default=3600.0, show_default=True, type=float,
+              help="Only files unreferenced and older than this are removed.")
+def maintain(table: str | None, warehouse: str, server_location: str | None, orphan_grace_s: float) -> None:
+    """Compact small files and manifests, expire old snapshots, remove orphan files.
+
+    TABLE is ``ns.t``; without it every table is maintained. One JSON line per table.
+    """
+    from flight_server.maintain_cli import run_maintain
+
+    run_maintain(table, warehouse, server_location, orphan_grace_s)
+
+
 if __name__ == "__main__":
     main()

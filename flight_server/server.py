@@ -19,6 +19,8 @@ import pyarrow.flight as flight
 from catalog import RocksCatalog
 from flight_server import errors
 from flight_server.config import Config
+from flight_server.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
+from flight_server.headers import HeadersMiddlewareFactory
 from flight_server.flightsql.sessions import MIDDLEWARE_KEY as SESSION_MIDDLEWARE_KEY
 from flight_server.flightsql.sessions import SessionMiddlewareFactory
 
@@ -42,6 +44,7 @@ class IcefloeServer(flight.FlightServerBase):
         self.appends = AppendService(self)
         self.feed = FeedService(self)
         middleware = dict(kwargs.pop("middleware", None) or {})
+        middleware.setdefault(HEADERS_MIDDLEWARE_KEY, HeadersMiddlewareFactory())
         middleware.setdefault(SESSION_MIDDLEWARE_KEY, SessionMiddlewareFactory())
         super().__init__(config.location, middleware=middleware, **kwargs)
         # --port 0 asks the OS for a port; keep the one we got.
@@ -98,6 +101,8 @@ class IcefloeServer(flight.FlightServerBase):
 
     @errors.guard
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
+        if action.type in self.appends.ACTIONS:
+            return self.appends.do_action(context, action)
         return self.flightsql.do_action(context, action)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
@@ -111,6 +116,7 @@ class IcefloeServer(flight.FlightServerBase):
     def shutdown_and_close(self) -> None:
         self.stopping.set()
         self.shutdown()
+        self.appends.close()
         self.flightsql.close()
         self.catalog.close()
 
