@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import adbc_driver_flightsql.dbapi as fsql
 import adbc_driver_manager
 import pyarrow as pa
 import pytest
+from servers import ServerProcess
 
 
 @pytest.fixture
@@ -149,16 +151,24 @@ def test_cte_shadowing_a_name(conn: Any) -> None:
     assert query(conn, "WITH orders AS (SELECT 7 AS x) SELECT x FROM orders").column("x").to_pylist() == [7]
 
 
-def test_ingest_reaches_the_append_service(conn: Any) -> None:
-    """adbc_ingest is decoded here and handed to the append service (UNIMPLEMENTED until it lands)."""
-    data = pa.table({"x": [1, 2]})
-    with conn.cursor() as cur:
-        try:
-            count = cur.adbc_ingest("ingested", data, mode="create", db_schema_name="sales")
-        except adbc_driver_manager.NotSupportedError as exc:
-            assert "ingest" in str(exc)
-        else:
-            assert count == 2
+def test_ingest_then_query_with_session_schema(tmp_path: Path) -> None:
+    """adbc_ingest is decoded here and committed by the append service; SQL then reads it,
+    also unqualified once the session's schema option names the namespace."""
+    proc = ServerProcess(tmp_path / "warehouse").start()
+    try:
+        kwargs = {"adbc.flight.sql.rpc.with_cookie_middleware": "true"}
+        with fsql.connect(proc.location, db_kwargs=kwargs, autocommit=True) as connection:
+            with connection.cursor() as cur:
+                assert cur.adbc_ingest("landed", pa.table({"x": [1, 2]}), mode="create", db_schema_name="inbox") == 2
+                assert cur.adbc_ingest("landed", pa.table({"x": [3]}), mode="append", db_schema_name="inbox") == 1
+            assert query(connection, "SELECT sum(x) AS s FROM inbox.landed").column("s").to_pylist() == [6]
+            connection.adbc_connection.set_options(**{"adbc.flight.sql.session.option.schema": "inbox"})
+            assert query(connection, "SELECT count(*) AS n FROM landed").column("n").to_pylist() == [3]
+            with connection.cursor() as cur:
+                assert cur.adbc_ingest("landed", pa.table({"x": [9]}), mode="replace") == 1  # session schema
+            assert query(connection, "SELECT x FROM landed").column("x").to_pylist() == [9]
+    finally:
+        proc.stop()
 
 
 @pytest.mark.parametrize(
