@@ -237,11 +237,17 @@ class _Connection:
                 self._client = None
 
 
-def print_events(location: str, after: int | str, tables: Sequence[str] | None, heartbeat_ms: int) -> None:
+def print_events(
+    location: str,
+    after: int | str,
+    tables: Sequence[str] | None,
+    heartbeat_ms: int,
+    headers: Sequence[tuple[bytes, bytes]] | None = None,
+) -> None:
     """Follow the feed and print one JSON line per event (``icefloe subscribe``)."""
     import sys
 
-    for event in subscribe(location, after=after, tables=tables, heartbeat_ms=heartbeat_ms):
+    for event in subscribe(location, after=after, tables=tables, heartbeat_ms=heartbeat_ms, headers=headers):
         sys.stdout.write(json.dumps(event.to_json()) + "\n")
         sys.stdout.flush()
 

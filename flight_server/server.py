@@ -20,10 +20,10 @@ import pyarrow.flight as flight
 from catalog import RocksCatalog
 from flight_server import errors
 from flight_server.config import Config
-from flight_server.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
-from flight_server.headers import HeadersMiddlewareFactory
 from flight_server.flightsql.sessions import MIDDLEWARE_KEY as SESSION_MIDDLEWARE_KEY
 from flight_server.flightsql.sessions import SessionMiddlewareFactory
+from flight_server.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
+from flight_server.headers import HeadersMiddlewareFactory
 
 logger = logging.getLogger("icefloe.server")
 
@@ -135,6 +135,10 @@ class IcefloeServer(flight.FlightServerBase):
 def serve(config: Config) -> None:
     """Start the server, log the readiness line, and block until SIGTERM/SIGINT."""
     server = IcefloeServer(config)
+    if config.demo:
+        from flight_server.demo import load_demo
+
+        load_demo(server.catalog)
     logger.info("icefloe listening on %s", config.location)
     stop = threading.Event()
 
