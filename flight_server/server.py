@@ -9,6 +9,7 @@ Routing only; the work lives in one service per capability:
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -19,10 +20,10 @@ import pyarrow.flight as flight
 from catalog import RocksCatalog
 from flight_server import errors
 from flight_server.config import Config
-from flight_server.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
-from flight_server.headers import HeadersMiddlewareFactory
 from flight_server.flightsql.sessions import MIDDLEWARE_KEY as SESSION_MIDDLEWARE_KEY
 from flight_server.flightsql.sessions import SessionMiddlewareFactory
+from flight_server.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
+from flight_server.headers import HeadersMiddlewareFactory
 
 logger = logging.getLogger("icefloe.server")
 
@@ -113,17 +114,31 @@ class IcefloeServer(flight.FlightServerBase):
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    def shutdown_and_close(self) -> None:
+    def shutdown_and_close(self, grace_s: float = 10.0) -> bool:
+        """Stop serving and close the catalog; return False if some call outlived ``grace_s``.
+
+        A feed stream blocked writing to a client that stopped reading cannot notice
+        ``stopping``, and gRPC's shutdown waits for every call, so the wait is bounded.
+        """
         self.stopping.set()
-        self.shutdown()
+        stopper = threading.Thread(target=self.shutdown, name="icefloe-shutdown", daemon=True)
+        stopper.start()
+        stopper.join(grace_s)
+        if stopper.is_alive():
+            logger.warning("some calls did not finish within %.0f s of shutdown; closing anyway", grace_s)
         self.appends.close()
         self.flightsql.close()
         self.catalog.close()
+        return not stopper.is_alive()
 
 
 def serve(config: Config) -> None:
     """Start the server, log the readiness line, and block until SIGTERM/SIGINT."""
     server = IcefloeServer(config)
+    if config.demo:
+        from flight_server.demo import load_demo
+
+        load_demo(server.catalog)
     logger.info("icefloe listening on %s", config.location)
     stop = threading.Event()
 
@@ -137,5 +152,10 @@ def serve(config: Config) -> None:
     # own signal handlers over ours, so the main thread just waits for a signal instead.
     while not stop.wait(1.0):
         pass
-    server.shutdown_and_close()
+    clean = server.shutdown_and_close()
     logger.info("icefloe stopped")
+    if not clean:
+        # A call is still stuck inside gRPC (see shutdown_and_close); commits are already
+        # durable, so leave without waiting for it at interpreter exit.
+        logging.shutdown()
+        os._exit(0)

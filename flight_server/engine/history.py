@@ -92,30 +92,13 @@ def _serialized(cur: duckdb.DuckDBPyConnection, sql: str) -> dict[str, Any] | No
     return None if doc.get("error") else dict(doc)
 
 
-def table_references(cur: duckdb.DuckDBPyConnection, sql: str) -> list[list[str]] | None:
-    """Name parts of every table a SELECT reads (CTE names included: they resolve to nothing).
-
-    From the parse tree rather than ``get_table_names``, which binds joins and so fails on
-    ``JOIN ... USING`` over tables that only exist once the query is planned. None when
-    ``sql`` is not a plain SELECT.
-    """
-    doc = _serialized(cur, sql)
-    if doc is None:
-        return None
-    names = []
-    for ref in _table_refs(doc.get("statements", []), with_at=False):
-        parts = [p for p in (ref.get("catalog_name"), ref.get("schema_name")) if p]
-        names.append([*parts, ref["table_name"]])
-    return names
-
-
-def _table_refs(node: Any, with_at: bool = True) -> list[dict[str, Any]]:
+def _table_refs(node: Any) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     stack = [node]
     while stack:
         cur = stack.pop()
         if isinstance(cur, dict):
-            if cur.get("type") == "BASE_TABLE" and (cur.get("at_clause") or not with_at):
+            if cur.get("type") == "BASE_TABLE" and cur.get("at_clause"):
                 found.append(cur)
             stack.extend(cur.values())
         elif isinstance(cur, list):

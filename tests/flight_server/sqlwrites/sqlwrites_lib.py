@@ -48,3 +48,10 @@ def log_records(catalog: Any, after: int) -> list[Any]:
     """Commit-log records after ``after``, as the reader catalog sees them now."""
     catalog.store.refresh()
     return list(catalog.log.read(after))
+
+
+def execute_rowcount(conn: Any, text: str, parameters: Any = None) -> int:
+    """Run a write with ADBC ``cursor.execute`` (the query path); its rowcount."""
+    with conn.cursor() as cur:
+        cur.execute(text, parameters)
+        return int(cur.rowcount)

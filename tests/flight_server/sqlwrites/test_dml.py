@@ -10,7 +10,7 @@ import adbc_driver_manager
 import pyarrow.flight as flight
 import pytest
 from servers import ServerProcess
-from sqlwrites_lib import log_head, log_records, rows, scalar, sql, update
+from sqlwrites_lib import execute_rowcount, log_head, log_records, rows, scalar, update
 
 
 def _pyiceberg_rows(reader_catalog: Any, name: str, order: str) -> list[dict[str, Any]]:
@@ -29,9 +29,8 @@ def test_insert_values_positional_column_list_and_by_name(conn: Any, reader_cata
     assert update(conn, "INSERT INTO dml_a.t VALUES (1, 'ann', 1.5), (2, 'bob', 2.25)") == 2
     assert update(conn, "INSERT INTO dml_a.t (name, id) VALUES ('cy', 3)") == 1
     assert update(conn, "INSERT INTO dml_a.t BY NAME SELECT 4.75 AS amount, 4 AS id") == 1
-    # Sent as a query (ADBC execute): runs at GetFlightInfo and answers a one-row count.
-    assert sql(conn, "INSERT INTO dml_a.t SELECT id + 10, name, amount FROM dml_a.t WHERE id <= 2").to_pylist() == [
-        {"count": 2}]
+    # Through ADBC cursor.execute (the statement is prepared, announced as an update).
+    assert execute_rowcount(conn, "INSERT INTO dml_a.t SELECT id + 10, name, amount FROM dml_a.t WHERE id <= 2") == 2
     records = log_records(reader_catalog, head)
     assert [r.operation for r in records] == ["append"] * 4
     assert [r.added_rows for r in records] == [2, 1, 1, 2]
@@ -54,7 +53,7 @@ def test_insert_with_parameters(conn: Any, reader_catalog: Any) -> None:
     assert [(r.operation, r.added_rows) for r in log_records(reader_catalog, head)] == [("append", 3)]  # one commit
     assert rows(conn, "SELECT id, name FROM dml_b.t ORDER BY id") == [
         {"id": 1, "name": "p"}, {"id": 2, "name": "q"}, {"id": 3, "name": None}]
-    assert sql(conn, "DELETE FROM dml_b.t WHERE id = ?", [2]).to_pylist() == [{"count": 1}]
+    assert execute_rowcount(conn, "DELETE FROM dml_b.t WHERE id = ?", [2]) == 1
     assert update(conn, "UPDATE dml_b.t SET name = ? WHERE id = ?", ("z", 3)) == 1
     assert _pyiceberg_rows(reader_catalog, "dml_b.t", "id") == [
         {"id": 1, "name": "p", "amount": None}, {"id": 3, "name": "z", "amount": None}]
@@ -200,3 +199,25 @@ def test_failing_inserts_leave_no_query_behind(conn: Any, write_server: ServerPr
         time.sleep(0.12)  # longer than the watchdog's period
     assert write_server.proc is not None and write_server.proc.poll() is None
     assert scalar(conn, "SELECT count(*) FROM dml_j.t") == 0
+
+
+def test_write_sent_as_a_plain_query_runs_at_get_flight_info(
+    conn: Any, reader_catalog: Any, write_server: ServerProcess
+) -> None:
+    """CommandStatementQuery (what plain Flight SQL clients send for any SQL): the write runs at
+    GetFlightInfo, total_records is its row count and DoGet reads one ``count`` row."""
+    from flight_server.flightsql import protocol
+
+    _make(conn, "dml_k")
+    head = log_head(reader_catalog)
+    command = protocol.CommandStatementQuery(query="INSERT INTO dml_k.t VALUES (1, 'a', 1), (2, 'b', 2)").pack()
+    client = flight.FlightClient(write_server.location)
+    try:
+        info = client.get_flight_info(flight.FlightDescriptor.for_command(command))
+        assert log_head(reader_catalog) == head + 1  # committed before any DoGet
+        assert info.total_records == 2
+        assert client.do_get(info.endpoints[0].ticket).read_all().to_pylist() == [{"count": 2}]
+    finally:
+        client.close()
+    assert log_head(reader_catalog) == head + 1  # reading the result does not run it again
+    assert scalar(conn, "SELECT count(*) FROM dml_k.t") == 2
