@@ -464,6 +464,8 @@ class Engine:
                 return
             run.released = True  # type: ignore[attr-defined]
             self._running.discard(run)
+            # The RPC context dies with its call; never let the watchdog touch it afterwards.
+            run.context = None
         for cursor in (run.cursor, *run.helpers):
             try:
                 cursor.close()
@@ -539,6 +541,19 @@ class Engine:
 
     # -- cancellation and timeouts --------------------------------------------------------
 
+    def _call_cancelled(self, run: _Running) -> bool:
+        """Ask the query's RPC context whether the client cancelled.
+
+        Checked under ``_running_lock``, which ``_release`` also takes before it drops the
+        context: a context is only consulted while its query is still registered, i.e. while
+        its call is alive (the reader is released before gRPC finishes the call).
+        """
+        with self._running_lock:
+            context = run.context
+            if getattr(run, "released", False) or context is None:
+                return False
+            return bool(context.is_cancelled())
+
     def _watch(self) -> None:
         while not self._stop.wait(0.1):
             now = time.monotonic()
@@ -552,7 +567,7 @@ class Engine:
                     reason = "shutdown"
                 elif now > run.deadline:
                     reason = "timeout"
-                elif run.context is not None and run.context.is_cancelled():
+                elif self._call_cancelled(run):
                     reason = "cancelled"
                 if reason:
                     run.interrupted = reason
