@@ -96,14 +96,23 @@ class CommitLog:
         raw = self._store.get(keys.log_key(seq))
         return CommitRecord.from_bytes(raw) if raw is not None else None
 
+    def retention_floor(self) -> int | None:
+        """Lowest retention hold (e.g. the lineage cursor): records above it must stay."""
+        holds = [keys.decode_u64(v) for _, v in self._store.scan(keys.RETENTION_HOLD)]
+        return min(holds) if holds else None
+
     def trim(self, keep_after: int) -> int:
         """Drop records with ``seq <= keep_after``; return the new log start.
 
-        The caller decides how much to keep (time or count based retention, and whatever
-        cursors it must honour, such as the lineage outbox).
+        The caller decides how much to keep (time or count based retention); retention holds
+        (``keys.RETENTION_HOLD``, such as the lineage outbox cursor) are always honoured: no
+        record above the lowest hold is dropped.
         """
         head = self.head()
         keep_after = min(keep_after, head)
+        floor = self.retention_floor()
+        if floor is not None:
+            keep_after = min(keep_after, floor)
         current = self.log_start()
         if keep_after < current:
             return current

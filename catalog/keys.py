@@ -16,10 +16,19 @@ TABLE = b"tb/"
 LOG = b"log/"
 META = b"meta/"
 IDEMPOTENCY = b"idem/"
+# Lineage outbox: built OpenLineage events waiting for delivery (commit runs and failed
+# writes), keyed by runId (UUIDv7, so time ordered) + event index; undeliverable ones move to
+# the dead-letter range.
+LINEAGE_OUTBOX = b"lin/out/"
+LINEAGE_DEAD = b"lin/dead/"
 
 HEAD_SEQ = META + b"head_seq"
 LOG_START = META + b"log_start"
 FORMAT = META + b"format"
+# Retention holds: META + "hold/" + owner -> big-endian seq. CommitLog.trim never drops a
+# record above the lowest hold (the lineage cursor is one).
+RETENTION_HOLD = META + b"hold/"
+LINEAGE_CURSOR = RETENTION_HOLD + b"lineage"
 
 
 def encode_namespace(levels: tuple[str, ...]) -> bytes:

@@ -17,8 +17,10 @@ from typing import Any
 import pyarrow.flight as flight
 
 from catalog import RocksCatalog
+from catalog.lineage import LineageExporter
 from flight_server import errors
 from flight_server.config import Config
+from flight_server.lineage_setup import lineage_settings
 
 logger = logging.getLogger("icefloe.server")
 
@@ -39,9 +41,12 @@ class IcefloeServer(flight.FlightServerBase):
         self.flightsql = FlightSqlService(self)
         self.appends = AppendService(self)
         self.feed = FeedService(self)
+        # Lineage outbox: registered before serving so no commit is missed; started below.
+        self.lineage = LineageExporter(self.catalog)
         super().__init__(config.location, **kwargs)
         # --port 0 asks the OS for a port; keep the one we got.
         self.config.port = self.port
+        self.lineage.start(lineage_settings(config))
 
     # -- access control ----------------------------------------------------------------
 
@@ -107,6 +112,7 @@ class IcefloeServer(flight.FlightServerBase):
     def shutdown_and_close(self) -> None:
         self.stopping.set()
         self.shutdown()
+        self.lineage.stop()
         self.catalog.close()
 
 

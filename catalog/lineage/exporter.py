@@ -1,0 +1,426 @@
+"""The lineage outbox and the background worker that drains it.
+
+Two stages, both off the commit path:
+
+1. *Capture*: the worker reads commit-log records after the lineage cursor
+   (``keys.LINEAGE_CURSOR``), builds their events while the commit's metadata is fresh and
+   writes them to the outbox (``keys.LINEAGE_OUTBOX``) together with the new cursor in one
+   atomic batch. The cursor is a retention hold: ``CommitLog.trim`` never drops a record the
+   worker has not captured.
+2. *Send*: the worker sends outbox events in order through the openlineage-python client and
+   deletes each one once the transport accepted it. A collector that is down leaves them in
+   RocksDB, retried with exponential backoff, across restarts too. An event the collector
+   rejects as invalid (HTTP 4xx) is retried a few times and then moved to the dead-letter range
+   (``keys.LINEAGE_DEAD``) so that it cannot block the rest.
+
+Writers never wait: the commit hub calls ``_on_commit`` (which only sets an Event) after each
+landed commit. Failed writes are stored directly by ``report_failure`` (a write to the outbox;
+a refused write has no commit-log record).
+
+Delivery is at least once: an event sent just before a crash, and not yet deleted, is sent
+again on restart with the same runId and content.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.serializers import FromInputFile
+from pyiceberg.table.metadata import TableMetadata
+
+from catalog import keys
+from catalog.commit_log import CommitRecord, CursorExpiredError
+from catalog.context import commit_context, current_commit_context
+from catalog.lineage.events import LineageSettings, build_commit_events, build_failure_events, new_run_id
+from catalog.lineage.transport import ResolvedClient, resolve_client, to_client_event
+
+if TYPE_CHECKING:
+    from catalog.rocks_catalog import RocksCatalog
+
+logger = logging.getLogger("icefloe.lineage")
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def outbox_key(run_id: str, index: int) -> bytes:
+    """UUIDv7 bytes sort by time, so the outbox drains roughly in event-time order."""
+    import uuid
+
+    return keys.LINEAGE_OUTBOX + uuid.UUID(run_id).bytes + bytes([index])
+
+
+def _rejected(exc: BaseException) -> bool:
+    """True when the collector refused the event itself (retrying the same bytes cannot help)."""
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    return isinstance(status, int) and 400 <= status < 500 and status not in (408, 429)
+
+
+class LineageExporter:
+    """Captures every commit into the lineage outbox and sends it to the configured collector.
+
+    Args:
+        catalog: The (writable) catalog whose commits are exported.
+        resolved: The OpenLineage client resolution (default: read from the environment).
+        idle_wait_s: How often an idle worker looks at the outbox without being woken.
+        max_backoff_s: Longest wait between delivery attempts while the collector is down.
+        capture_batch: Commit-log records captured per batch.
+        max_outbox: Failed-write events are dropped (with a warning) beyond this many waiting
+            events, so a flood of refused writes cannot fill the disk; commits are never dropped.
+        max_rejections: Attempts before an event the collector rejects goes to dead letters.
+    """
+
+    def __init__(
+        self,
+        catalog: RocksCatalog,
+        resolved: ResolvedClient | None = None,
+        *,
+        idle_wait_s: float = 5.0,
+        max_backoff_s: float = 30.0,
+        capture_batch: int = 256,
+        max_outbox: int = 100_000,
+        max_rejections: int = 3,
+    ) -> None:
+        self.catalog = catalog
+        self.store = catalog.store
+        self.log = catalog.log
+        self.resolved = resolved if resolved is not None else resolve_client()
+        self.settings: LineageSettings | None = None
+        self.idle_wait_s = idle_wait_s
+        self.max_backoff_s = max_backoff_s
+        self.capture_batch = capture_batch
+        self.max_outbox = max_outbox
+        self.max_rejections = max_rejections
+        self.delivered = 0
+        self.send_failures = 0
+        self.dead_lettered = 0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._rejections: dict[bytes, int] = {}
+        self._metadata: OrderedDict[str, TableMetadata] = OrderedDict()
+        self._collector_down = False
+        self._outbox_size = 0
+        if self.keeps_outbox and not self.store.read_only:
+            # Register the cursor before any commit can land, so the first start exports
+            # everything from here on (earlier history is not replayed).
+            if self.store.get(keys.LINEAGE_CURSOR) is None:
+                self.store.write({keys.LINEAGE_CURSOR: keys.encode_u64(self.log.head())})
+            self._outbox_size = sum(1 for _ in self.store.scan(keys.LINEAGE_OUTBOX))
+            catalog.hub.add_listener(self._on_commit)
+
+    # -- state -------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        return self.resolved.state
+
+    @property
+    def enabled(self) -> bool:
+        return self.resolved.state == "enabled"
+
+    @property
+    def keeps_outbox(self) -> bool:
+        """Enabled, or configured but broken: events wait durably for a usable config."""
+        return self.resolved.state in ("enabled", "invalid")
+
+    def cursor(self) -> int | None:
+        """Sequence of the last commit captured into the outbox (None when export is off)."""
+        raw = self.store.get(keys.LINEAGE_CURSOR)
+        return keys.decode_u64(raw) if raw is not None else None
+
+    def pending(self) -> int:
+        """Events waiting in the outbox."""
+        return sum(1 for _ in self.store.scan(keys.LINEAGE_OUTBOX))
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self, settings: LineageSettings) -> LineageExporter:
+        self.settings = settings
+        if self.store.read_only:
+            logger.info("lineage export off: the catalog is open read-only")
+            return self
+        if self.resolved.state == "invalid":
+            logger.error(
+                "lineage export DISABLED: %s; events are kept and sent once the configuration is fixed",
+                self.resolved.reason,
+            )
+            return self
+        if not self.enabled:
+            logger.info("lineage export off: %s", self.resolved.reason)
+            if self.store.get(keys.LINEAGE_CURSOR) is not None:
+                # Export is off on purpose: stop holding back commit-log trimming.
+                self.store.write({}, (keys.LINEAGE_CURSOR,))
+            return self
+        logger.info(
+            "lineage export on: %s transport, namespace %s (%d events waiting)",
+            self.resolved.transport_kind,
+            settings.namespace,
+            self._outbox_size,
+        )
+        self._thread = threading.Thread(target=self._run, name="icefloe-lineage", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop the worker; events not yet sent stay in the outbox for the next start."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                logger.warning("lineage worker did not stop within %.0fs", timeout)
+        if self.resolved.client is not None:
+            with contextlib.suppress(Exception):
+                self.resolved.client.close(timeout=1.0)
+
+    def _on_commit(self, _record: CommitRecord) -> None:
+        # Runs on the committing thread: only a flag, never I/O.
+        self._wake.set()
+
+    # -- failed writes -----------------------------------------------------------------
+
+    def report_failure(
+        self,
+        namespace: tuple[str, ...] | str,
+        table: str,
+        operation: str,
+        error: BaseException | str,
+        *,
+        principal: str | None = None,
+        extra: dict[str, Any] | None = None,
+        started_at_us: int | None = None,
+    ) -> str | None:
+        """Store the ``START``/``FAIL`` events of a refused or failed write; return its runId.
+
+        Cheap and safe to call from any writer thread: one RocksDB write, no network.
+        Returns None when export is off (or the outbox is full).
+        """
+        if not self.keeps_outbox or self.store.read_only or self._stop.is_set():
+            return None
+        settings = self.settings
+        if settings is None:
+            return None
+        with self._lock:
+            if self._outbox_size >= self.max_outbox:
+                logger.warning("lineage outbox full (%d events); failure event dropped", self._outbox_size)
+                return None
+            self._outbox_size += 2
+        levels = tuple(namespace.split(".")) if isinstance(namespace, str) else tuple(namespace)
+        message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        now = _now_us()
+        run_id = new_run_id()
+        events = build_failure_events(
+            settings,
+            run_id=run_id,
+            namespace=levels,
+            table=table,
+            operation=operation,
+            error=message,
+            started_at_us=started_at_us or now,
+            failed_at_us=now,
+            principal=principal,
+            extra=extra,
+            columns_of=self._columns_of,
+        )
+        self.store.write({outbox_key(run_id, i): json.dumps(e).encode("utf-8") for i, e in enumerate(events)})
+        self._wake.set()
+        return run_id
+
+    @contextlib.contextmanager
+    def track_write(
+        self,
+        namespace: tuple[str, ...] | str,
+        table: str,
+        operation: str,
+        *,
+        principal: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> Iterator[None]:
+        """Run a write; report it as a failed run if the block raises (then re-raise).
+
+        Also records when the write began (``extra["started_at_us"]``) and ``extra`` in the
+        commit context, so the commits it makes carry them into their lineage events.
+        """
+        started = _now_us()
+        with commit_context(extra={"started_at_us": started, **(extra or {})}):
+            try:
+                yield
+            except Exception as exc:
+                ctx = current_commit_context()
+                try:
+                    self.report_failure(
+                        namespace,
+                        table,
+                        operation,
+                        exc,
+                        principal=principal or ctx.principal,
+                        extra=ctx.extra,
+                        started_at_us=started,
+                    )
+                except Exception:  # reporting must never change the writer's outcome
+                    logger.exception("could not record a failed write for lineage")
+                raise
+
+    # -- worker ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = 0.0
+        next_send = 0.0
+        while not self._stop.is_set():
+            wait = max(0.0, next_send - time.monotonic()) if backoff else self.idle_wait_s
+            self._wake.wait(wait)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                self._capture()
+            except Exception:
+                logger.exception("lineage capture failed; will retry")
+            if time.monotonic() < next_send:
+                continue
+            try:
+                delivered_all = self._send_pending()
+            except Exception:
+                logger.exception("lineage delivery failed unexpectedly; will retry")
+                delivered_all = False
+            if delivered_all:
+                backoff = 0.0
+                next_send = 0.0
+            else:
+                backoff = min(self.max_backoff_s, max(0.5, backoff * 2))
+                next_send = time.monotonic() + backoff
+
+    def _capture(self) -> None:
+        assert self.settings is not None
+        while not self._stop.is_set():
+            cursor = keys.decode_u64(self.store.get(keys.LINEAGE_CURSOR))
+            try:
+                records = list(self.log.read(cursor, limit=self.capture_batch))
+            except CursorExpiredError as exc:
+                logger.error(
+                    "lineage cursor %d expired (log starts at %d): commits in between are not exported",
+                    cursor,
+                    exc.log_start,
+                )
+                self.store.write({keys.LINEAGE_CURSOR: keys.encode_u64(exc.log_start - 1)})
+                continue
+            if not records:
+                return
+            puts: dict[bytes, bytes] = {}
+            for record in records:
+                events = build_commit_events(record, self._metadata_for(record), self.settings, self._columns_of)
+                run_id = events[0]["run"]["runId"]
+                for index, event in enumerate(events):
+                    puts[outbox_key(run_id, index)] = json.dumps(event).encode("utf-8")
+            puts[keys.LINEAGE_CURSOR] = keys.encode_u64(records[-1].seq)
+            # Not fsync'd on its own: the next commit's fsync (or a clean close) makes it
+            # durable, and if it is lost the cursor is lost with it and capture repeats.
+            self.store.write(puts, sync=False)
+            with self._lock:
+                self._outbox_size += len(puts) - 1
+            if len(records) < self.capture_batch:
+                return
+
+    def _send_pending(self) -> bool:
+        """Send what is waiting; True when the outbox was drained (or the worker is stopping)."""
+        client = self.resolved.client
+        while not self._stop.is_set():
+            batch = list(itertools.islice(self.store.scan(keys.LINEAGE_OUTBOX), 512))
+            if not batch:
+                return True
+            for key, value in batch:
+                if self._stop.is_set():
+                    return True
+                event = json.loads(value)
+                try:
+                    client.emit(to_client_event(event))
+                except Exception as exc:
+                    if _rejected(exc):
+                        if self._reject(key, value, exc):
+                            continue
+                        return False
+                    self.send_failures += 1
+                    if not self._collector_down:
+                        self._collector_down = True
+                        logger.warning(
+                            "lineage collector unreachable (%s); events wait in the outbox", type(exc).__name__
+                        )
+                    return False
+                self.store.write({}, (key,), sync=False)
+                with self._lock:
+                    self._outbox_size -= 1
+                self.delivered += 1
+                if self._collector_down:
+                    self._collector_down = False
+                    logger.info("lineage collector reachable again; delivering waiting events")
+        return True
+
+    def _reject(self, key: bytes, value: bytes, exc: BaseException) -> bool:
+        """Count a rejection; True once the event was moved to dead letters."""
+        attempts = self._rejections.get(key, 0) + 1
+        if attempts < self.max_rejections:
+            self._rejections[key] = attempts
+            logger.warning(
+                "lineage collector rejected an event (%s); attempt %d of %d",
+                type(exc).__name__,
+                attempts,
+                self.max_rejections,
+            )
+            return False
+        self._rejections.pop(key, None)
+        dead = keys.LINEAGE_DEAD + key[len(keys.LINEAGE_OUTBOX) :]
+        self.store.write({dead: value}, (key,))
+        with self._lock:
+            self._outbox_size -= 1
+        self.dead_lettered += 1
+        logger.error(
+            "lineage collector rejected an event %d times (%s); moved to dead letters", attempts, type(exc).__name__
+        )
+        return True
+
+    # -- metadata --------------------------------------------------------------------------
+
+    def _metadata_for(self, record: CommitRecord) -> TableMetadata | None:
+        location = record.metadata_location
+        if not location:
+            return None
+        # The catalog keeps the latest metadata of each table parsed; right after a commit it
+        # is the one this record wrote, so the worker rarely parses anything.
+        cache: dict[Any, tuple[str, TableMetadata]] = getattr(self.catalog, "_metadata_cache", {})
+        cached = cache.get((record.namespace, record.table))
+        if cached is not None and cached[0] == location:
+            return cached[1]
+        if location in self._metadata:
+            return self._metadata[location]
+        try:
+            io = self.catalog._load_file_io(location=location)
+            metadata: TableMetadata = FromInputFile.table_metadata(io.new_input(location))
+        except Exception as exc:
+            logger.warning(
+                "metadata of commit %d is no longer readable (%s); its events carry no schema",
+                record.seq,
+                type(exc).__name__,
+            )
+            return None
+        self._metadata[location] = metadata
+        while len(self._metadata) > 64:
+            self._metadata.popitem(last=False)
+        return metadata
+
+    def _columns_of(self, name: str) -> list[str] | None:
+        try:
+            return [f.name for f in self.catalog.load_table(name).schema().fields]
+        except Exception:
+            return None
