@@ -179,7 +179,7 @@ class RocksCatalog(MetastoreCatalog):
         if cached is not None and cached[0] == location:
             return cached[1]
         io = self._load_file_io(location=location)
-        metadata = FromInputFile.table(io.new_input(location))
+        metadata = FromInputFile.table_metadata(io.new_input(location))
         self._metadata_cache[(ns, table)] = (location, metadata)
         return metadata
 
@@ -334,7 +334,7 @@ class RocksCatalog(MetastoreCatalog):
         if not overwrite and self._pointer(ns, table) is not None:
             raise TableAlreadyExistsError(f"Table {'.'.join((*ns, table))} already exists")
         io = self._load_file_io(location=metadata_location)
-        metadata = FromInputFile.table(io.new_input(metadata_location))
+        metadata = FromInputFile.table_metadata(io.new_input(metadata_location))
         return self._register_pointer(ns, table, metadata_location, metadata, "register", overwrite=overwrite)
 
     def load_table(self, identifier: str | Identifier) -> Table:

@@ -18,7 +18,7 @@ _SECRET_KEYS = (
     r"|token|auth|authorization|credential|credentials|session[_-]?token|signature|x-amz-signature|sig"
 )
 _SECRET_PAIR = re.compile(
-    rf"(?P<key>\b(?:{_SECRET_KEYS})\b)(?P<sep>\s*[=:]\s*|\s+)(?P<q>['\"]?)(?P<value>[^\s'\",;&)]+)(?P=q)",
+    rf"(?P<key>\b[\w-]*?(?:{_SECRET_KEYS})\b)(?P<sep>\s*[=:]\s*)(?P<value>'[^']*'|\"[^\"]*\"|[^\s'\",;&)]+)",
     re.IGNORECASE,
 )
 _BEARER = re.compile(r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
