@@ -74,7 +74,9 @@ class Collector:
         with self._lock:
             return list(self.events)
 
-    def wait_for(self, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float = 30.0) -> list[dict[str, Any]]:
+    def wait_for(
+        self, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float = 30.0
+    ) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             events = self.snapshot()
@@ -89,8 +91,12 @@ class Collector:
 
 def _registry() -> Registry:
     resources = []
-    for path in [SPEC_DIR / "OpenLineage.json", *sorted((SPEC_DIR / "facets").glob("*.json")),
-                 *sorted((SPEC_DIR / "iceberg").glob("*.json")), ICEFLOE_FACET]:
+    for path in [
+        SPEC_DIR / "OpenLineage.json",
+        *sorted((SPEC_DIR / "facets").glob("*.json")),
+        *sorted((SPEC_DIR / "iceberg").glob("*.json")),
+        ICEFLOE_FACET,
+    ]:
         contents = json.loads(path.read_text())
         resources.append((contents["$id"], Resource.from_contents(contents)))
     return Registry().with_resources(resources)

@@ -38,7 +38,9 @@ def test_no_configuration_means_export_off_and_no_hold(clean_env: None, opener: 
     assert cat.log.retention_floor() is None
 
 
-def test_openlineage_disabled_releases_the_hold(ol_env: Collector, opener: Opener, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_openlineage_disabled_releases_the_hold(
+    ol_env: Collector, opener: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cat, exporter = opener.open()
     assert exporter.cursor() is not None
     opener.close(cat, exporter)
@@ -57,8 +59,13 @@ def test_openlineage_disabled_releases_the_hold(ol_env: Collector, opener: Opene
     ids=["yaml-syntax", "not-a-mapping", "no-type"],
 )
 def test_unparseable_config_disables_export_loudly_and_keeps_events(
-    clean_env: None, collector: Collector, opener: Opener, monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, content: str,
+    clean_env: None,
+    collector: Collector,
+    opener: Opener,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    content: str,
 ) -> None:
     bad = tmp_path / "openlineage.yml"
     bad.write_text(content)
@@ -109,9 +116,16 @@ def test_file_transport_from_openlineage_yml_in_cwd(clean_env: None, opener: Ope
 
 def _record(**changes: object) -> CommitRecord:
     base: dict[str, object] = {
-        "seq": 7, "committed_at_us": 1_780_000_000_123_456, "namespace": ("ns",), "table": "t",
-        "table_uuid": "0f8a5e0c-7d4c-4b5e-9a55-6f6c9d1e2a3b", "operation": "append", "snapshot_id": 42,
-        "added_rows": 3, "added_files": 1, "metadata_location": None,
+        "seq": 7,
+        "committed_at_us": 1_780_000_000_123_456,
+        "namespace": ("ns",),
+        "table": "t",
+        "table_uuid": "0f8a5e0c-7d4c-4b5e-9a55-6f6c9d1e2a3b",
+        "operation": "append",
+        "snapshot_id": 42,
+        "added_rows": 3,
+        "added_files": 1,
+        "metadata_location": None,
     }
     base.update(changes)
     return CommitRecord(**base)  # type: ignore[arg-type]
@@ -131,20 +145,36 @@ def test_redaction_of_uris_sql_and_errors() -> None:
     )
     events = build_commit_events(_record(extra={"sql": SECRET_SQL}), None, settings)
     events += build_failure_events(
-        settings, run_id="01890a5d-ac96-774b-bcce-b302099a8057", namespace=("ns",), table="t", operation="append",
+        settings,
+        run_id="01890a5d-ac96-774b-bcce-b302099a8057",
+        namespace=("ns",),
+        table="t",
+        operation="append",
         error="OSError: cannot open https://bob:pw456@store.example/x?api_key=zzz9 (Authorization: Bearer eyJabc.def)",
-        started_at_us=1, failed_at_us=2,
+        started_at_us=1,
+        failed_at_us=2,
     )
     body = json.dumps(events)
-    for secret in ("hunter2", "AKIAXXXX", "abc123", "sekrit", "pw123", "token=abc", "AK:SK", "pw456", "zzz9",
-                   "eyJabc", "x=1"):
+    for secret in (
+        "hunter2",
+        "AKIAXXXX",
+        "abc123",
+        "sekrit",
+        "pw123",
+        "token=abc",
+        "AK:SK",
+        "pw456",
+        "zzz9",
+        "eyJabc",
+        "x=1",
+    ):
         assert secret not in body, secret
     for event in events:
         validate_event(event)
     assert events[0]["outputs"][0]["facets"]["catalog"]["warehouseUri"] == "s3://bucket/wh"
     assert "ns.src" in body  # redaction keeps what is not secret
     assert redact_text("password: 'x y'") == "password: ***"
-    assert redact_text('SET s3_secret_access_key="k/1+2" , region=eu') == 'SET s3_secret_access_key=*** , region=eu'
+    assert redact_text('SET s3_secret_access_key="k/1+2" , region=eu') == "SET s3_secret_access_key=*** , region=eu"
     assert redact_text("WHERE name = 'ok'") == "WHERE name = 'ok'"
 
 

@@ -49,7 +49,14 @@ def test_every_write_kind_is_a_valid_start_complete_run(ol_env: Collector, opene
     _write_everything(cat)
     records = list(cat.log.read(0))
     assert [r.operation for r in records] == [
-        "create", "append", "overwrite", "append", "delete", "schema", "rename", "drop",
+        "create",
+        "append",
+        "overwrite",
+        "append",
+        "delete",
+        "schema",
+        "rename",
+        "drop",
     ]
     events = ol_env.wait_count(2 * len(records))
     assert len(events) == 2 * len(records)
@@ -75,16 +82,24 @@ def test_every_write_kind_is_a_valid_start_complete_run(ol_env: Collector, opene
         out = complete["outputs"][0]
         assert (out["namespace"], out["name"]) == ("icefloe-test", record.qualified_name)
         assert _facets(complete)["catalog"]["framework"] == "iceberg"
-        assert _facets(complete)["storage"] == {**_facets(complete)["storage"], "storageLayer": "iceberg",
-                                                "fileFormat": "parquet"}
+        assert _facets(complete)["storage"] == {
+            **_facets(complete)["storage"],
+            "storageLayer": "iceberg",
+            "fileFormat": "parquet",
+        }
         if record.snapshot_id is not None and record.operation != "drop":
             assert _facets(complete)["version"]["datasetVersion"] == str(record.snapshot_id)
         assert "version" not in _facets(start)
         if record.added_rows is not None:
             stats = out["outputFacets"]["outputStatistics"]
             assert stats["rowCount"] == record.added_rows and stats["fileCount"] == record.added_files
-        lifecycle = {"create": "CREATE", "overwrite": "OVERWRITE", "schema": "ALTER", "rename": "RENAME",
-                     "drop": "DROP"}.get(record.operation)
+        lifecycle = {
+            "create": "CREATE",
+            "overwrite": "OVERWRITE",
+            "schema": "ALTER",
+            "rename": "RENAME",
+            "drop": "DROP",
+        }.get(record.operation)
         if lifecycle is None:
             assert "lifecycleStateChange" not in _facets(complete)
         else:
@@ -95,8 +110,10 @@ def test_every_write_kind_is_a_valid_start_complete_run(ol_env: Collector, opene
     schema_change = by_seq[6][1]
     assert [f["name"] for f in _facets(schema_change)["schema"]["fields"]] == ["id", "name", "score"]
     rename = by_seq[7][1]
-    assert _facets(rename)["lifecycleStateChange"]["previousIdentifier"] == {"namespace": "icefloe-test",
-                                                                             "name": "ns.t"}
+    assert _facets(rename)["lifecycleStateChange"]["previousIdentifier"] == {
+        "namespace": "icefloe-test",
+        "name": "ns.t",
+    }
     assert "schema" not in _facets(by_seq[8][1])  # a dropped table has no current schema
 
 
@@ -114,9 +131,7 @@ def test_run_ids_are_deterministic_uuid7_per_commit(ol_env: Collector, opener: O
         assert run_id.int >> 80 == record.committed_at_us // 1000  # the commit time is in the id
 
 
-def test_collector_down_then_up_across_restart_delivers_every_event_once(
-    ol_env: Collector, opener: Opener
-) -> None:
+def test_collector_down_then_up_across_restart_delivers_every_event_once(ol_env: Collector, opener: Opener) -> None:
     ol_env.down()
     cat, exporter = opener.open(max_backoff_s=0.5)
     cat.create_namespace("ns")
@@ -146,8 +161,9 @@ def test_collector_down_then_up_across_restart_delivers_every_event_once(
         validate_event(event)
 
 
-def test_cursor_holds_back_commit_log_trimming(clean_env: None, monkeypatch: pytest.MonkeyPatch,
-                                               collector: Collector, opener: Opener) -> None:
+def test_cursor_holds_back_commit_log_trimming(
+    clean_env: None, monkeypatch: pytest.MonkeyPatch, collector: Collector, opener: Opener
+) -> None:
     collector.down()
     monkeypatch.setenv("OPENLINEAGE_URL", collector.url)
     cat, exporter = opener.open()
@@ -212,14 +228,19 @@ def test_sql_inputs_and_column_lineage(ol_env: Collector, opener: Opener) -> Non
     assert insert["job"]["facets"]["sql"]["query"] == sql
     lineage = _facets(insert)["columnLineage"]
     assert lineage["fields"]["region"]["inputFields"] == [
-        {"namespace": "icefloe-test", "name": "ns.orders", "field": "region",
-         "transformations": [{"type": "DIRECT", "subtype": "IDENTITY"}]}
+        {
+            "namespace": "icefloe-test",
+            "name": "ns.orders",
+            "field": "region",
+            "transformations": [{"type": "DIRECT", "subtype": "IDENTITY"}],
+        }
     ]
     assert [(f["field"], f["transformations"][0]["subtype"]) for f in lineage["fields"]["total"]["inputFields"]] == [
         ("amount", "AGGREGATION")
     ]
     assert {(f["field"], f["transformations"][0]["subtype"]) for f in lineage["dataset"]} == {
-        ("id", "FILTER"), ("region", "GROUP_BY")
+        ("id", "FILTER"),
+        ("region", "GROUP_BY"),
     }
     dynamic = [e for e in events if e["eventType"] == "COMPLETE"][3]
     assert [(i["namespace"], i["name"]) for i in dynamic["inputs"]] == [("icefloe-test", "ns.mystery")]
