@@ -202,6 +202,18 @@ def _job(settings: LineageSettings, operation: str, qualified: str, extra: dict[
     return {"namespace": settings.namespace, "name": name, "facets": facets}
 
 
+def commit_schema(metadata: TableMetadata, record: CommitRecord) -> Schema:
+    """The schema the commit wrote with: its snapshot's schema for data commits (so a later
+    metadata file serves as well as the commit's own), else the metadata's current schema."""
+    if record.added_rows is not None and record.snapshot_id is not None:
+        snapshot = metadata.snapshot_by_id(record.snapshot_id)
+        if snapshot is not None and snapshot.schema_id is not None:
+            for schema in metadata.schemas:
+                if schema.schema_id == snapshot.schema_id:
+                    return schema
+    return metadata.schema()
+
+
 def _dataset_facets(settings: LineageSettings, record: CommitRecord, metadata: TableMetadata | None) -> dict[str, Any]:
     facets: dict[str, Any] = {}
     catalog: dict[str, Any] = {
@@ -219,7 +231,7 @@ def _dataset_facets(settings: LineageSettings, record: CommitRecord, metadata: T
     if metadata is not None:
         file_format = str(metadata.properties.get("write.format.default", "parquet")).lower()
         if record.operation != "drop":
-            schema: Schema = metadata.schema()
+            schema: Schema = commit_schema(metadata, record)
             facets["schema"] = facet("schema", fields=schema_fields(schema.fields))
     facets["storage"] = facet("storage", storageLayer="iceberg", fileFormat=file_format)
     lifecycle = LIFECYCLE.get(record.operation)
@@ -302,7 +314,7 @@ def build_commit_events(
     found = sql_lineage.SqlLineage()
     sql = extra.get("sql")
     if isinstance(sql, str) and sql:
-        target_columns = [f.name for f in metadata.schema().fields] if metadata is not None else []
+        target_columns = [f.name for f in commit_schema(metadata, record).fields] if metadata is not None else []
         found = sql_lineage.analyze(sql, qualified, target_columns, columns_of)
     for name in found.inputs:
         if name not in inputs_named:

@@ -40,7 +40,8 @@ from catalog import keys
 from catalog.commit_log import CommitRecord, CursorExpiredError
 from catalog.context import commit_context, current_commit_context
 from catalog.lineage.events import LineageSettings, build_commit_events, build_failure_events, new_run_id
-from catalog.lineage.transport import ResolvedClient, resolve_client, to_client_event
+from catalog.lineage.sender import OK, REJECTED, ChildSender, InProcessSender
+from catalog.lineage.transport import ResolvedClient, resolve_client
 
 if TYPE_CHECKING:
     from catalog.rocks_catalog import RocksCatalog
@@ -59,13 +60,6 @@ def outbox_key(run_id: str, index: int) -> bytes:
     return keys.LINEAGE_OUTBOX + uuid.UUID(run_id).bytes + bytes([index])
 
 
-def _rejected(exc: BaseException) -> bool:
-    """True when the collector refused the event itself (retrying the same bytes cannot help)."""
-    response = getattr(exc, "response", None)
-    status = getattr(response, "status_code", None)
-    return isinstance(status, int) and 400 <= status < 500 and status not in (408, 429)
-
-
 class LineageExporter:
     """Captures every commit into the lineage outbox and sends it to the configured collector.
 
@@ -78,6 +72,10 @@ class LineageExporter:
         max_outbox: Failed-write events are dropped (with a warning) beyond this many waiting
             events, so a flood of refused writes cannot fill the disk; commits are never dropped.
         max_rejections: Attempts before an event the collector rejects goes to dead letters.
+        send_in_child: Do the sending (serialisation, HTTP) in a child process so that it does
+            not compete with writers for this process's GIL; False sends on the worker thread.
+        send_batch: Events handed to the sender at a time.
+        linger_s: After a wake-up, wait this long for more commits before working.
     """
 
     def __init__(
@@ -90,6 +88,9 @@ class LineageExporter:
         capture_batch: int = 256,
         max_outbox: int = 100_000,
         max_rejections: int = 3,
+        send_in_child: bool = True,
+        send_batch: int = 64,
+        linger_s: float = 0.05,
     ) -> None:
         self.catalog = catalog
         self.store = catalog.store
@@ -101,6 +102,10 @@ class LineageExporter:
         self.capture_batch = capture_batch
         self.max_outbox = max_outbox
         self.max_rejections = max_rejections
+        self.send_in_child = send_in_child
+        self.send_batch = send_batch
+        self.linger_s = linger_s
+        self._sender: ChildSender | InProcessSender | None = None
         self.delivered = 0
         self.send_failures = 0
         self.dead_lettered = 0
@@ -169,6 +174,7 @@ class LineageExporter:
             settings.namespace,
             self._outbox_size,
         )
+        self._sender = ChildSender() if self.send_in_child else InProcessSender(self.resolved.client)
         self._thread = threading.Thread(target=self._run, name="icefloe-lineage", daemon=True)
         self._thread.start()
         return self
@@ -181,6 +187,8 @@ class LineageExporter:
             self._thread.join(timeout)
             if self._thread.is_alive():
                 logger.warning("lineage worker did not stop within %.0fs", timeout)
+        if self._sender is not None:
+            self._sender.close()
         if self.resolved.client is not None:
             with contextlib.suppress(Exception):
                 self.resolved.client.close(timeout=1.0)
@@ -280,7 +288,11 @@ class LineageExporter:
         next_send = 0.0
         while not self._stop.is_set():
             wait = max(0.0, next_send - time.monotonic()) if backoff else self.idle_wait_s
-            self._wake.wait(wait)
+            woken = self._wake.wait(wait)
+            if woken and self.linger_s:
+                # Let a burst of commits gather: one capture batch and one send round for
+                # many commits costs writers less than a round per commit.
+                self._stop.wait(self.linger_s)
             self._wake.clear()
             if self._stop.is_set():
                 break
@@ -335,46 +347,53 @@ class LineageExporter:
 
     def _send_pending(self) -> bool:
         """Send what is waiting; True when the outbox was drained (or the worker is stopping)."""
-        client = self.resolved.client
+        assert self._sender is not None
         while not self._stop.is_set():
-            batch = list(itertools.islice(self.store.scan(keys.LINEAGE_OUTBOX), 512))
+            batch = list(itertools.islice(self.store.scan(keys.LINEAGE_OUTBOX), self.send_batch))
             if not batch:
                 return True
-            for key, value in batch:
-                if self._stop.is_set():
-                    return True
-                event = json.loads(value)
-                try:
-                    client.emit(to_client_event(event))
-                except Exception as exc:
-                    if _rejected(exc):
-                        if self._reject(key, value, exc):
-                            continue
-                        return False
-                    self.send_failures += 1
-                    if not self._collector_down:
-                        self._collector_down = True
-                        logger.warning(
-                            "lineage collector unreachable (%s); events wait in the outbox", type(exc).__name__
-                        )
+            results = self._sender.send([value for _, value in batch])
+            sent: list[bytes] = []
+            try:
+                if not self._handle_results(batch, results, sent):
                     return False
-                self.store.write({}, (key,), sync=False)
-                with self._lock:
-                    self._outbox_size -= 1
-                self.delivered += 1
+            finally:
+                if sent:
+                    self.store.write({}, tuple(sent), sync=False)
+                    with self._lock:
+                        self._outbox_size -= len(sent)
+                    self.delivered += len(sent)
+        return True
+
+    def _handle_results(
+        self, batch: list[tuple[bytes, bytes]], results: list[tuple[str, str]], sent: list[bytes]
+    ) -> bool:
+        """Sort one send round's outcomes; False when the rest must wait (collector down)."""
+        for (key, value), (status, detail) in zip(batch, results, strict=True):
+            if status == OK:
+                sent.append(key)
                 if self._collector_down:
                     self._collector_down = False
                     logger.info("lineage collector reachable again; delivering waiting events")
+            elif status == REJECTED:
+                if not self._reject(key, value, detail):
+                    return False
+            else:
+                self.send_failures += 1
+                if not self._collector_down:
+                    self._collector_down = True
+                    logger.warning("lineage collector unreachable (%s); events wait in the outbox", detail)
+                return False
         return True
 
-    def _reject(self, key: bytes, value: bytes, exc: BaseException) -> bool:
+    def _reject(self, key: bytes, value: bytes, detail: str) -> bool:
         """Count a rejection; True once the event was moved to dead letters."""
         attempts = self._rejections.get(key, 0) + 1
         if attempts < self.max_rejections:
             self._rejections[key] = attempts
             logger.warning(
                 "lineage collector rejected an event (%s); attempt %d of %d",
-                type(exc).__name__,
+                detail,
                 attempts,
                 self.max_rejections,
             )
@@ -385,9 +404,7 @@ class LineageExporter:
         with self._lock:
             self._outbox_size -= 1
         self.dead_lettered += 1
-        logger.error(
-            "lineage collector rejected an event %d times (%s); moved to dead letters", attempts, type(exc).__name__
-        )
+        logger.error("lineage collector rejected an event %d times (%s); moved to dead letters", attempts, detail)
         return True
 
     # -- metadata --------------------------------------------------------------------------
@@ -402,6 +419,11 @@ class LineageExporter:
         cached = cache.get((record.namespace, record.table))
         if cached is not None and cached[0] == location:
             return cached[1]
+        if cached is not None and record.added_rows is not None and record.snapshot_id is not None:
+            # A later metadata still holds this commit's snapshot, and the snapshot names its
+            # schema: no need to parse the older file (the builder reads both by snapshot id).
+            if cached[1].snapshot_by_id(record.snapshot_id) is not None:
+                return cached[1]
         if location in self._metadata:
             return self._metadata[location]
         try:

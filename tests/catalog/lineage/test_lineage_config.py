@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import SETTINGS, Opener
 from lineage_collector import Collector, validate_event
+from lineage_support import SETTINGS, Opener
 
 from catalog import CommitRecord, keys
 from catalog.lineage import LineageSettings, build_commit_events, build_failure_events, resolve_client

@@ -9,8 +9,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import SETTINGS, Opener
 from lineage_collector import Collector, validate_event
+from lineage_support import SETTINGS, Opener
 from pyiceberg.types import DoubleType
 
 from catalog import RocksCatalog, commit_context, keys
@@ -302,3 +302,25 @@ def test_redelivery_after_lost_progress_repeats_the_same_runs(ol_env: Collector,
         return {**event, "run": run}
 
     assert [strip(e) for e in again] == [strip(e) for e in first]  # same runIds, same content
+
+
+def test_a_later_metadata_gives_each_data_commit_its_own_schema(tmp_path: Path) -> None:
+    from catalog.lineage.events import commit_schema
+
+    cat = RocksCatalog("test", warehouse=str(tmp_path / "wh2"))
+    try:
+        cat.create_namespace("ns")
+        table = cat.create_table("ns.t", SCHEMA)
+        table.append(pa.table({"id": [1], "name": ["a"]}, schema=SCHEMA))
+        with cat.load_table("ns.t").update_schema() as update:
+            update.add_column("score", DoubleType())
+        wider = pa.schema([*SCHEMA, pa.field("score", pa.float64())])
+        cat.load_table("ns.t").append(pa.table({"id": [2], "name": ["b"], "score": [1.0]}, schema=wider))
+        latest = cat.load_table("ns.t").metadata
+        first, schema_change, second = list(cat.log.read(1))
+        assert [f.name for f in commit_schema(latest, first).fields] == ["id", "name"]
+        assert [f.name for f in commit_schema(latest, second).fields] == ["id", "name", "score"]
+        events = build_commit_events(first, latest, SETTINGS)
+        assert [f["name"] for f in events[1]["outputs"][0]["facets"]["schema"]["fields"]] == ["id", "name"]
+    finally:
+        cat.close()
