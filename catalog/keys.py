@@ -16,19 +16,16 @@ TABLE = b"tb/"
 LOG = b"log/"
 META = b"meta/"
 IDEMPOTENCY = b"idem/"
+HOLD = b"hold/"  # commit-log holds: name -> last processed seq (trim keeps everything after)
 # Lineage outbox: built OpenLineage events waiting for delivery (commit runs and failed
 # writes), keyed by runId (UUIDv7, so time ordered) + event index; undeliverable ones move to
-# the dead-letter range.
+# the dead-letter range. The lineage cursor is the commit-log hold named "lineage".
 LINEAGE_OUTBOX = b"lin/out/"
 LINEAGE_DEAD = b"lin/dead/"
 
 HEAD_SEQ = META + b"head_seq"
 LOG_START = META + b"log_start"
 FORMAT = META + b"format"
-# Retention holds: META + "hold/" + owner -> big-endian seq. CommitLog.trim never drops a
-# record above the lowest hold (the lineage cursor is one).
-RETENTION_HOLD = META + b"hold/"
-LINEAGE_CURSOR = RETENTION_HOLD + b"lineage"
 
 
 def encode_namespace(levels: tuple[str, ...]) -> bytes:
@@ -66,6 +63,10 @@ def decode_log_key(key: bytes) -> int:
     return int(struct.unpack(">Q", key[len(LOG) :])[0])
 
 
+def hold_key(name: str) -> bytes:
+    return HOLD + name.encode("utf-8")
+
+
 def encode_u64(value: int) -> bytes:
     return struct.pack(">Q", value)
 
@@ -85,3 +86,6 @@ def prefix_end(prefix: bytes) -> bytes:
         return b"\xff" * (len(prefix) + 1)
     as_list[-1] += 1
     return bytes(as_list)
+
+
+LINEAGE_CURSOR = hold_key("lineage")

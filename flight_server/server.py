@@ -20,6 +20,10 @@ from catalog import RocksCatalog
 from catalog.lineage import LineageExporter
 from flight_server import errors
 from flight_server.config import Config
+from flight_server.flightsql.sessions import MIDDLEWARE_KEY as SESSION_MIDDLEWARE_KEY
+from flight_server.flightsql.sessions import SessionMiddlewareFactory
+from flight_server.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
+from flight_server.headers import HeadersMiddlewareFactory
 from flight_server.lineage_setup import lineage_settings
 
 logger = logging.getLogger("icefloe.server")
@@ -43,7 +47,10 @@ class IcefloeServer(flight.FlightServerBase):
         self.feed = FeedService(self)
         # Lineage outbox: registered before serving so no commit is missed; started below.
         self.lineage = LineageExporter(self.catalog)
-        super().__init__(config.location, **kwargs)
+        middleware = dict(kwargs.pop("middleware", None) or {})
+        middleware.setdefault(HEADERS_MIDDLEWARE_KEY, HeadersMiddlewareFactory())
+        middleware.setdefault(SESSION_MIDDLEWARE_KEY, SessionMiddlewareFactory())
+        super().__init__(config.location, middleware=middleware, **kwargs)
         # --port 0 asks the OS for a port; keep the one we got.
         self.config.port = self.port
         self.lineage.start(lineage_settings(config))
@@ -99,6 +106,8 @@ class IcefloeServer(flight.FlightServerBase):
 
     @errors.guard
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
+        if action.type in self.appends.ACTIONS:
+            return self.appends.do_action(context, action)
         return self.flightsql.do_action(context, action)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
@@ -112,6 +121,8 @@ class IcefloeServer(flight.FlightServerBase):
     def shutdown_and_close(self) -> None:
         self.stopping.set()
         self.shutdown()
+        self.appends.close()
+        self.flightsql.close()
         self.lineage.stop()
         self.catalog.close()
 

@@ -2,11 +2,11 @@
 
 Two stages, both off the commit path:
 
-1. *Capture*: the worker reads commit-log records after the lineage cursor
-   (``keys.LINEAGE_CURSOR``), builds their events while the commit's metadata is fresh and
-   writes them to the outbox (``keys.LINEAGE_OUTBOX``) together with the new cursor in one
-   atomic batch. The cursor is a retention hold: ``CommitLog.trim`` never drops a record the
-   worker has not captured.
+1. *Capture*: the worker reads commit-log records after the lineage cursor (the commit-log
+   hold ``lineage``, ``keys.LINEAGE_CURSOR``), builds their events while the commit's
+   metadata is fresh and writes them to the outbox (``keys.LINEAGE_OUTBOX``) together with the new cursor in one
+   atomic batch. The cursor is a commit-log hold: ``CommitLog.trim`` never drops a record
+   the worker has not captured.
 2. *Send*: the worker sends outbox events in order through the openlineage-python client and
    deletes each one once the transport accepted it. A collector that is down leaves them in
    RocksDB, retried with exponential backoff, across restarts too. An event the collector
@@ -47,6 +47,9 @@ if TYPE_CHECKING:
     from catalog.rocks_catalog import RocksCatalog
 
 logger = logging.getLogger("icefloe.lineage")
+
+# The lineage cursor is this commit-log hold (keys.LINEAGE_CURSOR): trim keeps what is after it.
+HOLD_NAME = "lineage"
 
 
 def _now_us() -> int:
@@ -121,7 +124,7 @@ class LineageExporter:
             # Register the cursor before any commit can land, so the first start exports
             # everything from here on (earlier history is not replayed).
             if self.store.get(keys.LINEAGE_CURSOR) is None:
-                self.store.write({keys.LINEAGE_CURSOR: keys.encode_u64(self.log.head())})
+                self.log.set_hold(HOLD_NAME, self.log.head())
             self._outbox_size = sum(1 for _ in self.store.scan(keys.LINEAGE_OUTBOX))
             catalog.hub.add_listener(self._on_commit)
 
@@ -166,7 +169,7 @@ class LineageExporter:
             logger.info("lineage export off: %s", self.resolved.reason)
             if self.store.get(keys.LINEAGE_CURSOR) is not None:
                 # Export is off on purpose: stop holding back commit-log trimming.
-                self.store.write({}, (keys.LINEAGE_CURSOR,))
+                self.log.release_hold(HOLD_NAME)
             return self
         logger.info(
             "lineage export on: %s transport, namespace %s (%d events waiting)",

@@ -35,7 +35,7 @@ def test_no_configuration_means_export_off_and_no_hold(clean_env: None, opener: 
     cat.create_namespace("ns")
     cat.create_table("ns.t", SCHEMA)
     assert exporter.pending() == 0
-    assert cat.log.retention_floor() is None
+    assert cat.log.holds() == {}
 
 
 def test_openlineage_disabled_releases_the_hold(
@@ -81,7 +81,7 @@ def test_unparseable_config_disables_export_loudly_and_keeps_events(
     assert len(cat.load_table("ns.t").scan().to_arrow()) == 1  # writes are unaffected
     time.sleep(0.3)
     assert collector.snapshot() == []
-    assert cat.log.retention_floor() == 0  # the commits wait for a usable configuration
+    assert cat.log.holds() == {"lineage": 0}  # the commits wait for a usable configuration
     opener.close(cat, exporter)
     # Fix the configuration (restart): the held commits go out.
     bad.write_text(f"transport:\n  type: http\n  url: {collector.url}\n")
