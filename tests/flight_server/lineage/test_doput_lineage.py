@@ -56,6 +56,10 @@ def _completes(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if e["eventType"] == "COMPLETE"]
 
 
+def _append_runs(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in _completes(events) if e["job"]["name"].startswith("icefloe.append.")]
+
+
 def test_doput_and_ingest_are_runs(ol_env: Collector, warehouse: Path) -> None:
     _make_table(warehouse)
     proc = _server(warehouse, ol_env).start()
@@ -130,19 +134,15 @@ def test_collector_down_restart_then_up_every_doput_event_once(ol_env: Collector
     ol_env.up()
     proc = _server(warehouse, ol_env).start()
     try:
-        events = ol_env.wait_count(12)
+        ol_env.wait_for(lambda ev: len(_append_runs(ev)) == 6)
         results.append(_do_put(proc.location, ("ns", "t"), _rows(1, 100)))
-        events = ol_env.wait_count(14)
+        events = ol_env.wait_for(lambda ev: len(_append_runs(ev)) == 7)
     finally:
         assert proc.stop() == 0
     assert "Traceback" not in proc.log
     counts = Counter((e["run"]["runId"], e["eventType"]) for e in events)
     assert set(counts.values()) == {1}  # nothing twice (maintenance commits, if any, count too)
-    seqs = [
-        e["run"]["facets"]["icefloe_commit"]["seq"]
-        for e in _completes(events)
-        if e["job"]["name"].startswith("icefloe.append.")
-    ]
+    seqs = [e["run"]["facets"]["icefloe_commit"]["seq"] for e in _append_runs(events)]
     assert seqs == [r["commit_seq"] for r in results]
     for event in events:
         validate_event(event)
