@@ -8,6 +8,7 @@ event on stdout (see ``catalog.lineage.sender``). Exits when stdin closes.
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 
 from catalog.lineage.sender import SKIPPED, TRANSIENT, emit_all
@@ -16,6 +17,8 @@ from catalog.lineage.transport import resolve_client
 
 def main() -> None:
     """The child: read frames on stdin, answer one status line per event on stdout."""
+    # Ctrl-C reaches the whole process group: the server decides when we stop (stdin closes).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     resolved = resolve_client()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
@@ -31,8 +34,11 @@ def main() -> None:
             results = [(TRANSIENT, resolved.state)] + [(SKIPPED, "")] * (count - 1)
         else:
             results = emit_all(resolved.client, bodies)
-        stdout.write(b"".join(f"{status} {detail}".encode() + b"\n" for status, detail in results))
-        stdout.flush()
+        try:
+            stdout.write(b"".join(f"{status} {detail}".encode() + b"\n" for status, detail in results))
+            stdout.flush()
+        except BrokenPipeError:
+            break  # the server is gone
     if resolved.client is not None:
         try:
             resolved.client.close(timeout=1.0)

@@ -324,3 +324,19 @@ def test_a_later_metadata_gives_each_data_commit_its_own_schema(tmp_path: Path) 
         assert [f["name"] for f in events[1]["outputs"][0]["facets"]["schema"]["fields"]] == ["id", "name"]
     finally:
         cat.close()
+
+
+def test_a_dead_sender_process_is_replaced(ol_env: Collector, opener: Opener) -> None:
+    from catalog.lineage.sender import ChildSender
+
+    cat, exporter = opener.open()
+    cat.create_namespace("ns")
+    cat.create_table("ns.t", SCHEMA)
+    ol_env.wait_count(2)
+    sender = exporter._sender
+    assert isinstance(sender, ChildSender) and sender._proc is not None
+    sender._proc.kill()
+    sender._proc.wait()
+    cat.load_table("ns.t").append(pa.table({"id": [1], "name": ["a"]}, schema=SCHEMA))
+    events = ol_env.wait_count(4)
+    assert [e["job"]["name"] for e in events[2:]] == ["icefloe.append.ns.t"] * 2
