@@ -141,9 +141,12 @@ def test_collector_down_then_up_across_restart_delivers_every_event_once(ol_env:
     assert len(cat.load_table("ns.t").scan().to_arrow()) == 5
     head = cat.log.head()
     # Wait until everything is captured into the durable outbox (nothing can be sent).
-    deadline_ok = _wait(lambda: exporter.cursor() == head and exporter.pending() == 2 * head)
-    assert deadline_ok, (exporter.cursor(), exporter.pending())
-    assert exporter.send_failures >= 1 and exporter.delivered == 0
+    # ... and a delivery attempt has failed (the sender process may take a moment to start).
+    deadline_ok = _wait(
+        lambda: exporter.cursor() == head and exporter.pending() == 2 * head and exporter.send_failures >= 1
+    )
+    assert deadline_ok, (exporter.cursor(), exporter.pending(), exporter.send_failures)
+    assert exporter.delivered == 0
     opener.close(cat, exporter)  # "restart": a new process would see exactly this state
 
     ol_env.up()
