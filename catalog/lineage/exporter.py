@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("icefloe.lineage")
 
+_NO_KEY = b"\xff" * 64  # sorts after every outbox key
+
 # The lineage cursor is this commit-log hold (keys.LINEAGE_CURSOR): trim keeps what is after it.
 HOLD_NAME = "lineage"
 
@@ -120,6 +122,11 @@ class LineageExporter:
         self._metadata: OrderedDict[str, TableMetadata] = OrderedDict()
         self._collector_down = False
         self._outbox_size = 0
+        # Sent events are deleted, and RocksDB iterators step over every deletion marker; so
+        # scans start at ``_scan_from`` (nothing below it is pending). Writers that insert a
+        # key lower it (``_inserted_floor`` covers inserts made while a send round runs).
+        self._scan_from = keys.LINEAGE_OUTBOX
+        self._inserted_floor = _NO_KEY
         if self.keeps_outbox and not self.store.read_only:
             # Register the cursor before any commit can land, so the first start exports
             # everything from here on (earlier history is not replayed).
@@ -245,7 +252,10 @@ class LineageExporter:
             extra=extra,
             columns_of=self._columns_of,
         )
-        self.store.write({outbox_key(run_id, i): json.dumps(e).encode("utf-8") for i, e in enumerate(events)})
+        entries = {outbox_key(run_id, i): json.dumps(e).encode("utf-8") for i, e in enumerate(events)}
+        with self._lock:
+            self.store.write(entries)
+            self._inserted_floor = min(self._inserted_floor, min(entries))
         self._wake.set()
         return run_id
 
@@ -345,6 +355,7 @@ class LineageExporter:
             self.store.write(puts, sync=False)
             with self._lock:
                 self._outbox_size += len(puts) - 1
+                self._scan_from = min(self._scan_from, min(k for k in puts if k.startswith(keys.LINEAGE_OUTBOX)))
             if len(records) < self.capture_batch:
                 return
 
@@ -352,8 +363,12 @@ class LineageExporter:
         """Send what is waiting; True when the outbox was drained (or the worker is stopping)."""
         assert self._sender is not None
         while not self._stop.is_set():
-            batch = list(itertools.islice(self.store.scan(keys.LINEAGE_OUTBOX), self.send_batch))
+            with self._lock:
+                self._inserted_floor = _NO_KEY
+                start = self._scan_from
+            batch = list(itertools.islice(self.store.scan(keys.LINEAGE_OUTBOX, start), self.send_batch))
             if not batch:
+                self._advance_scan_from(start)
                 return True
             results = self._sender.send([value for _, value in batch])
             sent: list[bytes] = []
@@ -366,7 +381,15 @@ class LineageExporter:
                     with self._lock:
                         self._outbox_size -= len(sent)
                     self.delivered += len(sent)
+                    # Everything up to the last sent key is gone: later scans seek past the
+                    # deletion markers instead of stepping over each of them.
+                    self._advance_scan_from(max(sent) + b"\x00")
         return True
+
+    def _advance_scan_from(self, candidate: bytes) -> None:
+        """Move the scan start to ``candidate``, unless a writer inserted a key below it meanwhile."""
+        with self._lock:
+            self._scan_from = min(candidate, self._inserted_floor)
 
     def _handle_results(
         self, batch: list[tuple[bytes, bytes]], results: list[tuple[str, str]], sent: list[bytes]
