@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -96,6 +97,7 @@ class Case:
 
     def __init__(self, export: bool) -> None:
         self.export = export
+        self.lineage_cpu = (0.0, 0.0)  # (worker thread, sender child) CPU seconds, after close
 
     def append(self) -> None:
         raise NotImplementedError
@@ -125,6 +127,7 @@ class InProcessCase(Case):
 
     def close(self) -> None:
         self.server.shutdown_and_close()
+        self.lineage_cpu = (self.server.lineage.worker_cpu_s, self.server.lineage.sender_cpu_s)
 
 
 class DoPutCase(Case):
@@ -164,6 +167,9 @@ class DoPutCase(Case):
     def close(self) -> None:
         self.client.close()
         self.proc.stop()
+        found = re.search(r"worker CPU ([0-9.]+)s, sender CPU ([0-9.]+)s", self.proc.log)
+        if found:
+            self.lineage_cpu = (float(found.group(1)), float(found.group(2)))
 
 
 def main() -> None:
@@ -220,6 +226,8 @@ def main() -> None:
                 case.close()
             proc.terminate()
             proc.wait()
+    worker_cpu, sender_cpu = cases[True].lineage_cpu if True in cases else (0.0, 0.0)
+    commits = max(made, 1)
     off_median, on_median = statistics.median(rates[False]), statistics.median(rates[True])
     ratio = on_median / off_median
     cpu_off, cpu_on = statistics.median(cpu_ms[False]), statistics.median(cpu_ms[True])
@@ -230,6 +238,11 @@ def main() -> None:
         cpu_col = statistics.median(cpu_ms[export])
         print(f"{label:<28}{statistics.median(r):>18.1f}{min(r):>9.1f}{max(r):>9.1f}{cpu_col:>22.2f}")
     print(f"ratio on/off (appends/s): {ratio:.3f} (target >= 0.95)")
+    print(
+        f"lineage CPU per append: worker thread {worker_cpu / commits * 1000:.3f} ms (in the server),"
+        f" sender child {sender_cpu / commits * 1000:.3f} ms (separate process, nice 10);"
+        f" an append with export off costs {cpu_off:.2f} ms of server CPU"
+    )
     print(
         f"events delivered: {delivered} (appends' runs: {expected}; any more are the server's own maintenance"
         f" commits); median drain after a burst: {statistics.median(drains):.3f}s"
@@ -246,6 +259,8 @@ def main() -> None:
         "target": 0.95,
         "off_server_cpu_ms_per_append": cpu_off,
         "on_server_cpu_ms_per_append": cpu_on,
+        "lineage_worker_cpu_ms_per_append": worker_cpu / commits * 1000,
+        "lineage_sender_cpu_ms_per_append": sender_cpu / commits * 1000,
         "events_delivered": delivered,
         "events_expected_at_least": expected,
         "drain_seconds": drains,

@@ -114,6 +114,8 @@ class LineageExporter:
         self.delivered = 0
         self.send_failures = 0
         self.dead_lettered = 0
+        self.worker_cpu_s = 0.0  # CPU time of the worker thread so far (capture + send rounds)
+        self.sender_cpu_s = 0.0  # CPU time of the sender child processes that have exited
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -199,6 +201,14 @@ class LineageExporter:
                 logger.warning("lineage worker did not stop within %.0fs", timeout)
         if self._sender is not None:
             self._sender.close()
+            self.sender_cpu_s = getattr(self._sender, "cpu_s", 0.0)
+        if self._thread is not None:
+            logger.info(
+                "lineage worker stopped: %d events delivered, worker CPU %.3fs, sender CPU %.3fs",
+                self.delivered,
+                self.worker_cpu_s,
+                self.sender_cpu_s,
+            )
         if self.resolved.client is not None:
             with contextlib.suppress(Exception):
                 self.resolved.client.close(timeout=1.0)
@@ -300,6 +310,7 @@ class LineageExporter:
         backoff = 0.0
         next_send = 0.0
         while not self._stop.is_set():
+            self.worker_cpu_s = time.thread_time()
             wait = max(0.0, next_send - time.monotonic()) if backoff else self.idle_wait_s
             woken = self._wake.wait(wait)
             if woken and self.linger_s:
@@ -326,6 +337,7 @@ class LineageExporter:
             else:
                 backoff = min(self.max_backoff_s, max(0.5, backoff * 2))
                 next_send = time.monotonic() + backoff
+        self.worker_cpu_s = time.thread_time()
 
     def _capture(self) -> None:
         assert self.settings is not None

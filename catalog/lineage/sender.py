@@ -89,6 +89,7 @@ class ChildSender:
         self._cwd = os.getcwd()
         self._proc: subprocess.Popen[bytes] | None = None
         self._buffer = b""
+        self.cpu_s = 0.0  # CPU time of child processes that have ended
 
     def _ensure(self) -> subprocess.Popen[bytes]:
         if self._proc is not None and self._proc.poll() is None:
@@ -143,11 +144,17 @@ class ChildSender:
             results += [(TRANSIENT, "sender process gone")] + [(SKIPPED, "")] * (len(bodies) - len(results) - 1)
         return results
 
+    def _reap(self, proc: subprocess.Popen[bytes]) -> None:
+        """Wait for an ended child and add its CPU time to ``cpu_s``."""
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        self.cpu_s += usage.ru_utime + usage.ru_stime
+
     def _kill(self) -> None:
         if self._proc is not None:
             if self._proc.poll() is None:
                 self._proc.kill()
-            self._proc.wait()
+                self._reap(self._proc)
             self._proc = None
 
     def close(self) -> None:
@@ -157,7 +164,18 @@ class ChildSender:
         try:
             if proc.stdin is not None:
                 proc.stdin.close()
-            proc.wait(timeout=5)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    proc.returncode = os.waitstatus_to_exitcode(status)
+                    self.cpu_s += usage.ru_utime + usage.ru_stime
+                    break
+                time.sleep(0.02)
+            else:
+                self._kill()
+        except ChildProcessError:
+            pass  # already reaped
         except Exception:
             self._kill()
         self._proc = None

@@ -8,6 +8,7 @@ event on stdout (see ``catalog.lineage.sender``). Exits when stdin closes.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 
@@ -17,6 +18,12 @@ from catalog.lineage.transport import resolve_client
 
 def main() -> None:
     """The child: read frames on stdin, answer one status line per event on stdout."""
+    # Sending is background work: when CPU is short, writers go first (events wait in the
+    # outbox meanwhile, they are not lost).
+    try:
+        os.nice(10)
+    except OSError:
+        pass
     # Ctrl-C reaches the whole process group: the server decides when we stop (stdin closes).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
