@@ -210,6 +210,15 @@ def test_failed_write_is_a_start_fail_run_and_commits_nothing(ol_env: Collector,
     assert events[1]["run"]["facets"]["errorMessage"]["message"] == "table ns.t does not exist"
 
 
+def test_principal_is_recorded(ol_env: Collector, opener: Opener) -> None:
+    cat, _ = opener.open()
+    cat.create_namespace("ns")
+    with commit_context(principal="bob"):
+        cat.create_table("ns.t", SCHEMA).append(pa.table({"id": [1], "name": ["a"]}, schema=SCHEMA))
+    events = ol_env.wait_count(4)
+    assert {e["run"]["facets"]["icefloe_commit"]["principal"] for e in events} == {"bob"}
+
+
 def test_sql_inputs_and_column_lineage(ol_env: Collector, opener: Opener) -> None:
     cat, _ = opener.open()
     cat.create_namespace("ns")

@@ -146,3 +146,28 @@ def test_collector_down_restart_then_up_every_doput_event_once(ol_env: Collector
     assert seqs == [r["commit_seq"] for r in results]
     for event in events:
         validate_event(event)
+
+
+def test_server_killed_then_restarted_loses_no_event(ol_env: Collector, warehouse: Path) -> None:
+    _make_table(warehouse)
+    ol_env.down()
+    proc = _server(warehouse, ol_env).start()
+    try:
+        results = [_do_put(proc.location, ("ns", "t"), _rows(1, i)) for i in range(4)]
+    finally:
+        proc.kill()  # SIGKILL: no clean shutdown of the worker, the sender or RocksDB
+    ol_env.up()
+    proc = _server(warehouse, ol_env).start()
+    try:
+        events = ol_env.wait_for(
+            lambda ev: (
+                {e["run"]["facets"]["icefloe_commit"]["seq"] for e in _append_runs(ev)}
+                >= {r["commit_seq"] for r in results}
+            )
+        )
+    finally:
+        assert proc.stop() == 0
+    for event in events:
+        validate_event(event)
+    starts = {e["run"]["runId"] for e in events if e["eventType"] == "START"}
+    assert all(e["run"]["runId"] in starts for e in _append_runs(events))  # every run has its START
