@@ -30,6 +30,8 @@ class Collector:
         self.raw_bodies: list[bytes] = []
         self.headers: list[dict[str, str]] = []
         self.reject_status: int | None = None  # answer every POST with this status when set
+        self.hang = threading.Event()  # while set, POSTs get no answer (a collector that hangs)
+        self._release = threading.Event()
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -42,6 +44,9 @@ class Collector:
 
             def do_POST(self) -> None:  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if collector.hang.is_set():
+                    collector._release.wait(60)
+                    return
                 if collector.reject_status is not None:
                     self.send_response(collector.reject_status)
                     self.send_header("Content-Length", "0")
@@ -65,6 +70,7 @@ class Collector:
         return self
 
     def down(self) -> None:
+        self._release.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

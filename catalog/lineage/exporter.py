@@ -196,6 +196,11 @@ class LineageExporter:
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
+            self._thread.join(min(timeout, 2.0))
+            if self._thread.is_alive() and isinstance(self._sender, ChildSender):
+                # Stuck on a slow collector: end the child; the worker's pending read returns
+                # and the unacknowledged events stay in the outbox for the next start.
+                self._sender.interrupt()
             self._thread.join(timeout)
             if self._thread.is_alive():
                 logger.warning("lineage worker did not stop within %.0fs", timeout)

@@ -144,6 +144,15 @@ class ChildSender:
             results += [(TRANSIENT, "sender process gone")] + [(SKIPPED, "")] * (len(bodies) - len(results) - 1)
         return results
 
+    def interrupt(self) -> None:
+        """Kill the child from another thread (a ``send`` waiting on it then returns)."""
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            try:
+                proc.kill()
+            except OSError:
+                pass
+
     def _reap(self, proc: subprocess.Popen[bytes]) -> None:
         """Wait for an ended child and add its CPU time to ``cpu_s``."""
         _, status, usage = os.wait4(proc.pid, 0)

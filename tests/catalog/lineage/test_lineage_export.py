@@ -352,3 +352,20 @@ def test_a_dead_sender_process_is_replaced(ol_env: Collector, opener: Opener) ->
     cat.load_table("ns.t").append(pa.table({"id": [1], "name": ["a"]}, schema=SCHEMA))
     events = ol_env.wait_count(4)
     assert [e["job"]["name"] for e in events[2:]] == ["icefloe.append.ns.t"] * 2
+
+
+def test_stopping_while_the_collector_hangs_loses_nothing(ol_env: Collector, opener: Opener) -> None:
+    ol_env.hang.set()
+    cat, exporter = opener.open()
+    cat.create_namespace("ns")
+    cat.create_table("ns.t", SCHEMA)
+    assert _wait(lambda: exporter.cursor() == cat.log.head())
+    import time as _time
+
+    _time.sleep(0.5)  # the sender is now waiting on the collector
+    opener.close(cat, exporter)
+    assert exporter._thread is not None and not exporter._thread.is_alive()
+    ol_env.hang.clear()
+    cat, exporter = opener.open()  # nothing was lost: the run is delivered after the restart
+    events = ol_env.wait_count(2)
+    assert [e["eventType"] for e in events[-2:]] == ["START", "COMPLETE"]
