@@ -105,7 +105,7 @@ def test_server_process_with_lineage_on(ol_env: Collector, warehouse: Path) -> N
         warehouse, ["--lineage-namespace", "prod", "--lineage-hash-names"], env={"OPENLINEAGE_URL": ol_env.url}
     ).start()
     try:
-        assert _wait_log(proc, "lineage export on: http transport, namespace prod")
+        assert _wait_log(proc, "lineage export on: http transport, namespace prod"), proc.log
         client = flight.connect(proc.location)
         client.list_actions()  # the server answers
         client.close()
@@ -122,10 +122,11 @@ def test_server_process_with_broken_config_disables_export_loudly(
     try:
         assert _wait_log(
             proc, "ERROR icefloe.lineage: lineage export DISABLED: OpenLineage config file cannot be parsed"
-        )
+        ), proc.log
         client = flight.connect(proc.location)
         client.list_actions()
         client.close()
     finally:
-        assert proc.stop() == 0
-    assert ol_env.snapshot() == []
+        code = proc.stop()
+        assert code == 0, proc.log
+    assert ol_env.snapshot() == [], ol_env.snapshot()
