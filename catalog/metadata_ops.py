@@ -113,6 +113,12 @@ def describe_commit(updates: tuple[TableUpdate, ...], new: TableMetadata) -> dic
             deleted_rows=sum(_summary_int(s.summary, "deleted-records") or 0 for s in snapshots),
             added_files=sum(_summary_int(s.summary, "added-data-files") or 0 for s in snapshots),
         )
+        # pyiceberg's overwrite is a delete snapshot plus an append snapshot in one commit:
+        # the commit is an overwrite, not the append its last snapshot says.
+        earlier = [u.snapshot.summary for u in snapshot_updates[:-1] if u.snapshot.summary is not None]
+        if earlier and any(str(s.operation.value) in ("delete", "overwrite") for s in earlier):
+            info["operation"] = "overwrite"
+            info["deleted_rows"] = sum(_summary_int(s, "deleted-records") or 0 for s in (*earlier, summary))
         return info
     if kinds & {AddSchemaUpdate, SetCurrentSchemaUpdate}:
         info["operation"] = "schema"

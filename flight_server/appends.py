@@ -61,8 +61,10 @@ class AppendService:
         principal = self.server.authorize(context, "write")
         identifier = self._identifier(descriptor)
         key = self._idempotency_key(context)
-        with commit_context(principal=principal):
-            result = self._append(identifier, reader, key, context)
+        # track_write: a refused or failed append becomes a FAIL run in lineage.
+        with self.server.lineage.track_write(identifier[:-1], identifier[-1], "append", principal=principal):
+            with commit_context(principal=principal):
+                result = self._append(identifier, reader, key, context)
         try:
             writer.write(pa.py_buffer(json.dumps(result.to_json()).encode("utf-8")))
         except OSError:
@@ -207,7 +209,9 @@ class AppendService:
         if idempotency_key is None:
             idempotency_key = self._idempotency_key(context)
         catalog = self.server.catalog
-        with commit_context(principal=principal):
+        operation = "append" if mode == "append" else mode
+        tracked = self.server.lineage.track_write(ns, name, operation, principal=principal)  # FAIL run on error
+        with tracked, commit_context(principal=principal):
             if idempotency_key is not None and catalog.table_exists(identifier):
                 first = self.appender.idempotency.get(ns, name, idempotency_key)
                 if first is not None:

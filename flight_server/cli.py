@@ -27,7 +27,10 @@ def main() -> None:
 @click.option("--tls-key", envvar="ICEFLOE_TLS_KEY", default=None)
 @click.option("--tls-client-ca", envvar="ICEFLOE_TLS_CLIENT_CA", default=None,
               help="CA bundle for client certificates (mutual TLS).")
-@click.option("--lineage-namespace", envvar="ICEFLOE_LINEAGE_NAMESPACE", default=None)
+@click.option("--lineage-namespace", envvar="ICEFLOE_LINEAGE_NAMESPACE", default=None,
+              help="OpenLineage namespace of datasets and jobs (default icefloe://HOST:PORT).")
+@click.option("--lineage-hash-names", envvar="ICEFLOE_LINEAGE_HASH_NAMES", is_flag=True, default=False,
+              help="Send hashed dataset and job names (and no SQL text) in lineage events.")
 @click.option("--demo", envvar="ICEFLOE_DEMO", is_flag=True, default=False, help="Load a small sample dataset.")
 @click.option("--query-timeout", "query_timeout_s", envvar="ICEFLOE_QUERY_TIMEOUT", default=300.0, show_default=True,
               type=float, help="Seconds a SQL query may run before it is interrupted (DEADLINE_EXCEEDED).")

@@ -18,12 +18,14 @@ from typing import Any
 import pyarrow.flight as flight
 
 from catalog import RocksCatalog
+from catalog.lineage import LineageExporter
 from flight_server import errors
 from flight_server.config import Config
 from flight_server.flightsql.sessions import MIDDLEWARE_KEY as SESSION_MIDDLEWARE_KEY
 from flight_server.flightsql.sessions import SessionMiddlewareFactory
 from flight_server.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
 from flight_server.headers import HeadersMiddlewareFactory
+from flight_server.lineage_setup import lineage_settings
 
 logger = logging.getLogger("icefloe.server")
 
@@ -44,12 +46,15 @@ class IcefloeServer(flight.FlightServerBase):
         self.flightsql = FlightSqlService(self)
         self.appends = AppendService(self)
         self.feed = FeedService(self)
+        # Lineage outbox: registered before serving so no commit is missed; started below.
+        self.lineage = LineageExporter(self.catalog)
         middleware = dict(kwargs.pop("middleware", None) or {})
         middleware.setdefault(HEADERS_MIDDLEWARE_KEY, HeadersMiddlewareFactory())
         middleware.setdefault(SESSION_MIDDLEWARE_KEY, SessionMiddlewareFactory())
         super().__init__(config.location, middleware=middleware, **kwargs)
         # --port 0 asks the OS for a port; keep the one we got.
         self.config.port = self.port
+        self.lineage.start(lineage_settings(config))
 
     # -- access control ----------------------------------------------------------------
 
@@ -128,6 +133,7 @@ class IcefloeServer(flight.FlightServerBase):
             logger.warning("some calls did not finish within %.0f s of shutdown; closing anyway", grace_s)
         self.appends.close()
         self.flightsql.close()
+        self.lineage.stop()
         self.catalog.close()
         return not stopper.is_alive()
 
