@@ -305,8 +305,17 @@ def _walk(root: str) -> Iterator[str]:
             yield os.path.join(folder, file_name)
 
 
+def _overlaps(a: str, b: str) -> bool:
+    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
+    return a.startswith(b) or b.startswith(a)
+
+
 def remove_orphans(appender: Appender, identifier: tuple[str, ...], grace_s: float = DEFAULT_ORPHAN_GRACE_S) -> int:
-    """Delete unreferenced files older than ``grace_s`` under a local table's location."""
+    """Delete unreferenced files older than ``grace_s`` under a local table's location.
+
+    "Referenced" is taken over every table whose location overlaps this one (a renamed table
+    keeps its folder, and a new table may be created at the old name's location).
+    """
     namespace, name = tuple(identifier[:-1]), identifier[-1]
     table = appender.catalog.load_table(identifier)
     parsed = urlparse(table.location())
@@ -315,8 +324,16 @@ def remove_orphans(appender: Appender, identifier: tuple[str, ...], grace_s: flo
     root = _local_path(table.location())
     cutoff = time.time() - grace_s
     with appender.committer(namespace, name).exclusive():
-        table = appender.catalog.load_table(identifier)
-        referenced = _referenced_files(table)
+        referenced: set[str] = set()
+        for other in all_tables(appender):
+            try:
+                other_table = appender.catalog.load_table(other)
+            except Exception:  # dropped meanwhile
+                continue
+            if urlparse(other_table.location()).scheme in ("", "file") and _overlaps(
+                _local_path(other_table.location()), root
+            ):
+                referenced |= _referenced_files(other_table)
         in_flight = {_local_path(p) for p in appender.active_paths()}
         candidates = []
         for path in _walk(root):
