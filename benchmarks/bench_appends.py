@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -251,6 +252,7 @@ def main() -> None:
         client.close()
     finally:
         server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
     b, s, c = results["bulk"], results["small"], results["scan"]
     lines = [
@@ -260,7 +262,8 @@ def main() -> None:
         f"{'bulk: ratio icefloe / pyiceberg':58} {b['ratio']:>14.2f} {'>= 0.9':>10}",
         f"{'small: pyiceberg SqlCatalog appends/s (' + str(s['pyiceberg_sql_commits']) + ' commits)':58} "
         f"{s['pyiceberg_sql_appends_per_s']:>14.1f}",
-        f"{'small: pyiceberg SqlCatalog appends/s (its first 50)':58} {s['pyiceberg_sql_first50_appends_per_s']:>14.1f}",
+        f"{'small: pyiceberg SqlCatalog appends/s (its first 50)':58} "
+        f"{s['pyiceberg_sql_first50_appends_per_s']:>14.1f}",
         f"{'small: icefloe sequential DoPut appends/s':58} {s['icefloe_sequential_appends_per_s']:>14.1f}",
         f"{'small: sequential ratio':58} {s['sequential_ratio']:>14.1f} {'>= 10':>10}",
         f"{'small: icefloe ' + str(args.writers) + ' concurrent writers appends/s':58} "

@@ -275,3 +275,21 @@ def test_every_file_the_commit_references_is_fsynced_before_the_pointer_moves(
     needed |= {os.path.dirname(p) for p in needed}
     before_pointer = synced_at_write[-1]
     assert {os.path.abspath(p) for p in needed} <= before_pointer
+
+
+def test_partitioned_table_append(catalog: RocksCatalog) -> None:
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "v", StringType()))
+    spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="v"))
+    catalog.create_table("ns.p", schema, partition_spec=spec)
+    data = pa.table({"id": pa.array(range(6), pa.int64()), "v": pa.array(["a", "b", "a", "c", "b", "a"])})
+    result = Appender(catalog).append_table(("ns", "p"), data)
+    assert result.rows == 6
+    table = catalog.load_table("ns.p")
+    files = list(table.scan().plan_files())
+    assert len(files) == 3 and {f.file.partition[0] for f in files} == {"a", "b", "c"}
+    assert sorted(table.scan(row_filter="v == 'a'").to_arrow().column("id").to_pylist()) == [0, 2, 5]
