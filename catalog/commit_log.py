@@ -70,10 +70,12 @@ class CommitLog:
 
     def head(self) -> int:
         """Sequence number of the latest landed commit (0 when nothing has been committed)."""
+        self._store.refresh()  # a read-only (secondary) store catches up with the writer first
         return keys.decode_u64(self._store.get(keys.HEAD_SEQ), 0)
 
     def log_start(self) -> int:
         """Sequence number of the oldest retained record (head + 1 when the log is empty)."""
+        self._store.refresh()
         return keys.decode_u64(self._store.get(keys.LOG_START), 1)
 
     def read(self, after: int, limit: int | None = None) -> Iterator[CommitRecord]:

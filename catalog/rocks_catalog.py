@@ -50,6 +50,7 @@ from catalog.table import RocksTable
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyiceberg.io import FileIO
     from pyiceberg.table.update import TableRequirement, TableUpdate
     from pyiceberg.typedef import TableVersion
     from pyiceberg.view import View
@@ -508,12 +509,19 @@ class RocksCatalog(MetastoreCatalog):
             self._metadata_cache[(ns, name)] = (new_location, new)
         if base is not None:
             # Honour write.metadata.delete-after-commit.enabled (on by default for our tables):
-            # remove metadata files that dropped out of the metadata log. Best effort.
+            # remove metadata files that dropped out of the metadata log, against the real base.
             try:
-                self._delete_old_metadata(io, base, new)
+                MetastoreCatalog._delete_old_metadata(io, base, new)
             except Exception:
                 logger.warning("could not remove old metadata files of %s", ".".join((*ns, name)))
         return CommitTableResponse(metadata=new, metadata_location=new_location)  # type: ignore[call-arg]
+
+    @staticmethod
+    def _delete_old_metadata(io: FileIO, base: TableMetadata, metadata: TableMetadata) -> None:
+        """No-op: pyiceberg's ``Table`` calls this after each commit with the *handle's*
+        metadata as base (stale for a stale handle), deleting files a second time. The catalog
+        already removed them in ``commit_table``, which also covers callers of
+        ``commit_table`` that do not go through a ``Table``."""
 
     @staticmethod
     def _discard(io: Any, location: str) -> None:

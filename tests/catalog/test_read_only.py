@@ -72,6 +72,9 @@ def test_reader_catches_up_with_writer(writer: Writer, tmp_path: Path) -> None:
         assert ids(table) == [0, 1, 2]
         # The writer keeps committing; every read catches up first.
         writer.send("append 3 2")
+        # The commit log catches up by itself too (no other read needed first).
+        assert reader.log.head() == 3
+        assert [r.seq for r in reader.log.read(2)] == [3]
         writer.send("namespace later")
         assert ids(reader.load_table("ns.t")) == [0, 1, 2, 3, 4]
         assert sorted(reader.list_namespaces()) == [("later",), ("ns",)]
