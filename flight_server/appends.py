@@ -161,6 +161,14 @@ class AppendService:
                 reports.append(maintain(self.appender, identifier, orphan_grace_s=grace).to_json())
         return iter([json.dumps(r).encode("utf-8") for r in reports])
 
+    def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
+        return [
+            (
+                self.MAINTAIN_ACTION,
+                'Compact, expire snapshots, remove orphans. Body: {"table": "ns.t", "orphan_grace_s": 3600}',
+            )
+        ]
+
     def _maintain_targets(self, table: Any) -> list[tuple[str, ...]]:
         if table is None:
             return all_tables(self.appender)

@@ -19,10 +19,10 @@ import pyarrow.flight as flight
 from catalog import RocksCatalog
 from flight_server import errors
 from flight_server.config import Config
-from flight_server.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
-from flight_server.headers import HeadersMiddlewareFactory
 from flight_server.flightsql.sessions import MIDDLEWARE_KEY as SESSION_MIDDLEWARE_KEY
 from flight_server.flightsql.sessions import SessionMiddlewareFactory
+from flight_server.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
+from flight_server.headers import HeadersMiddlewareFactory
 
 logger = logging.getLogger("icefloe.server")
 
@@ -106,7 +106,7 @@ class IcefloeServer(flight.FlightServerBase):
         return self.flightsql.do_action(context, action)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
-        return self.flightsql.list_actions(context)
+        return self.flightsql.list_actions(context) + self.appends.list_actions(context)
 
     def list_flights(self, context: flight.ServerCallContext, criteria: bytes) -> Iterator[flight.FlightInfo]:
         return iter(())
