@@ -124,6 +124,10 @@ class IcefloeServer(flight.FlightServerBase):
 def serve(config: Config) -> None:
     """Start the server, log the readiness line, and block until SIGTERM/SIGINT."""
     server = IcefloeServer(config)
+    if config.demo:
+        from flight_server.demo import load_demo
+
+        load_demo(server.catalog)
     logger.info("icefloe listening on %s", config.location)
     stop = threading.Event()
 
