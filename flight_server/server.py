@@ -112,7 +112,7 @@ class IcefloeServer(flight.FlightServerBase):
         return self.flightsql.do_action(context, action)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
-        return self.flightsql.list_actions(context)
+        return self.flightsql.list_actions(context) + self.appends.list_actions(context)
 
     def list_flights(self, context: flight.ServerCallContext, criteria: bytes) -> Iterator[flight.FlightInfo]:
         return iter(())
