@@ -245,6 +245,9 @@ def _expirable(table: Table, namespace: tuple[str, ...], name: str, now_ms: int 
     protected = {s.snapshot_id for s in snapshots[-keep_newest:]}
     protected |= {ref.snapshot_id for ref in table.metadata.refs.values()}
     protected |= _pinned(namespace, name)
+    pins = getattr(table.catalog, "pins", None)
+    if pins is not None:
+        protected |= pins.pinned(namespace, name)
     return [
         s.snapshot_id
         for index, s in enumerate(snapshots)
