@@ -60,7 +60,9 @@ def snapshots_to_retain(metadata: TableMetadata) -> int:
         raise ValueError(f"table property {SNAPSHOTS_RETAIN} must be an integer, got {raw!r}") from None
 
 
-def expire_snapshots(metadata: TableMetadata, retain: int, protected: set[int] | frozenset[int] = frozenset()) -> TableMetadata:
+def expire_snapshots(
+    metadata: TableMetadata, retain: int, protected: set[int] | frozenset[int] = frozenset()
+) -> TableMetadata:
     """Drop the oldest snapshots so that at most ``retain`` remain (``retain`` <= 0: keep all).
 
     Snapshots that a branch or tag points at, and ``protected`` ones (pinned by query
@@ -114,12 +116,6 @@ def describe_commit(updates: tuple[TableUpdate, ...], new: TableMetadata) -> dic
             deleted_rows=sum(_summary_int(s.summary, "deleted-records") or 0 for s in snapshots),
             added_files=sum(_summary_int(s.summary, "added-data-files") or 0 for s in snapshots),
         )
-        # pyiceberg's overwrite is a delete snapshot plus an append snapshot in one commit:
-        # the commit is an overwrite, not the append its last snapshot says.
-        earlier = [u.snapshot.summary for u in snapshot_updates[:-1] if u.snapshot.summary is not None]
-        if earlier and any(str(s.operation.value) in ("delete", "overwrite") for s in earlier):
-            info["operation"] = "overwrite"
-            info["deleted_rows"] = sum(_summary_int(s, "deleted-records") or 0 for s in (*earlier, summary))
         return info
     if kinds & {AddSchemaUpdate, SetCurrentSchemaUpdate}:
         info["operation"] = "schema"

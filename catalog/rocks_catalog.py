@@ -43,8 +43,8 @@ from catalog.commit_log import CommitLog, CommitRecord
 from catalog.context import current_commit_context
 from catalog.idempotency import batch_extras
 from catalog.metadata_ops import apply_updates, describe_commit, expire_snapshots, snapshots_to_retain
-from catalog.pins import SnapshotPins
 from catalog.names import InvalidNameError, check_name, check_namespace, namespace_folder
+from catalog.pins import SnapshotPins
 from catalog.store import RocksStore, StoreLockedError
 from catalog.subscriptions import CommitHub
 from catalog.table import RocksTable

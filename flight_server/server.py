@@ -72,7 +72,9 @@ class IcefloeServer(flight.FlightServerBase):
     # -- RPC routing ---------------------------------------------------------------------
 
     @errors.guard
-    def get_flight_info(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
+    def get_flight_info(
+        self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
+    ) -> flight.FlightInfo:
         return self.flightsql.get_flight_info(context, descriptor)
 
     @errors.guard
