@@ -397,8 +397,8 @@ SWEEP_PERIOD_S = DEFAULT_ORPHAN_GRACE_S / 4
 
 class BackgroundMaintainer:
     """Server thread: compacts tables that received many small files; periodically expires
-    snapshots of the tables it has seen written, sweeps their orphans and drops idempotency
-    keys past their retention."""
+    snapshots of the tables it has seen written, sweeps their orphans, drops idempotency
+    keys past their retention and trims the commit log to its retention."""
 
     def __init__(self, appender: Appender, stopping: threading.Event, interval_s: float = 1.0) -> None:
         self._appender = appender
@@ -440,6 +440,11 @@ class BackgroundMaintainer:
                     self._appender.idempotency.expire()
                 except Exception:
                     logger.warning("idempotency key expiry failed", exc_info=True)
+                try:
+                    # Commit-log retention (never past a hold such as the lineage cursor).
+                    self._appender.catalog.trim_commit_log()
+                except Exception:
+                    logger.warning("commit-log trim failed", exc_info=True)
 
     def _maintain_one(self, identifier: tuple[str, ...]) -> None:
         catalog = self._appender.catalog
