@@ -18,6 +18,7 @@ import pyarrow.flight as flight
 
 from catalog import RocksCatalog
 from flight_server import errors
+from flight_server.auth import MIDDLEWARE_KEY, Principal, action_floor, build_security, put_floor
 from flight_server.config import Config
 
 logger = logging.getLogger("icefloe.server")
@@ -33,13 +34,15 @@ class IcefloeServer(flight.FlightServerBase):
 
         errors.install_clean_tracebacks()
         self.config = config
+        # Validate security flags before opening anything (a bad flag must not hold the catalog).
+        self.security = build_security(config)
         self.catalog = catalog or RocksCatalog("icefloe", warehouse=config.warehouse, **{"read-only": "false"})
         # Set when shutdown begins, so long-lived streams (the feed) end and let gRPC drain.
         self.stopping = threading.Event()
         self.flightsql = FlightSqlService(self)
         self.appends = AppendService(self)
         self.feed = FeedService(self)
-        super().__init__(config.location, **kwargs)
+        super().__init__(config.location, **{**self.security.server_kwargs, **kwargs})
         # --port 0 asks the OS for a port; keep the one we got.
         self.config.port = self.port
 
@@ -54,7 +57,18 @@ class IcefloeServer(flight.FlightServerBase):
             errors.Unauthenticated: No or bad credentials (when users are configured).
             errors.PermissionDenied: The caller's role is below ``role``.
         """
-        return None
+        if self.security.middleware is None:
+            return None
+        # The middleware authenticated the call before any handler ran (see auth.py).
+        session = context.get_middleware(MIDDLEWARE_KEY)
+        if session is None:
+            raise errors.Unauthenticated("authentication required")
+        principal: Principal = session.principal
+        if not principal.allows(role):
+            raise errors.PermissionDenied(
+                f"user {principal.name!r} has role {principal.role}; this needs role {role}"
+            )
+        return principal.name
 
     # -- RPC routing ---------------------------------------------------------------------
 
@@ -78,6 +92,7 @@ class IcefloeServer(flight.FlightServerBase):
         reader: flight.MetadataRecordBatchReader,
         writer: flight.FlightMetadataWriter,
     ) -> None:
+        self.authorize(context, put_floor(descriptor))  # deny-by-default floor; handlers may ask more
         if descriptor.descriptor_type == flight.DescriptorType.PATH:
             return self.appends.do_put(context, descriptor, reader, writer)
         return self.flightsql.do_put(context, descriptor, reader, writer)
@@ -94,6 +109,7 @@ class IcefloeServer(flight.FlightServerBase):
 
     @errors.guard
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
+        self.authorize(context, action_floor(action.type))  # deny-by-default floor; handlers may ask more
         return self.flightsql.do_action(context, action)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
@@ -113,6 +129,8 @@ class IcefloeServer(flight.FlightServerBase):
 def serve(config: Config) -> None:
     """Start the server, log the readiness line, and block until SIGTERM/SIGINT."""
     server = IcefloeServer(config)
+    for line in server.security.summary:
+        logger.info("security: %s", line)
     logger.info("icefloe listening on %s", config.location)
     stop = threading.Event()
 
