@@ -182,6 +182,8 @@ class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[mis
         raise flight.FlightUnauthenticatedError("unsupported authorization scheme (use Basic or Bearer)")
 
     def _check_basic(self, encoded: str) -> User:
+        # arrow-go (the ADBC driver) sends unpadded base64 (RawStdEncoding): restore the padding.
+        encoded += "=" * (-len(encoded) % 4)
         try:
             decoded = base64.b64decode(encoded, validate=True).decode("utf-8")
         except (binascii.Error, UnicodeDecodeError):
