@@ -120,3 +120,65 @@ def test_jdbc_over_verified_tls(tls_auth_server: ServerProcess, pki: Pki) -> Non
     assert "UNAUTHENTICATED" not in lines[1], lines
     untrusted = _jdbc(url.replace(str(pki.ca_cert), str(pki.rogue_client_cert)), "rita", PASSWORDS["rita"])
     assert untrusted and untrusted[0].startswith("CONNECT_ERROR"), untrusted
+
+
+@pytest.fixture(scope="module")
+def mtls_auth_server(tmp_path_factory: pytest.TempPathFactory, users_file: Path, pki: Pki) -> Iterator[ServerProcess]:
+    proc = ServerProcess(tmp_path_factory.mktemp("wh") / "warehouse", [
+        "--users", str(users_file), "--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key),
+        "--tls-client-ca", str(pki.ca_cert)]).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def test_adbc_mutual_tls(mtls_auth_server: ServerProcess, pki: Pki) -> None:
+    options = adbc_driver_flightsql.DatabaseOptions
+    trust = {options.TLS_ROOT_CERTS.value: pki.ca_cert.read_text()}
+    with_cert = {**trust, options.MTLS_CERT_CHAIN.value: pki.client_cert.read_text(),
+                 options.MTLS_PRIVATE_KEY.value: pki.client_key.read_text()}
+    conn = _adbc_connect(mtls_auth_server.location, "alice", PASSWORDS["alice"], with_cert)
+    try:
+        outcome = _adbc_query_outcome(conn)
+        assert "UNAUTHENTICATED" not in outcome and "UNAVAILABLE" not in outcome, outcome
+    finally:
+        conn.close()
+    with pytest.raises(adbc_driver_manager.Error, match="(?i)unavailable"):  # gRPC code 14
+        _adbc_connect(mtls_auth_server.location, "alice", PASSWORDS["alice"], trust)
+    rogue = {**trust, options.MTLS_CERT_CHAIN.value: pki.rogue_client_cert.read_text(),
+             options.MTLS_PRIVATE_KEY.value: pki.rogue_client_key.read_text()}
+    with pytest.raises(adbc_driver_manager.Error, match="(?i)unavailable"):  # gRPC code 14
+        _adbc_connect(mtls_auth_server.location, "alice", PASSWORDS["alice"], rogue)
+
+
+def test_adbc_with_a_bearer_token_option(auth_server: ServerProcess) -> None:
+    """Services can log in once and pass the token (ADBC's authorization_header option)."""
+    import pyarrow.flight as flight
+
+    client = flight.FlightClient(auth_server.location)
+    _, bearer = client.authenticate_basic_token("rita", PASSWORDS["rita"])
+    client.close()
+    option = adbc_driver_flightsql.DatabaseOptions.AUTHORIZATION_HEADER.value
+    conn = _adbc_connect(auth_server.location, None, None, {option: bearer.decode()})
+    try:
+        outcome = _adbc_query_outcome(conn)
+        assert "UNAUTHENTICATED" not in outcome, outcome
+    finally:
+        conn.close()
+    conn = _adbc_connect(auth_server.location, None, None, {option: "Bearer ifl1.forged.token"})
+    try:
+        assert "UNAUTHENTICATED" in _adbc_query_outcome(conn)
+    finally:
+        conn.close()
+
+
+def test_jdbc_mutual_tls(mtls_auth_server: ServerProcess, pki: Pki) -> None:
+    url = (f"jdbc:arrow-flight-sql://localhost:{_port(mtls_auth_server)}?useEncryption=true"
+           f"&useSystemTrustStore=false&tlsRootCerts={pki.ca_cert}")
+    with_cert = _jdbc(f"{url}&clientCertificate={pki.client_cert}&clientKey={pki.client_key}",
+                      "alice", PASSWORDS["alice"])
+    assert with_cert and with_cert[0] == "CONNECTED", with_cert
+    assert "UNAUTHENTICATED" not in with_cert[1], with_cert
+    without = _jdbc(url, "alice", PASSWORDS["alice"])
+    assert without and without[0].startswith("CONNECT_ERROR"), without
