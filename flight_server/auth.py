@@ -251,7 +251,8 @@ class Security:
     """What the server needs: FlightServerBase keyword arguments and a description to log."""
 
     server_kwargs: dict[str, Any]
-    middleware: AuthMiddlewareFactory | None
+    middleware: dict[str, flight.ServerMiddlewareFactory]
+    auth: AuthMiddlewareFactory | None  # None: authentication is off
     summary: list[str]
 
 
@@ -275,14 +276,13 @@ def build_security(config: Config) -> Security:
     else:
         summary.append("TLS off (plaintext gRPC)")
 
-    middleware = None
+    auth = None
     if config.users_file:
         users = load_users(config.users_file)
         key, key_file = load_or_create_key(config.warehouse)
         signer = TokenSigner(key, config.token_ttl_s)
-        middleware = AuthMiddlewareFactory(users, signer, CallLimiter(config.max_calls_per_user))
+        auth = AuthMiddlewareFactory(users, signer, CallLimiter(config.max_calls_per_user))
         kwargs["auth_handler"] = HandshakeHandler()
-        kwargs["middleware"] = {MIDDLEWARE_KEY: middleware}
         persisted = f"signing key in {key_file}, tokens survive restarts" if key_file else \
             "per-process signing key, tokens end with the process"
         summary.append(
@@ -300,7 +300,7 @@ def build_security(config: Config) -> Security:
         else:
             summary.append("authentication OFF and remote access allowed (--allow-remote-without-auth): "
                            "anyone who can reach this port can read and write every table")
-    return Security(kwargs, middleware, summary)
+    return Security(kwargs, {MIDDLEWARE_KEY: auth} if auth else {}, auth, summary)
 
 
 def _read_pem(path: str, flag: str) -> bytes:

@@ -42,7 +42,9 @@ class IcefloeServer(flight.FlightServerBase):
         self.flightsql = FlightSqlService(self)
         self.appends = AppendService(self)
         self.feed = FeedService(self)
-        super().__init__(config.location, **{**self.security.server_kwargs, **kwargs})
+        middleware = dict(kwargs.pop("middleware", None) or {})
+        middleware.update(self.security.middleware)
+        super().__init__(config.location, middleware=middleware, **{**self.security.server_kwargs, **kwargs})
         # --port 0 asks the OS for a port; keep the one we got.
         self.config.port = self.port
 
@@ -57,7 +59,7 @@ class IcefloeServer(flight.FlightServerBase):
             errors.Unauthenticated: No or bad credentials (when users are configured).
             errors.PermissionDenied: The caller's role is below ``role``.
         """
-        if self.security.middleware is None:
+        if self.security.auth is None:
             return None
         # The middleware authenticated the call before any handler ran (see auth.py).
         session = context.get_middleware(MIDDLEWARE_KEY)
