@@ -285,6 +285,12 @@ def build_security(config: Config) -> Security:
         kwargs["auth_handler"] = HandshakeHandler()
         persisted = f"signing key in {key_file}, tokens survive restarts" if key_file else \
             "per-process signing key, tokens end with the process"
+        if Path(config.users_file).stat().st_mode & 0o077:
+            summary.append(f"WARNING: users file {config.users_file} is readable by other users of this machine "
+                           "(password hashes can be guessed offline); chmod 600 it")
+        if not config.tls_cert and not is_loopback(config.host):
+            summary.append("WARNING: authentication without TLS on a non-loopback host: passwords and tokens "
+                           "cross the network in clear text; give --tls-cert and --tls-key")
         summary.append(
             f"authentication on: {len(users)} user(s) from {config.users_file}; bearer tokens valid "
             f"{config.token_ttl_s:g}s ({persisted}); at most {config.max_calls_per_user} concurrent calls per user"

@@ -132,7 +132,8 @@ def serve(config: Config) -> None:
     """Start the server, log the readiness line, and block until SIGTERM/SIGINT."""
     server = IcefloeServer(config)
     for line in server.security.summary:
-        logger.info("security: %s", line)
+        warning = line.startswith("WARNING: ")
+        logger.log(logging.WARNING if warning else logging.INFO, "security: %s", line.removeprefix("WARNING: "))
     logger.info("icefloe listening on %s", config.location)
     stop = threading.Event()
 

@@ -51,13 +51,20 @@ def test_without_users_a_remote_host_is_refused_unless_allowed(warehouse: Path) 
         allowed.stop()
 
 
-def test_with_users_a_remote_host_is_served(warehouse: Path, users_file: Path) -> None:
+def test_with_users_a_remote_host_is_served_with_warnings(warehouse: Path, users_file: Path) -> None:
+    users_file.chmod(0o644)
     proc = ServerProcess(warehouse, ["--host", "0.0.0.0", "--users", str(users_file)]).start()
     try:
         assert "authentication on: 3 user(s)" in proc.log
         assert "tokens survive restarts" in proc.log
+        assert "WARNING icefloe.server: security: authentication without TLS" in proc.log
+        assert "is readable by other users" in proc.log
     finally:
         proc.stop()
+    users_file.chmod(0o600)
+    quiet = ServerProcess(warehouse, ["--users", str(users_file)]).start()
+    quiet.stop()
+    assert "WARNING" not in quiet.log
 
 
 SECRET_HASH = "$argon2id$v=19$m=65536,t=3,p=4$c2VjcmV0c2FsdA$notarealhashbutsecretlooking"
