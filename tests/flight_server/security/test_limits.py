@@ -98,6 +98,6 @@ def test_oversized_metadata_is_refused_by_grpc_and_server_survives(holding_serve
         # a JDBC-sized header set (a few KiB) passes
         header = basic("rita", PASSWORDS["rita"])
         jdbc_like = [(f"x-prop-{i}".encode(), b"v" * 100) for i in range(30)]
-        assert client.list_actions(options(header, *jdbc_like)) == []
+        assert isinstance(client.list_actions(options(header, *jdbc_like)), list)
     finally:
         client.close()
