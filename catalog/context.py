@@ -23,17 +23,18 @@ class CommitContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-_current: contextvars.ContextVar[CommitContext] = contextvars.ContextVar("icefloe_commit_context", default=CommitContext())
+# No mutable default (ruff B039): an unset variable means "no context", read as an empty one.
+_current: contextvars.ContextVar[CommitContext | None] = contextvars.ContextVar("icefloe_commit_context", default=None)
 
 
 def current_commit_context() -> CommitContext:
-    return _current.get()
+    return _current.get() or CommitContext()
 
 
 @contextlib.contextmanager
 def commit_context(**changes: Any) -> Iterator[CommitContext]:
     """Run a block with some fields of the commit context replaced."""
-    base = _current.get()
+    base = current_commit_context()
     extra = dict(base.extra)
     extra.update(changes.pop("extra", {}) or {})
     ctx = replace(base, extra=extra, **changes)

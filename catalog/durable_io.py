@@ -10,6 +10,8 @@ object is durable once its PUT returns.
 from __future__ import annotations
 
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
 
@@ -30,13 +32,34 @@ def fsync_file_and_dir(path: str) -> None:
     fsync_path(os.path.dirname(path) or ".")
 
 
+_fsync_pool: ThreadPoolExecutor | None = None
+_fsync_pool_lock = threading.Lock()
+
+
+def fsync_all(paths: list[str]) -> None:
+    """fsync files and their folders concurrently (one journal commit instead of many)."""
+    global _fsync_pool
+    targets = list(dict.fromkeys([*paths, *(os.path.dirname(p) or "." for p in paths)]))
+    if len(targets) <= 1:
+        for target in targets:
+            fsync_path(target)
+        return
+    with _fsync_pool_lock:
+        if _fsync_pool is None:
+            _fsync_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="icefloe-fsync")
+        pool = _fsync_pool
+    for future in [pool.submit(fsync_path, t) for t in targets]:
+        future.result()
+
+
 class _SyncOnClose:
     """Wraps an output stream so that closing it makes the file durable."""
 
-    def __init__(self, stream: Any, path: str) -> None:
+    def __init__(self, stream: Any, path: str, deferred: list[str] | None = None) -> None:
         self._stream = stream
         self._path = path
         self._synced = False
+        self._deferred = deferred
 
     def write(self, data: bytes) -> int:
         return int(self._stream.write(data))
@@ -45,7 +68,10 @@ class _SyncOnClose:
         self._stream.close()
         if not self._synced:
             self._synced = True
-            fsync_file_and_dir(self._path)
+            if self._deferred is not None:
+                self._deferred.append(self._path)  # the owner calls DurableFileIO.sync_deferred()
+            else:
+                fsync_file_and_dir(self._path)
 
     @property
     def closed(self) -> bool:
@@ -64,13 +90,31 @@ class _SyncOnClose:
 
 
 class _DurableFile(PyArrowFile):
+    _deferred: list[str] | None = None
+
     def create(self, overwrite: bool = False) -> OutputStream:
         stream = super().create(overwrite=overwrite)
-        return _SyncOnClose(stream, self._path)  # type: ignore[return-value]
+        return _SyncOnClose(stream, self._path, self._deferred)
 
 
 class DurableFileIO(PyArrowFileIO):
-    """PyArrowFileIO that fsyncs every local file (and its folder) when it is closed."""
+    """PyArrowFileIO that fsyncs every local file (and its folder) when it is closed.
+
+    ``defer_fsync()`` switches one instance to collecting paths instead, so that a writer
+    producing several files (an append's manifests) can make them durable in one concurrent
+    round with ``sync_deferred()`` before it commits.
+    """
+
+    _deferred: list[str] | None = None
+
+    def defer_fsync(self) -> None:
+        self._deferred = []
+
+    def sync_deferred(self) -> None:
+        """fsync every file closed since ``defer_fsync`` (and their folders); stop deferring."""
+        pending, self._deferred = self._deferred, None
+        if pending:
+            fsync_all(pending)
 
     def new_output(self, location: str) -> PyArrowFile:
         scheme, _, path = self.parse_location(location, self.properties)
@@ -80,4 +124,5 @@ class DurableFileIO(PyArrowFileIO):
         durable = _DurableFile.__new__(_DurableFile)
         durable.__dict__.update(output.__dict__)
         durable._path = path
+        durable._deferred = self._deferred
         return durable

@@ -16,6 +16,7 @@ TABLE = b"tb/"
 LOG = b"log/"
 META = b"meta/"
 IDEMPOTENCY = b"idem/"
+HOLD = b"hold/"  # commit-log holds: name -> last processed seq (trim keeps everything after)
 
 HEAD_SEQ = META + b"head_seq"
 LOG_START = META + b"log_start"
@@ -55,6 +56,10 @@ def log_key(seq: int) -> bytes:
 
 def decode_log_key(key: bytes) -> int:
     return int(struct.unpack(">Q", key[len(LOG) :])[0])
+
+
+def hold_key(name: str) -> bytes:
+    return HOLD + name.encode("utf-8")
 
 
 def encode_u64(value: int) -> bytes:

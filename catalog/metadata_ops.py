@@ -15,16 +15,20 @@ from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.table.update import (
     AddSchemaUpdate,
     AddSnapshotUpdate,
+    RemovePropertiesUpdate,
     RemoveSnapshotsUpdate,
     SetCurrentSchemaUpdate,
     SetPropertiesUpdate,
-    RemovePropertiesUpdate,
     TableUpdate,
     _apply_table_update,
     _TableMetadataUpdateContext,
     _update_table_metadata_log,
 )
 from pyiceberg.utils.datetime import datetime_to_millis
+
+# Table property: how many snapshots a commit that adds one keeps (0 turns expiry off).
+SNAPSHOTS_RETAIN = "icefloe.snapshots.retain"
+DEFAULT_SNAPSHOTS_RETAIN = 100
 
 
 def apply_updates(
@@ -46,6 +50,36 @@ def apply_updates(
         # A new table is built from an empty V1 shell; re-parse to get the right version class.
         return TableMetadataUtil.parse_obj(metadata.model_dump())
     return metadata
+
+
+def snapshots_to_retain(metadata: TableMetadata) -> int:
+    raw = metadata.properties.get(SNAPSHOTS_RETAIN)
+    try:
+        return int(raw) if raw is not None else DEFAULT_SNAPSHOTS_RETAIN
+    except ValueError:
+        raise ValueError(f"table property {SNAPSHOTS_RETAIN} must be an integer, got {raw!r}") from None
+
+
+def expire_snapshots(metadata: TableMetadata, retain: int) -> TableMetadata:
+    """Drop the oldest snapshots so that at most ``retain`` remain (``retain`` <= 0: keep all).
+
+    Snapshots that a branch or tag points at are never dropped. This only edits metadata:
+    files are not deleted here, because another process may be reading an older snapshot
+    right now. In an append-only table nothing becomes unreferenced except the expired
+    snapshots' manifest lists (later snapshots' manifest lists carry every manifest
+    forward); after overwrites and deletes, data files only the expired snapshots used are
+    left for maintenance (orphan removal) to delete.
+    """
+    excess = len(metadata.snapshots) - retain
+    if retain <= 0 or excess <= 0:
+        return metadata
+    referenced = {ref.snapshot_id for ref in metadata.refs.values()}
+    oldest_first = sorted(metadata.snapshots, key=lambda s: (s.sequence_number or 0, s.timestamp_ms))
+    expired = [s.snapshot_id for s in oldest_first if s.snapshot_id not in referenced][:excess]
+    if not expired:
+        return metadata
+    update = RemoveSnapshotsUpdate(snapshot_ids=expired)  # type: ignore[call-arg]
+    return _apply_table_update(update, metadata, _TableMetadataUpdateContext())
 
 
 def _summary_int(summary: Any, key: str) -> int | None:

@@ -57,12 +57,16 @@ def check_namespace(levels: tuple[str, ...]) -> tuple[str, ...]:
     """Validate every level of a namespace tuple.
 
     Raises:
-        InvalidNameError: If the namespace is empty or any level is invalid.
+        InvalidNameError: If the namespace is empty, any level is invalid, or the levels
+            joined with '.' (its folder name) are longer than 255 bytes.
     """
     if not levels:
         raise InvalidNameError("namespace must have at least one level")
     for level in levels:
         check_name(level, "namespace")
+    # The levels joined with '.' name one folder, and file systems cap a name at 255 bytes.
+    if len(namespace_folder(levels).encode("utf-8")) > MAX_NAME_BYTES:
+        raise InvalidNameError(f"namespace is longer than {MAX_NAME_BYTES} bytes with its levels joined by '.'")
     return levels
 
 

@@ -14,8 +14,7 @@ import logging
 import os
 import threading
 import time
-
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlparse
 
 from pyiceberg.catalog import Catalog, MetastoreCatalog, PropertiesUpdateSummary
@@ -36,12 +35,14 @@ from pyiceberg.table import CommitTableResponse, StagedTable, Table, TableProper
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
+from pyiceberg.table.update import AddSnapshotUpdate
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 
 from catalog import keys
 from catalog.commit_log import CommitLog, CommitRecord
 from catalog.context import current_commit_context
-from catalog.metadata_ops import apply_updates, describe_commit
+from catalog.idempotency import batch_extras
+from catalog.metadata_ops import apply_updates, describe_commit, expire_snapshots, snapshots_to_retain
 from catalog.names import InvalidNameError, check_name, check_namespace, namespace_folder
 from catalog.store import RocksStore, StoreLockedError
 from catalog.subscriptions import CommitHub
@@ -49,7 +50,9 @@ from catalog.table import RocksTable
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyiceberg.io import FileIO
     from pyiceberg.table.update import TableRequirement, TableUpdate
+    from pyiceberg.typedef import TableVersion
     from pyiceberg.view import View
 
 logger = logging.getLogger("icefloe.catalog")
@@ -58,6 +61,10 @@ CATALOG_DIR = "catalog.rocksdb"
 READ_ONLY = "read-only"  # "true", "false" or "auto" (read-only when another process writes)
 CATALOG_PATH = "catalog-path"  # where the RocksDB lives when the warehouse is not local
 DEFAULT_IO_IMPL = "catalog.durable_io.DurableFileIO"
+# Commit-log retention, applied by ``trim_commit_log`` (never past a hold, see CommitLog.set_hold).
+LOG_RETAIN_COUNT = "commit-log.retain-count"  # keep at most this many newest records
+LOG_RETAIN_AGE_S = "commit-log.retain-age-s"  # drop records older than this many seconds
+DEFAULT_LOG_RETAIN_COUNT = 1_000_000
 
 # Table defaults that keep metadata bounded so commit cost does not grow with history.
 DEFAULT_TABLE_PROPERTIES = {
@@ -102,7 +109,9 @@ class RocksCatalog(MetastoreCatalog):
         else:
             db_path = properties.get(CATALOG_PATH) or ""
             if not db_path:
-                raise ValueError(f"a {parsed.scheme}:// warehouse needs a local '{CATALOG_PATH}' for the catalog database")
+                raise ValueError(
+                    f"a {parsed.scheme}:// warehouse needs a local '{CATALOG_PATH}' for the catalog database"
+                )
         props = {"py-io-impl": DEFAULT_IO_IMPL, **properties, "warehouse": warehouse}
         super().__init__(name, **props)
         self.warehouse = warehouse
@@ -135,6 +144,10 @@ class RocksCatalog(MetastoreCatalog):
     def store(self) -> RocksStore:
         return self._store
 
+    def check_writable(self) -> None:
+        """Raise ``CatalogReadOnlyError`` if this catalog cannot commit."""
+        self._check_writable()
+
     def _check_writable(self) -> None:
         if self._store.read_only:
             raise CatalogReadOnlyError(
@@ -154,13 +167,23 @@ class RocksCatalog(MetastoreCatalog):
                 raise
             raise err(str(exc)) from None
 
-    def _split(self, identifier: str | Identifier, err: type[Exception] = NoSuchTableError) -> tuple[tuple[str, ...], str]:
+    def _split(
+        self, identifier: str | Identifier, err: type[Exception] = NoSuchTableError
+    ) -> tuple[tuple[str, ...], str]:
+        """Namespace and table name of an identifier.
+
+        ``err`` is what an invalid identifier means to the caller: a table that cannot exist
+        (``NoSuchTableError``, for reads and drops) or a refused name (``InvalidNameError``,
+        for calls that would create one).
+        """
         parts = Catalog.identifier_to_tuple(identifier)
         if len(parts) < 2:
             raise err(f"table identifier needs a namespace and a name: {identifier!r}")
         try:
             return check_namespace(parts[:-1]), check_name(parts[-1], "table")
         except InvalidNameError as exc:
+            if err is InvalidNameError:
+                raise
             raise err(str(exc)) from None
 
     def _pointer(self, ns: tuple[str, ...], table: str) -> dict[str, Any] | None:
@@ -179,7 +202,7 @@ class RocksCatalog(MetastoreCatalog):
         if cached is not None and cached[0] == location:
             return cached[1]
         io = self._load_file_io(location=location)
-        metadata = FromInputFile.table(io.new_input(location))
+        metadata = FromInputFile.table_metadata(io.new_input(location))
         self._metadata_cache[(ns, table)] = (location, metadata)
         return metadata
 
@@ -198,7 +221,10 @@ class RocksCatalog(MetastoreCatalog):
         puts: dict[bytes, bytes],
         deletes: tuple[bytes, ...] = (),
     ) -> CommitRecord:
-        """Write one commit (caller holds ``_commit_lock``): pointer changes + seq + log record."""
+        """Write one commit (caller holds ``_commit_lock``): pointer changes + seq + log record.
+
+        The record is published on ``hub`` once the batch is durable.
+        """
         ctx = current_commit_context()
         seq = self.log.head() + 1
         fields = dict(record_fields)
@@ -213,13 +239,15 @@ class RocksCatalog(MetastoreCatalog):
             **fields,
         )
         batch = dict(puts)
+        # Writes that must land atomically with this commit (idempotency keys of appends).
+        batch.update(batch_extras(record))
         batch[keys.HEAD_SEQ] = keys.encode_u64(seq)
         batch[keys.log_key(seq)] = record.to_bytes()
         self._store.write(batch, deletes)
-        return record
-
-    def _publish(self, record: CommitRecord) -> None:
+        # Published while the commit lock is still held, so subscribers and listeners (the
+        # feed, lineage) receive records in sequence order. Publishing never blocks.
         self.hub.publish(record)
+        return record
 
     @staticmethod
     def _pointer_value(location: str, previous: str | None, table_uuid: str) -> bytes:
@@ -247,13 +275,14 @@ class RocksCatalog(MetastoreCatalog):
         sort_order: SortOrder = UNSORTED_SORT_ORDER,
         properties: Properties = EMPTY_DICT,
     ) -> StagedTable:
-        ns, table = self._split(identifier, err=ValueError)
+        self._check_writable()  # a create-table transaction would fail only at commit otherwise
+        ns, table = self._split(identifier, err=InvalidNameError)
         self._require_namespace(ns)
         properties = {**DEFAULT_TABLE_PROPERTIES, **properties}
-        iceberg_schema: Schema = self._convert_schema_if_needed(  # type: ignore[assignment]
-            schema,
-            int(properties.get(TableProperties.FORMAT_VERSION, TableProperties.DEFAULT_FORMAT_VERSION)),
+        format_version = cast(
+            "TableVersion", int(properties.get(TableProperties.FORMAT_VERSION, TableProperties.DEFAULT_FORMAT_VERSION))
         )
+        iceberg_schema: Schema = self._convert_schema_if_needed(schema, format_version)
         table_location = self._resolve_table_location(location, "\x1f".join(ns), table)
         provider = load_location_provider(table_location, properties)
         metadata_location = provider.new_table_metadata_file_location()
@@ -265,7 +294,9 @@ class RocksCatalog(MetastoreCatalog):
             properties=properties,
         )
         io = self._load_file_io(properties=properties, location=metadata_location)
-        return StagedTable(identifier=(*ns, table), metadata=metadata, metadata_location=metadata_location, io=io, catalog=self)
+        return StagedTable(
+            identifier=(*ns, table), metadata=metadata, metadata_location=metadata_location, io=io, catalog=self
+        )
 
     def create_table(
         self,
@@ -284,7 +315,7 @@ class RocksCatalog(MetastoreCatalog):
             CatalogReadOnlyError: If the catalog is open read-only.
         """
         self._check_writable()
-        ns, table = self._split(identifier, err=ValueError)
+        ns, table = self._split(identifier, err=InvalidNameError)
         self._require_namespace(ns)
         if self._pointer(ns, table) is not None:
             raise TableAlreadyExistsError(f"Table {'.'.join((*ns, table))} already exists")
@@ -301,7 +332,7 @@ class RocksCatalog(MetastoreCatalog):
             if current is not None and not overwrite:
                 raise TableAlreadyExistsError(f"Table {'.'.join((*ns, table))} already exists")
             snapshot = metadata.current_snapshot()
-            record = self._land(
+            self._land(
                 {
                     "namespace": ns,
                     "table": table,
@@ -318,7 +349,6 @@ class RocksCatalog(MetastoreCatalog):
                 },
             )
             self._metadata_cache[(ns, table)] = (location, metadata)
-        self._publish(record)
         return self._table(ns, table, location, metadata)
 
     def register_table(self, identifier: str | Identifier, metadata_location: str, overwrite: bool = False) -> Table:
@@ -329,12 +359,12 @@ class RocksCatalog(MetastoreCatalog):
             NoSuchNamespaceError: If the namespace does not exist.
         """
         self._check_writable()
-        ns, table = self._split(identifier, err=ValueError)
+        ns, table = self._split(identifier, err=InvalidNameError)
         self._require_namespace(ns)
         if not overwrite and self._pointer(ns, table) is not None:
             raise TableAlreadyExistsError(f"Table {'.'.join((*ns, table))} already exists")
         io = self._load_file_io(location=metadata_location)
-        metadata = FromInputFile.table(io.new_input(metadata_location))
+        metadata = FromInputFile.table_metadata(io.new_input(metadata_location))
         return self._register_pointer(ns, table, metadata_location, metadata, "register", overwrite=overwrite)
 
     def load_table(self, identifier: str | Identifier) -> Table:
@@ -371,7 +401,7 @@ class RocksCatalog(MetastoreCatalog):
             pointer = self._pointer(ns, table)
             if pointer is None:
                 raise NoSuchTableError(f"Table does not exist: {'.'.join((*ns, table))}")
-            record = self._land(
+            self._land(
                 {
                     "namespace": ns,
                     "table": table,
@@ -383,7 +413,6 @@ class RocksCatalog(MetastoreCatalog):
                 (keys.table_key(ns, table),),
             )
             self._metadata_cache.pop((ns, table), None)
-        self._publish(record)
 
     def rename_table(self, from_identifier: str | Identifier, to_identifier: str | Identifier) -> Table:
         """Rename a table; its files stay where they are.
@@ -395,7 +424,7 @@ class RocksCatalog(MetastoreCatalog):
         """
         self._check_writable()
         src_ns, src = self._split(from_identifier)
-        dst_ns, dst = self._split(to_identifier, err=ValueError)
+        dst_ns, dst = self._split(to_identifier, err=InvalidNameError)
         with self._commit_lock:
             pointer = self._pointer(src_ns, src)
             if pointer is None:
@@ -405,7 +434,7 @@ class RocksCatalog(MetastoreCatalog):
                 raise TableAlreadyExistsError(f"Table {'.'.join((*dst_ns, dst))} already exists")
             location = pointer["metadata_location"]
             metadata = self._read_metadata(src_ns, src, location)
-            record = self._land(
+            self._land(
                 {
                     "namespace": dst_ns,
                     "table": dst,
@@ -419,7 +448,6 @@ class RocksCatalog(MetastoreCatalog):
             )
             self._metadata_cache.pop((src_ns, src), None)
             self._metadata_cache[(dst_ns, dst)] = (location, metadata)
-        self._publish(record)
         return self._table(dst_ns, dst, location, metadata)
 
     def commit_table(
@@ -445,7 +473,10 @@ class RocksCatalog(MetastoreCatalog):
             base if base is not None else self._empty_table_metadata(), updates, base_location, creating=base is None
         )
         if base is not None and new == base:
-            return CommitTableResponse(metadata=base, metadata_location=base_location)  # type: ignore[arg-type]
+            return CommitTableResponse(metadata=base, metadata_location=base_location)  # type: ignore[call-arg]
+        if any(isinstance(update, AddSnapshotUpdate) for update in updates):
+            # Bounded metadata keeps the cost of every later commit flat.
+            new = expire_snapshots(new, snapshots_to_retain(new))
         version = self._parse_metadata_version(base_location) + 1 if base_location else 0
         provider = load_location_provider(new.location, new.properties)
         new_location = provider.new_table_metadata_file_location(version)
@@ -465,7 +496,7 @@ class RocksCatalog(MetastoreCatalog):
                 )
             if base is None:
                 self._require_namespace(ns)
-            record = self._land(
+            self._land(
                 {
                     "namespace": ns,
                     "table": name,
@@ -476,8 +507,21 @@ class RocksCatalog(MetastoreCatalog):
                 {keys.table_key(ns, name): self._pointer_value(new_location, base_location, str(new.table_uuid))},
             )
             self._metadata_cache[(ns, name)] = (new_location, new)
-        self._publish(record)
-        return CommitTableResponse(metadata=new, metadata_location=new_location)
+        if base is not None:
+            # Honour write.metadata.delete-after-commit.enabled (on by default for our tables):
+            # remove metadata files that dropped out of the metadata log, against the real base.
+            try:
+                MetastoreCatalog._delete_old_metadata(io, base, new)
+            except Exception:
+                logger.warning("could not remove old metadata files of %s", ".".join((*ns, name)))
+        return CommitTableResponse(metadata=new, metadata_location=new_location)  # type: ignore[call-arg]
+
+    @staticmethod
+    def _delete_old_metadata(io: FileIO, base: TableMetadata, metadata: TableMetadata) -> None:
+        """No-op: pyiceberg's ``Table`` calls this after each commit with the *handle's*
+        metadata as base (stale for a stale handle), deleting files a second time. The catalog
+        already removed them in ``commit_table``, which also covers callers of
+        ``commit_table`` that do not go through a ``Table``."""
 
     @staticmethod
     def _discard(io: Any, location: str) -> None:
@@ -489,7 +533,7 @@ class RocksCatalog(MetastoreCatalog):
     # -- namespaces --------------------------------------------------------------------
 
     def create_namespace(self, namespace: str | Identifier, properties: Properties = EMPTY_DICT) -> None:
-        """Create a namespace.
+        """Create a namespace (and any missing parent levels, without properties).
 
         Raises:
             NamespaceAlreadyExistsError: If it exists.
@@ -500,7 +544,13 @@ class RocksCatalog(MetastoreCatalog):
         with self._commit_lock:
             if self._ns_exists(ns):
                 raise NamespaceAlreadyExistsError(f"Namespace {'.'.join(ns)} already exists")
-            self._store.write({keys.namespace_key(ns): json.dumps(dict(properties)).encode("utf-8")})
+            # Missing parent levels are created (without properties) in the same batch, so a
+            # child namespace always has a parent that exists, lists and can be dropped last.
+            puts = {
+                keys.namespace_key(ns[:depth]): b"{}" for depth in range(1, len(ns)) if not self._ns_exists(ns[:depth])
+            }
+            puts[keys.namespace_key(ns)] = json.dumps(dict(properties)).encode("utf-8")
+            self._store.write(puts)
 
     def drop_namespace(self, namespace: str | Identifier) -> None:
         """Drop an empty namespace.
@@ -611,6 +661,45 @@ class RocksCatalog(MetastoreCatalog):
 
     def create_view(self, *args: Any, **kwargs: Any) -> View:
         raise NotImplementedError("views are not supported by icefloe")
+
+    # -- commit-log retention ------------------------------------------------------------
+
+    def trim_commit_log(self, now_us: int | None = None) -> int:
+        """Apply the commit-log retention properties; return the new log start.
+
+        A record is dropped when it is not among the newest ``commit-log.retain-count``
+        (default 1,000,000) or is older than ``commit-log.retain-age-s`` (default: no age
+        limit), whichever drops more; but never a record above the lowest hold
+        (``self.log.set_hold``). Readers whose cursor falls below the new start get
+        ``CursorExpiredError``.
+
+        Raises:
+            CatalogReadOnlyError: If the catalog is open read-only.
+            ValueError: If a retention property is not a non-negative integer.
+        """
+        self._check_writable()
+        retain_count = self._int_property(LOG_RETAIN_COUNT, DEFAULT_LOG_RETAIN_COUNT)
+        retain_age_s = self._int_property(LOG_RETAIN_AGE_S, None)
+        with self._commit_lock:
+            keep_after = self.log.head() - retain_count if retain_count is not None else 0
+            if retain_age_s is not None:
+                now = now_us if now_us is not None else _now_us()
+                keep_after = max(keep_after, self.log.last_seq_before(now - retain_age_s * 1_000_000))
+            start = self.log.trim(keep_after)
+        logger.info("commit log trimmed: log starts at %d", start)
+        return start
+
+    def _int_property(self, name: str, default: int | None) -> int | None:
+        raw = self.properties.get(name)
+        if raw is None or raw == "":
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"catalog property {name} must be an integer, got {raw!r}") from None
+        if value < 0:
+            raise ValueError(f"catalog property {name} must not be negative, got {value}")
+        return value
 
     # -- lifecycle ---------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import cast
 
 import rocksdict
 
@@ -64,8 +64,7 @@ class RocksStore:
                 self._db.try_catch_up_with_primary()
 
     def get(self, key: bytes) -> bytes | None:
-        value: Any = self._db.get(key)
-        return value
+        return cast("bytes | None", self._db.get(key))
 
     def scan(self, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Yield (key, value) for every key starting with ``prefix``, from ``start`` on."""

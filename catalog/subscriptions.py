@@ -71,7 +71,11 @@ class Subscription:
                     records.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-        fresh = [r for r in records if r.seq > self.last_seq]
+        fresh = sorted((r for r in records if r.seq > self.last_seq), key=lambda r: r.seq)
+        if any(r.seq != self.last_seq + 1 + i for i, r in enumerate(fresh)):
+            # The queue skipped a seq (published out of order, or a record is still being
+            # published): every landed record is in the log, which is contiguous.
+            fresh = list(self._hub.log.read(self.last_seq, limit=limit))
         if fresh:
             self.last_seq = fresh[-1].seq
         return fresh

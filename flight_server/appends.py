@@ -1,20 +1,55 @@
-"""Plain Flight appends: DoPut on FlightDescriptor.for_path(namespace, table) (placeholder)."""
+"""Plain Flight appends (DoPut on ``FlightDescriptor.for_path(namespace..., table)``) and the
+bulk-ingest entry point that Flight SQL ``CommandStatementIngest`` calls.
+
+Both hand the stream to ``catalog.append.Appender``: Parquet files are written as batches
+arrive, then one group commit makes them visible. The PutResult is sent only after that
+commit's RocksDB batch is fsync'd. A stream that breaks off commits nothing.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import pyarrow.flight as flight
+from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 
+from catalog.append import Appender, AppendResult
+from catalog.context import commit_context
+from catalog.maintenance import DEFAULT_ORPHAN_GRACE_S, BackgroundMaintainer, all_tables, maintain
+from catalog.names import InvalidNameError, check_name, check_namespace
+from catalog.schema_policy import SchemaMismatchError, strip_field_ids
 from flight_server import errors
+from flight_server.headers import IDEMPOTENCY_HEADER, call_headers
 
 if TYPE_CHECKING:
     from flight_server.server import IcefloeServer
 
+logger = logging.getLogger("icefloe.appends")
+
+INGEST_MODES = ("create", "append", "replace", "create_append")
+DEFAULT_INGEST_NAMESPACE = ("default",)
+
 
 class AppendService:
+    MAINTAIN_ACTION = "icefloe.maintain"
+    ACTIONS = (MAINTAIN_ACTION,)
+
     def __init__(self, server: IcefloeServer) -> None:
         self.server = server
+        self.appender = Appender(server.catalog)
+        self.maintainer = BackgroundMaintainer(self.appender, server.stopping)
+        if not server.catalog.read_only:
+            self.maintainer.start()
+
+    def close(self) -> None:
+        """Stop background maintenance (before the catalog closes)."""
+        self.maintainer.stop()
+
+    # -- DoPut ------------------------------------------------------------------------
 
     def do_put(
         self,
@@ -23,4 +58,197 @@ class AppendService:
         reader: flight.MetadataRecordBatchReader,
         writer: flight.FlightMetadataWriter,
     ) -> None:
-        raise errors.Unimplemented("appends are not implemented yet")
+        principal = self.server.authorize(context, "write")
+        identifier = self._identifier(descriptor)
+        key = self._idempotency_key(context)
+        with commit_context(principal=principal):
+            result = self._append(identifier, reader, key, context)
+        try:
+            writer.write(pa.py_buffer(json.dumps(result.to_json()).encode("utf-8")))
+        except OSError:
+            # Committed, but the client is gone: a retry with its idempotency key gets this result.
+            logger.info("client left before its append result (%s seq %d) was sent", result.table, result.commit_seq)
+
+    @staticmethod
+    def _identifier(descriptor: flight.FlightDescriptor) -> tuple[str, ...]:
+        parts: list[str] = []
+        for raw in descriptor.path or []:
+            try:
+                parts.append(raw.decode("utf-8") if isinstance(raw, bytes) else str(raw))
+            except UnicodeDecodeError:
+                raise errors.InvalidArgument("DoPut path elements must be UTF-8 text") from None
+        if len(parts) < 2:
+            raise errors.InvalidArgument(
+                "DoPut needs FlightDescriptor.for_path(namespace..., table): at least a namespace and a table name"
+            )
+        try:
+            return (*check_namespace(tuple(parts[:-1])), check_name(parts[-1], "table"))
+        except InvalidNameError as exc:
+            raise errors.InvalidArgument(str(exc)) from None
+
+    @staticmethod
+    def _idempotency_key(context: flight.ServerCallContext) -> str | None:
+        values = call_headers(context, IDEMPOTENCY_HEADER)
+        if not values:
+            return None
+        if len(values) > 1 and len(set(values)) > 1:
+            raise errors.InvalidArgument(f"header {IDEMPOTENCY_HEADER} was sent more than once with different values")
+        return values[0]
+
+    def _append(
+        self, identifier: tuple[str, ...], reader: Any, key: str | None, context: flight.ServerCallContext | None
+    ) -> AppendResult:
+        try:
+            schema = reader.schema
+        except Exception:
+            raise errors.InvalidArgument("the DoPut stream carries no schema") from None
+        try:
+            return self.appender.append_stream(identifier, schema, self._batches(reader, context), idempotency_key=key)
+        except NoSuchTableError:
+            raise errors.NotFound(f"table {'.'.join(identifier)} does not exist") from None
+        except SchemaMismatchError as exc:
+            raise errors.InvalidArgument(f"schema mismatch for {'.'.join(identifier)}: {exc}") from None
+        except ValueError as exc:  # idempotency key checks
+            if "idempotency key" in str(exc):
+                raise errors.InvalidArgument(str(exc)) from None
+            raise
+
+    def _batches(self, reader: Any, context: flight.ServerCallContext | None) -> Iterator[pa.RecordBatch]:
+        """Batches of a Flight or plain Arrow reader; ends the append if the server stops.
+
+        A client that dies mid-stream looks like an ordinary end of stream to the reader;
+        only the call's cancelled flag tells them apart, so it is checked at the end.
+        """
+        if hasattr(reader, "read_chunk"):
+            while True:
+                try:
+                    chunk = reader.read_chunk()
+                except StopIteration:
+                    if context is not None and context.is_cancelled():
+                        raise errors.Cancelled("the client went away mid-stream; nothing was committed") from None
+                    return
+                if self.server.stopping.is_set():
+                    raise errors.Unavailable("the server is shutting down; nothing was committed")
+                if chunk.data is not None:
+                    yield chunk.data
+        else:
+            for batch in reader:
+                if self.server.stopping.is_set():
+                    raise errors.Unavailable("the server is shutting down; nothing was committed")
+                yield batch
+
+    # -- DoAction "icefloe.maintain" ------------------------------------------------------
+
+    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
+        """Run maintenance now: body ``{"table": "ns.t"}`` (or ``{}`` for every table).
+
+        Answers one JSON result per table (see ``MaintenanceReport``).
+        """
+        principal = self.server.authorize(context, "admin")
+        try:
+            body = json.loads(action.body.to_pybytes() or b"{}")
+            if not isinstance(body, dict):
+                raise ValueError
+            grace = float(body.get("orphan_grace_s", DEFAULT_ORPHAN_GRACE_S))
+        except (ValueError, TypeError):
+            raise errors.InvalidArgument(
+                'icefloe.maintain takes a JSON object: {"table": "ns.t", "orphan_grace_s": 3600}'
+            ) from None
+        targets = self._maintain_targets(body.get("table"))
+        reports = []
+        with commit_context(principal=principal):
+            for identifier in targets:
+                reports.append(maintain(self.appender, identifier, orphan_grace_s=grace).to_json())
+        return iter([json.dumps(r).encode("utf-8") for r in reports])
+
+    def _maintain_targets(self, table: Any) -> list[tuple[str, ...]]:
+        if table is None:
+            return all_tables(self.appender)
+        if not isinstance(table, str) or "." not in table:
+            raise errors.InvalidArgument('"table" must be a qualified name such as "ns.t"')
+        identifier = tuple(table.split("."))
+        if not self.server.catalog.table_exists(identifier):
+            raise errors.NotFound(f"table {table} does not exist")
+        return [identifier]
+
+    # -- Flight SQL bulk ingest ---------------------------------------------------------
+
+    def ingest(
+        self,
+        context: flight.ServerCallContext,
+        *,
+        namespace: tuple[str, ...] | None,
+        table: str,
+        mode: str,
+        temporary: bool,
+        reader: Any,
+        idempotency_key: str | None = None,
+    ) -> int:
+        """Commit an ADBC / Flight SQL bulk ingest; return the number of rows ingested.
+
+        Modes: ``create`` (the table must not exist), ``append`` (it must exist), ``replace``
+        (drop the table if it exists, then create it from the stream's schema: readers may
+        see it missing in between), ``create_append`` (create if missing, then append).
+        Create modes create a missing namespace. Without a namespace the target is
+        ``default``. Temporary tables are refused.
+        """
+        principal = self.server.authorize(context, "write")
+        if temporary:
+            raise errors.Unimplemented("temporary tables are not supported by icefloe; ingest into a regular table")
+        if mode not in INGEST_MODES:
+            raise errors.InvalidArgument(f"unknown ingest mode {mode!r}; expected one of {', '.join(INGEST_MODES)}")
+        ns = tuple(namespace) if namespace else DEFAULT_INGEST_NAMESPACE
+        try:
+            ns = check_namespace(ns)
+            name = check_name(table, "table")
+        except InvalidNameError as exc:
+            raise errors.InvalidArgument(str(exc)) from None
+        identifier = (*ns, name)
+        if idempotency_key is None:
+            idempotency_key = self._idempotency_key(context)
+        catalog = self.server.catalog
+        with commit_context(principal=principal):
+            if idempotency_key is not None and catalog.table_exists(identifier):
+                first = self.appender.idempotency.get(ns, name, idempotency_key)
+                if first is not None:
+                    for _ in self._batches(reader, context):
+                        pass
+                    return int(first["rows"])
+            created = False
+            if mode != "append" and not catalog.namespace_exists(ns):
+                try:
+                    catalog.create_namespace(ns)
+                except Exception as exc:  # a concurrent ingest may have created it
+                    if not catalog.namespace_exists(ns):
+                        raise errors.InvalidArgument(f"cannot create namespace {'.'.join(ns)}: {exc}") from None
+            if mode == "replace" and catalog.table_exists(identifier):
+                catalog.drop_table(identifier)
+            if mode in ("create", "replace", "create_append"):
+                created = self._create_table(identifier, reader.schema, must_be_new=mode != "create_append")
+            try:
+                result = self._append(identifier, reader, idempotency_key, context)
+            except BaseException:
+                if created and mode == "create":
+                    self._drop_quietly(identifier)
+                raise
+        return result.rows
+
+    def _create_table(self, identifier: tuple[str, ...], schema: pa.Schema, must_be_new: bool) -> bool:
+        catalog = self.server.catalog
+        try:
+            catalog.create_table(identifier, schema=strip_field_ids(schema))
+            return True
+        except TableAlreadyExistsError:
+            if must_be_new:
+                raise errors.AlreadyExists(f"table {'.'.join(identifier)} already exists") from None
+            return False
+        except (TypeError, ValueError) as exc:
+            raise errors.InvalidArgument(
+                f"cannot create table {'.'.join(identifier)} from this schema: {exc}"
+            ) from None
+
+    def _drop_quietly(self, identifier: tuple[str, ...]) -> None:
+        try:
+            self.server.catalog.drop_table(identifier)
+        except Exception:
+            logger.warning("could not drop %s after a failed create ingest", ".".join(identifier), exc_info=True)

@@ -35,6 +35,10 @@ def main() -> None:
               type=click.IntRange(min=0), help="Concurrent calls per authenticated user (0 = no limit).")
 @click.option("--lineage-namespace", envvar="ICEFLOE_LINEAGE_NAMESPACE", default=None)
 @click.option("--demo", envvar="ICEFLOE_DEMO", is_flag=True, default=False, help="Load a small sample dataset.")
+@click.option("--query-timeout", "query_timeout_s", envvar="ICEFLOE_QUERY_TIMEOUT", default=300.0, show_default=True,
+              type=float, help="Seconds a SQL query may run before it is interrupted (DEADLINE_EXCEEDED).")
+@click.option("--max-concurrent-queries", envvar="ICEFLOE_MAX_CONCURRENT_QUERIES", default=16, show_default=True,
+              type=int, help="Queries that may run at once; more wait briefly, then get RESOURCE_EXHAUSTED.")
 @click.option("--log-level", envvar="ICEFLOE_LOG_LEVEL", default="info", show_default=True)
 def serve(**options: object) -> None:
     """Serve the warehouse over Arrow Flight SQL."""
@@ -59,6 +63,24 @@ def passwd() -> None:
         click.echo(hash_password(password))
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+@main.command()
+@click.argument("table", required=False)
+@click.option("--warehouse", envvar="ICEFLOE_WAREHOUSE", default="./warehouse", show_default=True,
+              help="Warehouse to maintain offline (when no server holds it).")
+@click.option("--server", "server_location", envvar="ICEFLOE_SERVER", default=None,
+              help="Ask a running server instead, e.g. grpc://127.0.0.1:31337 (DoAction icefloe.maintain).")
+@click.option("--orphan-grace-s", default=3600.0, show_default=True, type=float,
+              help="Only files unreferenced and older than this are removed.")
+def maintain(table: str | None, warehouse: str, server_location: str | None, orphan_grace_s: float) -> None:
+    """Compact small files and manifests, expire old snapshots, remove orphan files.
+
+    TABLE is ``ns.t``; without it every table is maintained. One JSON line per table.
+    """
+    from flight_server.maintain_cli import run_maintain
+
+    run_maintain(table, warehouse, server_location, orphan_grace_s)
 
 
 if __name__ == "__main__":

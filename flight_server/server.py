@@ -20,6 +20,10 @@ from catalog import RocksCatalog
 from flight_server import errors
 from flight_server.auth import MIDDLEWARE_KEY, Principal, action_floor, build_security, put_floor
 from flight_server.config import Config
+from flight_server.flightsql.sessions import MIDDLEWARE_KEY as SESSION_MIDDLEWARE_KEY
+from flight_server.flightsql.sessions import SessionMiddlewareFactory
+from flight_server.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
+from flight_server.headers import HeadersMiddlewareFactory
 
 logger = logging.getLogger("icefloe.server")
 
@@ -44,6 +48,8 @@ class IcefloeServer(flight.FlightServerBase):
         self.feed = FeedService(self)
         middleware = dict(kwargs.pop("middleware", None) or {})
         middleware.update(self.security.middleware)
+        middleware.setdefault(HEADERS_MIDDLEWARE_KEY, HeadersMiddlewareFactory())
+        middleware.setdefault(SESSION_MIDDLEWARE_KEY, SessionMiddlewareFactory())
         super().__init__(config.location, middleware=middleware, **{**self.security.server_kwargs, **kwargs})
         # --port 0 asks the OS for a port; keep the one we got.
         self.config.port = self.port
@@ -112,6 +118,8 @@ class IcefloeServer(flight.FlightServerBase):
     @errors.guard
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
         self.authorize(context, action_floor(action.type))  # deny-by-default floor; handlers may ask more
+        if action.type in self.appends.ACTIONS:
+            return self.appends.do_action(context, action)
         return self.flightsql.do_action(context, action)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
@@ -125,6 +133,8 @@ class IcefloeServer(flight.FlightServerBase):
     def shutdown_and_close(self) -> None:
         self.stopping.set()
         self.shutdown()
+        self.appends.close()
+        self.flightsql.close()
         self.catalog.close()
 
 

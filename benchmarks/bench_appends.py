@@ -1,0 +1,270 @@
+"""Appends through a real icefloe server vs pyiceberg in process, same run, same rows.
+
+1. Bulk: one DoPut of ``--bulk-rows`` rows vs pyiceberg's ``Table.append`` of the same Arrow
+   table (SqlCatalog/SQLite warehouse, in process). Ratio = icefloe rows/s / pyiceberg rows/s.
+2. Small appends of ``--small-rows`` rows: pyiceberg SqlCatalog ``Table.append`` sequentially
+   vs sequential DoPut and ``--writers`` concurrent DoPut writers (appends/s), plus the growth
+   of DoPut's per-commit time over ``--commits`` commits (median of the last 100 / first 100).
+3. Scan (pyiceberg ``scan().to_arrow()``) of the table built from those small appends, before
+   and after ``icefloe.maintain``, vs a table holding the same rows written at once.
+
+The server runs with its defaults (background compaction on). Writes JSON to
+benchmarks/results/appends.json.
+
+    python benchmarks/bench_appends.py            # full run (10M rows, 1,000 commits)
+    python benchmarks/bench_appends.py --quick    # a short development run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+from pyiceberg.catalog.sql import SqlCatalog
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from catalog import RocksCatalog  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "appends.json"
+READY = re.compile(r"icefloe listening on (\S+)")
+
+
+class Server:
+    """An ``icefloe serve`` child process on a free port."""
+
+    def __init__(self, warehouse: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "ICEFLOE_LOG_LEVEL": "warning"}
+        cmd = [sys.executable, "-m", "flight_server.cli", "serve", "--warehouse", str(warehouse), "--port", "0"]
+        env["ICEFLOE_LOG_LEVEL"] = "info"
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+        assert self.proc.stderr is not None
+        deadline = time.monotonic() + 60
+        self.location = ""
+        for line in self.proc.stderr:
+            if m := READY.search(line):
+                self.location = m.group(1)
+                break
+            if time.monotonic() > deadline:
+                break
+        if not self.location:
+            self.proc.kill()
+            raise RuntimeError("server did not start")
+        threading.Thread(target=lambda: [None for _ in self.proc.stderr or []], daemon=True).start()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def make_rows(n: int, start: int = 0) -> pa.Table:
+    ids = pa.array(range(start, start + n), pa.int64())
+    return pa.table(
+        {
+            "id": ids,
+            "ts": pa.array(range(1_700_000_000_000_000 + start, 1_700_000_000_000_000 + start + n), pa.int64()).cast(
+                pa.timestamp("us")
+            ),
+            "value": pa.array([i * 0.5 for i in range(n)], pa.float64())
+            if n <= 100_000
+            else pa.compute.multiply(ids.cast(pa.float64()), 0.5),
+            "name": pa.compute.binary_join_element_wise(
+                "row-", pa.compute.cast(pa.compute.bit_wise_and(ids, 1023), pa.string()), ""
+            ),
+        }
+    )
+
+
+def do_put(client: flight.FlightClient, path: tuple[str, ...], data: pa.Table) -> dict[str, Any]:
+    writer, reader = client.do_put(flight.FlightDescriptor.for_path(*path), data.schema)
+    writer.write_table(data, max_chunksize=65_536)
+    writer.done_writing()
+    body = reader.read()
+    writer.close()
+    result: dict[str, Any] = json.loads(body.to_pybytes())
+    return result
+
+
+def setup_tables(warehouse: Path, schema: pa.Schema, names: list[str]) -> None:
+    cat = RocksCatalog("bench", warehouse=str(warehouse), **{"read-only": "false"})
+    cat.create_namespace("bench")
+    for name in names:
+        cat.create_table(f"bench.{name}", schema)
+    cat.close()
+
+
+def sql_catalog(root: Path) -> SqlCatalog:
+    root.mkdir(parents=True, exist_ok=True)
+    return SqlCatalog("base", uri=f"sqlite:///{root}/catalog.db", warehouse=f"file://{root}")
+
+
+def timed_scan(warehouse: Path, name: str, repeats: int = 5) -> tuple[float, int]:
+    cat = RocksCatalog("reader", warehouse=str(warehouse), **{"read-only": "true"})
+    try:
+        times, rows = [], 0
+        for _ in range(repeats):
+            start = time.perf_counter()
+            rows = cat.load_table(f"bench.{name}").scan().to_arrow().num_rows
+            times.append(time.perf_counter() - start)
+        return statistics.median(times), rows
+    finally:
+        cat.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="small sizes for development")
+    parser.add_argument("--bulk-rows", type=int, default=10_000_000)
+    parser.add_argument("--small-rows", type=int, default=100)
+    parser.add_argument("--commits", type=int, default=1000)
+    parser.add_argument("--baseline-commits", type=int, default=50)
+    parser.add_argument("--writers", type=int, default=8)
+    args = parser.parse_args()
+    if args.quick:
+        args.bulk_rows, args.commits, args.baseline_commits = 1_000_000, 200, 15
+    results: dict[str, Any] = {"config": vars(args)}
+    tmp = Path(tempfile.mkdtemp(prefix="icefloe-bench-appends-"))
+
+    # -- 1. bulk ---------------------------------------------------------------------------
+    bulk = make_rows(args.bulk_rows)
+    base = sql_catalog(tmp / "pyiceberg")
+    base.create_namespace("bench")
+    base_table = base.create_table("bench.bulk", bulk.schema)
+    start = time.perf_counter()
+    base_table.append(bulk)
+    base_bulk_s = time.perf_counter() - start
+
+    warehouse = tmp / "icefloe"
+    small = make_rows(args.small_rows)
+    setup_tables(warehouse, bulk.schema, ["bulk", "seq", "conc", "once"])
+    server = Server(warehouse)
+    try:
+        client = flight.FlightClient(server.location)
+        start = time.perf_counter()
+        result = do_put(client, ("bench", "bulk"), bulk)
+        ours_bulk_s = time.perf_counter() - start
+        assert result["rows"] == args.bulk_rows
+        del bulk
+        results["bulk"] = {
+            "rows": args.bulk_rows,
+            "pyiceberg_s": base_bulk_s,
+            "icefloe_doput_s": ours_bulk_s,
+            "pyiceberg_rows_per_s": args.bulk_rows / base_bulk_s,
+            "icefloe_rows_per_s": args.bulk_rows / ours_bulk_s,
+            "ratio": base_bulk_s / ours_bulk_s,
+        }
+
+        # -- 2. small appends --------------------------------------------------------------
+        base_small = base.create_table("bench.small", small.schema)
+        start = time.perf_counter()
+        for _ in range(args.baseline_commits):
+            base_small.append(small)
+        base_rate = args.baseline_commits / (time.perf_counter() - start)
+
+        latencies: list[float] = []
+        start = time.perf_counter()
+        for i in range(args.commits):
+            t0 = time.perf_counter()
+            do_put(client, ("bench", "seq"), make_rows(args.small_rows, i * args.small_rows))
+            latencies.append(time.perf_counter() - t0)
+        seq_rate = args.commits / (time.perf_counter() - start)
+        window = min(100, args.commits // 4)
+        growth = statistics.median(latencies[-window:]) / statistics.median(latencies[:window])
+
+        per_writer = args.commits // args.writers
+        errors: list[BaseException] = []
+
+        def writer(w: int) -> None:
+            c = flight.FlightClient(server.location)
+            try:
+                for i in range(per_writer):
+                    do_put(c, ("bench", "conc"), make_rows(args.small_rows, (w * per_writer + i) * args.small_rows))
+            except BaseException as exc:
+                errors.append(exc)
+            finally:
+                c.close()
+
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(args.writers)]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        conc_rate = args.writers * per_writer / (time.perf_counter() - start)
+        if errors:
+            raise errors[0]
+        results["small"] = {
+            "rows_per_append": args.small_rows,
+            "pyiceberg_sql_appends_per_s": base_rate,
+            "icefloe_sequential_appends_per_s": seq_rate,
+            "icefloe_concurrent_appends_per_s": conc_rate,
+            "sequential_ratio": seq_rate / base_rate,
+            "concurrent_ratio": conc_rate / base_rate,
+            "first_window_median_ms": statistics.median(latencies[:window]) * 1000,
+            "last_window_median_ms": statistics.median(latencies[-window:]) * 1000,
+            "growth_last_over_first": growth,
+            "window": window,
+        }
+
+        # -- 3. scans ----------------------------------------------------------------------
+        do_put(client, ("bench", "once"), make_rows(args.small_rows * args.commits))
+        before_s, before_rows = timed_scan(warehouse, "seq")
+        action = flight.Action("icefloe.maintain", json.dumps({"table": "bench.seq"}).encode())
+        list(client.do_action(action))
+        after_s, after_rows = timed_scan(warehouse, "seq")
+        once_s, once_rows = timed_scan(warehouse, "once")
+        assert before_rows == after_rows == once_rows == args.small_rows * args.commits
+        results["scan"] = {
+            "rows": once_rows,
+            "written_at_once_s": once_s,
+            "small_appends_before_explicit_maintain_s": before_s,
+            "small_appends_after_maintain_s": after_s,
+            "after_maintain_over_at_once": after_s / once_s,
+            "before_maintain_over_at_once": before_s / once_s,
+        }
+        client.close()
+    finally:
+        server.stop()
+
+    b, s, c = results["bulk"], results["small"], results["scan"]
+    lines = [
+        f"{'measure':58} {'value':>14} {'target':>10}",
+        f"{'bulk: pyiceberg Table.append rows/s':58} {b['pyiceberg_rows_per_s']:>14,.0f}",
+        f"{'bulk: icefloe DoPut rows/s':58} {b['icefloe_rows_per_s']:>14,.0f}",
+        f"{'bulk: ratio icefloe / pyiceberg':58} {b['ratio']:>14.2f} {'>= 0.9':>10}",
+        f"{'small: pyiceberg SqlCatalog appends/s':58} {s['pyiceberg_sql_appends_per_s']:>14.1f}",
+        f"{'small: icefloe sequential DoPut appends/s':58} {s['icefloe_sequential_appends_per_s']:>14.1f}",
+        f"{'small: sequential ratio':58} {s['sequential_ratio']:>14.1f} {'>= 10':>10}",
+        f"{'small: icefloe ' + str(args.writers) + ' concurrent writers appends/s':58} "
+        f"{s['icefloe_concurrent_appends_per_s']:>14.1f}",
+        f"{'small: concurrent ratio':58} {s['concurrent_ratio']:>14.1f} {'>= 30':>10}",
+        f"{'small: per-commit growth (last/first ' + str(s['window']) + ' median)':58} "
+        f"{s['growth_last_over_first']:>14.2f} {'<= 1.5':>10}",
+        f"{'scan: small appends after maintain / written at once':58} {c['after_maintain_over_at_once']:>14.2f} "
+        f"{'<= 2':>10}",
+        f"{'scan: small appends before explicit maintain / at once':58} {c['before_maintain_over_at_once']:>14.2f}",
+    ]
+    print("\n".join(lines))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,419 @@
+"""Appends through group commit, with exactly-once keys and per-table schema policy.
+
+``Appender.append_stream`` writes a stream of record batches into fsync'd Parquet files
+(``writer.DataFileWriter``) and then hands them to the table's ``TableCommitter``. Appends
+that reach a table's committer while another commit is in flight queue up; the next leader
+takes the whole queue and lands it as ONE snapshot in ONE durable catalog write (one
+RocksDB batch holding the pointer, the commit-log record and every idempotency key of the
+group). Each writer is answered with its own row count and the shared commit seq and
+snapshot id.
+
+All or nothing: files are written before the commit and deleted if the stream breaks off,
+the input is refused, or the commit fails; a crash between the two leaves unreferenced files
+that maintenance's orphan removal deletes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pyarrow as pa
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.manifest import DataFile
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.types import NestedField
+
+from catalog.commit_log import CommitRecord
+from catalog.context import commit_context, current_commit_context
+from catalog.durable_io import DurableFileIO
+from catalog.idempotency import IdempotencyStore, check_key, encode_result, extra_batch_writes, idempotency_key
+from catalog.schema_policy import SchemaMismatchError, SchemaPlan, plan, policy_of
+from catalog.writer import DataFileWriter, delete_files
+
+if TYPE_CHECKING:
+    from catalog.rocks_catalog import RocksCatalog
+
+logger = logging.getLogger("icefloe.catalog.append")
+
+COMMIT_ATTEMPTS = 8
+T = TypeVar("T")
+
+
+@dataclass
+class AppendResult:
+    """What a writer is told once its rows are durable."""
+
+    table: str
+    commit_seq: int
+    snapshot_id: int | None
+    rows: int
+    duplicate: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "commit_seq": self.commit_seq,
+            "snapshot_id": self.snapshot_id,
+            "rows": self.rows,
+            "duplicate": self.duplicate,
+        }
+
+
+class ConcurrentSchemaChangeError(CommitFailedException):
+    """The table's schema changed while an append that evolves it was being written."""
+
+
+@dataclass(frozen=True)
+class _StagedSchema:
+    """A schema evolution an append will commit together with its rows.
+
+    The files are written with the field ids this change assigns on top of the base schema;
+    the commit re-applies it only if the table is still at that base (same ids result).
+    """
+
+    plan: SchemaPlan
+    base_schema_id: int
+    base_last_column_id: int
+    metadata: TableMetadata  # the table metadata with the change applied (not committed)
+
+
+@dataclass
+class _Request:
+    data_files: list[DataFile]
+    rows: int
+    key: str | None
+    principal: str | None
+    staged_schema: _StagedSchema | None = None
+    result: AppendResult | None = None
+    error: BaseException | None = None
+    done: bool = False
+
+
+@dataclass
+class _Pending:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    requests: list[_Request] = field(default_factory=list)
+
+
+class TableCommitter:
+    """Serialises commits to one table and coalesces queued appends (leader/follower)."""
+
+    def __init__(self, appender: Appender, namespace: tuple[str, ...], table: str) -> None:
+        self._appender = appender
+        self.namespace = namespace
+        self.table = table
+        self._leader = threading.Lock()
+        self._pending = _Pending()
+
+    def submit(self, request: _Request) -> AppendResult:
+        with self._pending.lock:
+            self._pending.requests.append(request)
+        with self._leader:
+            if not request.done:
+                with self._pending.lock:
+                    group, self._pending.requests = self._pending.requests, []
+                try:
+                    self._appender._commit_group(self.namespace, self.table, group)
+                except BaseException as exc:
+                    for req in group:
+                        if not req.done:
+                            req.error, req.done = exc, True
+        if request.error is not None:
+            raise request.error
+        assert request.result is not None
+        return request.result
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the table's commit slot (schema changes, maintenance commits)."""
+        with self._leader:
+            yield
+
+
+class Appender:
+    """Append entry point shared by DoPut, Flight SQL ingest and in-process callers."""
+
+    def __init__(self, catalog: RocksCatalog, idempotency_retention_s: float | None = None) -> None:
+        self.catalog = catalog
+        self.idempotency = IdempotencyStore(
+            catalog.store, *(() if idempotency_retention_s is None else (idempotency_retention_s,))
+        )
+        self._committers: dict[tuple[tuple[str, ...], str], TableCommitter] = {}
+        self._registry_lock = threading.Lock()
+        # Writers whose files are not committed yet: orphan removal must not touch them.
+        self._active_writers: set[DataFileWriter] = set()
+        # Tables with new small files since maintenance last looked: identifier -> files.
+        self._dirty: dict[tuple[str, ...], int] = {}
+
+    def track_writer(self, writer: DataFileWriter) -> None:
+        with self._registry_lock:
+            self._active_writers.add(writer)
+
+    def untrack_writer(self, writer: DataFileWriter) -> None:
+        with self._registry_lock:
+            self._active_writers.discard(writer)
+
+    def active_paths(self) -> set[str]:
+        with self._registry_lock:
+            writers = list(self._active_writers)
+        return {path for writer in writers for path in writer.written_paths}
+
+    def mark_dirty(self, identifier: tuple[str, ...], files: int) -> None:
+        with self._registry_lock:
+            self._dirty[identifier] = self._dirty.get(identifier, 0) + files
+
+    def take_dirty(self) -> dict[tuple[str, ...], int]:
+        with self._registry_lock:
+            dirty, self._dirty = self._dirty, {}
+        return dirty
+
+    def committer(self, namespace: tuple[str, ...], table: str) -> TableCommitter:
+        with self._registry_lock:
+            found = self._committers.get((namespace, table))
+            if found is None:
+                found = self._committers[(namespace, table)] = TableCommitter(self, namespace, table)
+            return found
+
+    # -- public API ---------------------------------------------------------------------
+
+    def append_table(
+        self, identifier: tuple[str, ...], data: pa.Table, idempotency_key: str | None = None
+    ) -> AppendResult:
+        """Append an in-memory Arrow table (same path as a stream)."""
+        return self.append_stream(identifier, data.schema, data.to_batches(), idempotency_key=idempotency_key)
+
+    def append_stream(
+        self,
+        identifier: tuple[str, ...],
+        schema: pa.Schema,
+        batches: Iterable[pa.RecordBatch],
+        idempotency_key: str | None = None,
+    ) -> AppendResult:
+        """Append a stream of batches to an existing table; return once the commit is durable.
+
+        ``batches`` may raise (the client went away): then nothing is committed and every
+        file written so far is deleted.
+
+        Raises:
+            NoSuchTableError: The table does not exist.
+            SchemaMismatchError: The input does not fit the table under its schema policy.
+            ValueError: A malformed idempotency key.
+            ConcurrentSchemaChangeError: The append evolves the schema and the table's schema
+                changed incompatibly meanwhile (nothing committed; retry).
+            CommitFailedException: The commit kept losing races (after retries).
+        """
+        namespace, name = tuple(identifier[:-1]), identifier[-1]
+        if idempotency_key is not None:
+            check_key(idempotency_key)
+        table = self.catalog.load_table(identifier)
+        if idempotency_key is not None:
+            first = self.idempotency.get(namespace, name, idempotency_key)
+            if first is not None:
+                for _ in batches:  # let the client finish sending; keep nothing
+                    pass
+                return AppendResult(**{**first, "duplicate": True})
+        policy_plan = plan(table.schema(), schema, policy_of(table.properties), table.metadata.format_version)
+        staged = self._stage_schema(table, policy_plan) if policy_plan.changes_table else None
+        metadata = staged.metadata if staged is not None else table.metadata
+        writer = DataFileWriter(metadata, table.io, schema, policy_plan.required_columns)
+        self.track_writer(writer)
+        try:
+            files = self._write_all(writer, schema, batches)
+            return self._commit_files(table, identifier, files, writer.rows, idempotency_key, staged)
+        finally:
+            self.untrack_writer(writer)
+
+    @staticmethod
+    def _write_all(writer: DataFileWriter, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> list[DataFile]:
+        try:
+            for batch in batches:
+                if batch.schema.names != schema.names:
+                    raise SchemaMismatchError("the stream changed its schema midway")
+                writer.write(batch)
+            return writer.finish()
+        except BaseException:
+            writer.abort()
+            raise
+
+    def _commit_files(
+        self,
+        table: Table,
+        identifier: tuple[str, ...],
+        files: list[DataFile],
+        rows: int,
+        idempotency_key: str | None,
+        staged: _StagedSchema | None,
+    ) -> AppendResult:
+        namespace, name = tuple(identifier[:-1]), identifier[-1]
+        qualified = ".".join(identifier)
+        if not files:
+            # Nothing to commit: answer with the table's current state.
+            snapshot = table.current_snapshot()
+            return AppendResult(qualified, self.catalog.log.head(), snapshot.snapshot_id if snapshot else None, 0)
+        request = _Request(files, rows, idempotency_key, current_commit_context().principal, staged)
+        try:
+            result = self.committer(namespace, name).submit(request)
+        except BaseException:
+            delete_files(table.io, [f.file_path for f in files])
+            raise
+        if result.duplicate:
+            delete_files(table.io, [f.file_path for f in files])
+        else:
+            self.mark_dirty(tuple(identifier), len(files))
+        return result
+
+    # -- schema ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _apply_plan(update: Any, schema_plan: SchemaPlan) -> None:
+        for column, column_type in schema_plan.add_columns:
+            update.add_column(column, column_type)
+        for column, column_type in schema_plan.widen_columns:
+            update.update_column(column, field_type=column_type)
+
+    def _stage_schema(self, table: Table, schema_plan: SchemaPlan) -> _StagedSchema:
+        """Apply the evolution to a transaction that is never committed, to learn field ids."""
+        tx = table.transaction()
+        with tx.update_schema() as update:
+            self._apply_plan(update, schema_plan)
+        return _StagedSchema(
+            plan=schema_plan,
+            base_schema_id=table.metadata.current_schema_id,
+            base_last_column_id=table.metadata.last_column_id,
+            metadata=tx.table_metadata,
+        )
+
+    # -- group commit (called by the leader, holding the table's commit slot) -------------
+
+    def _commit_group(self, namespace: tuple[str, ...], name: str, group: list[_Request]) -> None:
+        to_commit: list[_Request] = []
+        first_by_key: dict[str, _Request] = {}
+        replays: list[tuple[_Request, _Request]] = []
+        for req in group:
+            if req.key is not None:
+                stored = self.idempotency.get(namespace, name, req.key)
+                if stored is not None:
+                    req.result, req.done = AppendResult(**{**stored, "duplicate": True}), True
+                    continue
+                if req.key in first_by_key:
+                    replays.append((req, first_by_key[req.key]))
+                    continue
+                first_by_key[req.key] = req
+            to_commit.append(req)
+        plain = [r for r in to_commit if r.staged_schema is None]
+        if plain:
+            try:
+                self._commit_batch(namespace, name, plain)
+            except Exception as exc:
+                for req in plain:
+                    req.error, req.done = exc, True
+        for req in to_commit:
+            if req.staged_schema is not None:
+                try:
+                    self._commit_batch(namespace, name, [req])
+                except Exception as exc:  # this writer's failure only
+                    req.error, req.done = exc, True
+        for req, first in replays:
+            if first.error is not None:
+                req.error, req.done = first.error, True
+                continue
+            assert first.result is not None
+            req.result, req.done = AppendResult(**{**first.result.to_json(), "duplicate": True}), True
+
+    def _commit_batch(self, namespace: tuple[str, ...], name: str, to_commit: list[_Request]) -> None:
+        """Land ``to_commit`` as one snapshot in one catalog commit (with their keys)."""
+        qualified = ".".join((*namespace, name))
+        landed: list[CommitRecord] = []
+
+        def idempotency_writes(record: CommitRecord) -> dict[bytes, bytes]:
+            landed.append(record)
+            return {
+                idempotency_key(namespace, name, req.key): encode_result(
+                    AppendResult(qualified, record.seq, record.snapshot_id, req.rows).to_json()
+                )
+                for req in to_commit
+                if req.key is not None
+            }
+
+        principals = sorted({r.principal for r in to_commit if r.principal})
+        extra = {"group_size": len(to_commit)} if len(to_commit) > 1 else {}
+        self._retry(
+            lambda: self._land_append(namespace, name, to_commit, idempotency_writes),
+            principal=",".join(principals) or None,
+            extra=extra,
+        )
+        record = landed[-1]
+        for req in to_commit:
+            req.result, req.done = AppendResult(qualified, record.seq, record.snapshot_id, req.rows), True
+
+    def _land_append(
+        self,
+        namespace: tuple[str, ...],
+        name: str,
+        requests: list[_Request],
+        extras: Callable[[CommitRecord], dict[bytes, bytes]],
+    ) -> None:
+        table = self.catalog.load_table((*namespace, name))
+        io = table.io
+        if isinstance(io, DurableFileIO):
+            io.defer_fsync()  # this io instance is ours alone: sync its manifests in one round
+        tx = table.transaction()
+        staged = requests[0].staged_schema if len(requests) == 1 else None
+        if staged is not None:
+            self._restage_schema(table, tx, staged)
+        with tx.update_snapshot().fast_append() as append:
+            for req in requests:
+                for data_file in req.data_files:
+                    append.append_data_file(data_file)
+        if isinstance(io, DurableFileIO):
+            io.sync_deferred()
+        with extra_batch_writes(extras):
+            tx.commit_transaction()
+
+    def _restage_schema(self, table: Table, tx: Any, staged: _StagedSchema) -> None:
+        """Put the append's schema change into ``tx`` if its field ids still come out the same."""
+        current = table.metadata
+        wanted = staged.metadata.schema()
+        if current.current_schema_id == staged.base_schema_id and current.last_column_id == staged.base_last_column_id:
+            with tx.update_schema() as update:
+                self._apply_plan(update, staged.plan)
+            if tx.table_metadata.schema().as_struct() == wanted.as_struct():
+                return
+        elif all(_has_field(current.schema(), f) for f in wanted.fields):
+            return  # someone made the very same change already: the files fit as they are
+        raise ConcurrentSchemaChangeError(
+            f"the schema of {table.name()[-1]} changed while this append was evolving it; nothing was committed, retry"
+        )
+
+    @staticmethod
+    def _retry(fn: Callable[[], T], principal: str | None, extra: dict[str, Any]) -> T:
+        delay = 0.005
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                with commit_context(principal=principal, extra=extra):
+                    return fn()
+            except ConcurrentSchemaChangeError:
+                raise
+            except CommitFailedException:
+                if attempt == COMMIT_ATTEMPTS:
+                    raise
+                logger.debug("append lost a commit race (attempt %d); retrying", attempt)
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
+        raise AssertionError("unreachable")
+
+
+def _has_field(schema: Schema, wanted: NestedField) -> bool:
+    try:
+        found = schema.find_field(wanted.field_id)
+    except ValueError:
+        return False
+    return found.name == wanted.name and found.field_type == wanted.field_type

@@ -1,0 +1,420 @@
+"""Table maintenance: compaction, snapshot expiry and orphan-file removal.
+
+Every change is an ordinary catalog commit (taken in the table's commit slot, so it never
+races the group committer), recorded in the commit log with ``operation="replace"`` (data
+file or manifest compaction) or ``"expire"`` (snapshot expiry):
+
+- ``compact``: rewrites the current snapshot's small data files into files of the target size
+  (one overwrite snapshot that deletes the small files and adds the big ones, so row counts
+  are unchanged), then merges manifests when there are many. Old files stay on disk, so
+  readers of older snapshots keep working.
+- ``expire_snapshots``: removes snapshots older than the retention window
+  (``history.expire.max-snapshot-age-ms``, icefloe default ``DEFAULT_RETENTION_MS``) and the
+  oldest beyond ``icefloe.snapshots.retain`` (the catalog's cap, default 100), always keeping
+  the current one, ``history.expire.min-snapshots-to-keep`` newest ones, and any snapshot a
+  registered pin source reports (query tickets, feed cursors).
+- ``remove_orphans``: deletes files under the table location that no retained snapshot or
+  metadata references and that are older than a grace period, skipping files of appends in
+  flight.
+
+``BackgroundMaintainer`` runs these in a server thread for tables that received many small
+files; ``maintain`` runs them once (the ``icefloe maintain`` command).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+import pyarrow as pa
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.manifest import DataFile, DataFileContent
+from pyiceberg.table import FileScanTask, Table
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.update.snapshot import _MergeAppendFiles, _OverwriteFiles
+from pyiceberg.utils.properties import property_as_int
+
+from catalog.context import commit_context
+from catalog.metadata_ops import DEFAULT_SNAPSHOTS_RETAIN, SNAPSHOTS_RETAIN
+from catalog.writer import DataFileWriter, delete_files
+
+if TYPE_CHECKING:
+    from catalog.append import Appender
+
+logger = logging.getLogger("icefloe.catalog.maintenance")
+
+MAX_SNAPSHOT_AGE_PROPERTY = "history.expire.max-snapshot-age-ms"
+MIN_SNAPSHOTS_PROPERTY = "history.expire.min-snapshots-to-keep"
+# The catalog also trims to this many on every commit; expiry here applies the same cap.
+MAX_SNAPSHOTS_PROPERTY = SNAPSHOTS_RETAIN
+SMALL_FILE_PROPERTY = "icefloe.compaction.small-file-bytes"
+MIN_INPUT_FILES_PROPERTY = "icefloe.compaction.min-input-files"
+AUTO_PROPERTY = "icefloe.compaction.auto"
+
+DEFAULT_RETENTION_MS = 10 * 60 * 1000
+# Metadata JSON lists every snapshot, so commit cost grows with their number: beyond this
+# many, the oldest go even inside the retention window (pinned ones never do here).
+DEFAULT_MAX_SNAPSHOTS = DEFAULT_SNAPSHOTS_RETAIN
+DEFAULT_SMALL_FILE_BYTES = 16 * 1024 * 1024
+DEFAULT_MIN_INPUT_FILES = 16
+MANIFEST_MERGE_THRESHOLD = 16
+DEFAULT_ORPHAN_GRACE_S = 3600.0
+MAX_FILES_PER_COMPACTION = 2000
+
+# Callables (namespace, table) -> snapshot ids that must survive expiry (pinned query
+# tickets, feed cursors). Other components register theirs with ``register_pin_source``.
+_pin_sources: list[Callable[[tuple[str, ...], str], set[int]]] = []
+
+
+def register_pin_source(source: Callable[[tuple[str, ...], str], set[int]]) -> None:
+    _pin_sources.append(source)
+
+
+def unregister_pin_source(source: Callable[[tuple[str, ...], str], set[int]]) -> None:
+    if source in _pin_sources:
+        _pin_sources.remove(source)
+
+
+def _pinned(namespace: tuple[str, ...], table: str) -> set[int]:
+    pinned: set[int] = set()
+    for source in _pin_sources:
+        try:
+            pinned |= source(namespace, table)
+        except Exception:  # a failing source must not stop maintenance; it protects nothing
+            logger.warning("snapshot pin source failed", exc_info=True)
+    return pinned
+
+
+@dataclass
+class MaintenanceReport:
+    table: str
+    compacted_files: int = 0
+    written_files: int = 0
+    merged_manifests: int = 0
+    expired_snapshots: int = 0
+    removed_orphans: int = 0
+    rows: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _prop_int(table: Table, name: str, default: int) -> int:
+    value = property_as_int(table.properties, name, default)
+    return int(value if value is not None else default)
+
+
+def _live_data_files(table: Table) -> list[DataFile]:
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return []
+    files: list[DataFile] = []
+    for manifest in snapshot.manifests(table.io):
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            if entry.data_file.content == DataFileContent.DATA:
+                files.append(entry.data_file)
+    return files
+
+
+# -- compaction -------------------------------------------------------------------------------
+
+
+def compact(appender: Appender, identifier: tuple[str, ...], min_input_files: int | None = None) -> MaintenanceReport:
+    """Rewrite small data files of the current snapshot into target-size files."""
+    namespace, name = tuple(identifier[:-1]), identifier[-1]
+    report = MaintenanceReport(".".join(identifier))
+    table = appender.catalog.load_table(identifier)
+    if not table.spec().is_unpartitioned():
+        return report  # partitioned tables: not compacted (files are already split by partition)
+    small_limit = _prop_int(table, SMALL_FILE_PROPERTY, DEFAULT_SMALL_FILE_BYTES)
+    needed = (
+        min_input_files
+        if min_input_files is not None
+        else _prop_int(table, MIN_INPUT_FILES_PROPERTY, DEFAULT_MIN_INPUT_FILES)
+    )
+    base = table.current_snapshot()
+    small = [f for f in _live_data_files(table) if f.file_size_in_bytes < small_limit][:MAX_FILES_PER_COMPACTION]
+    if len(small) >= max(needed, 2):
+        arrow_schema = table.schema().as_arrow()
+        scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
+        writer = DataFileWriter(table.metadata, table.io, arrow_schema)
+        appender.track_writer(writer)
+        try:
+            # A list, not a generator: ArrowScan walks its tasks more than once.
+            for batch in scan.to_record_batches([FileScanTask(f) for f in small]):
+                writer.write(pa.RecordBatch.from_arrays(batch.columns, schema=arrow_schema))
+            new_files = writer.finish()
+            expected = sum(f.record_count for f in small)
+            if writer.rows != expected or sum(f.record_count for f in new_files) != expected:
+                raise RuntimeError(f"compaction read {writer.rows} rows from files holding {expected}; not committed")
+        except BaseException:
+            writer.abort()
+            raise
+        finally:
+            appender.untrack_writer(writer)
+        try:
+            committed = _commit_rewrite(appender, namespace, name, base.snapshot_id if base else None, small, new_files)
+        except BaseException:
+            delete_files(table.io, [f.file_path for f in new_files])
+            raise
+        if committed:
+            report.compacted_files, report.written_files = len(small), len(new_files)
+        else:
+            delete_files(table.io, [f.file_path for f in new_files])
+    report.merged_manifests = merge_manifests(appender, identifier)
+    return report
+
+
+def _commit_rewrite(
+    appender: Appender,
+    namespace: tuple[str, ...],
+    name: str,
+    base_snapshot_id: int | None,
+    old: list[DataFile],
+    new: list[DataFile],
+) -> bool:
+    with appender.committer(namespace, name).exclusive():
+        table = appender.catalog.load_table((*namespace, name))
+        current = table.current_snapshot()
+        if current is None or current.snapshot_id != base_snapshot_id:
+            # Appends since the scan only add files; anything else (overwrite, delete,
+            # replace) may have removed some of ours: check they are all still live.
+            live = {f.file_path for f in _live_data_files(table)}
+            if any(f.file_path not in live for f in old):
+                logger.info("compaction of %s skipped: the table changed under it", ".".join((*namespace, name)))
+                return False
+        tx = table.transaction()
+        rewrite = _OverwriteFiles(operation=Operation.OVERWRITE, transaction=tx, io=table.io)
+        for data_file in old:
+            rewrite.delete_data_file(data_file)
+        for data_file in new:
+            rewrite.append_data_file(data_file)
+        rewrite.commit()
+        with commit_context(operation="replace", extra={"maintenance": "compact"}):
+            tx.commit_transaction()
+    logger.info("compacted %d small files of %s into %d", len(old), ".".join((*namespace, name)), len(new))
+    return True
+
+
+class _MergeAllManifests(_MergeAppendFiles):
+    """A snapshot that adds nothing and merges the current data manifests."""
+
+    def __init__(self, tx: Any, io: Any) -> None:
+        super().__init__(Operation.APPEND, tx, io)
+        self._min_count_to_merge = 2
+        self._merge_enabled = True
+
+
+def merge_manifests(appender: Appender, identifier: tuple[str, ...], threshold: int = MANIFEST_MERGE_THRESHOLD) -> int:
+    """Merge the current snapshot's manifests when there are at least ``threshold``."""
+    namespace, name = tuple(identifier[:-1]), identifier[-1]
+    with appender.committer(namespace, name).exclusive():
+        table = appender.catalog.load_table(identifier)
+        snapshot = table.current_snapshot()
+        if snapshot is None:
+            return 0
+        count = len(snapshot.manifests(table.io))
+        if count < threshold:
+            return 0
+        tx = table.transaction()
+        _MergeAllManifests(tx, table.io).commit()
+        with commit_context(operation="replace", extra={"maintenance": "merge-manifests"}):
+            tx.commit_transaction()
+    return count
+
+
+# -- snapshot expiry ---------------------------------------------------------------------------
+
+
+def _expirable(table: Table, namespace: tuple[str, ...], name: str, now_ms: int | None) -> list[int]:
+    retention = _prop_int(table, MAX_SNAPSHOT_AGE_PROPERTY, DEFAULT_RETENTION_MS)
+    keep_newest = max(1, _prop_int(table, MIN_SNAPSHOTS_PROPERTY, 1))
+    max_count = max(keep_newest, _prop_int(table, MAX_SNAPSHOTS_PROPERTY, DEFAULT_MAX_SNAPSHOTS))
+    cutoff = (now_ms if now_ms is not None else int(time.time() * 1000)) - retention
+    snapshots = sorted(table.metadata.snapshots, key=lambda s: s.timestamp_ms)
+    over_cap = len(snapshots) - max_count
+    if over_cap <= 0 and (not snapshots or snapshots[0].timestamp_ms >= cutoff):
+        return []
+    protected = {s.snapshot_id for s in snapshots[-keep_newest:]}
+    protected |= {ref.snapshot_id for ref in table.metadata.refs.values()}
+    protected |= _pinned(namespace, name)
+    return [
+        s.snapshot_id
+        for index, s in enumerate(snapshots)
+        if (s.timestamp_ms < cutoff or index < over_cap) and s.snapshot_id not in protected
+    ]
+
+
+def expire_snapshots(appender: Appender, identifier: tuple[str, ...], now_ms: int | None = None) -> int:
+    """Expire snapshots past the retention window or beyond the snapshot cap.
+
+    Never the current snapshot, a branch/tag head, the newest
+    ``history.expire.min-snapshots-to-keep``, or a snapshot a pin source reports.
+    """
+    namespace, name = tuple(identifier[:-1]), identifier[-1]
+    if not _expirable(appender.catalog.load_table(identifier), namespace, name, now_ms):
+        return 0  # the common case: decided without taking the table's commit slot
+    with appender.committer(namespace, name).exclusive():
+        table = appender.catalog.load_table(identifier)
+        expired = _expirable(table, namespace, name, now_ms)
+        if not expired:
+            return 0
+        with commit_context(operation="expire"):
+            table.maintenance.expire_snapshots().by_ids(expired).commit()
+    logger.info("expired %d snapshots of %s", len(expired), ".".join(identifier))
+    return len(expired)
+
+
+# -- orphan files ------------------------------------------------------------------------------
+
+
+def _referenced_files(table: Table) -> set[str]:
+    metadata = table.metadata
+    refs: set[str] = {table.metadata_location}
+    refs.update(entry.metadata_file for entry in metadata.metadata_log)
+    refs.update(s.statistics_path for s in metadata.statistics)
+    seen_manifests: set[str] = set()
+    for snapshot in metadata.snapshots:
+        refs.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(table.io):
+            refs.add(manifest.manifest_path)
+            if manifest.manifest_path in seen_manifests:
+                continue
+            seen_manifests.add(manifest.manifest_path)
+            # Entries marked DELETED name files that only older (expired) snapshots needed.
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                refs.add(entry.data_file.file_path)
+    return {_local_path(p) for p in refs}
+
+
+def _local_path(location: str) -> str:
+    parsed = urlparse(location)
+    return os.path.abspath(parsed.path if parsed.scheme == "file" else location)
+
+
+def _walk(root: str) -> Iterator[str]:
+    for folder, _, names in os.walk(root):
+        for file_name in names:
+            yield os.path.join(folder, file_name)
+
+
+def remove_orphans(appender: Appender, identifier: tuple[str, ...], grace_s: float = DEFAULT_ORPHAN_GRACE_S) -> int:
+    """Delete unreferenced files older than ``grace_s`` under a local table's location."""
+    namespace, name = tuple(identifier[:-1]), identifier[-1]
+    table = appender.catalog.load_table(identifier)
+    parsed = urlparse(table.location())
+    if parsed.scheme not in ("", "file"):
+        return 0  # object stores: not handled here
+    root = _local_path(table.location())
+    cutoff = time.time() - grace_s
+    with appender.committer(namespace, name).exclusive():
+        table = appender.catalog.load_table(identifier)
+        referenced = _referenced_files(table)
+        in_flight = {_local_path(p) for p in appender.active_paths()}
+        candidates = []
+        for path in _walk(root):
+            if path in referenced or path in in_flight:
+                continue
+            try:
+                if os.stat(path).st_mtime >= cutoff:
+                    continue
+            except FileNotFoundError:
+                continue
+            candidates.append(path)
+    removed = 0
+    for path in candidates:
+        try:
+            os.remove(path)
+            removed += 1
+        except FileNotFoundError:
+            pass
+    if removed:
+        logger.info("removed %d orphan files of %s", removed, ".".join(identifier))
+    return removed
+
+
+def maintain(
+    appender: Appender,
+    identifier: tuple[str, ...],
+    orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
+    min_input_files: int = 2,
+) -> MaintenanceReport:
+    """Compact, merge manifests, expire snapshots and remove orphans for one table."""
+    report = compact(appender, identifier, min_input_files=min_input_files)
+    report.expired_snapshots = expire_snapshots(appender, identifier)
+    report.removed_orphans = remove_orphans(appender, identifier, orphan_grace_s)
+    snapshot = appender.catalog.load_table(identifier).current_snapshot()
+    if snapshot is not None and snapshot.summary is not None:
+        total = snapshot.summary.get("total-records")
+        report.rows = int(total) if total is not None else None
+    return report
+
+
+def all_tables(appender: Appender) -> list[tuple[str, ...]]:
+    catalog = appender.catalog
+    found: list[tuple[str, ...]] = []
+    pending: list[tuple[str, ...]] = [tuple(ns) for ns in catalog.list_namespaces()]
+    while pending:
+        ns = pending.pop()
+        found.extend(tuple(t) for t in catalog.list_tables(ns))
+        pending.extend(tuple(child) for child in catalog.list_namespaces(ns))
+    return sorted(found)
+
+
+# -- background -------------------------------------------------------------------------------
+
+
+class BackgroundMaintainer:
+    """Server thread: compacts tables that received many small files, expires snapshots."""
+
+    def __init__(self, appender: Appender, stopping: threading.Event, interval_s: float = 1.0) -> None:
+        self._appender = appender
+        self._stopping = stopping
+        self._stop = threading.Event()
+        self._interval_s = interval_s
+        self._thread: threading.Thread | None = None
+        self._last_orphan_sweep: dict[tuple[str, ...], float] = {}
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="icefloe-maintenance", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        while not (self._stop.wait(self._interval_s) or self._stopping.is_set()):
+            for identifier, files in self._appender.take_dirty().items():
+                if self._stop.is_set() or self._stopping.is_set():
+                    return
+                try:
+                    self._maintain_one(identifier, files)
+                except Exception:
+                    logger.warning("background maintenance of %s failed", ".".join(identifier), exc_info=True)
+
+    def _maintain_one(self, identifier: tuple[str, ...], new_files: int) -> None:
+        catalog = self._appender.catalog
+        if not catalog.table_exists(identifier):
+            return
+        table = catalog.load_table(identifier)
+        if table.properties.get(AUTO_PROPERTY, "true").lower() == "false":
+            return
+        threshold = _prop_int(table, MIN_INPUT_FILES_PROPERTY, DEFAULT_MIN_INPUT_FILES)
+        if new_files >= threshold:
+            compact(self._appender, identifier)
+        else:
+            self._appender.mark_dirty(identifier, new_files)  # keep counting
+        expire_snapshots(self._appender, identifier)
+        now = time.monotonic()
+        if now - self._last_orphan_sweep.get(identifier, 0.0) > DEFAULT_ORPHAN_GRACE_S / 4:
+            self._last_orphan_sweep[identifier] = now
+            remove_orphans(self._appender, identifier)

@@ -1,0 +1,397 @@
+"""Streaming Parquet writer: record batches in, fsync'd Iceberg ``DataFile``s out.
+
+Batches are conformed to the table's schema (field ids, promotions, null-filled missing
+columns) and encoded as they arrive, in a background thread so that decoding the network
+stream and encoding Parquet overlap. Rows are buffered only up to one row group
+(``write.parquet.row-group-limit`` rows or ``ROW_GROUP_BYTES``), and files are rolled when
+their on-disk size reaches ``write.target-file-size-bytes``, so memory stays bounded whatever
+the stream length.
+
+Every file is fsync'd (file and folder) before ``finish`` returns: the catalog may then move
+the table pointer to metadata that references them. ``abort`` deletes what was written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO
+from pyiceberg.io.fileformat import FileFormatFactory
+from pyiceberg.io.pyarrow import (
+    _dataframe_to_data_files,
+    _get_parquet_writer_kwargs,
+    _to_requested_schema,
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+    pyarrow_to_schema,
+    schema_to_pyarrow,
+)
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.schema import Schema, sanitize_column_names
+from pyiceberg.table import TableProperties
+from pyiceberg.table.locations import load_location_provider
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.typedef import Record
+from pyiceberg.utils.properties import property_as_int
+
+from catalog.durable_io import fsync_all
+from catalog.schema_policy import check_required, strip_field_ids
+
+logger = logging.getLogger("icefloe.catalog.writer")
+
+ROW_GROUP_BYTES = 64 * 1024 * 1024
+_QUEUE_DEPTH = 4
+_DONE = object()
+
+
+class WriteAborted(RuntimeError):
+    """The writer was aborted or failed; nothing it wrote may be committed."""
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Everything about writing one input schema into one table schema (cached: appends of
+    the same shape to the same table are the common case, and deriving this costs more
+    than encoding a 100-row batch)."""
+
+    file_schema: Schema
+    input_schema: pa.Schema
+    downcast: bool
+    input_iceberg: Schema
+    target_arrow: pa.Schema
+    fast_schema: pa.Schema | None
+    stats_plan: dict[int, Any]
+    column_mapping: dict[str, int]
+
+
+_LAYOUT_CACHE_SIZE = 256
+_layouts: OrderedDict[tuple[Any, ...], _Layout] = OrderedDict()
+_layouts_lock = threading.Lock()
+
+
+def _layout(metadata: TableMetadata, input_schema: pa.Schema) -> _Layout:
+    key = (
+        str(metadata.table_uuid),
+        # not just the schema id: an append that evolves the schema writes against a staged
+        # schema whose id another staged evolution may share
+        metadata.schema().model_dump_json(),
+        metadata.format_version,
+        tuple(sorted(metadata.properties.items())),
+        input_schema,
+    )
+    with _layouts_lock:
+        found = _layouts.get(key)
+        if found is not None:
+            _layouts.move_to_end(key)
+            return found
+    table_schema = metadata.schema()
+    sanitized = sanitize_column_names(table_schema)
+    file_schema: Schema = sanitized if sanitized != table_schema else table_schema
+    stripped = strip_field_ids(input_schema)
+    downcast = metadata.format_version < 3
+    input_iceberg = pyarrow_to_schema(
+        stripped,
+        name_mapping=table_schema.name_mapping,
+        downcast_ns_timestamp_to_us=downcast,
+        format_version=metadata.format_version,
+    )
+    # Fast path: the input already has the table's columns, order, types and nullability,
+    # so conforming is just attaching field ids to the input's own (zero-copy) columns.
+    fast_schema: pa.Schema | None = None
+    if input_iceberg.as_struct() == file_schema.as_struct():
+        fast_schema = pa.schema(
+            [
+                pa.field(f.name, f.type, f.nullable, metadata={b"PARQUET:field_id": str(ice.field_id).encode()})
+                for f, ice in zip(stripped, file_schema.fields, strict=True)
+            ]
+        )
+    layout = _Layout(
+        file_schema=file_schema,
+        input_schema=stripped,
+        downcast=downcast,
+        input_iceberg=input_iceberg,
+        target_arrow=schema_to_pyarrow(file_schema, include_field_ids=True),
+        fast_schema=fast_schema,
+        stats_plan=compute_statistics_plan(file_schema, metadata.properties),
+        column_mapping=parquet_path_to_id_mapping(file_schema),
+    )
+    with _layouts_lock:
+        _layouts[key] = layout
+        while len(_layouts) > _LAYOUT_CACHE_SIZE:
+            _layouts.popitem(last=False)
+    return layout
+
+
+class _RollingFile:
+    """One open Parquet file under the table's data folder."""
+
+    def __init__(self, path: str, io: FileIO, schema: pa.Schema, writer_kwargs: dict[str, Any]) -> None:
+        self.path = path
+        parsed = urlparse(path)
+        self.local_path = parsed.path if parsed.scheme == "file" else (path if parsed.scheme == "" else None)
+        if self.local_path is not None:
+            os.makedirs(os.path.dirname(self.local_path), exist_ok=True)
+            self._stream: Any = pa.OSFile(self.local_path, "wb")  # native stream: no GIL per write
+        else:
+            self._stream = io.new_output(path).create(overwrite=False)
+        self.writer = pq.ParquetWriter(self._stream, schema=schema, store_decimal_as_integer=True, **writer_kwargs)
+
+    def size(self) -> int:
+        return int(self._stream.tell())
+
+    def close(self) -> tuple[pq.FileMetaData, int]:
+        self.writer.close()
+        size = self.size()
+        self._stream.close()
+        return self.writer.writer.metadata, size
+
+
+class DataFileWriter:
+    """Writes one append's stream into Parquet data files of a table.
+
+    Args:
+        metadata: The table metadata to write against (after any schema evolution).
+        io: The table's FileIO.
+        input_schema: Schema of the incoming batches (field metadata ignored).
+        required_columns: Table columns that must hold no nulls.
+    """
+
+    def __init__(
+        self, metadata: TableMetadata, io: FileIO, input_schema: pa.Schema, required_columns: list[str] | None = None
+    ) -> None:
+        self._metadata = metadata
+        self._io = io
+        self._required = list(required_columns or [])
+        props = metadata.properties
+        layout = _layout(metadata, input_schema)
+        self._file_schema = layout.file_schema
+        self._input_schema = layout.input_schema
+        self._downcast = layout.downcast
+        self._input_iceberg = layout.input_iceberg
+        self._target_arrow = layout.target_arrow
+        self._fast_schema = layout.fast_schema
+        self._stats_plan = layout.stats_plan
+        self._column_mapping = layout.column_mapping
+        self._format_model = FileFormatFactory.get(FileFormat.PARQUET)
+        self._writer_kwargs = _get_parquet_writer_kwargs(props)
+        self._row_group_rows = int(
+            property_as_int(
+                props, TableProperties.PARQUET_ROW_GROUP_LIMIT, TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT
+            )
+            or TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT
+        )
+        self._target_size = int(
+            property_as_int(
+                props,
+                TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
+                TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
+            )
+            or TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT
+        )
+        self._locations = load_location_provider(metadata.location, props)
+        self._partitioned = not metadata.spec().is_unpartitioned()
+        self._write_id = uuid.uuid4()
+        self._file_counter = 0
+        self._buffer: list[pa.RecordBatch] = []
+        self._buffer_rows = 0
+        self._buffer_bytes = 0
+        self._current: _RollingFile | None = None
+        self._written_paths: list[str] = []
+        self._data_files: list[DataFile] = []
+        self.rows = 0
+        self._error: BaseException | None = None
+        self._closed = False
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=_QUEUE_DEPTH)
+        # Small streams (one row group) are encoded in the caller's thread at finish();
+        # the encoder thread starts only once a stream outgrows one row group.
+        self._thread: threading.Thread | None = None
+
+    # -- producer side (the caller's thread) -------------------------------------------------
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Queue one batch for encoding (blocks when the encoder is behind: back-pressure).
+
+        Raises:
+            SchemaMismatchError: A required column holds nulls.
+            WriteAborted: The encoder failed earlier.
+        """
+        if self._error is not None:
+            raise WriteAborted("the data file writer failed") from self._error
+        if batch.num_rows == 0:
+            return
+        check_required(batch, self._required)
+        self.rows += batch.num_rows
+        if self._thread is None:
+            if self._buffer_rows + batch.num_rows < self._row_group_rows and self._buffer_bytes < ROW_GROUP_BYTES:
+                self._add(batch)
+                return
+            self._thread = threading.Thread(target=self._run, name="icefloe-parquet-writer", daemon=True)
+            self._thread.start()
+        self._queue.put(batch)
+
+    def finish(self) -> list[DataFile]:
+        """Flush, close and fsync every file; return their ``DataFile``s (empty for no rows)."""
+        if self._thread is None:
+            self._queue.put(_DONE)
+            self._run()  # no encoder thread: flush in this thread
+        else:
+            self._queue.put(_DONE)
+            self._thread.join()
+        self._closed = True
+        if self._error is not None:
+            self.abort()
+            raise WriteAborted("the data file writer failed") from self._error
+        fsync_all([local for local in (_local(p) for p in self._written_paths) if local])
+        return list(self._data_files)
+
+    def abort(self) -> None:
+        """Stop and delete every file this writer created (best effort)."""
+        if not self._closed:
+            self._error = self._error or WriteAborted("aborted")
+            try:
+                while True:
+                    self._queue.get_nowait()
+            except queue.Empty:
+                pass
+            self._queue.put(_DONE)
+            if self._thread is not None:
+                self._thread.join()
+            else:
+                self._run()
+            self._closed = True
+        delete_files(self._io, self._written_paths)
+        self._written_paths = []
+        self._data_files = []
+
+    @property
+    def written_paths(self) -> list[str]:
+        return list(self._written_paths)
+
+    # -- encoder thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                item = self._queue.get()
+                if item is _DONE:
+                    break
+                if self._error is not None:
+                    continue  # drain after a failure
+                self._add(item)
+            if self._error is None:
+                self._flush_row_group()
+                self._close_file()
+        except BaseException as exc:  # reported to the producer by write()/finish()
+            self._error = exc
+        if self._error is not None:
+            if self._current is not None:
+                try:
+                    self._current.close()
+                except Exception:
+                    pass
+                self._current = None
+            # Unblock a producer waiting on a full queue.
+            try:
+                while True:
+                    self._queue.get_nowait()
+            except queue.Empty:
+                pass
+
+    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if self._fast_schema is not None:
+            return pa.RecordBatch.from_arrays(batch.columns, schema=self._fast_schema)
+        return _to_requested_schema(
+            requested_schema=self._file_schema,
+            file_schema=self._input_iceberg,
+            batch=pa.RecordBatch.from_arrays(batch.columns, schema=self._input_schema),
+            downcast_ns_timestamp_to_us=self._downcast,
+            include_field_ids=True,
+            format_model=self._format_model,
+        )
+
+    def _add(self, batch: pa.RecordBatch) -> None:
+        conformed = self._conform(batch)
+        self._buffer.append(conformed)
+        self._buffer_rows += conformed.num_rows
+        self._buffer_bytes += conformed.nbytes
+        if self._buffer_rows >= self._row_group_rows or self._buffer_bytes >= ROW_GROUP_BYTES:
+            self._flush_row_group()
+
+    def _flush_row_group(self) -> None:
+        if not self._buffer:
+            return
+        table = pa.Table.from_batches(self._buffer)
+        self._buffer, self._buffer_rows, self._buffer_bytes = [], 0, 0
+        if self._partitioned:
+            self._write_partitioned(table)
+            return
+        if self._current is None:
+            self._file_counter += 1
+            name = f"{self._write_id}-{self._file_counter:05d}.parquet"
+            path = self._locations.new_data_location(data_file_name=name)
+            self._written_paths.append(path)
+            self._current = _RollingFile(path, self._io, table.schema, self._writer_kwargs)
+        self._current.writer.write_table(table, row_group_size=self._row_group_rows)
+        if self._current.size() >= self._target_size:
+            self._close_file()
+
+    def _close_file(self) -> None:
+        current, self._current = self._current, None
+        if current is None:
+            return
+        parquet_metadata, size = current.close()
+        statistics = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=parquet_metadata,
+            stats_columns=self._stats_plan,
+            parquet_column_mapping=self._column_mapping,
+        )
+        self._data_files.append(
+            DataFile.from_args(
+                content=DataFileContent.DATA,
+                file_path=current.path,
+                file_format=FileFormat.PARQUET,
+                partition=Record(),
+                file_size_in_bytes=size,
+                sort_order_id=None,
+                spec_id=self._metadata.default_spec_id,
+                equality_ids=None,
+                key_metadata=None,
+                **statistics.to_serialized_dict(),
+            )
+        )
+
+    def _write_partitioned(self, table: pa.Table) -> None:
+        # Partitioned tables: pyiceberg splits one row group's worth of rows by partition.
+        # Its writer goes through the table FileIO, which fsyncs local files on close.
+        files = list(_dataframe_to_data_files(self._metadata, table, self._io, write_uuid=uuid.uuid4()))
+        self._written_paths.extend(f.file_path for f in files)
+        self._data_files.extend(files)
+
+
+def _local(path: str) -> str | None:
+    parsed = urlparse(path)
+    if parsed.scheme == "file":
+        return parsed.path
+    return path if parsed.scheme == "" else None
+
+
+def delete_files(io: FileIO, paths: list[str]) -> None:
+    """Delete files best effort (maintenance's orphan removal catches what is left)."""
+    for path in paths:
+        try:
+            io.delete(path)
+        except FileNotFoundError:
+            pass
+        except Exception:
+            logger.warning("could not delete an unreferenced data file; orphan removal will", exc_info=True)

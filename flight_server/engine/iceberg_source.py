@@ -1,0 +1,139 @@
+"""Iceberg tables as DuckDB sources: one pinned snapshot -> Arrow datasets + a renaming SELECT.
+
+Columns are matched by Iceberg field id, not by name: every data file's Parquet footer says
+which field id each physical column carries, files with the same id->name layout form one
+``pyarrow.dataset`` and the table is the UNION ALL of one ``SELECT phys AS current`` per layout.
+A column a file lacks (added later) is read through a synthetic name the file cannot contain,
+so the dataset fills it with typed nulls. DuckDB pushes projections and filters through the
+renaming SELECT into each dataset scan, which prunes row groups by their statistics.
+
+Data files never change, so their footers' id maps are cached; snapshots never change either,
+so a snapshot's file list is cached too.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+
+logger = logging.getLogger("icefloe.engine.iceberg")
+
+_MISSING = "__icefloe_missing_{}"
+
+
+@dataclass(frozen=True)
+class SourcePart:
+    """One registered Arrow object and the SELECT list that maps it to the table's columns."""
+
+    data: Any  # pyarrow Dataset or Table
+    select_list: str
+
+
+def quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class _LRU:
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.items: OrderedDict[Any, Any] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        with self.lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return self.items[key]
+        return None
+
+    def put(self, key: Any, value: Any) -> None:
+        with self.lock:
+            self.items[key] = value
+            self.items.move_to_end(key)
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+
+
+class IcebergSources:
+    """Builds DuckDB source parts for (table, snapshot, schema) and caches what is immutable."""
+
+    def __init__(self) -> None:
+        self._files = _LRU(512)  # (table uuid, snapshot id) -> list of data file paths
+        self._footers = _LRU(65536)  # file path -> {field id: physical column name}
+
+    def parts(self, table: Table, snapshot_id: int | None, schema: Schema) -> list[SourcePart]:
+        arrow_schema = schema_to_pyarrow(schema, include_field_ids=False)
+        if snapshot_id is None:
+            return [SourcePart(arrow_schema.empty_table(), ", ".join(quote(f.name) for f in schema.fields))]
+        paths = self._data_files(table, snapshot_id)
+        if not paths:
+            return [SourcePart(arrow_schema.empty_table(), ", ".join(quote(f.name) for f in schema.fields))]
+        fs, _ = pafs.FileSystem.from_uri(paths[0])
+        local = [_fs_path(p) for p in paths]
+        groups: dict[tuple[tuple[int, str], ...], list[str]] = {}
+        for path, lpath in zip(paths, local, strict=True):
+            ids = self._footer_ids(path, fs, lpath, schema)
+            key = tuple(sorted(ids.items()))
+            groups.setdefault(key, []).append(lpath)
+        parts = []
+        for key, files in groups.items():
+            id_to_phys = dict(key)
+            fields, select = [], []
+            for f, af in zip(schema.fields, arrow_schema, strict=True):
+                phys = id_to_phys.get(f.field_id, _MISSING.format(f.field_id))
+                fields.append(pa.field(phys, af.type, nullable=True))
+                select.append(f"{quote(phys)} AS {quote(f.name)}")
+            dataset = ds.dataset(files, schema=pa.schema(fields), format="parquet", filesystem=fs)
+            parts.append(SourcePart(dataset, ", ".join(select)))
+        return parts
+
+    def _data_files(self, table: Table, snapshot_id: int) -> list[str]:
+        key = (str(table.metadata.table_uuid), snapshot_id)
+        cached = self._files.get(key)
+        if cached is not None:
+            return list(cached)
+        paths = []
+        for task in table.scan(snapshot_id=snapshot_id).plan_files():
+            if task.delete_files:
+                from flight_server import errors
+
+                raise errors.Unimplemented("tables with row-level delete files cannot be queried yet")
+            paths.append(task.file.file_path)
+        self._files.put(key, tuple(paths))
+        return paths
+
+    def _footer_ids(self, path: str, fs: pafs.FileSystem, lpath: str, schema: Schema) -> dict[int, str]:
+        cached = self._footers.get(path)
+        if cached is not None:
+            return dict(cached)
+        physical = pq.read_schema(lpath, filesystem=fs)
+        ids: dict[int, str] = {}
+        for f in physical:
+            raw = (f.metadata or {}).get(b"PARQUET:field_id")
+            if raw is not None:
+                ids[int(raw)] = f.name
+        if not ids:
+            # Files without field ids (e.g. registered from elsewhere): match by current name.
+            names = set(physical.names)
+            ids = {f.field_id: f.name for f in schema.fields if f.name in names}
+        self._footers.put(path, tuple(ids.items()))
+        return ids
+
+
+def _fs_path(uri: str) -> str:
+    if uri.startswith("file://"):
+        return uri[len("file://") :]
+    if "://" in uri:
+        return uri.split("://", 1)[1]
+    return uri

@@ -1,0 +1,350 @@
+"""Flight SQL service: decodes each command once and hands it to the handler for its family.
+
+Families: statements (queries, updates, prepared statements), metadata (catalogs, schemas,
+tables, types, keys, SqlInfo), ingest (handed to the append service) and sessions.
+Unknown or malformed commands are INVALID_ARGUMENT; known ones icefloe does not support
+(Substrait, transactions, savepoints, CancelQuery) are UNIMPLEMENTED.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from flight_server import errors
+from flight_server.engine import CATALOG_NAME, Engine, Kind, split_namespace
+from flight_server.engine.engine import parameter_markers
+from flight_server.flightsql import metadata as md
+from flight_server.flightsql import protocol as p
+from flight_server.flightsql.sessions import SessionStore
+from flight_server.flightsql.statements import (
+    MAX_HANDLE_BYTES,
+    PreparedHandle,
+    StatementHandle,
+    param_values,
+    read_parameters,
+)
+
+if TYPE_CHECKING:
+    from flight_server.server import IcefloeServer
+
+logger = logging.getLogger("icefloe.flightsql")
+
+_UNSUPPORTED_COMMANDS = (p.CommandStatementSubstraitPlan,)
+_UNSUPPORTED_ACTIONS = {
+    "CreatePreparedSubstraitPlan": "Substrait plans are not supported",
+    "BeginTransaction": "transactions are not supported (every statement commits on its own)",
+    "EndTransaction": "transactions are not supported (every statement commits on its own)",
+    "BeginSavepoint": "savepoints are not supported",
+    "EndSavepoint": "savepoints are not supported",
+    "CancelQuery": "CancelQuery is not supported; cancel the DoGet call instead",
+    "CancelFlightInfo": "CancelFlightInfo is not supported; cancel the DoGet call instead",
+    "RenewFlightEndpoint": "endpoints do not expire; there is nothing to renew",
+}
+_ACTIONS = [
+    ("CreatePreparedStatement", "Create a prepared statement (stateless handle)"),
+    ("ClosePreparedStatement", "Close a prepared statement (nothing to free: handles are stateless)"),
+    ("SetSessionOptions", "Set session options: catalog, schema"),
+    ("GetSessionOptions", "Get session options"),
+    ("CloseSession", "Close the session"),
+]
+SESSION_OPTIONS = ("catalog", "schema")
+
+
+def _ipc(schema: pa.Schema) -> bytes:
+    return schema.serialize().to_pybytes()
+
+
+class FlightSqlService:
+    def __init__(self, server: IcefloeServer) -> None:
+        self.server = server
+        config = server.config
+        self.engine = Engine(server.catalog, query_timeout_s=config.query_timeout_s,
+                             max_concurrent=config.max_concurrent_queries)
+        self.metadata = md.Metadata(server.catalog)
+        self.sessions = SessionStore()
+
+    def close(self) -> None:
+        self.engine.close()
+
+    # -- decoding ------------------------------------------------------------------------
+
+    @staticmethod
+    def _command(data: bytes) -> p.Message:
+        if not data:
+            raise errors.InvalidArgument("empty Flight SQL command")
+        if len(data) > MAX_HANDLE_BYTES:
+            raise errors.InvalidArgument("Flight SQL command too large")
+        try:
+            cmd = p.decode_command(data)
+        except p.ProtocolError as exc:
+            raise errors.InvalidArgument(f"malformed Flight SQL command: {exc}") from None
+        if isinstance(cmd, _UNSUPPORTED_COMMANDS):
+            raise errors.Unimplemented(f"{type(cmd).__name__} is not supported")
+        return cmd
+
+    def _descriptor_command(self, descriptor: flight.FlightDescriptor) -> p.Message:
+        if descriptor.descriptor_type != flight.DescriptorType.CMD:
+            raise errors.InvalidArgument("expected a command descriptor (Flight SQL)")
+        return self._command(descriptor.command)
+
+    def default_schema(self, context: flight.ServerCallContext) -> tuple[str, ...] | None:
+        session = self.sessions.get(context)
+        if session is None or not session.options.get("schema"):
+            return None
+        return split_namespace(str(session.options["schema"]))
+
+    # -- GetFlightInfo / GetSchema ---------------------------------------------------------
+
+    def get_flight_info(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
+        cmd = self._descriptor_command(descriptor)
+        if isinstance(cmd, p.CommandStatementQuery):
+            handle = self._plan(context, cmd.query, None)
+            schema, _ = self.engine.describe(handle.sql, handle.pins, handle.default_schema, param_values(handle.params))
+            ticket = p.TicketStatementQuery(handle.encode()).pack()
+        elif isinstance(cmd, p.CommandPreparedStatementQuery):
+            prepared = PreparedHandle.decode(cmd.prepared_statement_handle)
+            if not prepared.is_query:
+                # An update sent as a query runs here, at GetFlightInfo (as CommandStatementQuery does).
+                self.server.authorize(context, "write")
+                self._write(prepared.sql)
+            handle = self._plan(context, prepared.sql, prepared.default_schema, prepared.params)
+            schema, _ = self.engine.describe(handle.sql, handle.pins, handle.default_schema, param_values(handle.params))
+            ticket = p.TicketStatementQuery(handle.encode()).pack()
+        else:
+            schema = self._metadata_schema(context, cmd)
+            ticket = descriptor.command
+        endpoint = flight.FlightEndpoint(ticket, [])
+        return flight.FlightInfo(schema, descriptor, [endpoint], -1, -1)
+
+    def get_schema(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
+        cmd = self._descriptor_command(descriptor)
+        if isinstance(cmd, (p.CommandStatementQuery, p.CommandPreparedStatementQuery)):
+            return flight.SchemaResult(self.get_flight_info(context, descriptor).schema)
+        return flight.SchemaResult(self._metadata_schema(context, cmd))
+
+    def _plan(
+        self, context: flight.ServerCallContext, sql: str, default_schema: tuple[str, ...] | None,
+        params: pa.RecordBatch | None = None,
+    ) -> StatementHandle:
+        """Authorize, classify, and pin the snapshots of the tables a query reads."""
+        self.server.authorize(context, "read")
+        if default_schema is None:
+            default_schema = self.default_schema(context)
+        kind = self.engine.classify(sql)
+        if kind == Kind.WRITE:
+            self.server.authorize(context, "write")
+            self._write(sql)
+        pins = self.engine.pin(sql, default_schema)
+        return StatementHandle(sql, default_schema, pins, params)
+
+    def _write(self, sql: str) -> int:
+        """SQL that writes tables (INSERT / DDL): the hook for the SQL write path (not yet built)."""
+        raise errors.Unimplemented(
+            "SQL writes (INSERT, CREATE, DROP, ...) are not supported yet; "
+            "append with DoPut or adbc_ingest (CommandStatementIngest)"
+        )
+
+    def _metadata_schema(self, context: flight.ServerCallContext, cmd: p.Message) -> pa.Schema:
+        self.server.authorize(context, "read")
+        if isinstance(cmd, p.CommandGetTables):
+            return md.TABLES_SCHEMA_WITH_SCHEMA if cmd.include_schema else md.TABLES_SCHEMA
+        schema = {
+            p.CommandGetSqlInfo: md.SQL_INFO_SCHEMA,
+            p.CommandGetXdbcTypeInfo: md.XDBC_TYPE_INFO_SCHEMA,
+            p.CommandGetCatalogs: md.CATALOGS_SCHEMA,
+            p.CommandGetDbSchemas: md.DB_SCHEMAS_SCHEMA,
+            p.CommandGetTableTypes: md.TABLE_TYPES_SCHEMA,
+            p.CommandGetPrimaryKeys: md.PRIMARY_KEYS_SCHEMA,
+            p.CommandGetExportedKeys: md.FOREIGN_KEYS_SCHEMA,
+            p.CommandGetImportedKeys: md.FOREIGN_KEYS_SCHEMA,
+            p.CommandGetCrossReference: md.FOREIGN_KEYS_SCHEMA,
+        }.get(type(cmd))
+        if schema is None:
+            raise errors.InvalidArgument(f"{type(cmd).__name__} is not valid for GetFlightInfo")
+        return schema
+
+    # -- DoGet -------------------------------------------------------------------------------
+
+    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
+        cmd = self._command(ticket.ticket)
+        if isinstance(cmd, p.TicketStatementQuery):
+            self.server.authorize(context, "read")
+            handle = StatementHandle.decode(cmd.statement_handle)
+            reader = self.engine.execute(handle.sql, handle.pins, handle.default_schema, param_values(handle.params),
+                                         context=context)
+            return flight.RecordBatchStream(reader)
+        return flight.RecordBatchStream(self._metadata_table(context, cmd))
+
+    def _metadata_table(self, context: flight.ServerCallContext, cmd: p.Message) -> pa.Table:
+        schema = self._metadata_schema(context, cmd)
+        if isinstance(cmd, p.CommandGetSqlInfo):
+            return md.sql_info_table(cmd)
+        if isinstance(cmd, p.CommandGetXdbcTypeInfo):
+            return self.metadata.xdbc_type_info(cmd)
+        if isinstance(cmd, p.CommandGetCatalogs):
+            return self.metadata.catalogs()
+        if isinstance(cmd, p.CommandGetDbSchemas):
+            return self.metadata.db_schemas(cmd)
+        if isinstance(cmd, p.CommandGetTables):
+            return self.metadata.tables(cmd)
+        if isinstance(cmd, p.CommandGetTableTypes):
+            return self.metadata.table_types()
+        # Iceberg tables have no primary or foreign keys: empty results with the spec's schema.
+        return schema.empty_table()
+
+    # -- DoPut -------------------------------------------------------------------------------
+
+    def do_put(
+        self,
+        context: flight.ServerCallContext,
+        descriptor: flight.FlightDescriptor,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.FlightMetadataWriter,
+    ) -> None:
+        cmd = self._descriptor_command(descriptor)
+        if isinstance(cmd, p.CommandPreparedStatementQuery):
+            self.server.authorize(context, "read")
+            prepared = PreparedHandle.decode(cmd.prepared_statement_handle)
+            prepared.params = read_parameters(reader)
+            result = p.DoPutPreparedStatementResult(prepared_statement_handle=prepared.encode())
+            writer.write(pa.py_buffer(result.encode()))
+        elif isinstance(cmd, p.CommandStatementUpdate):
+            self._update(context, cmd.query)
+        elif isinstance(cmd, p.CommandPreparedStatementUpdate):
+            prepared = PreparedHandle.decode(cmd.prepared_statement_handle)
+            read_parameters(reader)
+            self._update(context, prepared.sql)
+        elif isinstance(cmd, p.CommandStatementIngest):
+            count = self._ingest(context, cmd, reader)
+            writer.write(pa.py_buffer(p.DoPutUpdateResult(record_count=count).encode()))
+        else:
+            raise errors.InvalidArgument(f"{type(cmd).__name__} is not valid for DoPut")
+
+    def _update(self, context: flight.ServerCallContext, sql: str) -> int:
+        self.server.authorize(context, "write")
+        if self.engine.classify(sql) == Kind.QUERY:
+            raise errors.InvalidArgument("this statement is a query; execute it with GetFlightInfo/DoGet")
+        return self._write(sql)
+
+    def _ingest(self, context: flight.ServerCallContext, cmd: p.CommandStatementIngest, reader: Any) -> int:
+        if cmd.catalog not in (None, "", CATALOG_NAME):
+            raise errors.NotFound(f"catalog {cmd.catalog!r} does not exist (the catalog is {CATALOG_NAME!r})")
+        if not cmd.table:
+            raise errors.InvalidArgument("CommandStatementIngest needs a table name")
+        opts = cmd.table_definition_options or p.TableDefinitionOptions()
+        mode = ingest_mode(opts.if_not_exist, opts.if_exists)
+        namespace = split_namespace(cmd.schema) if cmd.schema else self.default_schema(context)
+        options = {e.key: e.value for e in cmd.options}
+        ingest = getattr(self.server.appends, "ingest", None)
+        if ingest is None:
+            raise errors.Unimplemented("bulk ingest is not available in this build")
+        return int(ingest(
+            context, namespace=namespace, table=cmd.table, mode=mode, temporary=cmd.temporary, reader=reader,
+            idempotency_key=options.get("idempotency_key") or None,
+        ))
+
+    # -- DoAction ----------------------------------------------------------------------------
+
+    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
+        kind = action.type
+        body = action.body.to_pybytes() if action.body is not None else b""
+        if kind in _UNSUPPORTED_ACTIONS:
+            raise errors.Unimplemented(_UNSUPPORTED_ACTIONS[kind])
+        try:
+            if kind == "CreatePreparedStatement":
+                return iter([self._create_prepared(context, p.ActionCreatePreparedStatementRequest.unpack(body))])
+            if kind == "ClosePreparedStatement":
+                req = p.ActionClosePreparedStatementRequest.unpack(body)
+                PreparedHandle.decode(req.prepared_statement_handle)  # validate; nothing to free
+                return iter([])
+            if kind == "SetSessionOptions":
+                return iter([self._set_session_options(context, p.SetSessionOptionsRequest.decode(body))])
+            if kind == "GetSessionOptions":
+                p.GetSessionOptionsRequest.decode(body)
+                return iter([self._get_session_options(context)])
+            if kind == "CloseSession":
+                p.CloseSessionRequest.decode(body)
+                self.sessions.close(context)
+                return iter([p.CloseSessionResult(status=1).encode()])
+        except p.ProtocolError as exc:
+            raise errors.InvalidArgument(f"malformed {kind} request: {exc}") from None
+        raise errors.InvalidArgument(f"unknown action {kind!r}")
+
+    def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
+        return list(_ACTIONS)
+
+    def _create_prepared(self, context: flight.ServerCallContext, req: p.ActionCreatePreparedStatementRequest) -> bytes:
+        self.server.authorize(context, "read")
+        if req.transaction_id:
+            raise errors.Unimplemented("transactions are not supported")
+        default_schema = self.default_schema(context)
+        kind = self.engine.classify(req.query)
+        if kind == Kind.WRITE:
+            # No dataset schema: that is how JDBC knows it is an update. Parameter types of writes
+            # are not known until the SQL write path binds them against the table; utf8 for now.
+            handle = PreparedHandle(req.query, default_schema, is_query=False)
+            count = parameter_markers(req.query)
+            params = pa.schema([pa.field(f"${i + 1}", pa.utf8()) for i in range(count)])
+            result = p.ActionCreatePreparedStatementResult(handle.encode(), b"", _ipc(params) if count else b"")
+        else:
+            pins = self.engine.pin(req.query, default_schema)
+            schema, params = self.engine.describe(req.query, pins, default_schema)
+            handle = PreparedHandle(req.query, default_schema, is_query=True)
+            result = p.ActionCreatePreparedStatementResult(handle.encode(), _ipc(schema), _ipc(params))
+        return result.pack()
+
+    def _set_session_options(self, context: flight.ServerCallContext, req: p.SetSessionOptionsRequest) -> bytes:
+        self.server.authorize(context, "read")
+        session = self.sessions.get(context, create=True)
+        assert session is not None
+        errs = []
+        for entry in req.session_options:
+            value = entry.value.python_value() if entry.value else None
+            code = self._session_option_error(entry.key, value)
+            if code:
+                errs.append(p.SetSessionOptionsErrorEntry(entry.key, p.SetSessionOptionsError(code)))
+            elif value is None:
+                session.options.pop(entry.key, None)
+            else:
+                session.options[entry.key] = value
+        return p.SetSessionOptionsResult(errors=errs).encode()
+
+    def _session_option_error(self, key: str, value: Any) -> int:
+        """0 when the option may be set, else the SetSessionOptionsResult ErrorValue."""
+        if key not in SESSION_OPTIONS:
+            return 1  # INVALID_NAME
+        if value is None:
+            return 0
+        if not isinstance(value, str):
+            return 2  # INVALID_VALUE
+        if key == "catalog":
+            return 0 if value == CATALOG_NAME else 2
+        return 0 if self.server.catalog.namespace_exists(split_namespace(value)) else 2
+
+    def _get_session_options(self, context: flight.ServerCallContext) -> bytes:
+        self.server.authorize(context, "read")
+        session = self.sessions.get(context)
+        options: dict[str, Any] = {"catalog": CATALOG_NAME}
+        if session is not None:
+            options.update(session.options)
+        entries = [p.SessionOptionEntry(k, p.SessionOptionValue(string_value=str(v))) for k, v in sorted(options.items())]
+        return p.GetSessionOptionsResult(entries).encode()
+
+
+def ingest_mode(if_not_exist: int, if_exists: int) -> str:
+    """TableDefinitionOptions -> the append service's ingest mode (UNSPECIFIED counts as FAIL)."""
+    create = if_not_exist == 1
+    if if_exists == 3:
+        if create:
+            return "replace"
+        raise errors.InvalidArgument("ingest: replacing a table requires if_not_exist = CREATE")
+    if if_exists == 2:
+        return "create_append" if create else "append"
+    if create:
+        return "create"
+    raise errors.InvalidArgument("ingest: if_not_exist and if_exists are both FAIL; nothing could be written")

@@ -1,0 +1,175 @@
+"""Compaction, snapshot expiry and orphan removal, in process, with writers and readers running."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from catalog import RocksCatalog
+from catalog.append import Appender
+from catalog.maintenance import (
+    compact,
+    expire_snapshots,
+    maintain,
+    register_pin_source,
+    remove_orphans,
+    unregister_pin_source,
+)
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Iterator[RocksCatalog]:
+    cat = RocksCatalog("test", warehouse=str(tmp_path / "wh"))
+    cat.create_namespace("ns")
+    cat.create_table("ns.t", pa.schema([("id", pa.int64())]))
+    yield cat
+    cat.close()
+
+
+def _ids(n: int, start: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + n), pa.int64())})
+
+
+def _live_files(cat: RocksCatalog) -> list[str]:
+    return [t.file.file_path for t in cat.load_table("ns.t").scan().plan_files()]
+
+
+def test_compaction_keeps_rows_and_old_snapshots_readable(catalog: RocksCatalog) -> None:
+    appender = Appender(catalog)
+    for i in range(30):
+        appender.append_table(("ns", "t"), _ids(10, i * 10))
+    before = catalog.load_table("ns.t")
+    old_snapshot = before.current_snapshot()
+    assert old_snapshot is not None
+    report = compact(appender, ("ns", "t"))
+    assert report.compacted_files == 30 and report.written_files == 1
+    after = catalog.load_table("ns.t")
+    assert len(_live_files(catalog)) == 1
+    assert sorted(after.scan().to_arrow().column("id").to_pylist()) == list(range(300))
+    # a reader pinned to the pre-compaction snapshot still reads the same rows
+    assert after.scan(snapshot_id=old_snapshot.snapshot_id).to_arrow().num_rows == 300
+    record = catalog.log.get(catalog.log.head())
+    assert record is not None and record.operation == "replace"
+    assert record.added_rows == record.deleted_rows == 300
+    assert len(after.current_snapshot().manifests(after.io)) <= 2  # type: ignore[union-attr]
+
+
+def test_manifests_are_merged(catalog: RocksCatalog) -> None:
+    catalog.load_table("ns.t").transaction().set_properties(
+        {"icefloe.compaction.small-file-bytes": "1"}
+    ).commit_transaction()
+    appender = Appender(catalog)
+    for i in range(20):
+        appender.append_table(("ns", "t"), _ids(5, i * 5))
+    report = compact(appender, ("ns", "t"))
+    assert report.compacted_files == 0 and report.merged_manifests == 20
+    table = catalog.load_table("ns.t")
+    assert len(table.current_snapshot().manifests(table.io)) == 1  # type: ignore[union-attr]
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(100))
+
+
+def test_expiry_respects_window_newest_and_pins(catalog: RocksCatalog) -> None:
+    appender = Appender(catalog)
+    for i in range(5):
+        appender.append_table(("ns", "t"), _ids(1, i))
+    table = catalog.load_table("ns.t")
+    snapshots = [s.snapshot_id for s in table.metadata.snapshots]
+    # inside the default retention window nothing goes
+    assert expire_snapshots(appender, ("ns", "t")) == 0
+    pinned = snapshots[1]
+
+    def pin(ns: tuple[str, ...], t: str) -> set[int]:
+        return {pinned} if (ns, t) == (("ns",), "t") else set()
+
+    register_pin_source(pin)
+    try:
+        far_future = int(time.time() * 1000) + 10**9
+        assert expire_snapshots(appender, ("ns", "t"), now_ms=far_future) == 3
+    finally:
+        unregister_pin_source(pin)
+    left = {s.snapshot_id for s in catalog.load_table("ns.t").metadata.snapshots}
+    assert left == {pinned, snapshots[-1]}
+    assert catalog.log.get(catalog.log.head()).operation == "expire"  # type: ignore[union-attr]
+    assert catalog.load_table("ns.t").scan().to_arrow().num_rows == 5
+
+
+def test_orphans_removed_only_when_unreferenced_and_old(catalog: RocksCatalog) -> None:
+    appender = Appender(catalog)
+    appender.append_table(("ns", "t"), _ids(10, 0))
+    data_dir = Path(catalog.warehouse, "ns", "t", "data")
+    old_orphan = data_dir / "left-by-a-crash.parquet"
+    old_orphan.write_bytes(b"x")
+    os.utime(old_orphan, (time.time() - 7200, time.time() - 7200))
+    fresh_orphan = data_dir / "being-written.parquet"
+    fresh_orphan.write_bytes(b"x")
+    referenced = set(_live_files(catalog))
+    assert remove_orphans(appender, ("ns", "t"), grace_s=3600) == 1
+    assert not old_orphan.exists() and fresh_orphan.exists()
+    assert all(Path(p).exists() for p in referenced)
+    assert catalog.load_table("ns.t").scan().to_arrow().num_rows == 10
+
+
+def test_full_maintain_after_expiry_deletes_replaced_small_files(catalog: RocksCatalog) -> None:
+    catalog.load_table("ns.t").transaction().set_properties(
+        {"history.expire.max-snapshot-age-ms": "0"}
+    ).commit_transaction()
+    appender = Appender(catalog)
+    for i in range(10):
+        appender.append_table(("ns", "t"), _ids(10, i * 10))
+    report = maintain(appender, ("ns", "t"), orphan_grace_s=0)
+    assert report.compacted_files == 10 and report.rows == 100
+    assert report.expired_snapshots >= 10 and report.removed_orphans >= 10
+    table = catalog.load_table("ns.t")
+    on_disk = sorted(str(p) for p in Path(catalog.warehouse, "ns", "t", "data").glob("*.parquet"))
+    assert on_disk == sorted(_live_files(catalog))
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(100))
+
+
+def test_compaction_while_writers_and_readers_run(catalog: RocksCatalog) -> None:
+    appender = Appender(catalog)
+    stop = threading.Event()
+    problems: list[str] = []
+    committed: list[int] = []
+    lock = threading.Lock()
+
+    def writer(w: int) -> None:
+        for i in range(40):
+            appender.append_table(("ns", "t"), _ids(10, (w * 40 + i) * 10))
+            with lock:
+                committed.append(10)
+
+    def reader() -> None:
+        while not stop.is_set():
+            with lock:
+                floor = sum(committed)
+            ids = catalog.load_table("ns.t").scan().to_arrow().column("id").to_pylist()
+            if len(ids) != len(set(ids)):
+                problems.append("a scan saw duplicated rows")
+            if len(ids) < floor:
+                problems.append(f"a scan lost rows: {len(ids)} < {floor}")
+
+    def compactor() -> None:
+        while not stop.is_set():
+            compact(appender, ("ns", "t"), min_input_files=4)
+            time.sleep(0.01)
+
+    writers = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    helpers = [threading.Thread(target=reader), threading.Thread(target=compactor)]
+    for t in writers + helpers:
+        t.start()
+    for t in writers:
+        t.join(timeout=240)
+    stop.set()
+    for t in helpers:
+        t.join(timeout=60)
+    assert not problems, problems[:3]
+    ids = sorted(catalog.load_table("ns.t").scan().to_arrow().column("id").to_pylist())
+    assert ids == list(range(4 * 40 * 10))
+    assert any(r.operation == "replace" for r in catalog.log.read(0))
+

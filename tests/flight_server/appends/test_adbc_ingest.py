@@ -1,0 +1,128 @@
+"""ADBC ``adbc_ingest`` (Flight SQL CommandStatementIngest) in every mode, through a real server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import adbc_driver_flightsql.dbapi as flight_sql
+import pyarrow as pa
+import pytest
+from append_helpers import do_put, read_only, rows
+from servers import ServerProcess
+
+HEADER_OPTION = "adbc.flight.sql.rpc.call_header.x-icefloe-idempotency-key"
+
+
+@pytest.fixture
+def server(warehouse: Path) -> Iterator[ServerProcess]:
+    proc = ServerProcess(warehouse).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        assert "Traceback" not in proc.log, proc.log
+
+
+@pytest.fixture
+def conn(server: ServerProcess) -> Iterator[flight_sql.Connection]:
+    connection = flight_sql.connect(server.location, autocommit=True)
+    try:
+        yield connection
+    finally:
+        connection.close()
+
+
+def _scan(warehouse: Path, name: str) -> pa.Table:
+    cat = read_only(warehouse)
+    try:
+        return cat.load_table(name).scan().to_arrow()
+    finally:
+        cat.close()
+
+
+def _ops(warehouse: Path, name: str) -> list[str]:
+    cat = read_only(warehouse)
+    try:
+        return [r.operation for r in cat.log.read(0) if r.qualified_name == name]
+    finally:
+        cat.close()
+
+
+def test_create_creates_namespace_and_table(conn: flight_sql.Connection, warehouse: Path) -> None:
+    with conn.cursor() as cur:
+        assert cur.adbc_ingest("events", rows(100), mode="create", db_schema_name="fresh") == 100
+        data = _scan(warehouse, "fresh.events")
+        assert sorted(data.column("id").to_pylist()) == list(range(100))
+        with pytest.raises(Exception, match="already exists"):
+            cur.adbc_ingest("events", rows(1), mode="create", db_schema_name="fresh")
+    assert _ops(warehouse, "fresh.events") == ["create", "append"]
+
+
+def test_append_requires_table_and_appends(conn: flight_sql.Connection, warehouse: Path) -> None:
+    with conn.cursor() as cur:
+        with pytest.raises(Exception, match="does not exist"):
+            cur.adbc_ingest("nope", rows(1), mode="append", db_schema_name="ns")
+        cur.adbc_ingest("t", rows(10), mode="create", db_schema_name="ns")
+        assert cur.adbc_ingest("t", rows(5, start=10), mode="append", db_schema_name="ns") == 5
+    assert sorted(_scan(warehouse, "ns.t").column("id").to_pylist()) == list(range(15))
+
+
+def test_create_append_creates_once_then_appends(conn: flight_sql.Connection, warehouse: Path) -> None:
+    with conn.cursor() as cur:
+        assert cur.adbc_ingest("ca", rows(3), mode="create_append", db_schema_name="ns2") == 3
+        assert cur.adbc_ingest("ca", rows(4, start=3), mode="create_append", db_schema_name="ns2") == 4
+    assert sorted(_scan(warehouse, "ns2.ca").column("id").to_pylist()) == list(range(7))
+
+
+def test_replace_takes_new_rows_and_schema(conn: flight_sql.Connection, warehouse: Path) -> None:
+    with conn.cursor() as cur:
+        cur.adbc_ingest("r", rows(50), mode="create", db_schema_name="ns")
+        other = pa.table({"k": pa.array(["a", "b"]), "n": pa.array([1.5, 2.5])})
+        assert cur.adbc_ingest("r", other, mode="replace", db_schema_name="ns") == 2
+        # replace of a missing table creates it
+        assert cur.adbc_ingest("r2", rows(2), mode="replace", db_schema_name="ns") == 2
+    data = _scan(warehouse, "ns.r")
+    assert data.column_names == ["k", "n"] and data.num_rows == 2
+
+
+def test_temporary_refused_clearly(conn: flight_sql.Connection, warehouse: Path) -> None:
+    with conn.cursor() as cur, pytest.raises(Exception, match="temporary tables are not supported"):
+        cur.adbc_ingest("tmp", rows(1), mode="create", db_schema_name="ns", temporary=True)
+    cat = read_only(warehouse)
+    try:
+        assert not cat.table_exists("ns.tmp")
+    finally:
+        cat.close()
+
+
+def test_schema_mismatch_refused_and_nothing_committed(conn: flight_sql.Connection, warehouse: Path) -> None:
+    with conn.cursor() as cur:
+        cur.adbc_ingest("s", rows(2), mode="create", db_schema_name="ns")
+        with pytest.raises(Exception, match="'id'"):
+            cur.adbc_ingest("s", pa.table({"id": ["x"], "v": ["y"]}), mode="append", db_schema_name="ns")
+    assert _ops(warehouse, "ns.s") == ["create", "append"]
+
+
+def test_ingest_with_idempotency_header_commits_once(server: ServerProcess, warehouse: Path) -> None:
+    conn = flight_sql.connect(server.location, db_kwargs={HEADER_OPTION: "ingest-7"}, autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.adbc_ingest("k", rows(20), mode="create_append", db_schema_name="ns")
+            assert cur.adbc_ingest("k", rows(20), mode="create_append", db_schema_name="ns") == 20
+    finally:
+        conn.close()
+    assert _scan(warehouse, "ns.k").num_rows == 20
+    assert _ops(warehouse, "ns.k") == ["create", "append"]
+    # the same key through DoPut on the same table is the same logical write
+    assert do_put(server.location, ("ns", "k"), rows(20), key="ingest-7")["duplicate"] is True
+
+
+def test_ingest_and_doput_land_in_the_same_table(conn: flight_sql.Connection, server: ServerProcess) -> None:
+    with conn.cursor() as cur:
+        cur.adbc_ingest("mix", rows(10), mode="create", db_schema_name="ns")
+    result = do_put(server.location, ("ns", "mix"), rows(5, start=10))
+    assert result["rows"] == 5
+    with conn.cursor() as cur:
+        cur.execute("SELECT count(*) AS n, max(id) AS m FROM ns.mix")
+        assert cur.fetchone() == (15, 14)

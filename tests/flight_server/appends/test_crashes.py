@@ -1,0 +1,121 @@
+"""All-or-nothing appends when the client or the server dies mid-stream."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.flight as flight
+import pytest
+from append_helpers import IDEMPOTENCY_HEADER, data_files_on_disk, do_put, make_table, read_only, rows, scan_ids
+from servers import ROOT, ServerProcess
+
+CHILD = textwrap.dedent(
+    """
+    import sys, time
+    import pyarrow as pa, pyarrow.flight as flight
+    location = sys.argv[1]
+    client = flight.FlightClient(location)
+    table = pa.table({"id": pa.array(range(100_000), pa.int64()), "v": pa.array(["x"] * 100_000, pa.string())})
+    writer, _ = client.do_put(flight.FlightDescriptor.for_path("ns", "t"), table.schema)
+    for _ in range(5):
+        writer.write_table(table, max_chunksize=10_000)
+    print("sent", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+@pytest.fixture
+def table_server(warehouse: Path) -> Iterator[ServerProcess]:
+    """Like the shared fixture, but small row groups so files appear early in a stream."""
+    make_table(warehouse, properties={"write.parquet.row-group-limit": "10000"})
+    proc = ServerProcess(warehouse).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        assert "Traceback" not in proc.log, proc.log
+
+
+def _head(warehouse: Path) -> int:
+    cat = read_only(warehouse)
+    try:
+        return cat.log.head()
+    finally:
+        cat.close()
+
+
+def test_client_killed_mid_stream_commits_nothing(table_server: ServerProcess, warehouse: Path) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, table_server.location],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "sent"
+        # The server has received (and started encoding) part of the stream.
+        deadline = time.monotonic() + 30
+        while not data_files_on_disk(warehouse) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert data_files_on_disk(warehouse), "the server never started writing"
+    finally:
+        child.kill()
+        child.wait()
+    deadline = time.monotonic() + 30
+    while data_files_on_disk(warehouse) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert data_files_on_disk(warehouse) == [], "files of the broken stream were left behind"
+    assert _head(warehouse) == 1, "a broken-off stream committed"
+    assert scan_ids(warehouse) == []
+    assert do_put(table_server.location, ("ns", "t"), rows(3))["rows"] == 3
+
+
+def test_server_killed_mid_stream_then_retry_with_key_commits_once(
+    table_server: ServerProcess, warehouse: Path
+) -> None:
+    data = rows(200_000)
+    client = flight.FlightClient(table_server.location)
+    options = flight.FlightCallOptions(headers=[(IDEMPOTENCY_HEADER, b"load-42")])
+    writer, reader = client.do_put(flight.FlightDescriptor.for_path("ns", "t"), data.schema, options=options)
+    writer.write_table(data.slice(0, 100_000), max_chunksize=10_000)
+    deadline = time.monotonic() + 30
+    while not data_files_on_disk(warehouse) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    table_server.kill()  # SIGKILL while the stream is open and files are half written
+    try:
+        writer.close()
+    except Exception:
+        pass  # the server is gone
+    client.close()
+    assert _head(warehouse) == 1
+    table_server.start()
+    first = do_put(table_server.location, ("ns", "t"), data, key="load-42", batch_rows=10_000)
+    assert first["rows"] == 200_000 and first["duplicate"] is False
+    again = do_put(table_server.location, ("ns", "t"), data, key="load-42", batch_rows=10_000)
+    assert again == {**first, "duplicate": True}
+    assert scan_ids(warehouse) == list(range(200_000))
+    # The killed stream's partial files are orphans; maintenance removes them.
+    client = flight.FlightClient(table_server.location)
+    try:
+        results = list(client.do_action(flight.Action("icefloe.maintain", b'{"table": "ns.t", "orphan_grace_s": 0}')))
+    finally:
+        client.close()
+    report = json.loads(results[0].body.to_pybytes())
+    assert report["removed_orphans"] >= 1 and report["rows"] == 200_000
+    cat = read_only(warehouse)
+    try:
+        table = cat.load_table("ns.t")
+        live = {f.file.file_path for f in table.scan().plan_files()}
+    finally:
+        cat.close()
+    assert {str(p) for p in data_files_on_disk(warehouse)} == live
+    assert scan_ids(warehouse) == list(range(200_000))

@@ -1,0 +1,127 @@
+"""Background compaction in a running server, the maintain DoAction and the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+from append_helpers import do_put, make_table, read_only, rows
+from servers import ROOT, ServerProcess
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flight_server.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_background_compaction_while_writers_and_readers_run(table_server: ServerProcess, warehouse: Path) -> None:
+    writers, appends, per = 4, 30, 20
+    problems: list[str] = []
+    done = threading.Event()
+    acked: list[int] = []
+    lock = threading.Lock()
+
+    def writer(w: int) -> None:
+        try:
+            for i in range(appends):
+                do_put(table_server.location, ("ns", "t"), rows(per, start=(w * appends + i) * per))
+                with lock:
+                    acked.append(per)
+        except Exception as exc:
+            problems.append(repr(exc))
+
+    def reader() -> None:
+        cat = read_only(warehouse)
+        try:
+            while not done.is_set():
+                with lock:
+                    floor = sum(acked)
+                ids = cat.load_table("ns.t").scan().to_arrow().column("id").to_pylist()
+                if len(ids) != len(set(ids)):
+                    problems.append("duplicated rows in a scan")
+                if len(ids) < floor:
+                    problems.append(f"lost rows in a scan: {len(ids)} < {floor}")
+                time.sleep(0.05)
+        finally:
+            cat.close()
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+    watcher = threading.Thread(target=reader)
+    for t in [*threads, watcher]:
+        t.start()
+    for t in threads:
+        t.join(timeout=240)
+    # give the background maintainer (1 s period) a chance to catch the last files
+    deadline = time.monotonic() + 20
+    cat = read_only(warehouse)
+    try:
+        while time.monotonic() < deadline:
+            if any(r.operation == "replace" for r in cat.log.read(0)):
+                break
+            time.sleep(0.2)
+        ops = [r.operation for r in cat.log.read(0)]
+    finally:
+        cat.close()
+    done.set()
+    watcher.join(timeout=60)
+    assert not problems, problems[:3]
+    assert "replace" in ops, "the background maintainer never compacted"
+    cat = read_only(warehouse)
+    try:
+        table = cat.load_table("ns.t")
+        ids = sorted(table.scan().to_arrow().column("id").to_pylist())
+        live = len(list(table.scan().plan_files()))
+    finally:
+        cat.close()
+    assert ids == list(range(writers * appends * per))
+    assert live < writers * appends
+
+
+def test_maintain_action_and_errors(table_server: ServerProcess, warehouse: Path) -> None:
+    for i in range(5):
+        do_put(table_server.location, ("ns", "t"), rows(10, start=i * 10))
+    client = flight.FlightClient(table_server.location)
+    try:
+        out = [json.loads(r.body.to_pybytes()) for r in client.do_action(flight.Action("icefloe.maintain", b"{}"))]
+        assert out[0]["table"] == "ns.t" and out[0]["compacted_files"] == 5 and out[0]["rows"] == 50
+        with pytest.raises(pa.ArrowKeyError, match="ns.nope does not exist"):  # NOT_FOUND
+            list(client.do_action(flight.Action("icefloe.maintain", b'{"table": "ns.nope"}')))
+        with pytest.raises(pa.ArrowInvalid, match="JSON object"):  # INVALID_ARGUMENT
+            list(client.do_action(flight.Action("icefloe.maintain", b"[1")))
+    finally:
+        client.close()
+    result = _cli("maintain", "ns.t", "--server", table_server.location)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[0])["table"] == "ns.t"
+    # offline mode refuses politely while the server holds the warehouse
+    held = _cli("maintain", "--warehouse", str(warehouse))
+    assert held.returncode != 0 and "--server" in held.stderr and "Traceback" not in held.stderr
+
+
+def test_maintain_offline(warehouse: Path) -> None:
+    make_table(warehouse)
+    proc = ServerProcess(warehouse).start()
+    try:
+        for i in range(4):
+            do_put(proc.location, ("ns", "t"), rows(5, start=i * 5))
+    finally:
+        proc.stop()
+    result = _cli("maintain", "ns.t", "--warehouse", str(warehouse), "--orphan-grace-s", "0")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["compacted_files"] == 4 and report["rows"] == 20
+    missing = _cli("maintain", "ns.nope", "--warehouse", str(warehouse))
+    assert missing.returncode != 0 and "does not exist" in missing.stderr

@@ -1,0 +1,85 @@
+"""The stock Arrow Flight SQL JDBC driver (what DBeaver uses) against a real server.
+
+The Java program is compiled with javac at test time and run with the driver jar that
+``scripts/fetch-jdbc`` puts in ``.cache/jdbc/`` (or ``$ICEFLOE_JDBC_JAR``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from servers import ROOT, ServerProcess
+
+HERE = Path(__file__).resolve().parent
+
+
+def _driver_jar() -> Path | None:
+    env = os.environ.get("ICEFLOE_JDBC_JAR")
+    if env and Path(env).is_file():
+        return Path(env)
+    jars = sorted((ROOT / ".cache" / "jdbc").glob("flight-sql-jdbc-driver-*.jar"))
+    return jars[-1] if jars else None
+
+
+@pytest.fixture(scope="module")
+def jdbc_output(sample_server: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    if shutil.which("java") is None or shutil.which("javac") is None:
+        pytest.skip("java/javac not installed: the JDBC driver cannot run here")
+    jar = _driver_jar()
+    if jar is None:
+        pytest.skip("Flight SQL JDBC driver jar missing: run scripts/fetch-jdbc (needs Maven) or set ICEFLOE_JDBC_JAR")
+    classes = tmp_path_factory.mktemp("jdbc")
+    subprocess.run(["javac", "-d", str(classes), str(HERE / "jdbc" / "JdbcCheck.java")], check=True, timeout=120)
+    port = sample_server.location.rsplit(":", 1)[1]
+    url = f"jdbc:arrow-flight-sql://127.0.0.1:{port}?useEncryption=false"
+    proc = subprocess.run(
+        ["java", "--add-opens=java.base/java.nio=ALL-UNNAMED", "-cp", f"{jar}{os.pathsep}{classes}", "JdbcCheck", url],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    checks = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("CHECK "):
+            _, name, value = line.split(" ", 2)
+            checks[name] = value
+    return checks
+
+
+def test_metadata(jdbc_output: dict[str, str]) -> None:
+    assert jdbc_output["product"] == "icefloe"
+    assert jdbc_output["catalogs"] == "[icefloe]"
+    assert jdbc_output["schemas"] == "[analytics, analytics.daily, sales]"
+    assert jdbc_output["schemas_sales"] == "[sales]"
+    assert jdbc_output["tables_sales"] == "[empty, evolved, orders]"
+    assert jdbc_output["tables_typed"] == "[orders]"
+    assert jdbc_output["columns_orders"] == "[id, customer, amount]"
+    assert jdbc_output["table_types"] == "[TABLE]"
+    assert jdbc_output["primary_keys"] == "[]"
+    assert jdbc_output["imported_keys"] == "[]"
+
+
+def test_statements(jdbc_output: dict[str, str]) -> None:
+    assert jdbc_output["query_columns"] == "2:id,customer"
+    assert jdbc_output["query_customers"] == "[ann, bob, cy, dee]"
+    assert jdbc_output["execute_is_query"] == "true"
+    assert jdbc_output["answer"] == "42"
+
+
+def test_prepared_statements_with_parameters(jdbc_output: dict[str, str]) -> None:
+    assert jdbc_output["prepared_2"] == "[bob]"
+    assert jdbc_output["prepared_3"] == "[cy]"
+    assert jdbc_output["prepared_mixed"] == "3,hi!"
+
+
+def test_errors_are_clean(jdbc_output: dict[str, str]) -> None:
+    for name in ("update_error", "prepared_update_error"):
+        assert "not supported yet" in jdbc_output[name], jdbc_output[name]
+    assert "syntax error" in jdbc_output["bad_sql_error"]
+    for name in ("update_error", "prepared_update_error", "bad_sql_error"):
+        assert "Traceback" not in jdbc_output[name] and ".py" not in jdbc_output[name]
+    assert jdbc_output["count_after_errors"] == "4"

@@ -1,0 +1,123 @@
+"""Cancellation, query timeout and the concurrent-query cap, with a raw pyarrow.flight client."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.flight as flight
+import pytest
+from flightsql_samples import make_sample_warehouse
+from flightsql_wire import statement_query
+
+from servers import ServerProcess
+
+ENDLESS = "SELECT * FROM range(100000000000) t(i)"
+SLOW_AGGREGATE = "SELECT count(*) FROM range(100000000000) t(i) WHERE i % 7 = 3"
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One query at a time, 3 s timeout: a query that kept its slot would block the next one."""
+    warehouse = tmp_path_factory.mktemp("limits") / "warehouse"
+    make_sample_warehouse(warehouse)
+    proc = ServerProcess(warehouse, ["--query-timeout", "3", "--max-concurrent-queries", "1"]).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def start(client: flight.FlightClient, sql: str, options: flight.FlightCallOptions | None = None) -> flight.FlightStreamReader:
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query(sql)))
+    return client.do_get(info.endpoints[0].ticket, options=options)
+
+
+def select_one(client: flight.FlightClient) -> int:
+    return int(start(client, "SELECT 1 AS x").read_all().column("x")[0].as_py())
+
+
+def test_cancel_mid_stream_frees_the_query(limited: ServerProcess) -> None:
+    client = flight.FlightClient(limited.location)
+    reader = start(client, ENDLESS)
+    first = reader.read_chunk()
+    assert first.data.num_rows > 0
+    reader.cancel()
+    # With a cap of one query, this only runs if the cancelled query gave its DuckDB slot back.
+    assert select_one(client) == 1
+    client.close()
+
+
+def test_client_deadline_interrupts_duckdb(limited: ServerProcess) -> None:
+    client = flight.FlightClient(limited.location)
+    with pytest.raises(flight.FlightTimedOutError):
+        start(client, SLOW_AGGREGATE, flight.FlightCallOptions(timeout=1.0)).read_all()
+    deadline = time.monotonic() + 10
+    while "interrupting query (cancelled)" not in limited.log and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "interrupting query (cancelled)" in limited.log
+    assert select_one(client) == 1
+    client.close()
+
+
+def test_query_timeout_is_deadline_exceeded(limited: ServerProcess) -> None:
+    client = flight.FlightClient(limited.location)
+    with pytest.raises(flight.FlightTimedOutError) as info:
+        start(client, SLOW_AGGREGATE).read_all()
+    assert "exceeded the 3s timeout" in str(info.value)
+    assert "Traceback" not in str(info.value)
+    assert select_one(client) == 1
+    client.close()
+
+
+def test_concurrent_query_cap(limited: ServerProcess) -> None:
+    client = flight.FlightClient(limited.location)
+    holder = start(client, ENDLESS)
+    holder.read_chunk()
+    with pytest.raises(flight.FlightError) as info:
+        start(client, "SELECT 2").read_all()
+    assert "too many concurrent queries" in str(info.value)
+    holder.cancel()
+    assert select_one(client) == 1
+    client.close()
+
+
+def test_streams_large_results_without_buffering(limited: ServerProcess) -> None:
+    """50M rows (400 MB as int64) stream through; the server never materializes the result."""
+    client = flight.FlightClient(limited.location)
+    reader = start(client, "SELECT i FROM range(50000000) t(i)")
+    rows = 0
+    for chunk in reader:
+        rows += chunk.data.num_rows
+    assert rows == 50_000_000
+    client.close()
+
+
+def test_restart_keeps_tickets_valid(tmp_path: Path) -> None:
+    """Tickets are stateless and pinned: a new server instance serves them, at the old snapshot."""
+    from catalog import RocksCatalog
+
+    warehouse = tmp_path / "warehouse"
+    make_sample_warehouse(warehouse)
+    proc = ServerProcess(warehouse).start()
+    try:
+        client = flight.FlightClient(proc.location)
+        info = client.get_flight_info(
+            flight.FlightDescriptor.for_command(statement_query("SELECT count(*) AS n FROM sales.orders"))
+        )
+        ticket = info.endpoints[0].ticket
+        client.close()
+        proc.stop()
+        cat = RocksCatalog("t", warehouse=str(warehouse))
+        orders = cat.load_table("sales.orders")
+        orders.append(orders.scan().to_arrow().slice(0, 1))
+        cat.close()
+        proc.start()
+        client = flight.FlightClient(proc.location)
+        assert client.do_get(ticket).read_all().column("n").to_pylist() == [4]
+        fresh = start(client, "SELECT count(*) AS n FROM sales.orders").read_all()
+        assert fresh.column("n").to_pylist() == [5]
+        client.close()
+    finally:
+        proc.stop()
