@@ -66,6 +66,23 @@ def passwd() -> None:
 
 
 @main.command()
+@click.option("--server", "server_location", envvar="ICEFLOE_SERVER", default="grpc://127.0.0.1:31337",
+              show_default=True, help="Server location (grpc:// or grpc+tls://).")
+@click.option("--user", envvar="ICEFLOE_USER", required=True, help="User name from the server's --users file.")
+@click.option("--tls-root-certs", envvar="ICEFLOE_TLS_ROOT_CERTS", default=None,
+              help="PEM file of the CA that signed the server's certificate (grpc+tls).")
+def login(server_location: str, user: str, tls_root_certs: str | None) -> None:
+    """Read a password on stdin, log in, and print a bearer token (for ICEFLOE_TOKEN / --token)."""
+    from flight_server.login import login_token
+    from flight_server.users import read_password_from_stdin
+
+    try:
+        click.echo(login_token(server_location, user, read_password_from_stdin(), tls_root_certs))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@main.command()
 @click.argument("table", required=False)
 @click.option("--warehouse", envvar="ICEFLOE_WAREHOUSE", default="./warehouse", show_default=True,
               help="Warehouse to maintain offline (when no server holds it).")

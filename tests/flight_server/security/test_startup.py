@@ -91,3 +91,32 @@ def test_bad_users_file_fails_fast_without_leaking(warehouse: Path, tmp_path: Pa
     assert "Traceback" not in proc.log
     assert SECRET_HASH not in proc.log and "plaintext-password-here" not in proc.log
     assert not (warehouse / "catalog.rocksdb").exists()  # nothing was opened
+
+
+def _login_cli(location: str, user: str, password: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "flight_server.cli", "login", "--server", location, "--user", user],
+                          input=password + "\n", text=True, capture_output=True, env=env, timeout=60)
+
+
+def test_login_cli_prints_a_working_token(auth_server: ServerProcess) -> None:
+    import pyarrow.flight as flight
+    from conftest import PASSWORDS
+
+    ok = _login_cli(auth_server.location, "rita", PASSWORDS["rita"])
+    assert ok.returncode == 0, ok.stderr
+    token = ok.stdout.strip()
+    assert token.startswith("ifl1.")
+    client = flight.FlightClient(auth_server.location)
+    try:
+        headers = [(b"authorization", f"Bearer {token}".encode())]
+        assert isinstance(client.list_actions(flight.FlightCallOptions(headers=headers)), list)
+    finally:
+        client.close()
+    bad = _login_cli(auth_server.location, "rita", "wrong")
+    assert bad.returncode != 0 and "invalid username or password" in bad.stderr and not bad.stdout
+
+
+def test_login_cli_against_a_server_without_users_says_so(server: ServerProcess) -> None:
+    result = _login_cli(server.location, "rita", "pw")
+    assert result.returncode != 0 and "--users" in result.stderr, result.stderr
