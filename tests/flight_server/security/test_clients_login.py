@@ -76,8 +76,7 @@ def test_adbc_over_verified_tls(tls_auth_server: ServerProcess, pki: Pki) -> Non
 
 
 def _jdbc_jar() -> Path | None:
-    candidates = [os.environ.get("ICEFLOE_JDBC_JAR", ""), *map(str, (ROOT / ".cache" / "jdbc").glob("*.jar")),
-                  *map(str, Path("/work/main/.cache/jdbc").glob("*.jar"))]
+    candidates = [os.environ.get("ICEFLOE_JDBC_JAR", ""), *map(str, (ROOT / ".cache" / "jdbc").glob("*.jar"))]
     return next((Path(c) for c in candidates if c and Path(c).is_file()), None)
 
 
