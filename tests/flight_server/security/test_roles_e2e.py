@@ -180,3 +180,32 @@ def test_admin_may_maintain(server: ServerProcess) -> None:
     alice = _token(server, "alice")
     kind, exc = _maintain(server, alice)
     assert (kind, exc) == ("past_auth", None)
+
+
+def test_forged_ticket_with_a_write_is_refused_for_a_read_user(server: ServerProcess) -> None:
+    """Statement tickets are client-visible; a read user who forges one around a write statement
+    must not get it executed by DoGet (which only checks the read role)."""
+    from flight_server.flightsql import protocol as p
+    from flight_server.flightsql.statements import StatementHandle
+
+    before = _commit_log(server)
+    client = flight.FlightClient(server.location)
+    rita = _token(server, "rita")
+    try:
+        # A genuine ticket for a read of ns.t (it pins the table), then the SQL swapped for a write.
+        query = p.CommandStatementQuery(query="SELECT x FROM ns.t").pack()
+        info = client.get_flight_info(flight.FlightDescriptor.for_command(query), options(rita))
+        genuine = StatementHandle.decode(p.TicketStatementQuery.unpack(info.endpoints[0].ticket.ticket).statement_handle)
+        assert genuine.pins, "the genuine ticket pins ns.t"
+        for sql in ["INSERT INTO ns.t VALUES (99)", "DELETE FROM ns.t", "DROP TABLE ns.t",
+                    "COPY (SELECT 1) TO '/tmp/icefloe-forged.csv'"]:
+            forged = StatementHandle(sql, genuine.default_schema, genuine.pins)
+            ticket = flight.Ticket(p.TicketStatementQuery(forged.encode()).pack())
+            kind, exc = outcome(lambda ticket=ticket: client.do_get(ticket, options(rita)).read_all())  # type: ignore[misc]
+            # refused (by the engine's write check, DuckDB, or the sandbox), never run
+            assert exc is not None and kind != "unauthenticated", (sql, exc)
+            assert "Traceback" not in str(exc)
+    finally:
+        client.close()
+    assert not Path("/tmp/icefloe-forged.csv").exists()
+    assert _commit_log(server) == before
