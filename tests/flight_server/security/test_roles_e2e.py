@@ -195,7 +195,8 @@ def test_forged_ticket_with_a_write_is_refused_for_a_read_user(server: ServerPro
         # A genuine ticket for a read of ns.t (it pins the table), then the SQL swapped for a write.
         query = p.CommandStatementQuery(query="SELECT x FROM ns.t").pack()
         info = client.get_flight_info(flight.FlightDescriptor.for_command(query), options(rita))
-        genuine = StatementHandle.decode(p.TicketStatementQuery.unpack(info.endpoints[0].ticket.ticket).statement_handle)
+        ticket_cmd = p.TicketStatementQuery.unpack(info.endpoints[0].ticket.ticket)
+        genuine = StatementHandle.decode(ticket_cmd.statement_handle)
         assert genuine.pins, "the genuine ticket pins ns.t"
         for sql in ["INSERT INTO ns.t VALUES (99)", "DELETE FROM ns.t", "DROP TABLE ns.t",
                     "COPY (SELECT 1) TO '/tmp/icefloe-forged.csv'"]:
