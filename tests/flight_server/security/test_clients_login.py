@@ -112,6 +112,10 @@ def test_jdbc_login_with_each_outcome(auth_server: ServerProcess) -> None:
     denied = _jdbc(url, "rita", PASSWORDS["rita"], "INSERT INTO ns.t VALUES (1)")
     assert denied[0] == "CONNECTED" and denied[1].startswith("QUERY_ERROR"), denied
     assert "user 'rita' has role read; this needs role write" in denied[1], denied
+    auth_server.stop()
+    for secret in PASSWORDS.values():
+        assert secret not in auth_server.log
+    assert "Traceback" not in auth_server.log and "Bearer ifl1." not in auth_server.log
 
 
 def test_jdbc_over_verified_tls(tls_auth_server: ServerProcess, pki: Pki) -> None:
