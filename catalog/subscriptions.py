@@ -126,7 +126,11 @@ class CommitHub:
         return sub
 
     def add_listener(self, listener: Callable[[CommitRecord], None]) -> None:
-        """Call ``listener`` (which must not block) for every published record."""
+        """Call ``listener`` for every published record, in seq order.
+
+        It runs on the committing thread while the catalog's commit lock is held, so it must
+        not block or do I/O: hand the record to a queue (or read the durable log instead).
+        """
         self._listeners.append(listener)
 
     def publish(self, record: CommitRecord) -> None:
