@@ -254,6 +254,20 @@ class Security:
     middleware: dict[str, flight.ServerMiddlewareFactory]
     auth: AuthMiddlewareFactory | None  # None: authentication is off
     summary: list[str]
+    users_file: str | None = None
+
+    def reload_users(self) -> None:
+        """Re-read the users file (on SIGHUP); a bad file keeps the users in force."""
+        if self.auth is None or self.users_file is None:
+            return
+        try:
+            users = load_users(self.users_file)
+        except SecurityConfigError as exc:
+            logger.error("users file not reloaded, the previous users stay in force: %s", exc)
+            return
+        # One reference swap: each call sees either the old or the new table, never a mix.
+        self.auth.users = users
+        logger.info("users file reloaded: %d user(s)", len(users))
 
 
 def build_security(config: Config) -> Security:
@@ -306,7 +320,7 @@ def build_security(config: Config) -> Security:
         else:
             summary.append("authentication OFF and remote access allowed (--allow-remote-without-auth): "
                            "anyone who can reach this port can read and write every table")
-    return Security(kwargs, {MIDDLEWARE_KEY: auth} if auth else {}, auth, summary)
+    return Security(kwargs, {MIDDLEWARE_KEY: auth} if auth else {}, auth, summary, config.users_file)
 
 
 def _read_pem(path: str, flag: str) -> bytes:

@@ -153,6 +153,7 @@ def serve(config: Config) -> None:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: server.security.reload_users())
     # FlightServerBase starts serving in its constructor; serve() would only install Arrow's
     # own signal handlers over ours, so the main thread just waits for a signal instead.
     while not stop.wait(1.0):

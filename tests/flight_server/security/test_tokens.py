@@ -112,3 +112,39 @@ def test_token_from_another_warehouse_key_is_refused(tmp_path: Path, users_file:
     finally:
         one.stop()
         two.stop()
+
+
+def _wait_for_log(server: ServerProcess, text: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in server.log:
+        assert time.monotonic() < deadline, f"{text!r} not logged:\n{server.log}"
+        time.sleep(0.1)
+
+
+def test_sighup_reloads_the_users_file_and_a_bad_file_keeps_the_old_users(warehouse: Path, tmp_path: Path) -> None:
+    import signal
+
+    users = write_users_file(tmp_path / "users.toml")
+    server = ServerProcess(warehouse, ["--users", str(users)]).start()
+    try:
+        wendy = _login(server, "wendy", PASSWORDS["wendy"])
+        rita = _login(server, "rita", PASSWORDS["rita"])
+        # remove wendy, keep rita's hash line as it is, add a new user
+        rita_hash = load_users(users)["rita"].password_hash
+        users.write_text(f'[users.rita]\nrole = "read"\npassword_hash = "{rita_hash}"\n\n'
+                         f'[users.nina]\nrole = "write"\npassword_hash = "{hash_password("nina-pw-3c1d")}"\n')
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGHUP)
+        _wait_for_log(server, "users file reloaded: 2 user(s)")
+        assert _list_actions(server, wendy)[0] == "unauthenticated"
+        assert _list_actions(server, rita)[0] == "past_auth"
+        nina = _login(server, "nina", "nina-pw-3c1d")
+        assert _list_actions(server, nina)[0] == "past_auth"
+        # a broken file is refused and the users in force stay
+        users.write_text("[users.nina\n")
+        server.proc.send_signal(signal.SIGHUP)
+        _wait_for_log(server, "users file not reloaded")
+        assert _list_actions(server, nina)[0] == "past_auth"
+        assert server.proc.poll() is None
+    finally:
+        server.stop()
