@@ -82,6 +82,17 @@ def test_rpc_with_bearer_token_by_role(client: flight.FlightClient, tokens: dict
         assert "Traceback" not in str(exc)
 
 
+@pytest.mark.parametrize("rpc", sorted(RPCS))
+@pytest.mark.parametrize("user", ["rita", "wendy"])
+def test_rpc_with_basic_credentials_on_the_call_by_role(client: flight.FlightClient, rpc: str, user: str) -> None:
+    """Basic directly on the call (no Handshake), as the JDBC driver may do on its first call."""
+    floor, call = RPCS[rpc]
+    result, exc = outcome(lambda: call(client, options(basic(user, PASSWORDS[user]))))
+    expected = "past_auth" if RANK[ROLES[user]] >= RANK[floor] else "permission_denied"
+    assert result == expected, exc
+    assert not isinstance(exc, flight.FlightInternalError), exc
+
+
 @pytest.mark.parametrize("user", sorted(ROLES))
 def test_basic_on_first_call_answers_with_bearer(shared_server: ServerProcess, user: str) -> None:
     """JDBC-style: Basic on an ordinary call works and the response carries a bearer token."""
