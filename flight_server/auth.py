@@ -20,6 +20,8 @@ import hmac
 import ipaddress
 import logging
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,11 +146,51 @@ class AuthMiddleware(flight.ServerMiddleware):  # type: ignore[misc]
         self._on_done()
 
 
+class VerifiedLogins:
+    """Recently verified Basic credentials, so a client that sends Basic on every call pays
+    the Argon2 verification once per ``ttl_s`` instead of on each call.
+
+    Keys are HMACs (server key) of user, password and the user's current password hash: no
+    password is kept, and a changed hash (new password, reload) misses the cache.
+    """
+
+    def __init__(self, signer: TokenSigner, ttl_s: float = 300.0, capacity: int = 1024) -> None:
+        self._signer = signer
+        self._ttl_s = ttl_s
+        self._capacity = capacity
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[bytes, float] = OrderedDict()
+
+    def _key(self, user: User, password: str) -> bytes:
+        return self._signer.digest(b"basic\x00" + "\x00".join((user.name, password, user.password_hash)).encode())
+
+    def hit(self, user: User, password: str) -> bool:
+        key = self._key(user, password)
+        with self._lock:
+            expires = self._entries.get(key)
+            if expires is None:
+                return False
+            if expires < time.monotonic():
+                del self._entries[key]
+                return False
+            self._entries.move_to_end(key)
+            return True
+
+    def add(self, user: User, password: str) -> None:
+        key = self._key(user, password)
+        with self._lock:
+            self._entries[key] = time.monotonic() + self._ttl_s
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._capacity:
+                self._entries.popitem(last=False)
+
+
 class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc]
     def __init__(self, users: dict[str, User], signer: TokenSigner, limiter: CallLimiter) -> None:
         self.users = users
         self.signer = signer
         self.limiter = limiter
+        self.verified = VerifiedLogins(signer)
 
     def start_call(self, info: flight.CallInfo, headers: dict[str, list[Any]]) -> AuthMiddleware:
         principal, issued = self._authenticate(headers)
@@ -175,7 +217,6 @@ class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[mis
         if scheme == "basic":
             user = self._check_basic(credentials.strip())
             token = self.signer.issue(user.name, user.password_hash)
-            logger.info("login: user %r (role %s)", user.name, user.role)
             return Principal(user.name, user.role), token
         if scheme == "bearer":
             return Principal(*self._check_bearer(credentials.strip())), None
@@ -192,6 +233,8 @@ class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[mis
         if not sep:
             raise flight.FlightUnauthenticatedError("malformed Basic credentials")
         user = self.users.get(name)
+        if user is not None and self.verified.hit(user, password):
+            return user
         # verify_password does the same work for an unknown user (no enumeration by timing).
         if not verify_password(user.password_hash if user else None, password) or user is None:
             if user is None:
@@ -199,6 +242,8 @@ class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[mis
             else:
                 logger.warning("login failed: wrong password for user %r", name)
             raise flight.FlightUnauthenticatedError("invalid username or password")
+        self.verified.add(user, password)
+        logger.info("login: user %r (role %s)", user.name, user.role)
         return user
 
     def _check_bearer(self, token: str) -> tuple[str, str]:

@@ -60,6 +60,10 @@ class TokenSigner:
         self._key = key
         self.ttl_s = ttl_s
 
+    def digest(self, data: bytes) -> bytes:
+        """HMAC-SHA256 of ``data`` under the signing key (for keys that must not reveal data)."""
+        return hmac.new(self._key, data, hashlib.sha256).digest()
+
     def password_fingerprint(self, password_hash: str) -> str:
         return _b64(hmac.new(self._key, b"pw\x00" + password_hash.encode(), hashlib.sha256).digest()[:12])
 

@@ -148,3 +148,14 @@ def test_permission_denied_names_role_not_secrets(client: flight.FlightClient,
     message = str(exc)
     assert "rita" in message and "write" in message
     assert PASSWORDS["rita"] not in message and tokens["rita"][1].decode() not in message
+
+
+def test_repeated_basic_is_cached_but_a_wrong_password_never_is(client: flight.FlightClient,
+                                                              shared_server: ServerProcess) -> None:
+    for _ in range(3):
+        assert outcome(lambda: client.list_actions(options(basic("wendy", PASSWORDS["wendy"]))))[0] == "past_auth"
+    for wrong in [PASSWORDS["wendy"] + "x", PASSWORDS["wendy"][:-1], PASSWORDS["rita"]]:
+        result, exc = outcome(lambda wrong=wrong: client.list_actions(options(basic("wendy", wrong))))  # type: ignore[misc]
+        assert result == "unauthenticated", exc
+    # wendy's cached login does not open rita's account with wendy's password, nor the reverse
+    assert outcome(lambda: client.list_actions(options(basic("rita", PASSWORDS["wendy"]))))[0] == "unauthenticated"

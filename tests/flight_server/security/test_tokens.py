@@ -140,6 +140,17 @@ def test_sighup_reloads_the_users_file_and_a_bad_file_keeps_the_old_users(wareho
         assert _list_actions(server, rita)[0] == "past_auth"
         nina = _login(server, "nina", "nina-pw-3c1d")
         assert _list_actions(server, nina)[0] == "past_auth"
+        # a new password for nina: the old one (verified and cached a moment ago) no longer works
+        users.write_text(f'[users.nina]\nrole = "write"\npassword_hash = "{hash_password("nina-pw-NEW")}"\n')
+        server.proc.send_signal(signal.SIGHUP)
+        _wait_for_log(server, "users file reloaded: 1 user(s)")
+        client = flight.FlightClient(server.location)
+        try:
+            with pytest.raises(flight.FlightUnauthenticatedError):
+                client.authenticate_basic_token("nina", "nina-pw-3c1d")
+            nina = client.authenticate_basic_token("nina", "nina-pw-NEW")
+        finally:
+            client.close()
         # a broken file is refused and the users in force stay
         users.write_text("[users.nina\n")
         server.proc.send_signal(signal.SIGHUP)
