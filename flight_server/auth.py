@@ -219,7 +219,7 @@ class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[mis
             token = self.signer.issue(user.name, user.password_hash)
             return Principal(user.name, user.role), token
         if scheme == "bearer":
-            return Principal(*self._check_bearer(credentials.strip())), None
+            return self._check_bearer(credentials.strip())
         raise flight.FlightUnauthenticatedError("unsupported authorization scheme (use Basic or Bearer)")
 
     def _check_basic(self, encoded: str) -> User:
@@ -246,7 +246,8 @@ class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[mis
         logger.info("login: user %r (role %s)", user.name, user.role)
         return user
 
-    def _check_bearer(self, token: str) -> tuple[str, str]:
+    def _check_bearer(self, token: str) -> tuple[Principal, str | None]:
+        """The caller, and a renewed token to send back when this one is past half its life."""
         try:
             claims = self.signer.verify(token)
         except InvalidToken as exc:
@@ -258,7 +259,7 @@ class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[mis
         if user is None or not hmac.compare_digest(fingerprint, claims.password_fingerprint):
             logger.info("bearer token refused: user %r removed or password changed", claims.user)
             raise flight.FlightUnauthenticatedError("bearer token revoked; log in again")
-        return user.name, user.role
+        return Principal(user.name, user.role), self.signer.renewal(claims, user.password_hash)
 
 
 class HandshakeHandler(flight.ServerAuthHandler):  # type: ignore[misc]

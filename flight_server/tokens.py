@@ -38,11 +38,17 @@ class InvalidToken(Exception):
     """The token is malformed, forged, expired or revoked (message is for the log only)."""
 
 
+# A token is renewed (a fresh one sent back on a call) once less than half its lifetime is
+# left, but never beyond this long after the password login it descends from.
+MAX_SESSION_S = 7 * 24 * 3600
+
+
 @dataclass(frozen=True)
 class TokenClaims:
     user: str
     expires_at: int
     password_fingerprint: str
+    login_at: int  # when the user last gave the password (renewals keep it)
 
 
 def _b64(data: bytes) -> str:
@@ -67,9 +73,10 @@ class TokenSigner:
     def password_fingerprint(self, password_hash: str) -> str:
         return _b64(hmac.new(self._key, b"pw\x00" + password_hash.encode(), hashlib.sha256).digest()[:12])
 
-    def issue(self, user: str, password_hash: str, now: float | None = None) -> str:
+    def issue(self, user: str, password_hash: str, now: float | None = None, login_at: int | None = None) -> str:
         now = time.time() if now is None else now
-        payload = {"u": user, "exp": int(now + self.ttl_s), "pw": self.password_fingerprint(password_hash)}
+        payload = {"u": user, "exp": int(now + self.ttl_s), "pw": self.password_fingerprint(password_hash),
+                   "at": int(now) if login_at is None else login_at}
         body = _b64(json.dumps(payload, separators=(",", ":")).encode())
         return f"{PREFIX}.{body}.{self._mac(body)}"
 
@@ -85,12 +92,19 @@ class TokenSigner:
             raise InvalidToken("bad signature")
         try:
             payload = json.loads(_unb64(body))
-            claims = TokenClaims(str(payload["u"]), int(payload["exp"]), str(payload["pw"]))
+            claims = TokenClaims(str(payload["u"]), int(payload["exp"]), str(payload["pw"]), int(payload["at"]))
         except (ValueError, KeyError, TypeError, binascii.Error):
             raise InvalidToken("malformed payload") from None
         if claims.expires_at <= (time.time() if now is None else now):
             raise InvalidToken("expired")
         return claims
+
+    def renewal(self, claims: TokenClaims, password_hash: str, now: float | None = None) -> str | None:
+        """A fresh token for a valid one past half its lifetime (None: not due, or session too old)."""
+        now = time.time() if now is None else now
+        if claims.expires_at - now > self.ttl_s / 2 or now - claims.login_at > MAX_SESSION_S:
+            return None
+        return self.issue(claims.user, password_hash, now, login_at=claims.login_at)
 
     def _mac(self, body: str) -> str:
         return _b64(hmac.new(self._key, f"{PREFIX}.{body}".encode(), hashlib.sha256).digest())

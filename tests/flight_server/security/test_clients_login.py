@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -184,3 +185,24 @@ def test_jdbc_mutual_tls(mtls_auth_server: ServerProcess, pki: Pki) -> None:
     assert with_cert == ["CONNECTED", "QUERY_OK 1"], with_cert
     without = _jdbc(url, "alice", PASSWORDS["alice"])
     assert without and without[0].startswith("CONNECT_ERROR"), without
+
+
+@pytest.fixture
+def short_token_server(warehouse: Path, users_file: Path) -> Iterator[ServerProcess]:
+    proc = ServerProcess(warehouse, ["--users", str(users_file), "--token-ttl", "6"]).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def test_adbc_connection_outlives_its_first_token_through_renewal(short_token_server: ServerProcess) -> None:
+    """Tokens live 6 s; a connection used every 3.5 s gets renewed tokens and keeps working."""
+    conn = _adbc_connect(short_token_server.location, "rita", PASSWORDS["rita"])
+    try:
+        for pause in [0.0, 3.5, 3.5, 3.5]:  # the last call is 10.5 s after the login
+            time.sleep(pause)
+            assert _adbc_query_outcome(conn) == "ok"
+    finally:
+        conn.close()
+

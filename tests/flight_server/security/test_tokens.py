@@ -159,3 +159,35 @@ def test_sighup_reloads_the_users_file_and_a_bad_file_keeps_the_old_users(wareho
         assert server.proc.poll() is None
     finally:
         server.stop()
+
+
+def test_token_past_half_its_life_is_renewed_in_the_response(warehouse: Path, users_file: Path) -> None:
+    seen: list[str] = []
+
+    class Capture(flight.ClientMiddlewareFactory):  # type: ignore[misc]
+        def start_call(self, info: flight.CallInfo) -> flight.ClientMiddleware:
+            class M(flight.ClientMiddleware):  # type: ignore[misc]
+                def received_headers(self, headers: dict[str, list[str]]) -> None:
+                    seen.extend(headers.get("authorization", []))
+            return M()
+
+    server = ServerProcess(warehouse, ["--users", str(users_file), "--token-ttl", "6"]).start()
+    client = flight.FlightClient(server.location, middleware=[Capture()])
+    try:
+        original = client.authenticate_basic_token("rita", PASSWORDS["rita"])
+        seen.clear()
+        client.list_actions(options(original))
+        assert seen == []  # fresh: no renewal yet
+        time.sleep(3.5)  # past half of the 6 s lifetime
+        client.list_actions(options(original))
+        assert len(seen) == 1 and seen[0].startswith("Bearer ifl1."), seen
+        renewed = (b"authorization", seen[0].encode())
+        assert renewed[1] != original[1]
+        deadline = time.monotonic() + 10
+        while _list_actions(server, original)[0] == "past_auth":
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        assert _list_actions(server, renewed)[0] == "past_auth"  # the renewal outlives the original
+    finally:
+        client.close()
+        server.stop()
