@@ -54,7 +54,7 @@ METHOD_FLOOR: dict[flight.FlightMethod, str] = {
 }
 
 # Flight SQL DoPut commands that write nothing (parameter binding for a query).
-_READ_PUT_COMMANDS = frozenset({"CommandPreparedStatementQuery"})
+_READ_PUT_COMMANDS = frozenset({"type.googleapis.com/arrow.flight.protocol.sql.CommandPreparedStatementQuery"})
 # Actions that change no table; any other action needs at least "write" (its handler may
 # ask for more, e.g. "admin" for maintenance). Deny by default: a new action is not open.
 _READ_ACTIONS = frozenset({
@@ -65,8 +65,8 @@ _READ_ACTIONS = frozenset({
 })
 
 
-def any_type_name(command: bytes) -> str | None:
-    """The message name inside a protobuf ``Any`` (field 1, the type URL), or None."""
+def any_type_url(command: bytes) -> str | None:
+    """The type URL of a protobuf ``Any`` (its field 1), or None."""
     if len(command) < 2 or command[0] != 0x0A:
         return None
     length, shift, i = 0, 0, 1
@@ -82,13 +82,13 @@ def any_type_name(command: bytes) -> str | None:
     url = command[i:i + length]
     if len(url) != length:
         return None
-    return url.decode("utf-8", "replace").rsplit("/", 1)[-1].rsplit(".", 1)[-1]
+    return url.decode("utf-8", "replace")
 
 
 def put_floor(descriptor: flight.FlightDescriptor) -> str:
     """Least role for a DoPut: "write" unless it binds parameters of a prepared query."""
     if descriptor.descriptor_type == flight.DescriptorType.CMD:
-        if any_type_name(descriptor.command or b"") in _READ_PUT_COMMANDS:
+        if any_type_url(descriptor.command or b"") in _READ_PUT_COMMANDS:
             return "read"
     return "write"
 

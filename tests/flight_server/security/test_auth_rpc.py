@@ -159,3 +159,15 @@ def test_repeated_basic_is_cached_but_a_wrong_password_never_is(client: flight.F
         assert result == "unauthenticated", exc
     # wendy's cached login does not open rita's account with wendy's password, nor the reverse
     assert outcome(lambda: client.list_actions(options(basic("rita", PASSWORDS["wendy"]))))[0] == "unauthenticated"
+
+
+def test_only_the_real_prepared_query_command_binds_parameters_with_read(
+        client: flight.FlightClient, tokens: dict[str, tuple[bytes, bytes]]) -> None:
+    """The DoPut floor matches the full type URL: a look-alike message name gets no read pass."""
+    from security_helpers import _drain_put, _varint
+
+    url = b"type.googleapis.com/evil.CommandPreparedStatementQuery"
+    lookalike = b"\x0a" + _varint(len(url)) + url + b"\x12\x00"
+    result, exc = outcome(lambda: _drain_put(client, flight.FlightDescriptor.for_command(lookalike),
+                                             options(tokens["rita"])))
+    assert result == "permission_denied", exc
