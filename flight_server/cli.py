@@ -83,6 +83,30 @@ def login(server_location: str, user: str, tls_root_certs: str | None) -> None:
 
 
 @main.command()
+@click.argument("query")
+@click.option("--uri", envvar="ICEFLOE_URI", default="grpc://127.0.0.1:31337", show_default=True,
+              help="Server location.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--update", is_flag=True, default=False, help="Send as an update (CommandStatementUpdate).")
+@click.option("--token", envvar="ICEFLOE_TOKEN", default=None, help="Bearer token for a server with --users.")
+def sql(query: str, uri: str, fmt: str, update: bool, token: str | None) -> None:
+    """Run one SQL statement against an icefloe server and print the result."""
+    import pyarrow as pa
+    import pyarrow.flight as flight
+
+    from flight_server.sql_client import print_table, run_query, run_update
+
+    headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+    try:
+        if update:
+            click.echo(f"{run_update(uri, query, headers)} rows affected")
+        else:
+            print_table(run_query(uri, query, headers), fmt)
+    except (flight.FlightError, pa.ArrowException) as exc:
+        raise click.ClickException(str(exc).split(". Detail:", 1)[0]) from None
+
+
+@main.command()
 @click.argument("table", required=False)
 @click.option("--warehouse", envvar="ICEFLOE_WAREHOUSE", default="./warehouse", show_default=True,
               help="Warehouse to maintain offline (when no server holds it).")

@@ -7,10 +7,18 @@ that what reaches gRPC is deliberate.
 pyarrow.flight appends the Python traceback to the status message of any exception that is
 not one of its ``FlightError`` types. Codes that pyarrow has a ``FlightError`` for
 (UNAUTHENTICATED, PERMISSION_DENIED, CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE, INTERNAL)
-are raised as those. The others (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, UNIMPLEMENTED,
-OUT_OF_RANGE, ...) can only be reached through Arrow status codes (``ArrowInvalid`` and
-friends), which carry a traceback "detail"; ``install_clean_tracebacks`` makes that detail
-print just the message for our own errors.
+are raised as those. INVALID_ARGUMENT, NOT_FOUND and UNIMPLEMENTED can only be reached through
+Arrow status codes (``ArrowInvalid``, ``ArrowKeyError``, ``ArrowNotImplementedError``), which
+carry a traceback "detail"; ``install_clean_tracebacks`` makes that detail print just the
+exception's class name for our own errors.
+
+What pyarrow 26 cannot express (measured with a raw gRPC client against a pyarrow server):
+ALREADY_EXISTS, FAILED_PRECONDITION, ABORTED, OUT_OF_RANGE and RESOURCE_EXHAUSTED have no
+exception that reaches them; ``ArrowIndexError`` / ``ArrowCapacityError`` / ``ArrowIOError``
+all arrive as UNKNOWN. So ALREADY_EXISTS, FAILED_PRECONDITION, ABORTED and OUT_OF_RANGE are
+sent as INVALID_ARGUMENT and RESOURCE_EXHAUSTED as UNAVAILABLE (retryable, as it is meant),
+and each of those messages starts with the intended code name (``"ALREADY_EXISTS: ..."``) so
+clients can still tell them apart.
 """
 
 from __future__ import annotations
@@ -91,6 +99,7 @@ _FLIGHT_NATIVE: dict[str, type[Exception]] = {
     "DEADLINE_EXCEEDED": flight.FlightTimedOutError,
     "UNAVAILABLE": flight.FlightUnavailableError,
     "INTERNAL": flight.FlightInternalError,
+    "RESOURCE_EXHAUSTED": flight.FlightUnavailableError,  # see the module docstring
 }
 
 # Arrow status codes that the gRPC transport turns into the wanted gRPC code.
@@ -99,11 +108,12 @@ _ARROW_STATUS: dict[str, type[Exception]] = {
     "NOT_FOUND": pa.ArrowKeyError,
     "UNIMPLEMENTED": pa.ArrowNotImplementedError,
     "ALREADY_EXISTS": pa.ArrowInvalid,
-    "OUT_OF_RANGE": pa.ArrowIndexError,
+    "OUT_OF_RANGE": pa.ArrowInvalid,
     "FAILED_PRECONDITION": pa.ArrowInvalid,
     "ABORTED": pa.ArrowInvalid,
-    "RESOURCE_EXHAUSTED": pa.ArrowCapacityError,
 }
+# Codes sent as another code: their messages name the intended one.
+_APPROXIMATED = {"ALREADY_EXISTS", "OUT_OF_RANGE", "FAILED_PRECONDITION", "ABORTED", "RESOURCE_EXHAUSTED"}
 
 _CLEAN_ATTR = "_icefloe_clean"
 
@@ -111,7 +121,8 @@ _CLEAN_ATTR = "_icefloe_clean"
 def to_flight_error(exc: BaseException) -> BaseException:
     """Map any exception to the exception pyarrow.flight should raise for it."""
     if isinstance(exc, flight.FlightError):
-        return exc
+        already: BaseException = exc  # pyarrow.flight is untyped: keep the declared type
+        return already
     if isinstance(exc, IcefloeError):
         code, message = exc.code, str(exc)
     else:
@@ -119,11 +130,14 @@ def to_flight_error(exc: BaseException) -> BaseException:
     if code == "INTERNAL":
         logger.error("internal error", exc_info=exc)
         message = "internal error (see the server log)"
+    if code in _APPROXIMATED and not message.startswith(code):
+        message = f"{code}: {message}"
     native = _FLIGHT_NATIVE.get(code)
     if native is not None:
-        return native(message)
+        flight_error: BaseException = native(message)
+        return flight_error
     arrow_cls = _ARROW_STATUS.get(code, pa.ArrowInvalid)
-    mapped = arrow_cls(message)
+    mapped: BaseException = arrow_cls(message)
     setattr(mapped, _CLEAN_ATTR, True)
     return mapped
 
@@ -187,5 +201,5 @@ def install_clean_tracebacks() -> None:
             return [type(value).__name__.removeprefix("Arrow")]
         return original(exc, *args, **kwargs)
 
-    traceback.format_exception = format_exception  # type: ignore[assignment]
+    traceback.format_exception = format_exception
     _installed = True

@@ -144,6 +144,10 @@ def serve(config: Config) -> None:
     for line in server.security.summary:
         warning = line.startswith("WARNING: ")
         logger.log(logging.WARNING if warning else logging.INFO, "security: %s", line.removeprefix("WARNING: "))
+    if config.demo:
+        from flight_server.demo import load_demo
+
+        load_demo(server.catalog)
     logger.info("icefloe listening on %s", config.location)
     stop = threading.Event()
 

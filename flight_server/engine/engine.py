@@ -4,20 +4,27 @@ Interface (all the Flight SQL layer uses):
 - ``classify(sql)``: is it one read-only query, or something else;
 - ``pin(sql, default_schema)``: the catalog tables the SQL names, with the snapshot ids to read;
 - ``describe(...)``: result and parameter Arrow schemas without running the query;
-- ``execute(...)``: a ``pyarrow.RecordBatchReader`` streaming the result straight out of DuckDB.
+- ``execute(...)``: a ``pyarrow.RecordBatchReader`` streaming the result straight out of DuckDB
+  (no Python code runs per batch).
 
-Isolation: one in-memory DuckDB database (catalog ``icefloe``) serves all queries. Each query
-gets its own cursor; its Iceberg sources are registered on that cursor only, and the views
-``icefloe."<namespace>"."<table>"`` that make them readable by name exist only between setup
-and the start of execution (under a lock), because DuckDB binds a query once and keeps what
-it bound. So concurrent queries at different snapshots of the same table never see each
-other's views.
+Isolation: every running query owns a "slot", one sandboxed in-memory DuckDB database
+(catalog ``icefloe``), from setup until its reader is dropped. Its Iceberg sources are
+registered on the query's cursor and named by views ``icefloe."<namespace>"."<table>"``
+that exist only for that query, so concurrent queries at different snapshots of the same
+table never see each other's views. The pool size is the cap on concurrent queries.
 
 Sandbox (DuckDB settings, then ``lock_configuration``): no external access (no file reads,
-writes, globbing, ATTACH of files, extension installs), no extension autoloading; only
-single SELECT-like statements that the binder says do not write are run. Verified with
-DuckDB 2.0.1: ``allowed_directories`` would still let ``COPY ... TO`` write inside the allowed
-folder, which is why no directory is allowed at all and data reaches DuckDB only as Arrow.
+writes, globbing, ATTACH of files, extension installs), no extension autoloading, no Python
+replacement scans; only single SELECT-like statements that the binder says do not write run.
+Verified with DuckDB 2.0.1: ``allowed_directories`` would still let ``COPY ... TO`` write
+inside the allowed folder, which is why the sandbox allows no directory at all and table
+data reaches it only as Arrow streams.
+
+Scan paths (all produce the schema the sandbox binder gives, so GetFlightInfo and DoGet
+agree): plain ``SELECT cols FROM t`` and selective single-table queries read the pinned
+local files with DuckDB's native Parquet reader in a separate internal database that runs
+only SQL icefloe writes (never client text); everything else scans Arrow datasets inside
+the sandbox, where DuckDB pushes projections and filters into the dataset scan.
 """
 
 from __future__ import annotations
@@ -34,14 +41,16 @@ import duckdb
 import pyarrow as pa
 from duckdb import _seam  # binder access: schema of a statement without running it
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from sqlglot import exp as sql_exp
 
 from flight_server import errors
 from flight_server.engine.iceberg_source import IcebergSources, quote
+from flight_server.engine.pushdown import parse, row_filter
+from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 
 logger = logging.getLogger("icefloe.engine")
 
 CATALOG_NAME = "icefloe"
-BATCH_ROWS = 122_880  # DuckDB's natural multiple of its 2048-row vectors
 _READ_TYPES = {"SELECT", "EXPLAIN"}
 _WRITE_TYPES = {"INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "MERGE_INTO", "COPY"}
 
@@ -112,6 +121,9 @@ class _Slot:
         self.db = duckdb.connect(":memory:", config=config)
         self.db.execute(f"ATTACH ':memory:' AS {CATALOG_NAME}")
         self.db.execute(f"USE {CATALOG_NAME}")
+        # Client SQL must not reach Python objects of the server by name (DuckDB's Python
+        # replacement scans look variables up in the calling frames).
+        self.db.execute("SET python_enable_replacements = false")
         self.db.execute("SET lock_configuration = true")
         # Views are dropped from this cursor: the query's own cursor may still hold its result.
         self.admin = self.db.cursor()
@@ -132,18 +144,30 @@ class _Running:
         self.context = context
         self.deadline = deadline
         self.views: list[str] = []
+        self.parts: list[Any] = []  # the sources of a single-table query (for the plain-scan path)
+        self.helpers: list[duckdb.DuckDBPyConnection] = []  # native-scan cursors feeding this query
         self.interrupted: str | None = None
 
 
 class Engine:
     def __init__(
-        self, catalog: Any, query_timeout_s: float = 300.0, max_concurrent: int = 16, threads: int | None = None
+        self,
+        catalog: Any,
+        query_timeout_s: float = 300.0,
+        max_concurrent: int = 16,
+        threads: int | None = None,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.catalog = catalog
+        # Set when the server begins to shut down: running queries are interrupted so their
+        # streams end and gRPC can drain.
+        self._server_stopping = stopping or threading.Event()
         self.query_timeout_s = query_timeout_s
         self.sources = IcebergSources()
         self._threads = threads
         self._parser = _Slot(threads)  # parsing and name extraction only; never sees a table
+        # Native Parquet reads for plain and selective scans (SQL icefloe writes, never the client's).
+        self.scans = ScanPaths(catalog)
         # Each running query owns a slot, so the views naming its pinned snapshots cannot clash
         # with another query's; the pool size is the cap on concurrent queries.
         self._max_slots = max_concurrent
@@ -199,16 +223,9 @@ class Engine:
 
     def pin(self, sql: str, default_schema: tuple[str, ...] | None) -> list[PinnedTable]:
         """The catalog tables ``sql`` names, each at its current snapshot."""
-        cur = self._parser.cursor()
-        try:
-            names = cur.get_table_names(_without_parameters(sql), qualified=True)
-        except duckdb.Error as exc:
-            raise _map_duckdb(exc) from None
-        finally:
-            cur.close()
         pins: dict[tuple[tuple[str, ...], str], PinnedTable] = {}
-        for raw in sorted(names):
-            for ns, table in self._candidates(split_qualified(raw), default_schema):
+        for parts in sorted(self.table_references(sql)):
+            for ns, table in self._candidates(parts, default_schema):
                 if (ns, table) in pins:
                     break
                 try:
@@ -222,8 +239,36 @@ class Engine:
                 break
         return list(pins.values())
 
+    def table_references(self, sql: str) -> set[tuple[str, ...]]:
+        """Every table name the SQL mentions, as its (unquoted) parts.
+
+        Parsed with sqlglot's DuckDB dialect: DuckDB's own ``get_table_names`` binds the query,
+        which fails exactly when the tables are not there yet (JOIN ... USING) and refuses
+        parameters. DuckDB's extraction is the fallback for SQL sqlglot cannot parse.
+        """
+        trees = parse(sql)
+        if trees is not None:
+            refs: set[tuple[str, ...]] = set()
+            for tree in trees:
+                if tree is None:
+                    continue
+                for table in tree.find_all(sql_exp.Table):
+                    if isinstance(table.this, sql_exp.Identifier) and table.name:
+                        refs.add(tuple(part for part in (table.catalog, table.db, table.name) if part))
+            return refs
+        cur = self._parser.cursor()
+        try:
+            names = cur.get_table_names(_without_parameters(sql), qualified=True)
+        except duckdb.Error as exc:
+            raise _map_duckdb(exc) from None
+        finally:
+            cur.close()
+        return {tuple(split_qualified(name.split(" AS ", 1)[0])) for name in names}
+
     @staticmethod
-    def _candidates(parts: list[str], default_schema: tuple[str, ...] | None) -> list[tuple[tuple[str, ...], str]]:
+    def _candidates(
+        parts: tuple[str, ...], default_schema: tuple[str, ...] | None
+    ) -> list[tuple[tuple[str, ...], str]]:
         if len(parts) == 1:
             return [(default_schema, parts[0])] if default_schema else []
         if len(parts) == 3 and parts[0] == CATALOG_NAME:
@@ -242,8 +287,8 @@ class Engine:
             sig = _seam.bind(cur, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
-            schema = _arrow_schema(cur, sig.names, sig.types)
-            param_schema = _arrow_schema(cur, [f"${n}" for n, _ in sig.parameters], [t for _, t in sig.parameters])
+            schema = arrow_schema(cur, sig.names, sig.types)
+            param_schema = arrow_schema(cur, [f"${n}" for n, _ in sig.parameters], [t for _, t in sig.parameters])
             return schema, param_schema
         except duckdb.Error as exc:
             raise _map_duckdb(exc) from None
@@ -264,11 +309,15 @@ class Engine:
         with self._running_lock:
             self._running.add(run)
         try:
-            self._setup(run, pins, default_schema)
+            self._setup(run, pins, default_schema, sql)
             sig = _seam.bind(run.cursor, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
-            reader = run.cursor.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
+            reader = self.scans.plain_scan(run, sql, sig) if not params else None
+            if reader is None:
+                self.scans.native_scan(run, pins, sql)
+            if reader is None:
+                reader = run.cursor.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
         except BaseException as exc:
             self._release(run)
             if isinstance(exc, duckdb.Error):
@@ -284,10 +333,11 @@ class Engine:
                 return
             run.released = True  # type: ignore[attr-defined]
             self._running.discard(run)
-        try:
-            run.cursor.close()
-        except duckdb.Error:
-            pass
+        for cursor in (run.cursor, *run.helpers):
+            try:
+                cursor.close()
+            except duckdb.Error:
+                pass
         ok = True
         for view in run.views:
             try:
@@ -306,11 +356,16 @@ class Engine:
             return errors.DeadlineExceeded(f"query exceeded the {self.query_timeout_s:g}s timeout")
         if run.interrupted == "cancelled":
             return errors.Cancelled("query cancelled")
+        if run.interrupted == "shutdown":
+            return errors.Unavailable("the server is shutting down; retry")
         return _map_duckdb(exc)
 
     # -- sources --------------------------------------------------------------------------
 
-    def _setup(self, run: _Running, pins: list[PinnedTable], default_schema: tuple[str, ...] | None) -> None:
+    def _setup(
+        self, run: _Running, pins: list[PinnedTable], default_schema: tuple[str, ...] | None, sql: str | None = None
+    ) -> None:
+        """Register each pinned table's sources and name them; ``sql`` (execution only) prunes files."""
         cur = run.cursor
         for i, pin in enumerate(pins):
             table = self.catalog.load_table((*pin.namespace, pin.name))
@@ -320,7 +375,9 @@ class Engine:
                     f"snapshot {pin.snapshot_id} of {'.'.join((*pin.namespace, pin.name))} no longer exists; "
                     "run the query again"
                 )
-            parts = self.sources.parts(table, pin.snapshot_id, schema)
+            prune = row_filter(sql, schema) if sql is not None and len(pins) == 1 else None
+            parts = self.sources.parts(table, pin.snapshot_id, schema, prune)
+            run.parts = parts if len(pins) == 1 else []
             selects = []
             for j, part in enumerate(parts):
                 src = f"__icefloe_src_{i}_{j}"
@@ -346,29 +403,17 @@ class Engine:
                 if run.interrupted:
                     continue
                 reason = None
-                if now > run.deadline:
+                if self._server_stopping.is_set():
+                    reason = "shutdown"
+                elif now > run.deadline:
                     reason = "timeout"
                 elif run.context is not None and run.context.is_cancelled():
                     reason = "cancelled"
                 if reason:
                     run.interrupted = reason
                     logger.info("interrupting query (%s)", reason)
-                    run.cursor.interrupt()
-
-
-def _arrow_schema(cur: duckdb.DuckDBPyConnection, names: list[str], types: list[Any]) -> pa.Schema:
-    """Arrow schema for bound columns.
-
-    A type the binder could not infer (a bare ``?``) is given as utf8: the JDBC driver cannot
-    bind any value to a null-typed parameter, and DuckDB casts a string where the SQL needs it.
-    """
-    fields = []
-    for name, typ in zip(names, types, strict=True):
-        if str(typ) == "UNKNOWN":
-            fields.append(pa.field(name, pa.utf8()))
-        else:
-            fields.append(_seam.arrow_schema(cur, [name], [typ]).field(0))
-    return pa.schema(fields)
+                    for cursor in (run.cursor, *run.helpers):
+                        cursor.interrupt()
 
 
 def parameter_markers(sql: str) -> int:
@@ -428,7 +473,17 @@ def _map_duckdb(exc: duckdb.Error) -> Exception:
         return errors.NotFound(msg)
     if isinstance(exc, duckdb.OutOfMemoryException):
         return errors.ResourceExhausted(msg)
-    if isinstance(exc, (duckdb.ParserException, duckdb.BinderException, duckdb.ProgrammingError, duckdb.DataError,
-                        duckdb.ConversionException, duckdb.InvalidInputException, duckdb.NotImplementedException)):
+    if isinstance(
+        exc,
+        (
+            duckdb.ParserException,
+            duckdb.BinderException,
+            duckdb.ProgrammingError,
+            duckdb.DataError,
+            duckdb.ConversionException,
+            duckdb.InvalidInputException,
+            duckdb.NotImplementedException,
+        ),
+    ):
         return errors.InvalidArgument(msg)
     return errors.InvalidArgument(msg)

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -38,6 +39,7 @@ class SourcePart:
 
     data: Any  # pyarrow Dataset or Table
     select_list: str
+    columns: tuple[tuple[str, str], ...] = ()  # (column name in data, table column name), in order
 
 
 def quote(name: str) -> str:
@@ -72,13 +74,17 @@ class IcebergSources:
         self._files = _LRU(512)  # (table uuid, snapshot id) -> list of data file paths
         self._footers = _LRU(65536)  # file path -> {field id: physical column name}
 
-    def parts(self, table: Table, snapshot_id: int | None, schema: Schema) -> list[SourcePart]:
+    def parts(
+        self, table: Table, snapshot_id: int | None, schema: Schema, row_filter: BooleanExpression | None = None
+    ) -> list[SourcePart]:
+        # Regular (32-bit offset) strings and lists, as DuckDB returns them: no cast later on.
         arrow_schema = schema_to_pyarrow(schema, include_field_ids=False)
+        arrow_schema = pa.schema([f.with_type(small_types(f.type)) for f in arrow_schema])
         if snapshot_id is None:
-            return [SourcePart(arrow_schema.empty_table(), ", ".join(quote(f.name) for f in schema.fields))]
-        paths = self._data_files(table, snapshot_id)
-        if not paths:
-            return [SourcePart(arrow_schema.empty_table(), ", ".join(quote(f.name) for f in schema.fields))]
+            return [_identity_part(arrow_schema.empty_table())]
+        paths = self._data_files(table, snapshot_id, row_filter or AlwaysTrue())
+        if not paths:  # an empty table, or every file pruned by the row filter
+            return [_identity_part(arrow_schema.empty_table())]
         fs, _ = pafs.FileSystem.from_uri(paths[0])
         local = [_fs_path(p) for p in paths]
         groups: dict[tuple[tuple[int, str], ...], list[str]] = {}
@@ -89,22 +95,24 @@ class IcebergSources:
         parts = []
         for key, files in groups.items():
             id_to_phys = dict(key)
-            fields, select = [], []
+            fields, select, columns = [], [], []
             for f, af in zip(schema.fields, arrow_schema, strict=True):
                 phys = id_to_phys.get(f.field_id, _MISSING.format(f.field_id))
                 fields.append(pa.field(phys, af.type, nullable=True))
                 select.append(f"{quote(phys)} AS {quote(f.name)}")
+                columns.append((phys, f.name))
             dataset = ds.dataset(files, schema=pa.schema(fields), format="parquet", filesystem=fs)
-            parts.append(SourcePart(dataset, ", ".join(select)))
+            parts.append(SourcePart(dataset, ", ".join(select), tuple(columns)))
         return parts
 
-    def _data_files(self, table: Table, snapshot_id: int) -> list[str]:
-        key = (str(table.metadata.table_uuid), snapshot_id)
+    def _data_files(self, table: Table, snapshot_id: int, row_filter: BooleanExpression) -> list[str]:
+        key = (str(table.metadata.table_uuid), snapshot_id, repr(row_filter))
         cached = self._files.get(key)
         if cached is not None:
             return list(cached)
         paths = []
-        for task in table.scan(snapshot_id=snapshot_id).plan_files():
+        scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter, case_sensitive=False)
+        for task in scan.plan_files():
             if task.delete_files:
                 from flight_server import errors
 
@@ -129,6 +137,26 @@ class IcebergSources:
             ids = {f.field_id: f.name for f in schema.fields if f.name in names}
         self._footers.put(path, tuple(ids.items()))
         return ids
+
+
+def small_types(typ: pa.DataType) -> pa.DataType:
+    """Large Arrow string/binary/list types as their 32-bit-offset forms (DuckDB's output)."""
+    if pa.types.is_large_string(typ):
+        return pa.utf8()
+    if pa.types.is_large_binary(typ):
+        return pa.binary()
+    if pa.types.is_large_list(typ) or pa.types.is_list(typ):
+        return pa.list_(typ.value_field.with_type(small_types(typ.value_type)))
+    if pa.types.is_struct(typ):
+        return pa.struct([f.with_type(small_types(f.type)) for f in typ])
+    if pa.types.is_map(typ):
+        return pa.map_(small_types(typ.key_type), small_types(typ.item_type))
+    return typ
+
+
+def _identity_part(table: pa.Table) -> SourcePart:
+    names = table.schema.names
+    return SourcePart(ds.dataset(table), ", ".join(quote(n) for n in names), tuple((n, n) for n in names))
 
 
 def _fs_path(uri: str) -> str:

@@ -56,15 +56,19 @@ SESSION_OPTIONS = ("catalog", "schema")
 
 
 def _ipc(schema: pa.Schema) -> bytes:
-    return schema.serialize().to_pybytes()
+    return bytes(schema.serialize().to_pybytes())
 
 
 class FlightSqlService:
     def __init__(self, server: IcefloeServer) -> None:
         self.server = server
         config = server.config
-        self.engine = Engine(server.catalog, query_timeout_s=config.query_timeout_s,
-                             max_concurrent=config.max_concurrent_queries)
+        self.engine = Engine(
+            server.catalog,
+            query_timeout_s=config.query_timeout_s,
+            max_concurrent=config.max_concurrent_queries,
+            stopping=server.stopping,
+        )
         self.metadata = md.Metadata(server.catalog)
         self.sessions = SessionStore()
 
@@ -85,6 +89,8 @@ class FlightSqlService:
             raise errors.InvalidArgument(f"malformed Flight SQL command: {exc}") from None
         if isinstance(cmd, _UNSUPPORTED_COMMANDS):
             raise errors.Unimplemented(f"{type(cmd).__name__} is not supported")
+        if getattr(cmd, "transaction_id", None):
+            raise errors.Unimplemented("transactions are not supported (every statement commits on its own)")
         return cmd
 
     def _descriptor_command(self, descriptor: flight.FlightDescriptor) -> p.Message:
@@ -100,11 +106,15 @@ class FlightSqlService:
 
     # -- GetFlightInfo / GetSchema ---------------------------------------------------------
 
-    def get_flight_info(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
+    def get_flight_info(
+        self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
+    ) -> flight.FlightInfo:
         cmd = self._descriptor_command(descriptor)
         if isinstance(cmd, p.CommandStatementQuery):
             handle = self._plan(context, cmd.query, None)
-            schema, _ = self.engine.describe(handle.sql, handle.pins, handle.default_schema, param_values(handle.params))
+            schema, _ = self.engine.describe(
+                handle.sql, handle.pins, handle.default_schema, param_values(handle.params)
+            )
             ticket = p.TicketStatementQuery(handle.encode()).pack()
         elif isinstance(cmd, p.CommandPreparedStatementQuery):
             prepared = PreparedHandle.decode(cmd.prepared_statement_handle)
@@ -113,7 +123,9 @@ class FlightSqlService:
                 self.server.authorize(context, "write")
                 self._write(prepared.sql)
             handle = self._plan(context, prepared.sql, prepared.default_schema, prepared.params)
-            schema, _ = self.engine.describe(handle.sql, handle.pins, handle.default_schema, param_values(handle.params))
+            schema, _ = self.engine.describe(
+                handle.sql, handle.pins, handle.default_schema, param_values(handle.params)
+            )
             ticket = p.TicketStatementQuery(handle.encode()).pack()
         else:
             schema = self._metadata_schema(context, cmd)
@@ -128,7 +140,10 @@ class FlightSqlService:
         return flight.SchemaResult(self._metadata_schema(context, cmd))
 
     def _plan(
-        self, context: flight.ServerCallContext, sql: str, default_schema: tuple[str, ...] | None,
+        self,
+        context: flight.ServerCallContext,
+        sql: str,
+        default_schema: tuple[str, ...] | None,
         params: pa.RecordBatch | None = None,
     ) -> StatementHandle:
         """Authorize, classify, and pin the snapshots of the tables a query reads."""
@@ -175,8 +190,9 @@ class FlightSqlService:
         if isinstance(cmd, p.TicketStatementQuery):
             self.server.authorize(context, "read")
             handle = StatementHandle.decode(cmd.statement_handle)
-            reader = self.engine.execute(handle.sql, handle.pins, handle.default_schema, param_values(handle.params),
-                                         context=context)
+            reader = self.engine.execute(
+                handle.sql, handle.pins, handle.default_schema, param_values(handle.params), context=context
+            )
             return flight.RecordBatchStream(reader)
         return flight.RecordBatchStream(self._metadata_table(context, cmd))
 
@@ -232,6 +248,7 @@ class FlightSqlService:
         return self._write(sql)
 
     def _ingest(self, context: flight.ServerCallContext, cmd: p.CommandStatementIngest, reader: Any) -> int:
+        self.server.authorize(context, "write")
         if cmd.catalog not in (None, "", CATALOG_NAME):
             raise errors.NotFound(f"catalog {cmd.catalog!r} does not exist (the catalog is {CATALOG_NAME!r})")
         if not cmd.table:
@@ -243,10 +260,17 @@ class FlightSqlService:
         ingest = getattr(self.server.appends, "ingest", None)
         if ingest is None:
             raise errors.Unimplemented("bulk ingest is not available in this build")
-        return int(ingest(
-            context, namespace=namespace, table=cmd.table, mode=mode, temporary=cmd.temporary, reader=reader,
-            idempotency_key=options.get("idempotency_key") or None,
-        ))
+        return int(
+            ingest(
+                context,
+                namespace=namespace,
+                table=cmd.table,
+                mode=mode,
+                temporary=cmd.temporary,
+                reader=reader,
+                idempotency_key=options.get("idempotency_key") or None,
+            )
+        )
 
     # -- DoAction ----------------------------------------------------------------------------
 
@@ -259,6 +283,7 @@ class FlightSqlService:
             if kind == "CreatePreparedStatement":
                 return iter([self._create_prepared(context, p.ActionCreatePreparedStatementRequest.unpack(body))])
             if kind == "ClosePreparedStatement":
+                self.server.authorize(context, "read")
                 req = p.ActionClosePreparedStatementRequest.unpack(body)
                 PreparedHandle.decode(req.prepared_statement_handle)  # validate; nothing to free
                 return iter([])
@@ -290,18 +315,21 @@ class FlightSqlService:
             handle = PreparedHandle(req.query, default_schema, is_query=False)
             count = parameter_markers(req.query)
             params = pa.schema([pa.field(f"${i + 1}", pa.utf8()) for i in range(count)])
-            result = p.ActionCreatePreparedStatementResult(handle.encode(), b"", _ipc(params) if count else b"")
+            result = p.ActionCreatePreparedStatementResult(
+                handle.encode(), b"", _ipc(params) if count else b"", is_update=True
+            )
         else:
             pins = self.engine.pin(req.query, default_schema)
             schema, params = self.engine.describe(req.query, pins, default_schema)
             handle = PreparedHandle(req.query, default_schema, is_query=True)
-            result = p.ActionCreatePreparedStatementResult(handle.encode(), _ipc(schema), _ipc(params))
+            result = p.ActionCreatePreparedStatementResult(handle.encode(), _ipc(schema), _ipc(params), is_update=False)
         return result.pack()
 
     def _set_session_options(self, context: flight.ServerCallContext, req: p.SetSessionOptionsRequest) -> bytes:
         self.server.authorize(context, "read")
         session = self.sessions.get(context, create=True)
-        assert session is not None
+        if session is None:  # the server was built without the session middleware
+            raise errors.Unimplemented("session options are not available on this server")
         errs = []
         for entry in req.session_options:
             value = entry.value.python_value() if entry.value else None
@@ -332,7 +360,9 @@ class FlightSqlService:
         options: dict[str, Any] = {"catalog": CATALOG_NAME}
         if session is not None:
             options.update(session.options)
-        entries = [p.SessionOptionEntry(k, p.SessionOptionValue(string_value=str(v))) for k, v in sorted(options.items())]
+        entries = [
+            p.SessionOptionEntry(k, p.SessionOptionValue(string_value=str(v))) for k, v in sorted(options.items())
+        ]
         return p.GetSessionOptionsResult(entries).encode()
 
 

@@ -14,6 +14,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 
 from flight_server import __version__
 from flight_server.engine import CATALOG_NAME
+from flight_server.engine.iceberg_source import small_types
 from flight_server.flightsql import protocol as p
 
 
@@ -23,42 +24,77 @@ def _f(name: str, typ: pa.DataType, nullable: bool = True) -> pa.Field:
 
 CATALOGS_SCHEMA = pa.schema([_f("catalog_name", pa.utf8(), False)])
 DB_SCHEMAS_SCHEMA = pa.schema([_f("catalog_name", pa.utf8()), _f("db_schema_name", pa.utf8(), False)])
-TABLES_SCHEMA = pa.schema([
-    _f("catalog_name", pa.utf8()), _f("db_schema_name", pa.utf8()),
-    _f("table_name", pa.utf8(), False), _f("table_type", pa.utf8(), False),
-])
+TABLES_SCHEMA = pa.schema(
+    [
+        _f("catalog_name", pa.utf8()),
+        _f("db_schema_name", pa.utf8()),
+        _f("table_name", pa.utf8(), False),
+        _f("table_type", pa.utf8(), False),
+    ]
+)
 TABLES_SCHEMA_WITH_SCHEMA = TABLES_SCHEMA.append(_f("table_schema", pa.binary(), False))
 TABLE_TYPES_SCHEMA = pa.schema([_f("table_type", pa.utf8(), False)])
-PRIMARY_KEYS_SCHEMA = pa.schema([
-    _f("catalog_name", pa.utf8()), _f("db_schema_name", pa.utf8()), _f("table_name", pa.utf8(), False),
-    _f("column_name", pa.utf8(), False), _f("key_name", pa.utf8()), _f("key_sequence", pa.int32(), False),
-])
-FOREIGN_KEYS_SCHEMA = pa.schema([
-    _f("pk_catalog_name", pa.utf8()), _f("pk_db_schema_name", pa.utf8()), _f("pk_table_name", pa.utf8(), False),
-    _f("pk_column_name", pa.utf8(), False), _f("fk_catalog_name", pa.utf8()), _f("fk_db_schema_name", pa.utf8()),
-    _f("fk_table_name", pa.utf8(), False), _f("fk_column_name", pa.utf8(), False),
-    _f("key_sequence", pa.int32(), False), _f("fk_key_name", pa.utf8()), _f("pk_key_name", pa.utf8()),
-    _f("update_rule", pa.uint8(), False), _f("delete_rule", pa.uint8(), False),
-])
-_SQL_INFO_VALUE = pa.dense_union([
-    _f("string_value", pa.utf8()),
-    _f("bool_value", pa.bool_()),
-    _f("bigint_value", pa.int64()),
-    _f("int32_bitmask", pa.int32()),
-    _f("string_list", pa.list_(pa.utf8())),
-    _f("int32_to_int32_list_map", pa.map_(pa.int32(), pa.list_(pa.int32()))),
-])
+PRIMARY_KEYS_SCHEMA = pa.schema(
+    [
+        _f("catalog_name", pa.utf8()),
+        _f("db_schema_name", pa.utf8()),
+        _f("table_name", pa.utf8(), False),
+        _f("column_name", pa.utf8(), False),
+        _f("key_name", pa.utf8()),
+        _f("key_sequence", pa.int32(), False),
+    ]
+)
+FOREIGN_KEYS_SCHEMA = pa.schema(
+    [
+        _f("pk_catalog_name", pa.utf8()),
+        _f("pk_db_schema_name", pa.utf8()),
+        _f("pk_table_name", pa.utf8(), False),
+        _f("pk_column_name", pa.utf8(), False),
+        _f("fk_catalog_name", pa.utf8()),
+        _f("fk_db_schema_name", pa.utf8()),
+        _f("fk_table_name", pa.utf8(), False),
+        _f("fk_column_name", pa.utf8(), False),
+        _f("key_sequence", pa.int32(), False),
+        _f("fk_key_name", pa.utf8()),
+        _f("pk_key_name", pa.utf8()),
+        _f("update_rule", pa.uint8(), False),
+        _f("delete_rule", pa.uint8(), False),
+    ]
+)
+_SQL_INFO_VALUE = pa.dense_union(
+    [
+        _f("string_value", pa.utf8()),
+        _f("bool_value", pa.bool_()),
+        _f("bigint_value", pa.int64()),
+        _f("int32_bitmask", pa.int32()),
+        _f("string_list", pa.list_(pa.utf8())),
+        _f("int32_to_int32_list_map", pa.map_(pa.int32(), pa.list_(pa.int32()))),
+    ]
+)
 SQL_INFO_SCHEMA = pa.schema([_f("info_name", pa.uint32(), False), _f("value", _SQL_INFO_VALUE, False)])
-XDBC_TYPE_INFO_SCHEMA = pa.schema([
-    _f("type_name", pa.utf8(), False), _f("data_type", pa.int32(), False), _f("column_size", pa.int32()),
-    _f("literal_prefix", pa.utf8()), _f("literal_suffix", pa.utf8()),
-    _f("create_params", pa.list_(pa.field("item", pa.utf8(), nullable=False))),
-    _f("nullable", pa.int32(), False), _f("case_sensitive", pa.bool_(), False), _f("searchable", pa.int32(), False),
-    _f("unsigned_attribute", pa.bool_()), _f("fixed_prec_scale", pa.bool_(), False), _f("auto_increment", pa.bool_()),
-    _f("local_type_name", pa.utf8()), _f("minimum_scale", pa.int32()), _f("maximum_scale", pa.int32()),
-    _f("sql_data_type", pa.int32(), False), _f("datetime_subcode", pa.int32()), _f("num_prec_radix", pa.int32()),
-    _f("interval_precision", pa.int32()),
-])
+XDBC_TYPE_INFO_SCHEMA = pa.schema(
+    [
+        _f("type_name", pa.utf8(), False),
+        _f("data_type", pa.int32(), False),
+        _f("column_size", pa.int32()),
+        _f("literal_prefix", pa.utf8()),
+        _f("literal_suffix", pa.utf8()),
+        _f("create_params", pa.list_(pa.field("item", pa.utf8(), nullable=False))),
+        _f("nullable", pa.int32(), False),
+        _f("case_sensitive", pa.bool_(), False),
+        _f("searchable", pa.int32(), False),
+        _f("unsigned_attribute", pa.bool_()),
+        _f("fixed_prec_scale", pa.bool_(), False),
+        _f("auto_increment", pa.bool_()),
+        _f("local_type_name", pa.utf8()),
+        _f("minimum_scale", pa.int32()),
+        _f("maximum_scale", pa.int32()),
+        _f("sql_data_type", pa.int32(), False),
+        _f("datetime_subcode", pa.int32()),
+        _f("num_prec_radix", pa.int32()),
+        _f("interval_precision", pa.int32()),
+    ]
+)
 
 TABLE_TYPES = ["TABLE"]
 
@@ -124,8 +160,11 @@ def sql_info_table(cmd: p.CommandGetSqlInfo) -> pa.Table:
         children[code].append(value)
     child_arrays = [pa.array(children[i], type=_SQL_INFO_VALUE.field(i).type) for i in range(6)]
     union = pa.UnionArray.from_dense(
-        pa.array(type_codes, pa.int8()), pa.array(offsets, pa.int32()), child_arrays,
-        [_SQL_INFO_VALUE.field(i).name for i in range(6)], list(range(6)),
+        pa.array(type_codes, pa.int8()),
+        pa.array(offsets, pa.int32()),
+        child_arrays,
+        [_SQL_INFO_VALUE.field(i).name for i in range(6)],
+        list(range(6)),
     )
     return pa.Table.from_arrays([pa.array(ids, pa.uint32()), union], schema=SQL_INFO_SCHEMA)
 
@@ -195,8 +234,12 @@ class Metadata:
                     name = ident[-1]
                     if not _matches(cmd.table_name_filter_pattern, name):
                         continue
-                    row: dict[str, Any] = {"catalog_name": CATALOG_NAME, "db_schema_name": db_schema,
-                                           "table_name": name, "table_type": "TABLE"}
+                    row: dict[str, Any] = {
+                        "catalog_name": CATALOG_NAME,
+                        "db_schema_name": db_schema,
+                        "table_name": name,
+                        "table_type": "TABLE",
+                    }
                     if cmd.include_schema:
                         row["table_schema"] = self.table_arrow_schema(ns, name).serialize().to_pybytes()
                     rows.append(row)
@@ -223,10 +266,20 @@ class Metadata:
 
 
 _SQL_TYPE_NAMES = {
-    "boolean": "BOOLEAN", "int": "INTEGER", "long": "BIGINT", "float": "FLOAT", "double": "DOUBLE",
-    "date": "DATE", "time": "TIME", "timestamp": "TIMESTAMP", "timestamptz": "TIMESTAMP WITH TIME ZONE",
-    "timestamp_ns": "TIMESTAMP_NS", "timestamptz_ns": "TIMESTAMP WITH TIME ZONE", "string": "VARCHAR",
-    "uuid": "UUID", "binary": "BLOB",
+    "boolean": "BOOLEAN",
+    "int": "INTEGER",
+    "long": "BIGINT",
+    "float": "FLOAT",
+    "double": "DOUBLE",
+    "date": "DATE",
+    "time": "TIME",
+    "timestamp": "TIMESTAMP",
+    "timestamptz": "TIMESTAMP WITH TIME ZONE",
+    "timestamp_ns": "TIMESTAMP_NS",
+    "timestamptz_ns": "TIMESTAMP WITH TIME ZONE",
+    "string": "VARCHAR",
+    "uuid": "UUID",
+    "binary": "BLOB",
 }
 
 
@@ -239,27 +292,14 @@ def sql_type_name(iceberg_type: Any) -> str:
     return _SQL_TYPE_NAMES.get(text, text.upper())
 
 
-def small_types(typ: pa.DataType) -> pa.DataType:
-    """Large Arrow string/binary/list types as their 32-bit-offset forms (DuckDB's output)."""
-    if pa.types.is_large_string(typ):
-        return pa.utf8()
-    if pa.types.is_large_binary(typ):
-        return pa.binary()
-    if pa.types.is_large_list(typ) or pa.types.is_list(typ):
-        return pa.list_(typ.value_field.with_type(small_types(typ.value_type)))
-    if pa.types.is_struct(typ):
-        return pa.struct([f.with_type(small_types(f.type)) for f in typ])
-    if pa.types.is_map(typ):
-        return pa.map_(small_types(typ.key_type), small_types(typ.item_type))
-    return typ
-
-
 def column_metadata(typ: pa.DataType, db_schema: str | None, table: str | None) -> dict[str, str]:
-    meta = {"ARROW:FLIGHT:SQL:CATALOG_NAME": CATALOG_NAME,
-            "ARROW:FLIGHT:SQL:IS_AUTO_INCREMENT": "0",
-            "ARROW:FLIGHT:SQL:IS_CASE_SENSITIVE": "1" if pa.types.is_string(typ) else "0",
-            "ARROW:FLIGHT:SQL:IS_READ_ONLY": "1",
-            "ARROW:FLIGHT:SQL:IS_SEARCHABLE": "1"}
+    meta = {
+        "ARROW:FLIGHT:SQL:CATALOG_NAME": CATALOG_NAME,
+        "ARROW:FLIGHT:SQL:IS_AUTO_INCREMENT": "0",
+        "ARROW:FLIGHT:SQL:IS_CASE_SENSITIVE": "1" if pa.types.is_string(typ) else "0",
+        "ARROW:FLIGHT:SQL:IS_READ_ONLY": "1",
+        "ARROW:FLIGHT:SQL:IS_SEARCHABLE": "1",
+    }
     if db_schema is not None:
         meta["ARROW:FLIGHT:SQL:DB_SCHEMA_NAME"] = db_schema
     if table is not None:
@@ -270,16 +310,39 @@ def column_metadata(typ: pa.DataType, db_schema: str | None, table: str | None) 
     return meta
 
 
-def _xdbc(name: str, data_type: int, size: int | None, prefix: str | None = None, suffix: str | None = None,
-          params: list[str] | None = None, case: bool = False, unsigned: bool | None = False,
-          sql_type: int | None = None, subcode: int | None = None, radix: int | None = None) -> dict[str, Any]:
+def _xdbc(
+    name: str,
+    data_type: int,
+    size: int | None,
+    prefix: str | None = None,
+    suffix: str | None = None,
+    params: list[str] | None = None,
+    case: bool = False,
+    unsigned: bool | None = False,
+    sql_type: int | None = None,
+    subcode: int | None = None,
+    radix: int | None = None,
+) -> dict[str, Any]:
     return {
-        "type_name": name, "data_type": data_type, "column_size": size, "literal_prefix": prefix,
-        "literal_suffix": suffix, "create_params": params, "nullable": 1, "case_sensitive": case,
-        "searchable": 3, "unsigned_attribute": unsigned, "fixed_prec_scale": False, "auto_increment": False,
-        "local_type_name": name, "minimum_scale": None, "maximum_scale": None,
-        "sql_data_type": sql_type if sql_type is not None else data_type, "datetime_subcode": subcode,
-        "num_prec_radix": radix, "interval_precision": None,
+        "type_name": name,
+        "data_type": data_type,
+        "column_size": size,
+        "literal_prefix": prefix,
+        "literal_suffix": suffix,
+        "create_params": params,
+        "nullable": 1,
+        "case_sensitive": case,
+        "searchable": 3,
+        "unsigned_attribute": unsigned,
+        "fixed_prec_scale": False,
+        "auto_increment": False,
+        "local_type_name": name,
+        "minimum_scale": None,
+        "maximum_scale": None,
+        "sql_data_type": sql_type if sql_type is not None else data_type,
+        "datetime_subcode": subcode,
+        "num_prec_radix": radix,
+        "interval_precision": None,
     }
 
 

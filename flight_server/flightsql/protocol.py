@@ -23,9 +23,16 @@ VARINT, I64, LEN, I32 = 0, 1, 2, 5
 
 # kind -> wire type
 _WIRE = {
-    "string": LEN, "bytes": LEN, "message": LEN,
-    "bool": VARINT, "uint32": VARINT, "int32": VARINT, "int64": VARINT, "enum": VARINT,
-    "sfixed64": I64, "double": I64,
+    "string": LEN,
+    "bytes": LEN,
+    "message": LEN,
+    "bool": VARINT,
+    "uint32": VARINT,
+    "int32": VARINT,
+    "int64": VARINT,
+    "enum": VARINT,
+    "sfixed64": I64,
+    "double": I64,
 }
 _MAX_DEPTH = 16
 
@@ -56,7 +63,7 @@ class Message:
     PACKAGE: ClassVar[str] = SQL_PREFIX
 
     @classmethod
-    def type_url(cls) -> str:
+    def full_type_url(cls) -> str:
         return cls.PACKAGE + cls.__name__
 
     # -- decoding ------------------------------------------------------------------------
@@ -90,8 +97,8 @@ class Message:
     def unpack(cls: type[M], any_bytes: bytes) -> M:
         """Decode an Any that must hold this message."""
         url, value = unpack_any(any_bytes)
-        if url != cls.type_url():
-            raise ProtocolError(f"expected {cls.type_url()}, got {url!r}")
+        if url != cls.full_type_url():
+            raise ProtocolError(f"expected {cls.full_type_url()}, got {url!r}")
         return cls.decode(value)
 
     # -- encoding ------------------------------------------------------------------------
@@ -110,7 +117,7 @@ class Message:
 
     def pack(self) -> bytes:
         """This message wrapped in a ``google.protobuf.Any``."""
-        return pack_any(self.type_url(), self.encode())
+        return pack_any(self.full_type_url(), self.encode())
 
 
 # -- wire primitives ---------------------------------------------------------------------
@@ -183,15 +190,17 @@ def _scalar(spec: F, wire: int, raw: int | bytes) -> Any:
     if kind == "bool":
         return bool(raw)
     if kind == "uint32":
-        return int(raw) & 0xFFFFFFFF  # type: ignore[arg-type]
+        return int(raw) & 0xFFFFFFFF
     if kind in ("int32", "enum"):
-        return _signed(int(raw), 32)  # type: ignore[arg-type]
+        return _signed(int(raw), 32)
     if kind == "int64":
-        return _signed(int(raw), 64)  # type: ignore[arg-type]
+        return _signed(int(raw), 64)
     if kind == "sfixed64":
-        return struct.unpack("<q", raw)[0]  # type: ignore[arg-type]
+        assert isinstance(raw, bytes)
+        return struct.unpack("<q", raw)[0]
     if kind == "double":
-        return struct.unpack("<d", raw)[0]  # type: ignore[arg-type]
+        assert isinstance(raw, bytes)
+        return struct.unpack("<d", raw)[0]
     raise ProtocolError(f"{spec.name}: not a scalar")
 
 
@@ -236,17 +245,17 @@ def _is_default(spec: F, value: Any) -> bool:
 def _encode_value(spec: F, value: Any) -> bytes:
     kind = spec.kind
     if kind == "string":
-        data = value.encode("utf-8")
+        data: bytes = value.encode("utf-8")
         return _encode_varint(len(data)) + data
     if kind == "bytes":
         return _encode_varint(len(value)) + bytes(value)
     if kind == "message":
-        data = value.encode()
+        data = bytes(value.encode())
         return _encode_varint(len(data)) + data
     if kind == "sfixed64":
-        return struct.pack("<q", value)
+        return bytes(struct.pack("<q", value))
     if kind == "double":
-        return struct.pack("<d", value)
+        return bytes(struct.pack("<d", value))
     return _encode_varint(int(value))
 
 
@@ -488,10 +497,14 @@ class ActionCreatePreparedStatementResult(Message):
     prepared_statement_handle: bytes = b""
     dataset_schema: bytes = b""
     parameter_schema: bytes = b""
+    # Added to the spec in 2026 (apache/arrow GH-49497): tells drivers whether to execute the
+    # statement as CommandPreparedStatementUpdate (true) or ...Query (false).
+    is_update: bool | None = None
     FIELDS = (
         F(1, "prepared_statement_handle", "bytes"),
         F(2, "dataset_schema", "bytes"),
         F(3, "parameter_schema", "bytes"),
+        F(4, "is_update", "bool", optional=True),
     )
 
 
@@ -565,7 +578,7 @@ class SessionOptionValue(Message):
         for f in self.FIELDS:
             v = getattr(self, f.name)
             if v is not None:
-                return list(v.values) if isinstance(v, StringListValue) else v  # type: ignore[no-any-return]
+                return list(v.values) if isinstance(v, StringListValue) else v
         return None
 
 
@@ -636,13 +649,25 @@ class CloseSessionResult(Message):
 
 # Every command a FlightDescriptor may carry, by type URL.
 DESCRIPTOR_COMMANDS: dict[str, type[Message]] = {
-    cls.type_url(): cls
+    cls.full_type_url(): cls
     for cls in (
-        CommandGetSqlInfo, CommandGetXdbcTypeInfo, CommandGetCatalogs, CommandGetDbSchemas, CommandGetTables,
-        CommandGetTableTypes, CommandGetPrimaryKeys, CommandGetExportedKeys, CommandGetImportedKeys,
-        CommandGetCrossReference, CommandStatementQuery, CommandStatementSubstraitPlan,
-        CommandPreparedStatementQuery, CommandStatementUpdate, CommandPreparedStatementUpdate,
-        CommandStatementIngest, TicketStatementQuery,
+        CommandGetSqlInfo,
+        CommandGetXdbcTypeInfo,
+        CommandGetCatalogs,
+        CommandGetDbSchemas,
+        CommandGetTables,
+        CommandGetTableTypes,
+        CommandGetPrimaryKeys,
+        CommandGetExportedKeys,
+        CommandGetImportedKeys,
+        CommandGetCrossReference,
+        CommandStatementQuery,
+        CommandStatementSubstraitPlan,
+        CommandPreparedStatementQuery,
+        CommandStatementUpdate,
+        CommandPreparedStatementUpdate,
+        CommandStatementIngest,
+        TicketStatementQuery,
     )
 }
 

@@ -2,8 +2,9 @@
 
 A session is found by the caller's bearer token (``authorization: Bearer ...``) when there is
 one, else by the ``arrow_flight_session_id`` cookie (the name Arrow's own session middleware
-uses). Cookie-less callers are offered a cookie on every response; state is kept only once they set an option. Sessions that go
-idle expire, and the number kept is capped, so clients that vanish leave nothing behind.
+uses). Cookie-less callers are offered a cookie on every response; state is kept only once
+they set an option. Sessions that go idle expire, and the number kept is capped, so clients
+that vanish leave nothing behind.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class Session:
     last_used: float = field(default_factory=time.monotonic)
 
 
-class SessionMiddleware(flight.ServerMiddleware):
+class SessionMiddleware(flight.ServerMiddleware):  # type: ignore[misc]
     """Remembers who is calling (token or cookie) and whether a cookie must be sent back."""
 
     def __init__(self, token: str | None, cookie: str | None) -> None:
@@ -48,7 +49,7 @@ class SessionMiddleware(flight.ServerMiddleware):
         return {}
 
 
-class SessionMiddlewareFactory(flight.ServerMiddlewareFactory):
+class SessionMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc]
     def start_call(self, info: flight.CallInfo, headers: dict[str, list[str]]) -> SessionMiddleware:
         token = None
         for value in _header(headers, "authorization"):

@@ -71,16 +71,24 @@ class StatementHandle:
     params: pa.RecordBatch | None = None
 
     def encode(self) -> bytes:
-        body = {"q": self.sql, "s": list(self.default_schema) if self.default_schema else None,
-                "t": [p.to_json() for p in self.pins], "v": _encode_params(self.params)}
+        body = {
+            "q": self.sql,
+            "s": list(self.default_schema) if self.default_schema else None,
+            "t": [p.to_json() for p in self.pins],
+            "v": _encode_params(self.params),
+        }
         return _STATEMENT_MAGIC + json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> StatementHandle:
         raw = _load(data, _STATEMENT_MAGIC, "statement handle")
         try:
-            return cls(str(raw["q"]), tuple(raw["s"]) if raw.get("s") else None,
-                       [PinnedTable.from_json(p) for p in raw.get("t", [])], _decode_params(raw.get("v")))
+            return cls(
+                str(raw["q"]),
+                tuple(raw["s"]) if raw.get("s") else None,
+                [PinnedTable.from_json(p) for p in raw.get("t", [])],
+                _decode_params(raw.get("v")),
+            )
         except (KeyError, TypeError, ValueError, pa.ArrowException):
             raise errors.InvalidArgument("malformed statement handle") from None
 
@@ -93,16 +101,24 @@ class PreparedHandle:
     params: pa.RecordBatch | None = None
 
     def encode(self) -> bytes:
-        body = {"q": self.sql, "s": list(self.default_schema) if self.default_schema else None,
-                "k": "query" if self.is_query else "update", "v": _encode_params(self.params)}
+        body = {
+            "q": self.sql,
+            "s": list(self.default_schema) if self.default_schema else None,
+            "k": "query" if self.is_query else "update",
+            "v": _encode_params(self.params),
+        }
         return _PREPARED_MAGIC + json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> PreparedHandle:
         raw = _load(data, _PREPARED_MAGIC, "prepared statement handle")
         try:
-            return cls(str(raw["q"]), tuple(raw["s"]) if raw.get("s") else None, raw.get("k") == "query",
-                       _decode_params(raw.get("v")))
+            return cls(
+                str(raw["q"]),
+                tuple(raw["s"]) if raw.get("s") else None,
+                raw.get("k") == "query",
+                _decode_params(raw.get("v")),
+            )
         except (KeyError, TypeError, ValueError, pa.ArrowException):
             raise errors.InvalidArgument("malformed prepared statement handle") from None
 

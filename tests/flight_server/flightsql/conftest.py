@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from flightsql_samples import make_sample_warehouse
-
 from servers import ServerProcess
 
 

@@ -22,10 +22,16 @@ def make_sample_warehouse(warehouse: Path) -> None:
         cat.create_namespace("sales")
         orders = cat.create_table(
             "sales.orders",
-            pa.schema([pa.field("id", pa.int64()), pa.field("customer", pa.string()), pa.field("amount", pa.float64())]),
+            pa.schema(
+                [pa.field("id", pa.int64()), pa.field("customer", pa.string()), pa.field("amount", pa.float64())]
+            ),
         )
-        orders.append(pa.table({"id": [1, 2, 3], "customer": ["ann", "bob", "cy"], "amount": [10.0, 20.5, 30.25]},
-                               schema=orders.schema().as_arrow()))
+        orders.append(
+            pa.table(
+                {"id": [1, 2, 3], "customer": ["ann", "bob", "cy"], "amount": [10.0, 20.5, 30.25]},
+                schema=orders.schema().as_arrow(),
+            )
+        )
         orders = cat.load_table("sales.orders")
         orders.append(pa.table({"id": [4], "customer": ["dee"], "amount": [4.0]}, schema=orders.schema().as_arrow()))
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import adbc_driver_flightsql.dbapi as fsql
 import adbc_driver_manager
 import pyarrow as pa
 import pytest
+from servers import ServerProcess
 
 
 @pytest.fixture
@@ -135,3 +137,60 @@ def test_sandbox_refusals_reach_client_cleanly(conn: Any, sample_server: Any) ->
     with pytest.raises(adbc_driver_manager.Error) as info:
         query(conn, f"SELECT * FROM read_parquet('{data_file}')")
     assert "PERMISSION_DENIED" in str(info.value) or "UNAUTHORIZED" in str(info.value)
+
+
+def test_joins_between_tables(conn: Any) -> None:
+    """JOIN ... USING needs every table bound at once (a regression: name extraction used to bind)."""
+    table = query(conn, "SELECT count(*) AS n FROM sales.orders JOIN (SELECT a AS id FROM sales.evolved) USING (id)")
+    assert table.column("n").to_pylist() == [3]
+    table = query(conn, "SELECT o.customer FROM sales.orders o JOIN sales.evolved e ON o.id = e.a WHERE e.c = 30")
+    assert table.column("customer").to_pylist() == ["cy"]
+
+
+def test_cte_shadowing_a_name(conn: Any) -> None:
+    assert query(conn, "WITH orders AS (SELECT 7 AS x) SELECT x FROM orders").column("x").to_pylist() == [7]
+
+
+def test_ingest_then_query_with_session_schema(tmp_path: Path) -> None:
+    """adbc_ingest is decoded here and committed by the append service; SQL then reads it,
+    also unqualified once the session's schema option names the namespace."""
+    proc = ServerProcess(tmp_path / "warehouse").start()
+    try:
+        kwargs = {"adbc.flight.sql.rpc.with_cookie_middleware": "true"}
+        with fsql.connect(proc.location, db_kwargs=kwargs, autocommit=True) as connection:
+            with connection.cursor() as cur:
+                assert cur.adbc_ingest("landed", pa.table({"x": [1, 2]}), mode="create", db_schema_name="inbox") == 2
+                assert cur.adbc_ingest("landed", pa.table({"x": [3]}), mode="append", db_schema_name="inbox") == 1
+            assert query(connection, "SELECT sum(x) AS s FROM inbox.landed").column("s").to_pylist() == [6]
+            connection.adbc_connection.set_options(**{"adbc.flight.sql.session.option.schema": "inbox"})
+            assert query(connection, "SELECT count(*) AS n FROM landed").column("n").to_pylist() == [3]
+            with connection.cursor() as cur:
+                assert cur.adbc_ingest("landed", pa.table({"x": [9]}), mode="replace") == 1  # session schema
+            assert query(connection, "SELECT x FROM landed").column("x").to_pylist() == [9]
+    finally:
+        proc.stop()
+
+
+@pytest.mark.parametrize(
+    "projection",
+    ["*", "customer, id", "ID", "o.*", "amount"],
+)
+def test_plain_scans_match_the_duckdb_path(conn: Any, projection: str) -> None:
+    """`SELECT cols FROM t` streams the Arrow scan directly; it must equal what DuckDB returns.
+
+    `WHERE true` keeps the same rows but forces the DuckDB path.
+    """
+    fast = query(conn, f"SELECT {projection} FROM sales.orders o")
+    slow = query(conn, f"SELECT {projection} FROM sales.orders o WHERE true")
+    assert fast.schema == slow.schema
+    assert fast.sort_by(fast.schema.names[0]).equals(slow.sort_by(slow.schema.names[0]))
+
+
+def test_plain_scan_over_evolved_and_empty_tables(conn: Any) -> None:
+    evolved = query(conn, "SELECT * FROM sales.evolved")
+    assert sorted(evolved.to_pylist(), key=lambda r: r["a"]) == [
+        {"a": 1, "label": "x", "c": None},
+        {"a": 2, "label": "y", "c": None},
+        {"a": 3, "label": "z", "c": 30},
+    ]
+    assert query(conn, "SELECT k FROM sales.empty").num_rows == 0

@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from servers import ROOT, ServerProcess
 
 HERE = Path(__file__).resolve().parent
@@ -39,7 +38,9 @@ def jdbc_output(sample_server: ServerProcess, tmp_path_factory: pytest.TempPathF
     url = f"jdbc:arrow-flight-sql://127.0.0.1:{port}?useEncryption=false"
     proc = subprocess.run(
         ["java", "--add-opens=java.base/java.nio=ALL-UNNAMED", "-cp", f"{jar}{os.pathsep}{classes}", "JdbcCheck", url],
-        capture_output=True, text=True, timeout=180,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     checks = {}
@@ -59,6 +60,10 @@ def test_metadata(jdbc_output: dict[str, str]) -> None:
     assert jdbc_output["tables_typed"] == "[orders]"
     assert jdbc_output["columns_orders"] == "[id, customer, amount]"
     assert jdbc_output["table_types"] == "[TABLE]"
+    assert jdbc_output["tables_multilevel"] == "[visits]"
+    assert jdbc_output["tables_all"] == "[visits, empty, evolved, orders]"
+    assert jdbc_output["column_types_evolved"] == "[a, label, c]"
+    assert jdbc_output["column_types"] == "[BIGINT, VARCHAR, DOUBLE]", jdbc_output["column_types"]
     assert jdbc_output["primary_keys"] == "[]"
     assert jdbc_output["imported_keys"] == "[]"
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 from flightsql_samples import make_sample_warehouse
 from flightsql_wire import statement_query
-
 from servers import ServerProcess
 
 ENDLESS = "SELECT * FROM range(100000000000) t(i)"
@@ -29,7 +30,9 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
         proc.stop()
 
 
-def start(client: flight.FlightClient, sql: str, options: flight.FlightCallOptions | None = None) -> flight.FlightStreamReader:
+def start(
+    client: flight.FlightClient, sql: str, options: flight.FlightCallOptions | None = None
+) -> flight.FlightStreamReader:
     info = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query(sql)))
     return client.do_get(info.endpoints[0].ticket, options=options)
 
@@ -121,3 +124,70 @@ def test_restart_keeps_tickets_valid(tmp_path: Path) -> None:
         client.close()
     finally:
         proc.stop()
+
+
+def test_ticket_for_an_expired_snapshot_is_failed_precondition(tmp_path: Path) -> None:
+    """A ticket pinned to a snapshot that expiry removed: a clear error naming the cause."""
+    from catalog import RocksCatalog
+
+    warehouse = tmp_path / "warehouse"
+    make_sample_warehouse(warehouse)
+    proc = ServerProcess(warehouse).start()
+    try:
+        client = flight.FlightClient(proc.location)
+        info = client.get_flight_info(
+            flight.FlightDescriptor.for_command(statement_query("SELECT count(*) AS n FROM sales.orders"))
+        )
+        client.close()
+        proc.stop()
+        cat = RocksCatalog("t", warehouse=str(warehouse))
+        orders = cat.load_table("sales.orders")
+        with orders.transaction() as tx:
+            tx.set_properties({"icefloe.snapshots.retain": "1"})
+        orders = cat.load_table("sales.orders")
+        orders.append(orders.scan().to_arrow().slice(0, 1))
+        assert len(cat.load_table("sales.orders").metadata.snapshots) == 1
+        cat.close()
+        proc.start()
+        client = flight.FlightClient(proc.location)
+        with pytest.raises(pa.ArrowInvalid) as err:  # FAILED_PRECONDITION is sent as INVALID_ARGUMENT
+            client.do_get(info.endpoints[0].ticket).read_all()
+        assert "FAILED_PRECONDITION" in str(err.value) and "no longer exists" in str(err.value)
+        assert "Traceback" not in str(err.value)
+        client.close()
+    finally:
+        proc.stop()
+
+
+def test_sigterm_ends_running_streams(tmp_path: Path) -> None:
+    """Clients reading an endless result or waiting on a long aggregate must not keep the server
+    from stopping: shutdown interrupts their DuckDB work and their calls end with an error.
+
+    (A client that stops reading but keeps its connection open is another matter: its stream
+    waits on gRPC flow control, and pyarrow offers no shutdown deadline to cut it off.)
+    """
+    warehouse = tmp_path / "warehouse"
+    make_sample_warehouse(warehouse)
+    proc = ServerProcess(warehouse).start()
+    client = flight.FlightClient(proc.location)
+    outcome: list[BaseException] = []
+
+    def run(sql: str) -> None:
+        try:
+            for _ in start(client, sql, flight.FlightCallOptions(timeout=120)):
+                pass
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertions below
+            outcome.append(exc)
+
+    workers = [threading.Thread(target=run, args=(sql,)) for sql in (ENDLESS, SLOW_AGGREGATE)]
+    for worker in workers:
+        worker.start()
+    time.sleep(1.5)  # both queries are running in DuckDB by now
+    code = proc.stop()
+    for worker in workers:
+        worker.join(30)
+    assert code == 0, proc.log  # exited by itself, not killed after the 30 s grace period
+    assert proc.log.count("interrupting query (shutdown)") == 2
+    assert "icefloe stopped" in proc.log
+    assert len(outcome) == 2 and not any("Traceback" in str(e) for e in outcome)
+    client.close()

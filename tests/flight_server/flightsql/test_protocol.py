@@ -14,7 +14,6 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 from flightsql_wire import SQL, any_of, field_bytes, field_varint, read_fields, statement_query
-
 from servers import ServerProcess
 
 SERVICE = "/arrow.flight.protocol.FlightService/"
@@ -68,9 +67,18 @@ def status_of(fn: object, *args: object) -> tuple[grpc.StatusCode, str]:
         (any_of("CommandStatementQuery", b"\x0a\x10abc"), grpc.StatusCode.INVALID_ARGUMENT),  # truncated
         (any_of("CommandStatementQuery", field_bytes(1, b"\xc3\x28")), grpc.StatusCode.INVALID_ARGUMENT),  # bad utf-8
         (any_of("CommandStatementSubstraitPlan"), grpc.StatusCode.UNIMPLEMENTED),
+        (
+            any_of("CommandStatementQuery", field_bytes(1, b"SELECT 1") + field_bytes(2, b"txn")),
+            grpc.StatusCode.UNIMPLEMENTED,
+        ),
         (any_of("CommandStatementUpdate", field_bytes(1, b"SELECT 1")), grpc.StatusCode.INVALID_ARGUMENT),
         (statement_query("SELEC 1"), grpc.StatusCode.INVALID_ARGUMENT),
         (statement_query("SELECT 1; SELECT 2"), grpc.StatusCode.INVALID_ARGUMENT),
+        (statement_query("SELECT " + "(" * 20000 + "1" + ")" * 20000), grpc.StatusCode.INVALID_ARGUMENT),
+        (
+            statement_query("SELECT * FROM " + "(SELECT * FROM " * 3000 + "sales.orders" + ")" * 3000),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
         (statement_query("SELECT * FROM sales.nope"), grpc.StatusCode.NOT_FOUND),
         (statement_query("INSERT INTO sales.orders VALUES (1, 'a', 1)"), grpc.StatusCode.UNIMPLEMENTED),
     ],
@@ -102,8 +110,11 @@ def test_bad_tickets_are_invalid_argument(channel: grpc.Channel, ticket: bytes) 
         ("NoSuchAction", b"", grpc.StatusCode.INVALID_ARGUMENT),
         ("CreatePreparedStatement", b"\xff", grpc.StatusCode.INVALID_ARGUMENT),
         ("CreatePreparedStatement", any_of("ActionClosePreparedStatementRequest"), grpc.StatusCode.INVALID_ARGUMENT),
-        ("ClosePreparedStatement", any_of("ActionClosePreparedStatementRequest", field_bytes(1, b"x")),
-         grpc.StatusCode.INVALID_ARGUMENT),
+        (
+            "ClosePreparedStatement",
+            any_of("ActionClosePreparedStatementRequest", field_bytes(1, b"x")),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
         ("BeginTransaction", any_of("ActionBeginTransactionRequest"), grpc.StatusCode.UNIMPLEMENTED),
         ("CreatePreparedSubstraitPlan", b"", grpc.StatusCode.UNIMPLEMENTED),
         ("CancelQuery", b"", grpc.StatusCode.UNIMPLEMENTED),
@@ -122,7 +133,9 @@ def test_server_survives_and_statement_ticket_is_any_packed(channel: grpc.Channe
     assert any_fields[1][0] == (SQL + "TicketStatementQuery").encode()
 
     client = flight.FlightClient(uri)
-    flight_info = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query("SELECT 41 + 1 AS answer")))
+    flight_info = client.get_flight_info(
+        flight.FlightDescriptor.for_command(statement_query("SELECT 41 + 1 AS answer"))
+    )
     table = client.do_get(flight_info.endpoints[0].ticket).read_all()
     assert table.column("answer").to_pylist() == [42]
     assert table.schema == flight_info.schema  # dataset schema is what DoGet sends
@@ -146,7 +159,9 @@ def test_metadata_schemas_match_the_spec(uri: str) -> None:
     assert schema == pa.schema([pa.field("catalog_name", pa.utf8()), pa.field("db_schema_name", pa.utf8(), False)])
     assert table.column("db_schema_name").to_pylist() == ["analytics", "analytics.daily"]
 
-    schema, table = fetch(any_of("CommandGetTables", field_bytes(2, b"sales") + field_bytes(3, b"e%") + field_varint(5, 1)))
+    schema, table = fetch(
+        any_of("CommandGetTables", field_bytes(2, b"sales") + field_bytes(3, b"e%") + field_varint(5, 1))
+    )
     assert schema.names == ["catalog_name", "db_schema_name", "table_name", "table_type", "table_schema"]
     assert [f.nullable for f in schema] == [True, True, False, False, False]
     assert table.column("table_name").to_pylist() == ["empty", "evolved"]
@@ -166,18 +181,33 @@ def test_metadata_schemas_match_the_spec(uri: str) -> None:
     assert not schema.field("value").nullable
     assert union.mode == "dense"
     assert [union.field(i).name for i in range(union.num_fields)] == [
-        "string_value", "bool_value", "bigint_value", "int32_bitmask", "string_list", "int32_to_int32_list_map"]
+        "string_value",
+        "bool_value",
+        "bigint_value",
+        "int32_bitmask",
+        "string_list",
+        "int32_to_int32_list_map",
+    ]
     assert union.field(5).type == pa.map_(pa.int32(), pa.list_(pa.int32()))
     assert dict(zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True)) == {
-        0: "icefloe", 3: False, 504: '"'}
+        0: "icefloe",
+        3: False,
+        504: '"',
+    }
 
     for name in ("CommandGetPrimaryKeys", "CommandGetExportedKeys", "CommandGetImportedKeys"):
         schema, table = fetch(any_of(name, field_bytes(3, b"orders")))
         assert table.num_rows == 0
     schema, _ = fetch(any_of("CommandGetCrossReference", field_bytes(3, b"a") + field_bytes(6, b"b")))
     assert [f.name for f in schema if not f.nullable] == [
-        "pk_table_name", "pk_column_name", "fk_table_name", "fk_column_name", "key_sequence", "update_rule",
-        "delete_rule"]
+        "pk_table_name",
+        "pk_column_name",
+        "fk_table_name",
+        "fk_column_name",
+        "key_sequence",
+        "update_rule",
+        "delete_rule",
+    ]
 
     schema, table = fetch(any_of("CommandGetXdbcTypeInfo", field_varint(1, 12)))
     assert table.column("type_name").to_pylist() == ["VARCHAR"]
@@ -214,11 +244,15 @@ def test_session_options_over_actions(uri: str) -> None:
     assert read_fields(errors[0][2][0])[1] == [1]  # type: ignore[arg-type]  # INVALID_NAME
 
     (got,) = [r.body.to_pybytes() for r in client.do_action(flight.Action("GetSessionOptions", b""))]
-    options = {read_fields(e)[1][0]: read_fields(read_fields(e)[2][0])[1][0]  # type: ignore[arg-type]
-               for e in read_fields(got)[1]}  # type: ignore[arg-type]
+    options = {
+        read_fields(e)[1][0]: read_fields(read_fields(e)[2][0])[1][0]  # type: ignore[arg-type]
+        for e in read_fields(got)[1]
+    }  # type: ignore[arg-type]
     assert options == {b"catalog": b"icefloe", b"schema": b"sales"}
 
-    info = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query("SELECT count(*) AS n FROM orders")))
+    info = client.get_flight_info(
+        flight.FlightDescriptor.for_command(statement_query("SELECT count(*) AS n FROM orders"))
+    )
     assert client.do_get(info.endpoints[0].ticket).read_all().column("n").to_pylist() == [4]
 
     (closed,) = [r.body.to_pybytes() for r in client.do_action(flight.Action("CloseSession", b""))]
@@ -226,3 +260,92 @@ def test_session_options_over_actions(uri: str) -> None:
     with pytest.raises(pa.ArrowKeyError, match="orders does not exist"):  # NOT_FOUND: the schema option is gone
         client.get_flight_info(flight.FlightDescriptor.for_command(statement_query("SELECT * FROM orders")))
     client.close()
+
+
+def test_sessions_follow_the_bearer_token(uri: str) -> None:
+    """Two connections presenting the same bearer token share a session; another token does not."""
+
+    def client_with(token: str) -> tuple[flight.FlightClient, flight.FlightCallOptions]:
+        return flight.FlightClient(uri), flight.FlightCallOptions(
+            headers=[(b"authorization", f"Bearer {token}".encode())]
+        )
+
+    first, opts = client_with("token-a")
+    request = field_bytes(1, field_bytes(1, b"schema") + field_bytes(2, field_bytes(1, b"analytics.daily")))
+    list(first.do_action(flight.Action("SetSessionOptions", request), opts))
+    first.close()
+
+    second, opts = client_with("token-a")
+    info = second.get_flight_info(
+        flight.FlightDescriptor.for_command(statement_query("SELECT sum(n) AS s FROM visits")), opts
+    )
+    assert second.do_get(info.endpoints[0].ticket, opts).read_all().column("s").to_pylist() == [15]
+    second.close()
+
+    other, opts = client_with("token-b")
+    with pytest.raises(pa.ArrowKeyError):
+        other.get_flight_info(flight.FlightDescriptor.for_command(statement_query("SELECT * FROM visits")), opts)
+    other.close()
+
+
+def test_error_in_the_middle_of_a_stream_is_clean(channel: grpc.Channel, uri: str) -> None:
+    """DuckDB failing after rows were sent: the code is UNKNOWN (the error surfaces inside Arrow's
+    C++ stream, where it cannot be mapped), but the message is DuckDB's, without a traceback."""
+    sql = "SELECT CASE WHEN i > 500000 THEN error('boom at row') ELSE i END AS v FROM range(1000000) t(i)"
+    client = flight.FlightClient(uri)
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query(sql)))
+    code, details = status_of(do_get, channel, info.endpoints[0].ticket.ticket)
+    assert code == grpc.StatusCode.UNKNOWN
+    assert "boom at row" in details
+    again = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query("SELECT 42 AS x")))
+    assert client.do_get(again.endpoints[0].ticket).read_all().column("x").to_pylist() == [42]
+    client.close()
+
+
+@pytest.mark.parametrize(
+    ("native", "dataset"),
+    [
+        ("id = 4", "id + 0 = 4"),
+        ("customer IN ('ann', 'dee')", "customer || '' IN ('ann', 'dee')"),
+        ("amount BETWEEN 10.0 AND 21.0", "amount + 0 BETWEEN 10.0 AND 21.0"),
+    ],
+)
+def test_selective_native_scan_matches_dataset_scan(uri: str, native: str, dataset: str) -> None:
+    """Selective single-table queries read through DuckDB's own Parquet reader; the result and
+    its schema must be what the Arrow-dataset path (forced by a non-simple predicate) returns."""
+    client = flight.FlightClient(uri)
+
+    def run(where: str) -> tuple[pa.Schema, pa.Table]:
+        sql = f"SELECT * FROM sales.orders WHERE {where} ORDER BY id"
+        info = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query(sql)))
+        return info.schema, client.do_get(info.endpoints[0].ticket).read_all()
+
+    native_schema, native_rows = run(native)
+    dataset_schema, dataset_rows = run(dataset)
+    assert native_schema == dataset_schema == native_rows.schema
+    assert native_rows.equals(dataset_rows)
+    assert native_rows.num_rows > 0
+    client.close()
+
+
+@pytest.mark.parametrize(
+    ("sql", "is_update", "has_schema"),
+    [
+        ("SELECT id FROM sales.orders WHERE id = ?", 0, True),
+        ("INSERT INTO sales.orders VALUES (?, 'x', 1.0)", 1, False),
+    ],
+)
+def test_create_prepared_statement_result(channel: grpc.Channel, sql: str, is_update: int, has_schema: bool) -> None:
+    """Any-packed result: handle, dataset_schema only for queries, parameter schema, is_update (field 4)."""
+    (raw,) = do_action(
+        channel, "CreatePreparedStatement", any_of("ActionCreatePreparedStatementRequest", field_bytes(1, sql.encode()))
+    )
+    body = read_fields(raw)[1][0]  # Result.body
+    packed = read_fields(body)  # type: ignore[arg-type]
+    assert packed[1] == [(SQL + "ActionCreatePreparedStatementResult").encode()]
+    result = read_fields(packed[2][0])  # type: ignore[arg-type]
+    assert result[1][0]  # a handle
+    assert (2 in result) == has_schema
+    params = pa.ipc.read_schema(pa.py_buffer(result[3][0]))  # type: ignore[arg-type]
+    assert len(params) == 1
+    assert result[4] == [is_update]

@@ -40,6 +40,10 @@ public class JdbcCheck {
             out("tables_typed", column(md.getTables(null, "sales", "ord%", new String[] {"TABLE"}), "TABLE_NAME"));
             out("columns_orders", column(md.getColumns(null, "sales", "orders", "%"), "COLUMN_NAME"));
             out("table_types", column(md.getTableTypes(), "TABLE_TYPE"));
+            out("tables_multilevel", column(md.getTables("icefloe", "analytics.daily", null, null), "TABLE_NAME"));
+            out("tables_all", column(md.getTables(null, null, null, null), "TABLE_NAME"));
+            out("column_types", column(md.getColumns(null, "sales", "orders", null), "TYPE_NAME"));
+            out("column_types_evolved", column(md.getColumns(null, "sales", "evolved", null), "COLUMN_NAME"));
             out("primary_keys", column(md.getPrimaryKeys(null, "sales", "orders"), "COLUMN_NAME"));
             out("imported_keys", column(md.getImportedKeys(null, "sales", "orders"), "FKCOLUMN_NAME"));
 

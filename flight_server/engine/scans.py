@@ -1,0 +1,155 @@
+"""Scan paths that bypass SQL execution in the sandbox: native Parquet reads and plain scans.
+
+Both produce exactly the schema the sandboxed binder reported for the query. The native
+reader lives in an internal DuckDB database with file access; it runs only SQL that icefloe
+writes itself (the pinned files, the column mapping, and conjuncts re-rendered from literals
+icefloe parsed), never client text.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+from duckdb import _seam  # binder access: schema of a statement without running it
+
+from flight_server.engine.iceberg_source import quote
+from flight_server.engine.pushdown import plain_projection, safe_conjuncts
+
+if TYPE_CHECKING:
+    from flight_server.engine.engine import PinnedTable, _Running
+
+logger = logging.getLogger("icefloe.engine.scans")
+
+BATCH_ROWS = 122_880  # DuckDB's natural multiple of its 2048-row vectors
+# Column types the native scan casts to by name (nested types keep the dataset path).
+_SIMPLE_TYPE = re.compile(r"[A-Z_ ]+(\(\d+,\s*\d+\))?")
+
+
+class ScanPaths:
+    def __init__(self, catalog: Any) -> None:
+        self.catalog = catalog
+        self.native = duckdb.connect(
+            ":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+        )
+        self.native.execute("SET python_enable_replacements = false")
+        self.native.execute("SET lock_configuration = true")
+
+    def plain_scan(self, run: _Running, sql: str, sig: Any) -> pa.RecordBatchReader | None:
+        """``SELECT cols FROM t``: stream the scan itself, with no SQL engine over it.
+
+        Local files are read by DuckDB's native Parquet reader (the internal database, on SQL
+        we write); otherwise the Arrow dataset scan streams directly when its columns need no
+        real cast. Either way the schema is the binder's, so clients see exactly what the
+        sandboxed DuckDB path would send.
+        """
+        selected = plain_projection(sql)
+        if selected is None or len(run.parts) != 1:
+            return None
+        part = run.parts[0]
+        by_name = {name.lower(): phys for phys, name in part.columns}
+        physical: list[str] = []
+        for item in selected:
+            if item == "*":
+                physical.extend(phys for phys, _ in part.columns)
+            elif item.lower() in by_name:
+                physical.append(by_name[item.lower()])
+            else:
+                return None
+        target = arrow_schema(run.cursor, sig.names, sig.types)
+        if len(physical) != len(target) or len(set(target.names)) != len(target.names):
+            return None
+        native = self.native_reader(run, part, physical, target, [str(t) for t in sig.types], "")
+        if native is not None:
+            return native
+        source_types = part.data.schema
+        for phys, field in zip(physical, target, strict=True):
+            if not _same_values(source_types.field(phys).type, field.type):
+                return None
+        columns = {field.name: ds.field(phys) for phys, field in zip(physical, target, strict=True)}
+        scanner = ds.Scanner.from_dataset(part.data, columns=columns, batch_size=BATCH_ROWS)
+        return scanner.to_reader().cast(target)
+
+    def native_reader(
+        self, run: _Running, part: Any, physical: list[str], target: pa.Schema, type_names: list[str], where: str
+    ) -> pa.RecordBatchReader | None:
+        """The pinned files of one local dataset read by DuckDB's native Parquet reader, on SQL we
+        write, typed as ``target``; None where that reader cannot stand in for the dataset."""
+        if not isinstance(part.data, ds.FileSystemDataset) or not isinstance(
+            part.data.filesystem, pafs.LocalFileSystem
+        ):
+            return None  # object stores would need DuckDB's httpfs; the dataset path reads them
+        if any(p.startswith("__icefloe_missing_") for p in physical):
+            return None
+        if any(not _SIMPLE_TYPE.fullmatch(t) for t in type_names):
+            return None
+        select = ", ".join(
+            f"CAST({quote(phys)} AS {t}) AS {quote(name)}"
+            for phys, name, t in zip(physical, target.names, type_names, strict=True)
+        )
+        files = ", ".join("'" + f.replace("'", "''") + "'" for f in part.data.files)
+        native = self.native.cursor()
+        run.helpers.append(native)
+        sql = f"SELECT {select} FROM read_parquet([{files}])" + (f" WHERE {where}" if where else "")
+        reader = native.sql(sql).to_arrow_reader(BATCH_ROWS)
+        if reader.schema != target:
+            logger.warning("native scan schema differs from the bound schema; using the dataset scan")
+            return None
+        return reader
+
+    def native_scan(self, run: _Running, pins: list[PinnedTable], sql: str) -> None:
+        """Selective single-table queries: read through DuckDB's own Parquet reader.
+
+        Arrow datasets decode every column of a row group before filtering; DuckDB's reader
+        filters first and materializes only matching rows. The client's SQL never reaches this
+        reader: it runs in a separate, unsandboxed DuckDB database on SQL we write (the pinned
+        files, the column mapping, and the safe conjuncts re-rendered from parsed literals).
+        Its stream then replaces the table's view in the sandbox, typed exactly as before.
+        """
+        if len(pins) != 1 or len(run.parts) != 1:
+            return
+        part = run.parts[0]
+        table = self.catalog.load_table((*pins[0].namespace, pins[0].name))
+        schema = table.schemas().get(pins[0].schema_id) or table.schema()
+        conjuncts = safe_conjuncts(sql, schema)
+        if not conjuncts:
+            return
+        view = run.views[0]
+        sig = _seam.bind(run.cursor, f"SELECT * FROM {view}")
+        target = arrow_schema(run.cursor, sig.names, sig.types)
+        phys_of = {name: phys for phys, name in part.columns}
+        where = " AND ".join(c.sql(quote(phys_of[c.column])) for c in conjuncts)
+        physical = [phys for phys, _ in part.columns]
+        stream = self.native_reader(run, part, physical, target, [str(t) for t in sig.types], where)
+        if stream is None:
+            return
+        run.cursor.register("__icefloe_native_0", stream)
+        run.cursor.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM __icefloe_native_0")
+
+
+def _same_values(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether casting ``source`` to ``target`` only changes offsets width, never values."""
+    if source == target:
+        return True
+    pairs = ((pa.types.is_large_string, pa.types.is_string), (pa.types.is_large_binary, pa.types.is_binary))
+    return any(a(source) and b(target) for a, b in pairs)
+
+
+def arrow_schema(cur: duckdb.DuckDBPyConnection, names: list[str], types: list[Any]) -> pa.Schema:
+    """Arrow schema for bound columns.
+
+    A type the binder could not infer (a bare ``?``) is given as utf8: the JDBC driver cannot
+    bind any value to a null-typed parameter, and DuckDB casts a string where the SQL needs it.
+    """
+    fields = []
+    for name, typ in zip(names, types, strict=True):
+        if str(typ) == "UNKNOWN":
+            fields.append(pa.field(name, pa.utf8()))
+        else:
+            fields.append(_seam.arrow_schema(cur, [name], [typ]).field(0))
+    return pa.schema(fields)
