@@ -49,6 +49,7 @@ class TokenClaims:
     expires_at: int
     password_fingerprint: str
     login_at: int  # when the user last gave the password (renewals keep it)
+    login_id: str  # random per password login, kept by renewals: names the client's session
 
 
 def _b64(data: bytes) -> str:
@@ -73,10 +74,12 @@ class TokenSigner:
     def password_fingerprint(self, password_hash: str) -> str:
         return _b64(hmac.new(self._key, b"pw\x00" + password_hash.encode(), hashlib.sha256).digest()[:12])
 
-    def issue(self, user: str, password_hash: str, now: float | None = None, login_at: int | None = None) -> str:
+    def issue(self, user: str, password_hash: str, now: float | None = None, login_at: int | None = None,
+              login_id: str | None = None) -> str:
         now = time.time() if now is None else now
         payload = {"u": user, "exp": int(now + self.ttl_s), "pw": self.password_fingerprint(password_hash),
-                   "at": int(now) if login_at is None else login_at}
+                   "at": int(now) if login_at is None else login_at,
+                   "sid": login_id or _b64(secrets.token_bytes(9))}
         body = _b64(json.dumps(payload, separators=(",", ":")).encode())
         return f"{PREFIX}.{body}.{self._mac(body)}"
 
@@ -92,7 +95,8 @@ class TokenSigner:
             raise InvalidToken("bad signature")
         try:
             payload = json.loads(_unb64(body))
-            claims = TokenClaims(str(payload["u"]), int(payload["exp"]), str(payload["pw"]), int(payload["at"]))
+            claims = TokenClaims(str(payload["u"]), int(payload["exp"]), str(payload["pw"]), int(payload["at"]),
+                                 str(payload["sid"]))
         except (ValueError, KeyError, TypeError, binascii.Error):
             raise InvalidToken("malformed payload") from None
         if claims.expires_at <= (time.time() if now is None else now):
@@ -104,10 +108,24 @@ class TokenSigner:
         now = time.time() if now is None else now
         if claims.expires_at - now > self.ttl_s / 2 or now - claims.login_at > MAX_SESSION_S:
             return None
-        return self.issue(claims.user, password_hash, now, login_at=claims.login_at)
+        return self.issue(claims.user, password_hash, now, login_at=claims.login_at, login_id=claims.login_id)
 
     def _mac(self, body: str) -> str:
         return _b64(hmac.new(self._key, f"{PREFIX}.{body}".encode(), hashlib.sha256).digest())
+
+
+def session_identity(token: str) -> str:
+    """What stays the same across a token's renewals (user and login id), to key per-client
+    state such as Flight SQL sessions. Not a check: the auth middleware verifies the token on
+    the same call. Tokens that are not icefloe's name themselves."""
+    parts = token.split(".")
+    if len(parts) == 3 and parts[0] == PREFIX and len(token) <= MAX_TOKEN_CHARS:
+        try:
+            payload = json.loads(_unb64(parts[1]))
+            return f"{PREFIX}:{payload['u']}:{payload['sid']}"
+        except (ValueError, KeyError, TypeError, binascii.Error):
+            pass
+    return token
 
 
 def load_or_create_key(warehouse: str) -> tuple[bytes, str | None]:

@@ -189,6 +189,14 @@ def test_jdbc_mutual_tls(mtls_auth_server: ServerProcess, pki: Pki) -> None:
 
 @pytest.fixture
 def short_token_server(warehouse: Path, users_file: Path) -> Iterator[ServerProcess]:
+    import pyarrow as pa
+
+    from catalog import RocksCatalog
+
+    catalog = RocksCatalog("setup", warehouse=str(warehouse))
+    catalog.create_namespace("ns")
+    catalog.create_table("ns.t", schema=pa.schema([pa.field("x", pa.int64())]))
+    catalog.close()
     proc = ServerProcess(warehouse, ["--users", str(users_file), "--token-ttl", "6"]).start()
     try:
         yield proc
@@ -197,12 +205,17 @@ def short_token_server(warehouse: Path, users_file: Path) -> Iterator[ServerProc
 
 
 def test_adbc_connection_outlives_its_first_token_through_renewal(short_token_server: ServerProcess) -> None:
-    """Tokens live 6 s; a connection used every 3.5 s gets renewed tokens and keeps working."""
+    """Tokens live 6 s; a connection used every 3.5 s gets renewed tokens and keeps working,
+    in the same Flight SQL session (sessions are keyed by the login, not the token string)."""
     conn = _adbc_connect(short_token_server.location, "rita", PASSWORDS["rita"])
     try:
+        # a session option set with the first token must survive the renewals
+        conn.adbc_connection.set_options(**{"adbc.flight.sql.session.option.schema": "ns"})
         for pause in [0.0, 3.5, 3.5, 3.5]:  # the last call is 10.5 s after the login
             time.sleep(pause)
-            assert _adbc_query_outcome(conn) == "ok"
+            with conn.cursor() as cur:
+                cur.execute("SELECT count(*) FROM t")  # unqualified: resolved in the session's schema
+                assert cur.fetchall() == [(0,)]
     finally:
         conn.close()
 
