@@ -95,15 +95,23 @@ def describe_commit(updates: tuple[TableUpdate, ...], new: TableMetadata) -> dic
     kinds = {type(u) for u in updates}
     snapshot_updates = [u for u in updates if isinstance(u, AddSnapshotUpdate)]
     if snapshot_updates:
-        snapshot = snapshot_updates[-1].snapshot
-        summary = snapshot.summary
+        # One commit can add several snapshots: pyiceberg's overwrite is a delete snapshot
+        # followed by an append snapshot. Describe the commit as a whole, not its last step.
+        snapshots = [u.snapshot for u in snapshot_updates]
+        operations = {str(s.summary.operation.value) if s.summary is not None else "append" for s in snapshots}
+        if len(operations) == 1:
+            operation = operations.pop()
+        elif operations <= {"append", "delete", "overwrite"}:
+            operation = "overwrite"
+        else:
+            operation = "replace" if "replace" in operations else "overwrite"
         info.update(
-            operation=str(summary.operation.value) if summary is not None else "append",
-            snapshot_id=snapshot.snapshot_id,
-            parent_snapshot_id=snapshot.parent_snapshot_id,
-            added_rows=_summary_int(summary, "added-records") or 0,
-            deleted_rows=_summary_int(summary, "deleted-records") or 0,
-            added_files=_summary_int(summary, "added-data-files") or 0,
+            operation=operation,
+            snapshot_id=snapshots[-1].snapshot_id,
+            parent_snapshot_id=snapshots[0].parent_snapshot_id,
+            added_rows=sum(_summary_int(s.summary, "added-records") or 0 for s in snapshots),
+            deleted_rows=sum(_summary_int(s.summary, "deleted-records") or 0 for s in snapshots),
+            added_files=sum(_summary_int(s.summary, "added-data-files") or 0 for s in snapshots),
         )
         return info
     if kinds & {AddSchemaUpdate, SetCurrentSchemaUpdate}:

@@ -32,6 +32,8 @@ class Subscription:
         self._lagging = threading.Event()
         self.last_seq = after
         self.closed = False
+        # How often this subscriber overflowed its queue and caught up from the log.
+        self.catch_ups = 0
 
     def _offer(self, record: CommitRecord) -> None:
         if self._lagging.is_set():
@@ -56,6 +58,7 @@ class Subscription:
             # published from now on is queued (and deduplicated below if also read here).
             self._drain()
             self._lagging.clear()
+            self.catch_ups += 1
             records = list(self._hub.log.read(self.last_seq, limit=limit))
         elif self.last_seq < self._hub.log.head():
             # Replay (or a record landed but not yet published): the log is the source.
@@ -143,6 +146,11 @@ class CommitHub:
                 listener(record)
             except Exception:  # a listener bug must never fail a landed commit
                 logger.exception("commit listener failed for seq %d", record.seq)
+
+    def subscriptions(self) -> list[Subscription]:
+        """The registered subscriptions (a snapshot, for monitoring and tests)."""
+        with self._lock:
+            return list(self._subscribers)
 
     @property
     def subscriber_count(self) -> int:

@@ -107,6 +107,27 @@ def sql(query: str, uri: str, fmt: str, update: bool, token: str | None) -> None
 
 
 @main.command()
+@click.option("--location", envvar="ICEFLOE_LOCATION", default="grpc://127.0.0.1:31337", show_default=True,
+              help="Server to follow.")
+@click.option("--after", default="latest", show_default=True,
+              help="Start after this commit seq, or 'earliest' (whole retained log) or 'latest'.")
+@click.option("--table", "tables", multiple=True, help="Only these tables: ns.t or ns.* (repeatable).")
+@click.option("--heartbeat-ms", default=1000, show_default=True, type=int)
+@click.option("--token", envvar="ICEFLOE_TOKEN", default=None, help="Bearer token for a server with --users.")
+def subscribe(location: str, after: str, tables: tuple[str, ...], heartbeat_ms: int, token: str | None) -> None:
+    """Follow every commit live, printing one JSON line per event (reconnects by itself)."""
+    from flight_server.client import FeedError, parse_after, print_events
+
+    headers = [(b"authorization", f"Bearer {token}".encode())] if token else None
+    try:
+        print_events(location, parse_after(after), list(tables) or None, heartbeat_ms, headers)
+    except (ValueError, FeedError) as exc:
+        raise click.ClickException(str(exc)) from None
+    except (KeyboardInterrupt, BrokenPipeError):
+        pass
+
+
+@main.command()
 @click.argument("table", required=False)
 @click.option("--warehouse", envvar="ICEFLOE_WAREHOUSE", default="./warehouse", show_default=True,
               help="Warehouse to maintain offline (when no server holds it).")

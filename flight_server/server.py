@@ -9,6 +9,7 @@ Routing only; the work lives in one service per capability:
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -130,12 +131,22 @@ class IcefloeServer(flight.FlightServerBase):
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    def shutdown_and_close(self) -> None:
+    def shutdown_and_close(self, grace_s: float = 10.0) -> bool:
+        """Stop serving and close the catalog; return False if some call outlived ``grace_s``.
+
+        A feed stream blocked writing to a client that stopped reading cannot notice
+        ``stopping``, and gRPC's shutdown waits for every call, so the wait is bounded.
+        """
         self.stopping.set()
-        self.shutdown()
+        stopper = threading.Thread(target=self.shutdown, name="icefloe-shutdown", daemon=True)
+        stopper.start()
+        stopper.join(grace_s)
+        if stopper.is_alive():
+            logger.warning("some calls did not finish within %.0f s of shutdown; closing anyway", grace_s)
         self.appends.close()
         self.flightsql.close()
         self.catalog.close()
+        return not stopper.is_alive()
 
 
 def serve(config: Config) -> None:
@@ -162,5 +173,10 @@ def serve(config: Config) -> None:
     # own signal handlers over ours, so the main thread just waits for a signal instead.
     while not stop.wait(1.0):
         pass
-    server.shutdown_and_close()
+    clean = server.shutdown_and_close()
     logger.info("icefloe stopped")
+    if not clean:
+        # A call is still stuck inside gRPC (see shutdown_and_close); commits are already
+        # durable, so leave without waiting for it at interpreter exit.
+        logging.shutdown()
+        os._exit(0)

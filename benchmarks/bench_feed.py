@@ -1,0 +1,322 @@
+"""Commit feed: commit -> subscriber latency, and writer throughput with stalled subscribers.
+
+A real ``icefloe serve`` process; the writer appends 100-row batches with Flight DoPut (one
+commit each) and notes when each DoPut is acknowledged; subscribers are pyarrow.flight
+clients in separate processes.
+
+1. Latency: from the writer's acknowledgement to the event's arrival at each subscriber,
+   with 1, 10 and 100 subscribers (paced commits, so each is measured on its own). Also
+   reported: from ``committed_at`` (stamped just before the fsync) to arrival. The event is
+   published as soon as the commit is durable, before the DoPut answer travels back, so
+   ack -> arrival can be negative.
+2. Throughput: DoPut appends/s with no subscriber vs with 20 subscribers that never read
+   (their gRPC writes block), alternating rounds; the ratio is median with / median without.
+
+    python benchmarks/bench_feed.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from catalog import RocksCatalog  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "feed.json"
+# Client channel options under which a non-reading client blocks the server's writes at once.
+STALLING_OPTIONS = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 1024)]
+ROWS = pa.table({"id": pa.array(range(100), pa.int64()), "name": pa.array([f"r{i}" for i in range(100)])})
+
+
+# -- subscriber processes ---------------------------------------------------------------------
+
+
+def subscriber_main(location: str, streams: int, expected: int, stalled: bool) -> None:
+    """Open ``streams`` feeds; print "ready"; then (unless stalled) print arrivals as JSON."""
+    request = json.dumps({"feed": "commits.v1", "after": "latest", "tables": ["bench.*"]}).encode()
+    # Per stream: (seq, arrival ns, committed_at us).
+    arrivals: list[list[tuple[int, int, int]]] = [[] for _ in range(streams)]
+    hello = threading.Barrier(streams + 1)
+    done = threading.Event()
+    calls = []
+
+    def follow(i: int) -> None:
+        client = flight.FlightClient(location, generic_options=STALLING_OPTIONS if stalled else [])
+        writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(request))
+        writer.done_writing()
+        # Keep the writer referenced: dropping it closes the call, which waits for the server
+        # to end a stream that never ends.
+        calls.append((client, writer, reader))
+        reader.read_chunk()  # hello
+        hello.wait()
+        if stalled:
+            done.wait()
+            return
+        got = arrivals[i]
+        while len(got) < expected:
+            chunk = reader.read_chunk()
+            now = time.time_ns()
+            if chunk.data is not None:
+                seqs = chunk.data.column("seq").to_pylist()
+                stamps = chunk.data.column("committed_at").cast(pa.int64()).to_pylist()
+                # Only the writer's appends count (background compaction commits too).
+                ops = chunk.data.column("operation").to_pylist()
+                got.extend((seq, now, ts) for seq, ts, op in zip(seqs, stamps, ops, strict=True) if op == "append")
+
+    threads = [threading.Thread(target=follow, args=(i,), daemon=True) for i in range(streams)]
+    for t in threads:
+        t.start()
+    hello.wait(timeout=120)
+    print("ready", flush=True)
+    if stalled:
+        sys.stdin.readline()  # hold the streams open (unread) until the parent is done
+        done.set()
+    else:
+        for t in threads:
+            t.join(timeout=600)
+        print(json.dumps(arrivals), flush=True)
+    for _client, _writer, reader in calls:
+        try:
+            reader.cancel()
+        except Exception:
+            pass
+    os._exit(0)
+
+
+class Subscribers:
+    """``count`` subscriber streams spread over a few client processes."""
+
+    def __init__(self, location: str, count: int, expected: int, stalled: bool = False) -> None:
+        self.procs: list[subprocess.Popen[str]] = []
+        nprocs = min(count, 4)
+        per = [count // nprocs + (1 if i < count % nprocs else 0) for i in range(nprocs)]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        for n in per:
+            cmd = [sys.executable, __file__, "subscriber", location, str(n), str(expected), "1" if stalled else "0"]
+            self.procs.append(
+                subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+            )
+        for proc in self.procs:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            if line.strip() != "ready":
+                self.close()
+                raise RuntimeError(f"subscriber process failed to start: {line!r}")
+
+    def arrivals(self) -> list[list[tuple[int, int, int]]]:
+        out: list[list[tuple[int, int, int]]] = []
+        for proc in self.procs:
+            assert proc.stdout is not None
+            out.extend([(a[0], a[1], a[2]) for a in stream] for stream in json.loads(proc.stdout.readline()))
+        return out
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    assert proc.stdin is not None
+                    proc.stdin.write("\n")
+                    proc.stdin.flush()
+                except OSError:
+                    pass
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+# -- measurements -----------------------------------------------------------------------------
+
+
+class ServerUnderTest:
+    """``icefloe serve`` on a free port over a warehouse prepared offline."""
+
+    def __init__(self, warehouse: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        cmd = [sys.executable, "-m", "flight_server.cli", "serve", "--warehouse", str(warehouse), "--port", "0"]
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            found = re.search(r"icefloe listening on (\S+)", line)
+            if found:
+                self.location = found.group(1)
+                break
+        else:
+            raise RuntimeError("the server did not start")
+        # Keep draining its log so the server never blocks on a full pipe.
+        threading.Thread(target=lambda: [None for _ in self.proc.stderr or ()], daemon=True).start()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Writer:
+    """Appends ``ROWS`` to a table with DoPut; returns the acknowledged commit seq."""
+
+    def __init__(self, location: str) -> None:
+        self.client = flight.FlightClient(location)
+
+    def append(self, table: str) -> int:
+        writer, reader = self.client.do_put(flight.FlightDescriptor.for_path(*table.split(".")), ROWS.schema)
+        writer.write_table(ROWS)
+        writer.done_writing()
+        answer = reader.read()
+        writer.close()
+        assert answer is not None
+        return int(json.loads(answer.to_pybytes())["commit_seq"])
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def measure_latency(writer: Writer, location: str, subscribers: int, commits: int, gap_s: float) -> dict[str, Any]:
+    subs = Subscribers(location, subscribers, expected=commits)
+    acks: dict[int, int] = {}
+    try:
+        for _ in range(commits):
+            seq = writer.append(f"bench.lat{subscribers}")
+            acks[seq] = time.time_ns()
+            time.sleep(gap_s)
+        arrivals = subs.arrivals()
+    finally:
+        subs.close()
+    for stream in arrivals:
+        assert [seq for seq, _, _ in stream] == sorted(acks), ([seq for seq, _, _ in stream], sorted(acks))
+    from_ack = [(t - acks[seq]) / 1e6 for stream in arrivals for seq, t, _ in stream]
+    from_commit = [(t - committed * 1000) / 1e6 for stream in arrivals for _, t, committed in stream]
+    return {
+        "subscribers": subscribers,
+        "events": len(from_ack),
+        "ack_to_arrival_p50_ms": round(percentile(from_ack, 50), 2),
+        "ack_to_arrival_p99_ms": round(percentile(from_ack, 99), 2),
+        "ack_to_arrival_max_ms": round(max(from_ack), 2),
+        "commit_to_arrival_p50_ms": round(percentile(from_commit, 50), 2),
+        "commit_to_arrival_p99_ms": round(percentile(from_commit, 99), 2),
+    }
+
+
+def append_rate(writer: Writer, table: str, commits: int) -> float:
+    start = time.perf_counter()
+    for _ in range(commits):
+        writer.append(table)
+    return commits / (time.perf_counter() - start)
+
+
+def measure_throughput(writer: Writer, location: str, stalled: int, commits: int, rounds: int) -> dict[str, Any]:
+    without: list[float] = []
+    with_stalled: list[float] = []
+    append_rate(writer, "bench.tp_warmup", commits)  # caches, connections, first-append costs
+    for r in range(rounds):
+        # Alternate which side goes first so drift on a shared machine hits both alike.
+        for side in (("base", "stalled") if r % 2 == 0 else ("stalled", "base")):
+            if side == "base":
+                without.append(append_rate(writer, f"bench.tp_base{r}", commits))
+                continue
+            subs = Subscribers(location, stalled, expected=0, stalled=True)
+            try:
+                time.sleep(0.5)  # let their streams settle (blocked in gRPC writes or idle)
+                with_stalled.append(append_rate(writer, f"bench.tp_stalled{r}", commits))
+            finally:
+                subs.close()
+    base, loaded = statistics.median(without), statistics.median(with_stalled)
+    return {
+        "stalled_subscribers": stalled,
+        "commits_per_round": commits,
+        "rounds": rounds,
+        "appends_per_s_without": [round(x, 2) for x in without],
+        "appends_per_s_with_stalled": [round(x, 2) for x in with_stalled],
+        "median_without": round(base, 2),
+        "median_with_stalled": round(loaded, 2),
+        "ratio": round(loaded / base, 3),
+    }
+
+
+def prepare(warehouse: Path, rounds: int) -> None:
+    cat = RocksCatalog("bench", warehouse=str(warehouse), **{"read-only": "false"})
+    try:
+        cat.create_namespace("bench")
+        names = ["lat1", "lat10", "lat100", "tp_warmup"]
+        names += [f"tp_{side}{r}" for r in range(rounds) for side in ("base", "stalled")]
+        for name in names:
+            cat.create_table(f"bench.{name}", ROWS.schema)
+    finally:
+        cat.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short development run")
+    args = parser.parse_args()
+    commits = 20 if args.quick else 100
+    tp_commits, rounds = (30, 2) if args.quick else (150, 4)
+    results: dict[str, Any] = {"quick": args.quick, "cpus": os.cpu_count(), "writer": "DoPut, 100 rows per commit"}
+    # The machine may be shared: record how busy it was (1-minute load average).
+    results["load_avg_start"] = round(os.getloadavg()[0], 2)
+    with tempfile.TemporaryDirectory(prefix="icefloe-bench-feed-") as tmp:
+        warehouse = Path(tmp) / "wh"
+        prepare(warehouse, rounds)
+        server = ServerUnderTest(warehouse)
+        writer = Writer(server.location)
+        try:
+            results["latency"] = [
+                measure_latency(writer, server.location, n, commits, gap_s=0.05) for n in (1, 10, 100)
+            ]
+            results["throughput"] = measure_throughput(writer, server.location, 20, tp_commits, rounds)
+        finally:
+            writer.close()
+            server.stop()
+
+    results["load_avg_end"] = round(os.getloadavg()[0], 2)
+    print(f"\nload average (1 min) at start / end: {results['load_avg_start']} / {results['load_avg_end']}")
+    print(f"\ncommit -> subscriber latency ({commits} paced 100-row DoPut appends; ms)")
+    header = ("subscribers", "events", "ack p50", "ack p99", "ack max", "commit p50", "commit p99")
+    print(" ".join(f"{h:>11}" for h in header))
+    for row in results["latency"]:
+        keys = ("subscribers", "events", "ack_to_arrival_p50_ms", "ack_to_arrival_p99_ms", "ack_to_arrival_max_ms",
+                "commit_to_arrival_p50_ms", "commit_to_arrival_p99_ms")
+        print(" ".join(f"{row[k]:>11}" for k in keys))
+    tp = results["throughput"]
+    print(f"\nwriter throughput, 20 subscribers that never read vs none "
+          f"({tp['rounds']} rounds x {tp['commits_per_round']} appends)")
+    print(f"  appends/s without: {tp['appends_per_s_without']}  median {tp['median_without']}")
+    print(f"  appends/s with   : {tp['appends_per_s_with_stalled']}  median {tp['median_with_stalled']}")
+    print(f"  ratio with/without: {tp['ratio']}  (target >= 0.8)")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nwrote {RESULTS.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "subscriber":
+        subscriber_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1")
+    else:
+        main()

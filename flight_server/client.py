@@ -1,0 +1,265 @@
+"""A small Python client for the commit feed that resumes by itself after a disconnect.
+
+    from flight_server.client import subscribe
+
+    for event in subscribe("grpc://127.0.0.1:31337", after="earliest", tables=["sales.*"]):
+        print(event.seq, event.operation, event.qualified_name)
+
+The client keeps the last sequence number it has yielded (or that a heartbeat reported as
+covered) and, when the stream breaks (server restart, network error, a stalled connection),
+reconnects with ``after`` = that cursor, so every matching commit is yielded exactly once
+and in order. Errors that retrying cannot fix (an expired cursor, a malformed subscription,
+bad credentials) are raised.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+logger = logging.getLogger("icefloe.client")
+
+DEFAULT_LOCATION = "grpc://127.0.0.1:31337"
+
+
+class FeedError(Exception):
+    """The feed refused the subscription; retrying the same request cannot succeed."""
+
+
+class FeedCursorExpired(FeedError):
+    """The cursor is older than the server's retained commit log."""
+
+
+@dataclass(frozen=True)
+class CommitEvent:
+    """One commit, with the columns of the ``commits.v1`` event schema."""
+
+    seq: int
+    committed_at: datetime
+    namespace: str
+    table: str
+    table_uuid: str | None
+    operation: str
+    snapshot_id: int | None
+    parent_snapshot_id: int | None
+    added_rows: int | None
+    deleted_rows: int | None
+    added_files: int | None
+    metadata_location: str | None
+    principal: str | None
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.namespace}.{self.table}"
+
+    def to_json(self) -> dict[str, Any]:
+        body = asdict(self)
+        body["committed_at"] = self.committed_at.isoformat()
+        return body
+
+
+def subscribe(
+    location: str = DEFAULT_LOCATION,
+    after: int | str = "latest",
+    tables: Sequence[str] | None = None,
+    heartbeat_ms: int = 1000,
+    *,
+    reconnect: bool = True,
+    max_backoff_s: float = 5.0,
+    stall_timeout_s: float | None = None,
+    headers: Sequence[tuple[bytes, bytes]] | None = None,
+    stop: threading.Event | None = None,
+) -> Iterator[CommitEvent]:
+    """Yield every matching commit after ``after``, following the feed live.
+
+    Args:
+        location: Server location, e.g. ``grpc://127.0.0.1:31337``.
+        after: A commit sequence number, ``"earliest"`` or ``"latest"``.
+        tables: ``ns.t`` names or ``ns.*`` globs; None for every table.
+        heartbeat_ms: How often the server sends heartbeats when there is nothing to send.
+        reconnect: Reconnect (from the last seq) when the stream breaks; otherwise raise.
+        max_backoff_s: Longest pause between reconnection attempts.
+        stall_timeout_s: Reconnect if no message (event or heartbeat) arrives for this long
+            while waiting; defaults to five heartbeat intervals plus two seconds.
+        headers: Extra call headers (e.g. ``(b"authorization", b"Bearer ...")``).
+        stop: When set (from another thread), the generator returns promptly.
+
+    Raises:
+        FeedCursorExpired: ``after`` (or the cursor reached since) is older than the log.
+        FeedError: The server refused the subscription (malformed, unknown table, auth).
+    """
+    cursor: int | str = after
+    backoff = 0.1
+    stall = stall_timeout_s if stall_timeout_s is not None else 5 * heartbeat_ms / 1000 + 2.0
+    while stop is None or not stop.is_set():
+        request: dict[str, Any] = {"feed": "commits.v1", "after": cursor, "heartbeat_ms": heartbeat_ms}
+        if tables is not None:
+            request["tables"] = list(tables)
+        connection = _Connection(location, request, headers, stall, stop)
+        try:
+            for kind, payload in connection.messages():
+                backoff = 0.1  # the connection works; start over if it breaks later
+                if kind == "hello":
+                    if cursor == "earliest":
+                        cursor = int(payload["log_start"]) - 1
+                    elif cursor == "latest":
+                        cursor = int(payload["head"])
+                elif kind == "heartbeat":
+                    head = int(payload["head"])
+                    if isinstance(cursor, int) and head > cursor:
+                        cursor = head  # nothing matched up to head: resume after it
+                elif kind == "batch":
+                    for event in _events(payload):
+                        if isinstance(cursor, int) and event.seq <= cursor:
+                            continue  # already yielded before a reconnect
+                        yield event
+                        cursor = event.seq
+            error: Exception = ConnectionError("the server ended the feed stream")
+        except pa.ArrowException as exc:  # FlightError and the Arrow-status errors
+            _raise_if_final(exc)
+            error = exc
+        finally:
+            connection.close()
+        if stop is not None and stop.is_set():
+            return
+        if not reconnect:
+            raise ConnectionError(f"feed stream broke: {error}") from error
+        logger.info("feed stream broke (%s); reconnecting after seq %s in %.1f s", error, cursor, backoff)
+        if stop is not None:
+            if stop.wait(backoff):
+                return
+        else:
+            time.sleep(backoff)
+        backoff = min(max_backoff_s, backoff * 2)
+
+
+def _raise_if_final(exc: pa.ArrowException) -> None:
+    text = str(exc)
+    if "cursor expired" in text:
+        raise FeedCursorExpired(_first_line(text)) from exc
+    if isinstance(exc, (flight.FlightUnauthenticatedError, flight.FlightUnauthorizedError)):
+        raise FeedError(_first_line(text)) from exc
+    if isinstance(exc, (pa.ArrowInvalid, pa.ArrowKeyError, pa.ArrowNotImplementedError)):
+        raise FeedError(_first_line(text)) from exc
+
+
+def _first_line(text: str) -> str:
+    return text.split(". Detail:")[0].split(". gRPC client debug context")[0]
+
+
+def _events(batch: pa.RecordBatch) -> Iterator[CommitEvent]:
+    for row in batch.to_pylist():
+        yield CommitEvent(**row)
+
+
+class _Connection:
+    """One DoExchange call; a watchdog cancels it when it stalls or ``stop`` is set."""
+
+    def __init__(
+        self,
+        location: str,
+        request: dict[str, Any],
+        headers: Sequence[tuple[bytes, bytes]] | None,
+        stall_timeout_s: float,
+        stop: threading.Event | None,
+    ) -> None:
+        self._location = location
+        self._request = request
+        self._options = flight.FlightCallOptions(headers=list(headers) if headers else None)
+        self._stall = stall_timeout_s
+        self._stop = stop
+        self._client: flight.FlightClient | None = None
+        self._reader: flight.FlightStreamReader | None = None
+        self._writer: flight.FlightStreamWriter | None = None
+        self._waiting_since: float | None = None
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+
+    def messages(self) -> Iterator[tuple[str, Any]]:
+        """Yield ("hello" | "heartbeat" | "commit", dict) and ("batch", RecordBatch)."""
+        self._client = flight.connect(self._location)
+        descriptor = flight.FlightDescriptor.for_command(json.dumps(self._request).encode("utf-8"))
+        writer, reader = self._client.do_exchange(descriptor, self._options)
+        self._reader, self._writer = reader, writer
+        writer.done_writing()  # the feed reads nothing from the client
+        threading.Thread(target=self._watch, name="icefloe-feed-watchdog", daemon=True).start()
+        while True:
+            self._waiting_since = time.monotonic()
+            try:
+                chunk = reader.read_chunk()
+            except StopIteration:
+                return
+            finally:
+                self._waiting_since = None
+            if chunk.app_metadata is not None:
+                for kind, body in json.loads(chunk.app_metadata.to_pybytes()).items():
+                    if chunk.data is None:
+                        yield kind, body
+            if chunk.data is not None:
+                yield "batch", chunk.data
+
+    def _watch(self) -> None:
+        while not self._closed.wait(0.1):
+            since = self._waiting_since
+            stalled = since is not None and time.monotonic() - since > self._stall
+            if stalled or (self._stop is not None and self._stop.is_set()):
+                if stalled:
+                    logger.warning("no message from the feed for %.1f s; reconnecting", self._stall)
+                self._cancel()
+                return
+
+    def _cancel(self) -> None:
+        with self._lock:
+            if self._reader is not None:
+                self._reader.cancel()
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            if self._reader is not None and self._writer is not None:
+                for step in (self._reader.cancel, self._writer.close):
+                    try:
+                        step()
+                    except (flight.FlightError, pa.ArrowException):
+                        pass  # closing a cancelled call reports the cancellation
+                self._reader = self._writer = None
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+
+def print_events(
+    location: str,
+    after: int | str,
+    tables: Sequence[str] | None,
+    heartbeat_ms: int,
+    headers: Sequence[tuple[bytes, bytes]] | None = None,
+) -> None:
+    """Follow the feed and print one JSON line per event (``icefloe subscribe``)."""
+    import sys
+
+    for event in subscribe(location, after=after, tables=tables, heartbeat_ms=heartbeat_ms, headers=headers):
+        sys.stdout.write(json.dumps(event.to_json()) + "\n")
+        sys.stdout.flush()
+
+
+def parse_after(text: str) -> int | str:
+    """``--after`` value: a non-negative seq, ``earliest`` or ``latest``."""
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"--after must be a commit sequence number, 'earliest' or 'latest', not {text!r}") from None
+    if value < 0:
+        raise ValueError("--after must be >= 0")
+    return value

@@ -1,0 +1,125 @@
+"""The commits.v1 event schema and the conversion of commit-log records into Arrow batches."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from catalog.commit_log import CommitRecord
+from flight_server.feed.request import FeedRequest
+
+# Fixed by the wire contract (DESIGN.md, "Commit feed"): names, types and nullability.
+EVENT_SCHEMA = pa.schema(
+    [
+        pa.field("seq", pa.int64(), nullable=False),
+        pa.field("committed_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("namespace", pa.utf8(), nullable=False),
+        pa.field("table", pa.utf8(), nullable=False),
+        pa.field("table_uuid", pa.utf8()),
+        pa.field("operation", pa.utf8(), nullable=False),
+        pa.field("snapshot_id", pa.int64()),
+        pa.field("parent_snapshot_id", pa.int64()),
+        pa.field("added_rows", pa.int64()),
+        pa.field("deleted_rows", pa.int64()),
+        pa.field("added_files", pa.int64()),
+        pa.field("metadata_location", pa.utf8()),
+        pa.field("principal", pa.utf8()),
+    ]
+)
+
+
+def record_matches(request: FeedRequest, record: CommitRecord) -> bool:
+    """Whether a subscriber asked for this commit.
+
+    A rename matches by its new name and by the name it had before, so a subscriber to the old
+    name learns that its table moved away.
+    """
+    if request.matches((*record.namespace, record.table)):
+        return True
+    renamed_from = record.extra.get("renamed_from") if record.extra else None
+    return isinstance(renamed_from, str) and request.matches(tuple(renamed_from.split(".")))
+
+
+def records_to_batch(records: Sequence[CommitRecord]) -> pa.RecordBatch:
+    """One record batch holding ``records`` in order, with ``EVENT_SCHEMA``."""
+    columns: list[list[Any]] = [[] for _ in EVENT_SCHEMA]
+    for r in records:
+        row = (
+            r.seq,
+            r.committed_at_us,
+            ".".join(r.namespace),
+            r.table,
+            r.table_uuid,
+            r.operation,
+            r.snapshot_id,
+            r.parent_snapshot_id,
+            r.added_rows,
+            r.deleted_rows,
+            r.added_files,
+            r.metadata_location,
+            r.principal,
+        )
+        for column, value in zip(columns, row, strict=True):
+            column.append(value)
+    arrays = [pa.array(column, type=field.type) for column, field in zip(columns, EVENT_SCHEMA, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=EVENT_SCHEMA)
+
+
+class EventBatchCache:
+    """Event batches shared by every stream that sends the same commits.
+
+    Live subscribers usually receive the same one or two records per wake-up; building the
+    batch once instead of once per subscriber keeps the feed's cost per commit nearly flat
+    in the number of subscribers. Batches are immutable, so sharing them is safe.
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self._size = size
+        self._batches: OrderedDict[tuple[int, ...], pa.RecordBatch] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, records: Sequence[CommitRecord]) -> pa.RecordBatch:
+        key = tuple(r.seq for r in records)
+        with self._lock:
+            batch = self._batches.get(key)
+            if batch is not None:
+                self._batches.move_to_end(key)
+                return batch
+        batch = records_to_batch(records)
+        with self._lock:
+            self._batches[key] = batch
+            while len(self._batches) > self._size:
+                self._batches.popitem(last=False)
+        return batch
+
+
+def record_summary(record: CommitRecord) -> dict[str, Any]:
+    """A commit as a JSON-ready dict (the event's columns; used in rows.v1 announcements)."""
+    summary: dict[str, Any] = {
+        "seq": record.seq,
+        "committed_at_us": record.committed_at_us,
+        "namespace": ".".join(record.namespace),
+        "table": record.table,
+        "table_uuid": record.table_uuid,
+        "operation": record.operation,
+        "snapshot_id": record.snapshot_id,
+        "parent_snapshot_id": record.parent_snapshot_id,
+        "added_rows": record.added_rows,
+        "deleted_rows": record.deleted_rows,
+        "added_files": record.added_files,
+        "metadata_location": record.metadata_location,
+        "principal": record.principal,
+    }
+    renamed_from = record.extra.get("renamed_from") if record.extra else None
+    if renamed_from:
+        summary["renamed_from"] = renamed_from
+    return summary
+
+
+def metadata_message(kind: str, body: dict[str, Any]) -> bytes:
+    return json.dumps({kind: body}, separators=(",", ":")).encode("utf-8")

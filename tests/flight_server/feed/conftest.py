@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from flight_server.config import Config  # noqa: E402
+from flight_server.server import IcefloeServer  # noqa: E402
+
+
+@pytest.fixture
+def feed_server(tmp_path: Path) -> Iterator[IcefloeServer]:
+    """An in-process icefloe server on a free port; commits go through ``server.catalog``."""
+    server = IcefloeServer(Config(warehouse=str(tmp_path / "warehouse"), port=0))
+    try:
+        yield server
+    finally:
+        server.shutdown_and_close(grace_s=10.0)
+
+
+@pytest.fixture
+def location(feed_server: IcefloeServer) -> str:
+    return f"grpc://127.0.0.1:{feed_server.port}"

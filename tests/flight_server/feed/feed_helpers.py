@@ -1,0 +1,131 @@
+"""Helpers for feed tests: a DoExchange reader with timeouts, and commit producers."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+# Client channel options that make the server's writes block after about one message when
+# the client stops reading (no flow-control window growth, tiny lookahead).
+STALLING_CLIENT_OPTIONS = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 1024)]
+
+
+@dataclass
+class Message:
+    """One message from a feed: metadata (decoded JSON) and/or a record batch."""
+
+    metadata: dict[str, Any] | None
+    batch: pa.RecordBatch | None
+
+    @property
+    def kind(self) -> str:
+        if self.batch is not None:
+            return "batch"
+        assert self.metadata is not None
+        return next(iter(self.metadata))
+
+
+@dataclass
+class FeedReader:
+    """Reads a DoExchange feed on a background thread so tests can wait with timeouts."""
+
+    location: str
+    request: dict[str, Any]
+    generic_options: Sequence[tuple[str, Any]] = ()
+    read: bool = True  # False: open the stream but do not read until resume() is called
+    messages: queue.Queue[Message | BaseException] = field(default_factory=queue.Queue)
+
+    def __post_init__(self) -> None:
+        self.client = flight.FlightClient(self.location, generic_options=list(self.generic_options))
+        descriptor = flight.FlightDescriptor.for_command(json.dumps(self.request).encode())
+        self.writer, self.reader = self.client.do_exchange(descriptor)
+        self.writer.done_writing()
+        self._go = threading.Event()
+        if self.read:
+            self._go.set()
+        self._thread = threading.Thread(target=self._pump, daemon=True)
+        self._thread.start()
+
+    def resume(self) -> None:
+        self._go.set()
+
+    def _pump(self) -> None:
+        self._go.wait()
+        try:
+            while True:
+                chunk = self.reader.read_chunk()
+                meta = json.loads(chunk.app_metadata.to_pybytes()) if chunk.app_metadata is not None else None
+                self.messages.put(Message(meta, chunk.data))
+        except StopIteration:
+            self.messages.put(StopIteration())
+        except BaseException as exc:  # handed to the test thread
+            self.messages.put(exc)
+
+    def next(self, timeout: float = 10.0) -> Message:
+        item = self.messages.get(timeout=timeout)
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def error(self, timeout: float = 10.0) -> BaseException:
+        """Read until the stream fails; return the exception."""
+        deadline = time.monotonic() + timeout
+        while True:
+            item = self.messages.get(timeout=max(0.01, deadline - time.monotonic()))
+            if isinstance(item, BaseException):
+                return item
+
+    def events(self, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+        """Read until ``count`` events (rows of event batches) arrived; skip metadata."""
+        deadline = time.monotonic() + timeout
+        out: list[dict[str, Any]] = []
+        while len(out) < count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"got {len(out)} of {count} events: {[e['seq'] for e in out]}")
+            try:
+                msg = self.next(timeout=remaining)
+            except queue.Empty:
+                continue
+            if msg.batch is not None:
+                out.extend(msg.batch.to_pylist())
+        return out
+
+    def wait_for(self, kind: str, timeout: float = 10.0) -> Message:
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = self.next(timeout=max(0.01, deadline - time.monotonic()))
+            if msg.kind == kind:
+                return msg
+
+    def close(self) -> None:
+        self._go.set()
+        for step in (self.reader.cancel, self.writer.close):
+            try:
+                step()
+            except Exception:  # closing a cancelled call reports the cancellation
+                pass
+        self.client.close()
+        self._thread.join(5)
+
+    def __enter__(self) -> FeedReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
+
+
+def rows(start: int, count: int) -> pa.Table:
+    ids = list(range(start, start + count))
+    return pa.table({"id": ids, "name": [f"n{i}" for i in ids]}, schema=SCHEMA)
