@@ -34,6 +34,7 @@ import queue
 import threading
 import time
 import weakref
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +45,8 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from sqlglot import exp as sql_exp
 
 from flight_server import errors
-from flight_server.engine.iceberg_source import IcebergSources, quote
+from flight_server.engine import history
+from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
 from flight_server.engine.pushdown import parse, row_filter
 from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 
@@ -52,7 +54,8 @@ logger = logging.getLogger("icefloe.engine")
 
 CATALOG_NAME = "icefloe"
 _READ_TYPES = {"SELECT", "EXPLAIN"}
-_WRITE_TYPES = {"INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "MERGE_INTO", "COPY"}
+# MULTI: one statement DuckDB expands into several (ALTER TABLE ... ADD COLUMN ... NOT NULL).
+_WRITE_TYPES = {"INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "MERGE_INTO", "COPY", "MULTI"}
 
 SANDBOX_SETTINGS: dict[str, Any] = {
     "enable_external_access": False,
@@ -65,20 +68,38 @@ SANDBOX_SETTINGS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class PinnedTable:
-    """A catalog table as one query reads it: namespace, name, snapshot (None = empty), schema."""
+    """A catalog table as one query reads it: namespace, name, snapshot (None = empty), schema.
+
+    ``view`` is the name the query reads it by when that is not ``name`` (time travel:
+    ``t@<snapshot id>``; metadata tables: ``t$snapshots``); ``kind`` is ``data`` or the
+    metadata table kind (``snapshots``, ``history``, ``files``).
+    """
 
     namespace: tuple[str, ...]
     name: str
     snapshot_id: int | None
     schema_id: int
+    view: str | None = None
+    kind: str = "data"
+
+    @property
+    def view_name(self) -> str:
+        return self.view or self.name
 
     def to_json(self) -> list[Any]:
-        return [list(self.namespace), self.name, self.snapshot_id, self.schema_id]
+        raw: list[Any] = [list(self.namespace), self.name, self.snapshot_id, self.schema_id]
+        if self.view is not None or self.kind != "data":
+            raw += [self.view, self.kind]
+        return raw
 
     @classmethod
     def from_json(cls, raw: list[Any]) -> PinnedTable:
-        ns, name, snap, schema_id = raw
-        return cls(tuple(str(p) for p in ns), str(name), None if snap is None else int(snap), int(schema_id))
+        ns, name, snap, schema_id = raw[:4]
+        view, kind = (raw[4], raw[5]) if len(raw) >= 6 else (None, "data")
+        if kind != "data" and kind not in history.METADATA_KINDS:
+            raise ValueError(kind)
+        return cls(tuple(str(p) for p in ns), str(name), None if snap is None else int(snap), int(schema_id),
+                   None if view is None else str(view), str(kind))
 
 
 class Kind:
@@ -221,6 +242,26 @@ class Engine:
             return Kind.WRITE
         raise errors.InvalidArgument(f"{kind} statements are not allowed")
 
+    def plan(self, sql: str, default_schema: tuple[str, ...] | None) -> tuple[str, list[PinnedTable]]:
+        """A query ready to run: ``sql`` with time-travel references rewritten, and its pins."""
+        cur = self._parser.cursor()
+        try:
+            refs = history.find_at_references(cur, self.catalog, _without_parameters(sql), default_schema)
+        except duckdb.Error as exc:
+            raise _map_duckdb(exc) from None
+        finally:
+            cur.close()
+        if refs and parameter_markers(sql):
+            # Spans were found in the text with markers replaced; keep offsets honest.
+            raise errors.InvalidArgument("time travel (AT ...) cannot be combined with parameters yet")
+        rewritten = history.rewrite(sql, refs, quote, CATALOG_NAME) if refs else sql
+        pins = {(r.namespace, history.at_view_name(r.name, r.snapshot_id)):
+                PinnedTable(r.namespace, r.name, r.snapshot_id, r.schema_id,
+                            view=history.at_view_name(r.name, r.snapshot_id)) for r in refs}
+        for pin in self.pin(rewritten, default_schema):
+            pins.setdefault((pin.namespace, pin.view_name), pin)
+        return rewritten, list(pins.values())
+
     def pin(self, sql: str, default_schema: tuple[str, ...] | None) -> list[PinnedTable]:
         """The catalog tables ``sql`` names, each at its current snapshot."""
         pins: dict[tuple[tuple[str, ...], str], PinnedTable] = {}
@@ -228,16 +269,30 @@ class Engine:
             for ns, table in self._candidates(parts, default_schema):
                 if (ns, table) in pins:
                     break
-                try:
-                    tbl = self.catalog.load_table((*ns, table))
-                except (NoSuchTableError, NoSuchNamespaceError, ValueError):
+                if history.parse_at_view_name(table):
+                    break  # a time-travel view planned by ``plan``
+                pin = self._pin_one(ns, table)
+                if pin is None:
                     continue
-                snap = tbl.metadata.current_snapshot()
-                pins[(ns, table)] = PinnedTable(
-                    ns, table, snap.snapshot_id if snap else None, tbl.metadata.current_schema_id
-                )
+                pins[(ns, table)] = pin
                 break
         return list(pins.values())
+
+    def _pin_one(self, ns: tuple[str, ...], table: str) -> PinnedTable | None:
+        try:
+            tbl = self.catalog.load_table((*ns, table))
+            kind, view = "data", None
+        except (NoSuchTableError, NoSuchNamespaceError, ValueError):
+            meta = history.metadata_table_name(table)
+            if meta is None:
+                return None
+            try:
+                tbl = self.catalog.load_table((*ns, meta[0]))
+            except (NoSuchTableError, NoSuchNamespaceError, ValueError):
+                return None
+            kind, view, table = meta[1], table, meta[0]
+        snap = tbl.metadata.current_snapshot()
+        return PinnedTable(ns, table, snap.snapshot_id if snap else None, tbl.metadata.current_schema_id, view, kind)
 
     def table_references(self, sql: str) -> set[tuple[str, ...]]:
         """Every table name the SQL mentions, as its (unquoted) parts.
@@ -302,14 +357,28 @@ class Engine:
         default_schema: tuple[str, ...] | None,
         params: list[Any] | None = None,
         context: Any = None,
+        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None,
     ) -> pa.RecordBatchReader:
         """Start the query; the reader streams from DuckDB and frees its slot when dropped."""
+        reader, run = self._start(sql, pins, default_schema, params, context, file_tags)
+        weakref.finalize(reader, self._release, run)
+        return reader
+
+    def _start(
+        self,
+        sql: str,
+        pins: list[PinnedTable],
+        default_schema: tuple[str, ...] | None,
+        params: list[Any] | None,
+        context: Any,
+        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None,
+    ) -> tuple[pa.RecordBatchReader, _Running]:
         slot = self._take_slot()
         run = _Running(slot, slot.cursor(), context, time.monotonic() + self.query_timeout_s)
         with self._running_lock:
             self._running.add(run)
         try:
-            self._setup(run, pins, default_schema, sql)
+            self._setup(run, pins, default_schema, sql, file_tags)
             sig = _seam.bind(run.cursor, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
@@ -323,8 +392,70 @@ class Engine:
             if isinstance(exc, duckdb.Error):
                 raise self._failure(run, exc) from None
             raise
-        weakref.finalize(reader, self._release, run)
-        return reader
+        return reader, run
+
+    def column_types(
+        self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None,
+        params: list[Any] | None = None,
+    ) -> list[tuple[str, str]]:
+        """(name, DuckDB type) of each result column of a query, without running it (SQL writes)."""
+        slot = self._take_slot()
+        cur = slot.cursor()
+        run = _Running(slot, cur, None, 0.0)
+        try:
+            self._setup(run, pins, default_schema)
+            sig = _seam.bind(cur, sql, values=params)
+            return [(str(n), str(t)) for n, t in zip(sig.names, sig.types, strict=True)]
+        except duckdb.Error as exc:
+            raise _map_duckdb(exc) from None
+        finally:
+            self._release(run)
+
+    def query_table(
+        self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None,
+        params: list[Any] | None = None, context: Any = None,
+        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None,
+    ) -> pa.Table:
+        """Run a query to completion (the read part of a SQL write).
+
+        The query is released before returning, not when the reader is collected: a reader
+        kept alive by a traceback would leave the query registered with the watchdog, which
+        would then ask a finished RPC's context whether it was cancelled.
+        """
+        reader, run = self._start(sql, pins, default_schema, params, context, file_tags)
+        try:
+            return reader.read_all()
+        except duckdb.Error as exc:
+            raise self._failure(run, exc) from None
+        except (pa.ArrowException, OSError) as exc:
+            raise _stream_failure(run, exc) from None
+        finally:
+            reader.close()
+            self._release(run)
+
+    def stream(
+        self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None,
+        params: list[Any] | None = None, context: Any = None,
+    ) -> Generator[pa.RecordBatch, None, None]:
+        """Run a query and yield its batches as DuckDB produces them (the read part of an INSERT).
+
+        Released explicitly when the caller stops iterating (see ``query_table``).
+        """
+        reader, run = self._start(sql, pins, default_schema, params, context, None)
+        try:
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    return
+                except duckdb.Error as exc:
+                    raise self._failure(run, exc) from None
+                except (pa.ArrowException, OSError) as exc:
+                    raise _stream_failure(run, exc) from None
+                yield batch
+        finally:
+            reader.close()
+            self._release(run)
 
     def _release(self, run: _Running) -> None:
         """End of a query: close its cursor, drop its views, return its slot (exactly once)."""
@@ -333,6 +464,8 @@ class Engine:
                 return
             run.released = True  # type: ignore[attr-defined]
             self._running.discard(run)
+            # The RPC context dies with its call; never let the watchdog touch it afterwards.
+            run.context = None
         for cursor in (run.cursor, *run.helpers):
             try:
                 cursor.close()
@@ -363,10 +496,18 @@ class Engine:
     # -- sources --------------------------------------------------------------------------
 
     def _setup(
-        self, run: _Running, pins: list[PinnedTable], default_schema: tuple[str, ...] | None, sql: str | None = None
+        self, run: _Running, pins: list[PinnedTable], default_schema: tuple[str, ...] | None, sql: str | None = None,
+        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None,
     ) -> None:
-        """Register each pinned table's sources and name them; ``sql`` (execution only) prunes files."""
+        """Register each pinned table's sources and name them; ``sql`` (execution only) prunes files.
+
+        ``file_tags`` (SQL writes): for those tables, read exactly the given data files, each
+        through its own source, with an extra column ``__icefloe_file`` = the file's index in
+        the list, so a DELETE / UPDATE can tell which files its predicate touches. Such views,
+        and metadata tables, never take the native / plain scan shortcuts (``run.parts`` empty).
+        """
         cur = run.cursor
+        run.parts = []
         for i, pin in enumerate(pins):
             table = self.catalog.load_table((*pin.namespace, pin.name))
             schema = table.schemas().get(pin.schema_id) or table.schema()
@@ -375,9 +516,15 @@ class Engine:
                     f"snapshot {pin.snapshot_id} of {'.'.join((*pin.namespace, pin.name))} no longer exists; "
                     "run the query again"
                 )
-            prune = row_filter(sql, schema) if sql is not None and len(pins) == 1 else None
-            parts = self.sources.parts(table, pin.snapshot_id, schema, prune)
-            run.parts = parts if len(pins) == 1 else []
+            tagged = (file_tags or {}).get((pin.namespace, pin.name))
+            if pin.kind != "data":
+                parts = [SourcePart(history.metadata_table(table, pin.kind, pin.snapshot_id), "*")]
+            elif tagged is not None:
+                parts = self.sources.file_parts(table, tagged, schema)
+            else:
+                prune = row_filter(sql, schema) if sql is not None and len(pins) == 1 else None
+                parts = self.sources.parts(table, pin.snapshot_id, schema, prune)
+                run.parts = parts if len(pins) == 1 else []
             selects = []
             for j, part in enumerate(parts):
                 src = f"__icefloe_src_{i}_{j}"
@@ -385,7 +532,7 @@ class Engine:
                 selects.append(f"SELECT {part.select_list} FROM {src}")
             schema_name = quote(".".join(pin.namespace))
             cur.execute(f"CREATE SCHEMA IF NOT EXISTS {CATALOG_NAME}.{schema_name}")
-            view = f"{CATALOG_NAME}.{schema_name}.{quote(pin.name)}"
+            view = f"{CATALOG_NAME}.{schema_name}.{quote(pin.view_name)}"
             cur.execute(f"CREATE OR REPLACE VIEW {view} AS {' UNION ALL '.join(selects)}")
             run.views.append(view)
         if default_schema:
@@ -393,6 +540,19 @@ class Engine:
             cur.execute("SET search_path = '" + path.replace("'", "''") + "'")
 
     # -- cancellation and timeouts --------------------------------------------------------
+
+    def _call_cancelled(self, run: _Running) -> bool:
+        """Ask the query's RPC context whether the client cancelled.
+
+        Checked under ``_running_lock``, which ``_release`` also takes before it drops the
+        context: a context is only consulted while its query is still registered, i.e. while
+        its call is alive (the reader is released before gRPC finishes the call).
+        """
+        with self._running_lock:
+            context = run.context
+            if getattr(run, "released", False) or context is None:
+                return False
+            return bool(context.is_cancelled())
 
     def _watch(self) -> None:
         while not self._stop.wait(0.1):
@@ -407,13 +567,23 @@ class Engine:
                     reason = "shutdown"
                 elif now > run.deadline:
                     reason = "timeout"
-                elif run.context is not None and run.context.is_cancelled():
+                elif self._call_cancelled(run):
                     reason = "cancelled"
                 if reason:
                     run.interrupted = reason
                     logger.info("interrupting query (%s)", reason)
                     for cursor in (run.cursor, *run.helpers):
                         cursor.interrupt()
+
+
+def _stream_failure(run: _Running, exc: BaseException) -> Exception:
+    """An error DuckDB raised while producing batches reaches Python through Arrow's C stream
+    as ``OSError`` / ``ArrowException`` with DuckDB's message: map it like the DuckDB error."""
+    if run.interrupted == "timeout":
+        return errors.DeadlineExceeded("query exceeded its timeout")
+    if run.interrupted == "cancelled":
+        return errors.Cancelled("query cancelled")
+    return errors.InvalidArgument(_clean(exc))
 
 
 def parameter_markers(sql: str) -> int:

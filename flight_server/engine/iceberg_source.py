@@ -105,6 +105,30 @@ class IcebergSources:
             parts.append(SourcePart(dataset, ", ".join(select), tuple(columns)))
         return parts
 
+    def file_parts(self, table: Table, paths: list[str], schema: Schema) -> list[SourcePart]:
+        """One part per data file, tagged with its index in ``paths`` as ``__icefloe_file``
+        (SQL DELETE / UPDATE: which files the predicate touches)."""
+        arrow_schema = schema_to_pyarrow(schema, include_field_ids=False)
+        arrow_schema = pa.schema([f.with_type(small_types(f.type)) for f in arrow_schema])
+        names = ", ".join(quote(f.name) for f in schema.fields)
+        if not paths:
+            empty = arrow_schema.empty_table().append_column("__icefloe_file", pa.array([], pa.int64()))
+            return [SourcePart(ds.dataset(empty), f"{names}, __icefloe_file")]
+        fs, _ = pafs.FileSystem.from_uri(paths[0])
+        parts = []
+        for index, path in enumerate(paths):
+            lpath = _fs_path(path)
+            id_to_phys = self._footer_ids(path, fs, lpath, schema)
+            fields, select = [], []
+            for f, af in zip(schema.fields, arrow_schema, strict=True):
+                phys = id_to_phys.get(f.field_id, _MISSING.format(f.field_id))
+                fields.append(pa.field(phys, af.type, nullable=True))
+                select.append(f"{quote(phys)} AS {quote(f.name)}")
+            select.append(f"CAST({index} AS BIGINT) AS __icefloe_file")
+            dataset = ds.dataset([lpath], schema=pa.schema(fields), format="parquet", filesystem=fs)
+            parts.append(SourcePart(dataset, ", ".join(select)))
+        return parts
+
     def _data_files(self, table: Table, snapshot_id: int, row_filter: BooleanExpression) -> list[str]:
         key = (str(table.metadata.table_uuid), snapshot_id, repr(row_filter))
         cached = self._files.get(key)

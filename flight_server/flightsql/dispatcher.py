@@ -28,6 +28,7 @@ from flight_server.flightsql.statements import (
     param_values,
     read_parameters,
 )
+from flight_server.sqlwrite import SqlWriter
 
 if TYPE_CHECKING:
     from flight_server.server import IcefloeServer
@@ -53,6 +54,8 @@ _ACTIONS = [
     ("CloseSession", "Close the session"),
 ]
 SESSION_OPTIONS = ("catalog", "schema")
+# What a write statement sent as a query returns: the number of rows it affected.
+WRITE_RESULT_SCHEMA = pa.schema([pa.field("count", pa.int64())])
 
 
 def _ipc(schema: pa.Schema) -> bytes:
@@ -71,6 +74,8 @@ class FlightSqlService:
         )
         self.metadata = md.Metadata(server.catalog)
         self.sessions = SessionStore()
+        self.writer = SqlWriter(self.engine, server.catalog,
+                                lambda: getattr(getattr(server, "appends", None), "appender", None))
 
     def close(self) -> None:
         self.engine.close()
@@ -110,32 +115,35 @@ class FlightSqlService:
         self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
     ) -> flight.FlightInfo:
         cmd = self._descriptor_command(descriptor)
-        if isinstance(cmd, p.CommandStatementQuery):
-            handle = self._plan(context, cmd.query, None)
-            schema, _ = self.engine.describe(
-                handle.sql, handle.pins, handle.default_schema, param_values(handle.params)
-            )
-            ticket = p.TicketStatementQuery(handle.encode()).pack()
-        elif isinstance(cmd, p.CommandPreparedStatementQuery):
-            prepared = PreparedHandle.decode(cmd.prepared_statement_handle)
-            if not prepared.is_query:
-                # An update sent as a query runs here, at GetFlightInfo (as CommandStatementQuery does).
-                self.server.authorize(context, "write")
-                self._write(prepared.sql)
-            handle = self._plan(context, prepared.sql, prepared.default_schema, prepared.params)
-            schema, _ = self.engine.describe(
-                handle.sql, handle.pins, handle.default_schema, param_values(handle.params)
-            )
+        total_records = -1
+        if isinstance(cmd, (p.CommandStatementQuery, p.CommandPreparedStatementQuery)):
+            if isinstance(cmd, p.CommandStatementQuery):
+                sql, default_schema, params = cmd.query, None, None
+            else:
+                prepared = PreparedHandle.decode(cmd.prepared_statement_handle)
+                sql, default_schema, params = prepared.sql, prepared.default_schema, prepared.params
+            handle = self._plan(context, sql, default_schema, params)
+            if handle.written is not None:
+                # A write sent as a query ran here, at GetFlightInfo; the result is its row count.
+                total_records = handle.written
+            params_row = param_values(handle.params)
+            schema, _ = self.engine.describe(handle.sql, handle.pins, handle.default_schema, params_row)
             ticket = p.TicketStatementQuery(handle.encode()).pack()
         else:
             schema = self._metadata_schema(context, cmd)
             ticket = descriptor.command
         endpoint = flight.FlightEndpoint(ticket, [])
-        return flight.FlightInfo(schema, descriptor, [endpoint], -1, -1)
+        return flight.FlightInfo(schema, descriptor, [endpoint], total_records, -1)
 
     def get_schema(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
         cmd = self._descriptor_command(descriptor)
         if isinstance(cmd, (p.CommandStatementQuery, p.CommandPreparedStatementQuery)):
+            sql = (cmd.query if isinstance(cmd, p.CommandStatementQuery)
+                   else PreparedHandle.decode(cmd.prepared_statement_handle).sql)
+            self.server.authorize(context, "read")
+            if self.engine.classify(sql) == Kind.WRITE:
+                # Asking for the schema must not run the write: its result is one count row.
+                return flight.SchemaResult(WRITE_RESULT_SCHEMA)
             return flight.SchemaResult(self.get_flight_info(context, descriptor).schema)
         return flight.SchemaResult(self._metadata_schema(context, cmd))
 
@@ -146,23 +154,36 @@ class FlightSqlService:
         default_schema: tuple[str, ...] | None,
         params: pa.RecordBatch | None = None,
     ) -> StatementHandle:
-        """Authorize, classify, and pin the snapshots of the tables a query reads."""
+        """Authorize, classify, and pin the snapshots of the tables a query reads.
+
+        A write statement runs here (Flight SQL clients may send DDL/DML as a query); its handle
+        then reads back a one-row ``count`` result and carries the count in ``written``.
+        """
         self.server.authorize(context, "read")
         if default_schema is None:
             default_schema = self.default_schema(context)
-        kind = self.engine.classify(sql)
-        if kind == Kind.WRITE:
-            self.server.authorize(context, "write")
-            self._write(sql)
-        pins = self.engine.pin(sql, default_schema)
+        if self.engine.classify(sql) == Kind.WRITE:
+            count = self._write(context, sql, default_schema, params)
+            handle = StatementHandle(f"SELECT CAST({count} AS BIGINT) AS count", default_schema, [], None)
+            handle.written = count
+            return handle
+        sql, pins = self.engine.plan(sql, default_schema)
         return StatementHandle(sql, default_schema, pins, params)
 
-    def _write(self, sql: str) -> int:
-        """SQL that writes tables (INSERT / DDL): the hook for the SQL write path (not yet built)."""
-        raise errors.Unimplemented(
-            "SQL writes (INSERT, CREATE, DROP, ...) are not supported yet; "
-            "append with DoPut or adbc_ingest (CommandStatementIngest)"
-        )
+    def _write(
+        self, context: flight.ServerCallContext, sql: str, default_schema: tuple[str, ...] | None,
+        params: pa.RecordBatch | None,
+    ) -> int:
+        """Run a write statement (DDL / DML) through the SQL writer: at most one commit per
+        parameter row (an INSERT with several rows is one commit)."""
+        principal = self.server.authorize(context, "write")
+        if default_schema is None:
+            default_schema = self.default_schema(context)
+        rows = _parameter_rows(params)
+        if rows is not None and not rows:
+            return 0  # a batch of zero parameter rows runs nothing
+        return self.writer.run(sql, default_schema, rows[0] if rows else None, principal,
+                               lambda role: self.server.authorize(context, role), context=context, param_rows=rows)
 
     def _metadata_schema(self, context: flight.ServerCallContext, cmd: p.Message) -> pa.Schema:
         self.server.authorize(context, "read")
@@ -230,22 +251,31 @@ class FlightSqlService:
             result = p.DoPutPreparedStatementResult(prepared_statement_handle=prepared.encode())
             writer.write(pa.py_buffer(result.encode()))
         elif isinstance(cmd, p.CommandStatementUpdate):
-            self._update(context, cmd.query)
+            if cmd.transaction_id:
+                raise errors.Unimplemented("transactions are not supported")
+            count = self._update(context, cmd.query, None, None)
+            writer.write(pa.py_buffer(p.DoPutUpdateResult(record_count=count).encode()))
         elif isinstance(cmd, p.CommandPreparedStatementUpdate):
             prepared = PreparedHandle.decode(cmd.prepared_statement_handle)
-            read_parameters(reader)
-            self._update(context, prepared.sql)
+            params = read_parameters(reader)
+            if params is None:
+                params = prepared.params
+            count = self._update(context, prepared.sql, prepared.default_schema, params)
+            writer.write(pa.py_buffer(p.DoPutUpdateResult(record_count=count).encode()))
         elif isinstance(cmd, p.CommandStatementIngest):
             count = self._ingest(context, cmd, reader)
             writer.write(pa.py_buffer(p.DoPutUpdateResult(record_count=count).encode()))
         else:
             raise errors.InvalidArgument(f"{type(cmd).__name__} is not valid for DoPut")
 
-    def _update(self, context: flight.ServerCallContext, sql: str) -> int:
+    def _update(
+        self, context: flight.ServerCallContext, sql: str, default_schema: tuple[str, ...] | None,
+        params: pa.RecordBatch | None,
+    ) -> int:
         self.server.authorize(context, "write")
         if self.engine.classify(sql) == Kind.QUERY:
             raise errors.InvalidArgument("this statement is a query; execute it with GetFlightInfo/DoGet")
-        return self._write(sql)
+        return self._write(context, sql, default_schema, params)
 
     def _ingest(self, context: flight.ServerCallContext, cmd: p.CommandStatementIngest, reader: Any) -> int:
         self.server.authorize(context, "write")
@@ -319,8 +349,8 @@ class FlightSqlService:
                 handle.encode(), b"", _ipc(params) if count else b"", is_update=True
             )
         else:
-            pins = self.engine.pin(req.query, default_schema)
-            schema, params = self.engine.describe(req.query, pins, default_schema)
+            sql, pins = self.engine.plan(req.query, default_schema)
+            schema, params = self.engine.describe(sql, pins, default_schema)
             handle = PreparedHandle(req.query, default_schema, is_query=True)
             result = p.ActionCreatePreparedStatementResult(handle.encode(), _ipc(schema), _ipc(params), is_update=False)
         return result.pack()
@@ -364,6 +394,14 @@ class FlightSqlService:
             p.SessionOptionEntry(k, p.SessionOptionValue(string_value=str(v))) for k, v in sorted(options.items())
         ]
         return p.GetSessionOptionsResult(entries).encode()
+
+
+def _parameter_rows(params: pa.RecordBatch | None) -> list[list[Any]] | None:
+    """Every bound parameter row as values (JDBC executeBatch / ADBC executemany bind several)."""
+    if params is None or params.num_columns == 0:
+        return None
+    columns = [params.column(i).to_pylist() for i in range(params.num_columns)]
+    return [list(row) for row in zip(*columns, strict=True)]
 
 
 def ingest_mode(if_not_exist: int, if_exists: int) -> str:

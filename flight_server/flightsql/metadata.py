@@ -127,8 +127,8 @@ def sql_info_values() -> dict[int, tuple[int, Any]]:
         SERVER_STATEMENT_TIMEOUT: (_BITMASK, 0),  # stateless handles never time out
         SERVER_TRANSACTION_TIMEOUT: (_BITMASK, 0),
         SQL_DDL_CATALOG: (_BOOL, False),
-        SQL_DDL_SCHEMA: (_BOOL, False),
-        SQL_DDL_TABLE: (_BOOL, False),
+        SQL_DDL_SCHEMA: (_BOOL, True),  # CREATE / DROP SCHEMA (flight_server.sqlwrite)
+        SQL_DDL_TABLE: (_BOOL, True),  # CREATE / DROP / ALTER TABLE
         SQL_IDENTIFIER_CASE: (_BITMASK, 1),  # SqlSupportedCaseSensitivity CASE_INSENSITIVE (DuckDB)
         SQL_IDENTIFIER_QUOTE_CHAR: (_STRING, '"'),
         SQL_QUOTED_IDENTIFIER_CASE: (_BITMASK, 1),

@@ -69,6 +69,8 @@ class StatementHandle:
     default_schema: tuple[str, ...] | None
     pins: list[PinnedTable] = field(default_factory=list)
     params: pa.RecordBatch | None = None
+    # Rows a write statement affected when it ran at GetFlightInfo (not part of the handle).
+    written: int | None = None
 
     def encode(self) -> bytes:
         body = {

@@ -80,7 +80,8 @@ def status_of(fn: object, *args: object) -> tuple[grpc.StatusCode, str]:
             grpc.StatusCode.INVALID_ARGUMENT,
         ),
         (statement_query("SELECT * FROM sales.nope"), grpc.StatusCode.NOT_FOUND),
-        (statement_query("INSERT INTO sales.orders VALUES (1, 'a', 1)"), grpc.StatusCode.UNIMPLEMENTED),
+        (statement_query("INSERT INTO sales.orders VALUES (1, 'a')"), grpc.StatusCode.INVALID_ARGUMENT),
+        (statement_query("INSERT INTO sales.nope VALUES (1, 'a', 1)"), grpc.StatusCode.NOT_FOUND),
     ],
 )
 def test_get_flight_info_errors(channel: grpc.Channel, cmd: bytes, code: grpc.StatusCode) -> None:

@@ -77,12 +77,12 @@ public class JdbcCheck {
             }
 
             try (Statement st = conn.createStatement()) {
-                st.executeUpdate("INSERT INTO sales.orders VALUES (9, 'x', 1.0)");
+                st.executeUpdate("INSERT INTO sales.orders VALUES (9, 'x')");
                 out("update_error", "none");
             } catch (SQLException e) {
                 out("update_error", oneLine(e));
             }
-            try (PreparedStatement ps = conn.prepareStatement("INSERT INTO sales.orders VALUES (?, 'x', 1.0)")) {
+            try (PreparedStatement ps = conn.prepareStatement("INSERT INTO sales.nosuch VALUES (?, 'x', 1.0)")) {
                 ps.setString(1, "10");
                 ps.executeUpdate();
                 out("prepared_update_error", "none");

@@ -1,0 +1,315 @@
+"""DML: INSERT, DELETE, UPDATE, TRUNCATE — each one Iceberg commit based on one snapshot.
+
+INSERT runs its source (VALUES or a query) in the engine at pinned snapshots, casts each
+value to the target column's DuckDB type in the same query (DuckDB's casting rules), and
+appends the result (pyiceberg append: new data files, one snapshot).
+
+DELETE and UPDATE are copy-on-write at file granularity: the target is read at its current
+snapshot through one source per data file, tagged ``__icefloe_file``; a first query counts
+the rows the WHERE clause selects per file, and only files with at least one selected row
+are touched. A file whose every row is deleted is dropped from the table without being
+read again; the other affected files are rewritten (the kept rows for DELETE, every row with
+the SET expressions applied where the condition holds for UPDATE) into new files, and one
+overwrite snapshot removes the old files and adds the new ones. No position or equality
+delete files are written, so every reader (DuckDB, pyiceberg, Spark) sees plain data files.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.io.pyarrow import _dataframe_to_data_files
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.update.snapshot import _OverwriteFiles
+from sqlglot import exp
+
+from flight_server import errors
+from flight_server.engine import PinnedTable
+from flight_server.engine.iceberg_source import quote
+from flight_server.sqlwrite.commit import commit_once
+from flight_server.sqlwrite.ddl import view_sql
+from flight_server.sqlwrite.parse import TableName, bind_subset, sql_of, table_name, table_reference
+from flight_server.sqlwrite.rows import arrow_schema, conform, conform_batch, input_names
+
+if TYPE_CHECKING:
+    from flight_server.sqlwrite.writer import Write
+
+TAG = "__icefloe_file"
+
+
+def _load(w: Write, target: TableName, what: str) -> Any:
+    try:
+        return w.catalog.load_table(target.identifier)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        raise errors.NotFound(f"{what}: table {target.qualified} does not exist") from None
+
+
+def _refuse(tree: exp.Expression, what: str, *args: str) -> None:
+    for arg in args:
+        if tree.args.get(arg):
+            raise errors.Unimplemented(f"{what}: {arg.upper()} is not supported")
+
+
+def _target_pin(table: Any, target: TableName) -> PinnedTable:
+    snap = table.metadata.current_snapshot()
+    return PinnedTable(target.namespace, target.name, snap.snapshot_id if snap else None,
+                       table.metadata.current_schema_id)
+
+
+def _with_target(pins: list[PinnedTable], target_pin: PinnedTable) -> list[PinnedTable]:
+    """``pins`` with the target table read at exactly ``target_pin`` (the commit's base)."""
+    others = [p for p in pins if not (p.namespace == target_pin.namespace and p.name == target_pin.name
+                                      and p.kind == "data" and p.view is None)]
+    return [*others, target_pin]
+
+
+def _column_types(w: Write, target: TableName, pin: PinnedTable) -> list[tuple[str, str]]:
+    return w.engine.column_types(f"SELECT * FROM {view_sql(target)}", [pin], None)
+
+
+# -- INSERT ------------------------------------------------------------------------------------
+
+
+def insert(w: Write) -> int:
+    tree = w.tree
+    target = table_name(tree.this, w.default_schema)
+    what = f"INSERT INTO {target.qualified}"
+    _refuse(tree, what, "returning", "conflict", "overwrite", "where")
+    table = _load(w, target, what)
+    source = tree.expression
+    if source is None:
+        raise errors.InvalidArgument(f"{what}: nothing to insert")
+    sql, pins = w.engine.plan(sql_of(source), w.default_schema)
+    base = _target_pin(table, target)
+    pins = _with_target(pins, base)
+    source_sql, source_params = bind_subset(sql, w.params)
+    sources = w.engine.column_types(source_sql, pins, w.default_schema, source_params)
+    columns = _column_types(w, target, base)
+    mapping = _insert_mapping(tree, what, [n for n, _ in sources], [n for n, _ in columns])
+    required = {f.name for f in table.schema().fields if f.required}
+    select = []
+    for (name, typ), src in zip(columns, mapping, strict=True):
+        if src is None and name in required:
+            raise errors.InvalidArgument(f"{what}: column {name} is NOT NULL and needs a value")
+        value = "NULL" if src is None else f"__icefloe_src.c{src}"
+        select.append(f"CAST({value} AS {typ}) AS {quote(name)}")
+    aliases = ", ".join(f"c{i}" for i in range(len(sources)))
+    final = f"SELECT {', '.join(select)} FROM ({sql}) AS __icefloe_src({aliases})"
+    inputs = input_names([p for p in pins if p is not base])
+    if w.appender is not None and not w.param_rows:
+        # Streamed: DuckDB's batches go straight into the appender's file writer (memory stays
+        # bounded); the same group-commit path as DoPut. Appends commute, so a lost race only
+        # re-bases the new files onto the newer snapshot (the appender retries).
+        bound, params = bind_subset(final, w.params)
+        names = [n for n, _ in columns]
+        stream = w.engine.stream(bound, pins, w.default_schema, params, context=w.context)
+        try:
+            batches = (conform_batch(b, table.schema(), names, what) for b in stream)
+            with w.committing("append", inputs):
+                result = w.appender.append_stream(target.identifier, arrow_schema(table.schema()), batches)
+        finally:
+            stream.close()  # ends the query now, even when the appender stopped reading early
+        return int(result.rows)
+    parts = []
+    param_sets: list[list[Any] | None] = list(w.param_rows) if w.param_rows else [w.params]
+    for values in param_sets:  # several parameter rows: one append for all
+        bound, params = bind_subset(final, values)
+        parts.append(w.engine.query_table(bound, pins, w.default_schema, params, context=w.context))
+    data = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+    rows = conform(data, table.schema(), [n for n, _ in columns], what)
+    if rows.num_rows == 0:
+        return 0
+    with w.committing("append", inputs):
+        if w.appender is not None:
+            w.appender.append_table(target.identifier, rows)
+        else:
+            txn = table.transaction()
+            txn.append(rows)
+            commit_once(txn)
+    return int(rows.num_rows)
+
+
+def _insert_mapping(tree: exp.Expression, what: str, sources: list[str], targets: list[str]) -> list[int | None]:
+    """For each target column, the index of the source column that fills it (None: NULL)."""
+    listed = [i.name for i in tree.this.expressions] if isinstance(tree.this, exp.Schema) else None
+    if tree.args.get("by_name"):
+        if listed is not None:
+            raise errors.InvalidArgument(f"{what}: BY NAME cannot be combined with a column list")
+        lowered = {t.lower(): t for t in targets}
+        by_target: dict[str, int] = {}
+        for i, name in enumerate(sources):
+            match = name if name in targets else lowered.get(name.lower())
+            if match is None:
+                raise errors.InvalidArgument(f"{what} BY NAME: the table has no column {name}")
+            if match in by_target:
+                raise errors.InvalidArgument(f"{what} BY NAME: column {match} is given twice")
+            by_target[match] = i
+        return [by_target.get(t) for t in targets]
+    if listed is not None:
+        lowered = {t.lower(): t for t in targets}
+        resolved = []
+        for name in listed:
+            match = name if name in targets else lowered.get(name.lower())
+            if match is None:
+                raise errors.InvalidArgument(f"{what}: the table has no column {name}")
+            resolved.append(match)
+        if len(set(resolved)) != len(resolved):
+            raise errors.InvalidArgument(f"{what}: a column is listed twice")
+        if len(resolved) != len(sources):
+            raise errors.InvalidArgument(f"{what}: {len(resolved)} columns listed but {len(sources)} values given")
+        position = {name: i for i, name in enumerate(resolved)}
+        return [position.get(t) for t in targets]
+    if len(sources) != len(targets):
+        raise errors.InvalidArgument(
+            f"{what}: the table has {len(targets)} columns but {len(sources)} values were given "
+            "(list the columns or use BY NAME)"
+        )
+    return list(range(len(targets)))
+
+
+# -- DELETE / UPDATE / TRUNCATE ---------------------------------------------------------------
+
+
+class _Files:
+    """The target's data files at the base snapshot, and how many rows the condition selects in each."""
+
+    def __init__(self, w: Write, table: Any, target: TableName, what: str) -> None:
+        self.table = table
+        self.target = target
+        self.base = _target_pin(table, target)
+        self.files: list[Any] = []
+        if self.base.snapshot_id is not None:
+            for task in table.scan(snapshot_id=self.base.snapshot_id).plan_files():
+                if task.delete_files:
+                    raise errors.Unimplemented(f"{what}: tables with row-level delete files are not supported")
+                self.files.append(task.file)
+        self.tags = {(target.namespace, target.name): [f.file_path for f in self.files]}
+
+    def count_selected(self, w: Write, ref: str, cond: str | None) -> dict[int, int]:
+        if not self.files:
+            return {}
+        if cond is None:
+            return {i: int(f.record_count) for i, f in enumerate(self.files)}
+        sql, pins = w.engine.plan(f"SELECT {TAG}, count(*) FROM {ref} WHERE {cond} GROUP BY 1", w.default_schema)
+        self.pins = _with_target(pins, self.base)
+        sql, params = bind_subset(sql, w.params)
+        counts = w.engine.query_table(sql, self.pins, w.default_schema, params, context=w.context,
+                                      file_tags=self.tags)
+        return {int(k): int(n) for k, n in zip(counts.column(0).to_pylist(), counts.column(1).to_pylist(),
+                                                 strict=True) if n}
+
+    def read(self, w: Write, query: str) -> pa.Table:
+        sql, pins = w.engine.plan(query, w.default_schema)
+        sql, params = bind_subset(sql, w.params)
+        return w.engine.query_table(sql, _with_target(pins, self.base), w.default_schema, params,
+                                    context=w.context, file_tags=self.tags)
+
+
+def _commit_rewrite(
+    w: Write, files: _Files, removed: list[int], rows: pa.Table | None, operation: str, inputs: list[str],
+) -> None:
+    """One snapshot: drop the ``removed`` files, add ``rows`` as new files."""
+    table = files.table
+    with w.committing(operation, inputs):
+        txn = table.transaction()
+        kind = Operation.DELETE if rows is None or rows.num_rows == 0 else Operation.OVERWRITE
+        producer = _OverwriteFiles(operation=kind, transaction=txn, io=table.io, branch="main")
+        with producer as ow:
+            for i in removed:
+                ow.delete_data_file(files.files[i])
+            if rows is not None and rows.num_rows:
+                for data_file in _dataframe_to_data_files(
+                    table_metadata=txn.table_metadata, write_uuid=ow.commit_uuid, df=rows, io=table.io
+                ):
+                    ow.append_data_file(data_file)
+        commit_once(txn)
+
+
+def _target_of(w: Write, node: exp.Expression, what_prefix: str) -> tuple[TableName, str]:
+    target = table_name(node, w.default_schema)
+    return target, f"{what_prefix} {target.qualified}"
+
+
+def delete(w: Write) -> int:
+    tree = w.tree
+    target, what = _target_of(w, tree.this, "DELETE FROM")
+    _refuse(tree, what, "using", "returning", "limit", "order")
+    table = _load(w, target, what)
+    files = _Files(w, table, target, what)
+    where = tree.args.get("where")
+    cond = sql_of(where.this) if where is not None else None
+    ref = table_reference(tree.this, view_sql(target))
+    selected = files.count_selected(w, ref, cond)
+    total = sum(selected.values())
+    if total == 0:
+        return 0
+    whole = [i for i, n in selected.items() if n == files.files[i].record_count]
+    partial = [i for i in selected if i not in whole]
+    rows = None
+    if partial:
+        assert cond is not None
+        keep = (f"SELECT * EXCLUDE ({TAG}) FROM {ref} WHERE {TAG} IN ({', '.join(map(str, partial))}) "
+                f"AND ({cond}) IS NOT TRUE")
+        rows = conform(files.read(w, keep), table.schema(), [], what)
+    inputs = input_names(getattr(files, "pins", []))
+    _commit_rewrite(w, files, sorted(selected), rows, "delete", [i for i in inputs if i != target.qualified])
+    return total
+
+
+def truncate(w: Write) -> int:
+    tree = w.tree
+    nodes = tree.expressions or [tree.this]
+    if len(nodes) != 1:
+        raise errors.Unimplemented("TRUNCATE: one table per statement")
+    target, what = _target_of(w, nodes[0], "TRUNCATE")
+    table = _load(w, target, what)
+    files = _Files(w, table, target, what)
+    if not files.files:
+        return 0
+    total = sum(int(f.record_count) for f in files.files)
+    _commit_rewrite(w, files, list(range(len(files.files))), None, "delete", [])
+    return total
+
+
+def update(w: Write) -> int:
+    tree = w.tree
+    target, what = _target_of(w, tree.this, "UPDATE")
+    _refuse(tree, what, "from", "returning", "limit", "order", "with")
+    table = _load(w, target, what)
+    files = _Files(w, table, target, what)
+    names = [f.name for f in table.schema().fields]
+    assignments: dict[str, str] = {}
+    for item in tree.expressions:
+        if not isinstance(item, exp.EQ) or not isinstance(item.this, exp.Column):
+            raise errors.InvalidArgument(f"{what}: SET expects column = value")
+        name = item.this.name
+        match = name if name in names else {n.lower(): n for n in names}.get(name.lower())
+        if match is None:
+            raise errors.NotFound(f"{what}: the table has no column {name}")
+        if match in assignments:
+            raise errors.InvalidArgument(f"{what}: column {match} is set twice")
+        assignments[match] = sql_of(item.expression)
+    where = tree.args.get("where")
+    cond = sql_of(where.this) if where is not None else None
+    ref = table_reference(tree.this, view_sql(target))
+    selected = files.count_selected(w, ref, cond)
+    total = sum(selected.values())
+    if total == 0:
+        return 0
+    types = dict(_column_types(w, target, files.base))
+    select = []
+    for name in names:
+        col = quote(name)
+        if name in assignments:
+            value = f"CAST(({assignments[name]}) AS {types[name]})"
+            value = value if cond is None else f"CASE WHEN ({cond}) THEN {value} ELSE {col} END"
+            select.append(f"{value} AS {col}")
+        else:
+            select.append(col)
+    query = f"SELECT {', '.join(select)} FROM {ref} WHERE {TAG} IN ({', '.join(map(str, sorted(selected)))})"
+    rows = conform(files.read(w, query), table.schema(), names, what)
+    inputs = input_names(getattr(files, "pins", []))
+    _commit_rewrite(w, files, sorted(selected), rows, "overwrite", [i for i in inputs if i != target.qualified])
+    return total
