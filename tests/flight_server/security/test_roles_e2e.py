@@ -210,3 +210,23 @@ def test_forged_ticket_with_a_write_is_refused_for_a_read_user(server: ServerPro
         client.close()
     assert not Path("/tmp/icefloe-forged.csv").exists()
     assert _commit_log(server) == before
+
+
+def test_sql_writes_need_write_table_properties_need_admin_and_record_the_principal(server: ServerProcess) -> None:
+    alter = "ALTER TABLE ns.t SET ('owner' = 'data-team')"
+    with _adbc(server, "wendy") as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO ns.t VALUES (41), (42)")
+        with pytest.raises(adbc_driver_manager.Error, match="PermissionDenied"):
+            cur.execute(alter)
+    inserted = [r for r in _commit_log(server) if r.operation == "append"][-1]
+    assert inserted.principal == "wendy" and inserted.added_rows == 2
+    before = _commit_log(server)
+    with _adbc(server, "rita") as conn, conn.cursor() as cur:
+        for sql in ["INSERT INTO ns.t VALUES (1)", "DELETE FROM ns.t", alter, "CREATE TABLE ns.u (x BIGINT)"]:
+            with pytest.raises(adbc_driver_manager.Error, match="PermissionDenied"):
+                cur.execute(sql)
+    assert _commit_log(server) == before
+    with _adbc(server, "alice") as conn, conn.cursor() as cur:
+        cur.execute(alter)
+    changed = _commit_log(server)[-1]
+    assert changed.principal == "alice" and changed.seq == before[-1].seq + 1
