@@ -33,10 +33,10 @@ from pyiceberg.types import NestedField
 
 from catalog.commit_log import CommitRecord
 from catalog.context import commit_context, current_commit_context
-from catalog.durable_io import DurableFileIO
+from catalog.durable_io import DurableFileIO, deferred_fsync, fsync_all
 from catalog.idempotency import IdempotencyStore, check_key, encode_result, extra_batch_writes, idempotency_key
-from catalog.schema_policy import SchemaMismatchError, SchemaPlan, plan, policy_of
-from catalog.writer import DataFileWriter, delete_files
+from catalog.schema_policy import SchemaMismatchError, SchemaPlan, check_unique_names, plan, policy_of, strip_field_ids
+from catalog.writer import DataFileWriter, _local, delete_files
 
 if TYPE_CHECKING:
     from catalog.rocks_catalog import RocksCatalog
@@ -226,8 +226,54 @@ class Appender:
         writer = DataFileWriter(metadata, table.io, schema, policy_plan.required_columns)
         self.track_writer(writer)
         try:
-            files = self._write_all(writer, schema, batches)
+            files = self._write_all(writer, schema, batches)  # not yet fsync'd: see _land_append
             return self._commit_files(table, identifier, files, writer.rows, idempotency_key, staged)
+        finally:
+            self.untrack_writer(writer)
+
+    def create_from_stream(
+        self,
+        identifier: tuple[str, ...],
+        schema: pa.Schema,
+        batches: Iterable[pa.RecordBatch],
+        idempotency_key: str | None = None,
+        replace: bool = False,
+    ) -> AppendResult:
+        """Create a table from the stream's schema and append the stream to it.
+
+        The whole stream is written (against a staged, unregistered table) before anything
+        is committed, so a stream that breaks off creates nothing and, with ``replace``,
+        leaves the old table in place. Then, in the table's commit slot: drop the old table
+        (``replace``), create the new one (a ``create`` commit), and append the files (an
+        ``append`` commit).
+
+        Raises:
+            TableAlreadyExistsError: The table exists (and ``replace`` is false).
+            NoSuchNamespaceError: The namespace does not exist.
+            SchemaMismatchError: Duplicate or unstorable input columns.
+        """
+        namespace, name = tuple(identifier[:-1]), identifier[-1]
+        if idempotency_key is not None:
+            check_key(idempotency_key)
+        check_unique_names(schema)
+        staged = self.catalog._create_staged_table(identifier, strip_field_ids(schema))
+        writer = DataFileWriter(staged.metadata, staged.io, schema)
+        self.track_writer(writer)
+        try:
+            files = self._write_all(writer, schema, batches)
+            try:
+                with self.committer(namespace, name).exclusive():
+                    if replace and self.catalog.table_exists(identifier):
+                        self.catalog.drop_table(identifier)
+                    self.catalog._write_metadata(staged.metadata, staged.io, staged.metadata_location)
+                    self.catalog._register_pointer(
+                        namespace, name, staged.metadata_location, staged.metadata, "create", overwrite=False
+                    )
+            except BaseException:
+                delete_files(staged.io, [f.file_path for f in files])
+                raise
+            table = self.catalog.load_table(identifier)
+            return self._commit_files(table, identifier, files, writer.rows, idempotency_key, None)
         finally:
             self.untrack_writer(writer)
 
@@ -238,7 +284,7 @@ class Appender:
                 if batch.schema.names != schema.names:
                     raise SchemaMismatchError("the stream changed its schema midway")
                 writer.write(batch)
-            return writer.finish()
+            return writer.finish(sync=False)
         except BaseException:
             writer.abort()
             raise
@@ -364,7 +410,7 @@ class Appender:
         table = self.catalog.load_table((*namespace, name))
         io = table.io
         if isinstance(io, DurableFileIO):
-            io.defer_fsync()  # this io instance is ours alone: sync its manifests in one round
+            io.defer_fsync()  # this io instance is ours alone (manifests are written in other threads)
         tx = table.transaction()
         staged = requests[0].staged_schema if len(requests) == 1 else None
         if staged is not None:
@@ -373,9 +419,18 @@ class Appender:
             for req in requests:
                 for data_file in req.data_files:
                     append.append_data_file(data_file)
+        unsynced = [f.file_path for req in requests for f in req.data_files]
         if isinstance(io, DurableFileIO):
-            io.sync_deferred()
-        with extra_batch_writes(extras):
+            unsynced += io.take_deferred()
+
+        def durable_then_extras(record: CommitRecord) -> dict[bytes, bytes]:
+            # Called by the catalog right before its RocksDB batch: every file the new
+            # metadata references (data, manifests, manifest list, the metadata JSON itself)
+            # becomes durable in one concurrent fsync round instead of one round per file.
+            fsync_all([p for p in (_local(path) for path in [*unsynced, *metadata_files]) if p])
+            return extras(record)
+
+        with deferred_fsync() as metadata_files, extra_batch_writes(durable_then_extras):
             tx.commit_transaction()
 
     def _restage_schema(self, table: Table, tx: Any, staged: _StagedSchema) -> None:

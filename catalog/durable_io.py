@@ -9,8 +9,11 @@ object is durable once its PUT returns.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
@@ -30,6 +33,25 @@ def fsync_path(path: str) -> None:
 def fsync_file_and_dir(path: str) -> None:
     fsync_path(path)
     fsync_path(os.path.dirname(path) or ".")
+
+
+# Paths closed in this context (thread) while a deferral scope is open; see deferred_fsync.
+_scope: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("icefloe_deferred_fsync", default=None)
+
+
+@contextlib.contextmanager
+def deferred_fsync() -> Iterator[list[str]]:
+    """Within the block, files closed by this thread are listed instead of fsync'd.
+
+    The caller must ``fsync_all`` the list before anything references those files (the
+    appender does it right before the catalog's RocksDB batch, in one concurrent round).
+    """
+    pending: list[str] = []
+    token = _scope.set(pending)
+    try:
+        yield pending
+    finally:
+        _scope.reset(token)
 
 
 _fsync_pool: ThreadPoolExecutor | None = None
@@ -68,8 +90,9 @@ class _SyncOnClose:
         self._stream.close()
         if not self._synced:
             self._synced = True
-            if self._deferred is not None:
-                self._deferred.append(self._path)  # the owner calls DurableFileIO.sync_deferred()
+            deferred = self._deferred if self._deferred is not None else _scope.get()
+            if deferred is not None:
+                deferred.append(self._path)  # the owner fsyncs it before the commit lands
             else:
                 fsync_file_and_dir(self._path)
 
@@ -112,9 +135,12 @@ class DurableFileIO(PyArrowFileIO):
 
     def sync_deferred(self) -> None:
         """fsync every file closed since ``defer_fsync`` (and their folders); stop deferring."""
+        fsync_all(self.take_deferred())
+
+    def take_deferred(self) -> list[str]:
+        """The files closed since ``defer_fsync`` (not yet durable); stop deferring."""
         pending, self._deferred = self._deferred, None
-        if pending:
-            fsync_all(pending)
+        return pending or []
 
     def new_output(self, location: str) -> PyArrowFile:
         scheme, _, path = self.parse_location(location, self.properties)

@@ -17,6 +17,11 @@ LOG = b"log/"
 META = b"meta/"
 IDEMPOTENCY = b"idem/"
 HOLD = b"hold/"  # commit-log holds: name -> last processed seq (trim keeps everything after)
+# Lineage outbox: built OpenLineage events waiting for delivery (commit runs and failed
+# writes), keyed by runId (UUIDv7, so time ordered) + event index; undeliverable ones move to
+# the dead-letter range. The lineage cursor is the commit-log hold named "lineage".
+LINEAGE_OUTBOX = b"lin/out/"
+LINEAGE_DEAD = b"lin/dead/"
 
 HEAD_SEQ = META + b"head_seq"
 LOG_START = META + b"log_start"
@@ -81,3 +86,6 @@ def prefix_end(prefix: bytes) -> bytes:
         return b"\xff" * (len(prefix) + 1)
     as_list[-1] += 1
     return bytes(as_list)
+
+
+LINEAGE_CURSOR = hold_key("lineage")

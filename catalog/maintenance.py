@@ -245,6 +245,9 @@ def _expirable(table: Table, namespace: tuple[str, ...], name: str, now_ms: int 
     protected = {s.snapshot_id for s in snapshots[-keep_newest:]}
     protected |= {ref.snapshot_id for ref in table.metadata.refs.values()}
     protected |= _pinned(namespace, name)
+    pins = getattr(table.catalog, "pins", None)
+    if pins is not None:
+        protected |= pins.pinned(namespace, name)
     return [
         s.snapshot_id
         for index, s in enumerate(snapshots)
@@ -305,8 +308,17 @@ def _walk(root: str) -> Iterator[str]:
             yield os.path.join(folder, file_name)
 
 
+def _overlaps(a: str, b: str) -> bool:
+    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
+    return a.startswith(b) or b.startswith(a)
+
+
 def remove_orphans(appender: Appender, identifier: tuple[str, ...], grace_s: float = DEFAULT_ORPHAN_GRACE_S) -> int:
-    """Delete unreferenced files older than ``grace_s`` under a local table's location."""
+    """Delete unreferenced files older than ``grace_s`` under a local table's location.
+
+    "Referenced" is taken over every table whose location overlaps this one (a renamed table
+    keeps its folder, and a new table may be created at the old name's location).
+    """
     namespace, name = tuple(identifier[:-1]), identifier[-1]
     table = appender.catalog.load_table(identifier)
     parsed = urlparse(table.location())
@@ -315,8 +327,16 @@ def remove_orphans(appender: Appender, identifier: tuple[str, ...], grace_s: flo
     root = _local_path(table.location())
     cutoff = time.time() - grace_s
     with appender.committer(namespace, name).exclusive():
-        table = appender.catalog.load_table(identifier)
-        referenced = _referenced_files(table)
+        referenced: set[str] = set()
+        for other in all_tables(appender):
+            try:
+                other_table = appender.catalog.load_table(other)
+            except Exception:  # dropped meanwhile
+                continue
+            if urlparse(other_table.location()).scheme in ("", "file") and _overlaps(
+                _local_path(other_table.location()), root
+            ):
+                referenced |= _referenced_files(other_table)
         in_flight = {_local_path(p) for p in appender.active_paths()}
         candidates = []
         for path in _walk(root):
@@ -371,8 +391,14 @@ def all_tables(appender: Appender) -> list[tuple[str, ...]]:
 # -- background -------------------------------------------------------------------------------
 
 
+EXPIRY_PERIOD_S = 30.0
+SWEEP_PERIOD_S = DEFAULT_ORPHAN_GRACE_S / 4
+
+
 class BackgroundMaintainer:
-    """Server thread: compacts tables that received many small files, expires snapshots."""
+    """Server thread: compacts tables that received many small files; periodically expires
+    snapshots of the tables it has seen written, sweeps their orphans and drops idempotency
+    keys past their retention."""
 
     def __init__(self, appender: Appender, stopping: threading.Event, interval_s: float = 1.0) -> None:
         self._appender = appender
@@ -380,7 +406,10 @@ class BackgroundMaintainer:
         self._stop = threading.Event()
         self._interval_s = interval_s
         self._thread: threading.Thread | None = None
-        self._last_orphan_sweep: dict[tuple[str, ...], float] = {}
+        self._new_files: dict[tuple[str, ...], int] = {}  # small files since the last compaction
+        self._last_expiry: dict[tuple[str, ...], float] = {}
+        self._last_sweep: dict[tuple[str, ...], float] = {}
+        self._last_key_expiry = time.monotonic()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="icefloe-maintenance", daemon=True)
@@ -391,30 +420,49 @@ class BackgroundMaintainer:
         if self._thread is not None:
             self._thread.join(timeout=60)
 
+    def _stopped(self) -> bool:
+        return self._stop.is_set() or self._stopping.is_set()
+
     def _run(self) -> None:
         while not (self._stop.wait(self._interval_s) or self._stopping.is_set()):
             for identifier, files in self._appender.take_dirty().items():
-                if self._stop.is_set() or self._stopping.is_set():
+                self._new_files[identifier] = self._new_files.get(identifier, 0) + files
+            for identifier in list(self._new_files):
+                if self._stopped():
                     return
                 try:
-                    self._maintain_one(identifier, files)
+                    self._maintain_one(identifier)
                 except Exception:
                     logger.warning("background maintenance of %s failed", ".".join(identifier), exc_info=True)
+            if time.monotonic() - self._last_key_expiry > SWEEP_PERIOD_S:
+                self._last_key_expiry = time.monotonic()
+                try:
+                    self._appender.idempotency.expire()
+                except Exception:
+                    logger.warning("idempotency key expiry failed", exc_info=True)
 
-    def _maintain_one(self, identifier: tuple[str, ...], new_files: int) -> None:
+    def _maintain_one(self, identifier: tuple[str, ...]) -> None:
         catalog = self._appender.catalog
         if not catalog.table_exists(identifier):
+            self._forget(identifier)
             return
         table = catalog.load_table(identifier)
         if table.properties.get(AUTO_PROPERTY, "true").lower() == "false":
+            self._forget(identifier)
             return
-        threshold = _prop_int(table, MIN_INPUT_FILES_PROPERTY, DEFAULT_MIN_INPUT_FILES)
-        if new_files >= threshold:
-            compact(self._appender, identifier)
-        else:
-            self._appender.mark_dirty(identifier, new_files)  # keep counting
-        expire_snapshots(self._appender, identifier)
         now = time.monotonic()
-        if now - self._last_orphan_sweep.get(identifier, 0.0) > DEFAULT_ORPHAN_GRACE_S / 4:
-            self._last_orphan_sweep[identifier] = now
+        threshold = _prop_int(table, MIN_INPUT_FILES_PROPERTY, DEFAULT_MIN_INPUT_FILES)
+        if self._new_files.get(identifier, 0) >= threshold:
+            compact(self._appender, identifier)
+            self._new_files[identifier] = 0
+        if now - self._last_expiry.get(identifier, 0.0) > EXPIRY_PERIOD_S:
+            self._last_expiry[identifier] = now
+            expire_snapshots(self._appender, identifier)
+        if now - self._last_sweep.get(identifier, now) > SWEEP_PERIOD_S:
+            self._last_sweep[identifier] = now
             remove_orphans(self._appender, identifier)
+        self._last_sweep.setdefault(identifier, now)
+
+    def _forget(self, identifier: tuple[str, ...]) -> None:
+        for state in (self._new_files, self._last_expiry, self._last_sweep):
+            state.pop(identifier, None)

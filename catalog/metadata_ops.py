@@ -60,10 +60,13 @@ def snapshots_to_retain(metadata: TableMetadata) -> int:
         raise ValueError(f"table property {SNAPSHOTS_RETAIN} must be an integer, got {raw!r}") from None
 
 
-def expire_snapshots(metadata: TableMetadata, retain: int) -> TableMetadata:
+def expire_snapshots(
+    metadata: TableMetadata, retain: int, protected: set[int] | frozenset[int] = frozenset()
+) -> TableMetadata:
     """Drop the oldest snapshots so that at most ``retain`` remain (``retain`` <= 0: keep all).
 
-    Snapshots that a branch or tag points at are never dropped. This only edits metadata:
+    Snapshots that a branch or tag points at, and ``protected`` ones (pinned by query
+    tickets), are never dropped. This only edits metadata:
     files are not deleted here, because another process may be reading an older snapshot
     right now. In an append-only table nothing becomes unreferenced except the expired
     snapshots' manifest lists (later snapshots' manifest lists carry every manifest
@@ -73,7 +76,7 @@ def expire_snapshots(metadata: TableMetadata, retain: int) -> TableMetadata:
     excess = len(metadata.snapshots) - retain
     if retain <= 0 or excess <= 0:
         return metadata
-    referenced = {ref.snapshot_id for ref in metadata.refs.values()}
+    referenced = {ref.snapshot_id for ref in metadata.refs.values()} | set(protected)
     oldest_first = sorted(metadata.snapshots, key=lambda s: (s.sequence_number or 0, s.timestamp_ms))
     expired = [s.snapshot_id for s in oldest_first if s.snapshot_id not in referenced][:excess]
     if not expired:

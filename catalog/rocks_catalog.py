@@ -44,6 +44,7 @@ from catalog.context import current_commit_context
 from catalog.idempotency import batch_extras
 from catalog.metadata_ops import apply_updates, describe_commit, expire_snapshots, snapshots_to_retain
 from catalog.names import InvalidNameError, check_name, check_namespace, namespace_folder
+from catalog.pins import SnapshotPins
 from catalog.store import RocksStore, StoreLockedError
 from catalog.subscriptions import CommitHub
 from catalog.table import RocksTable
@@ -129,6 +130,8 @@ class RocksCatalog(MetastoreCatalog):
                 logger.info("warehouse %s is held by another process; opened read-only", warehouse)
                 self._store = RocksStore(db_path, read_only=True)
         self.log = CommitLog(self._store)
+        # Snapshots that query tickets still need; expiry skips them (see catalog.pins).
+        self.pins = SnapshotPins()
         self.hub = CommitHub(self.log)
         self._commit_lock = threading.Lock()
         # (namespace, table) -> (metadata location, parsed metadata). Metadata is immutable.
@@ -476,7 +479,7 @@ class RocksCatalog(MetastoreCatalog):
             return CommitTableResponse(metadata=base, metadata_location=base_location)  # type: ignore[call-arg]
         if any(isinstance(update, AddSnapshotUpdate) for update in updates):
             # Bounded metadata keeps the cost of every later commit flat.
-            new = expire_snapshots(new, snapshots_to_retain(new))
+            new = expire_snapshots(new, snapshots_to_retain(new), self.pins.pinned(ns, name))
         version = self._parse_metadata_version(base_location) + 1 if base_location else 0
         provider = load_location_provider(new.location, new.properties)
         new_location = provider.new_table_metadata_file_location(version)

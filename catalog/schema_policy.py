@@ -143,12 +143,17 @@ def plan(table_schema: Schema, input_schema: pa.Schema, policy: str, format_vers
     return SchemaPlan(list(found.add_columns), list(found.widen_columns), list(found.required_columns))
 
 
-def _plan(table_schema: Schema, input_schema: pa.Schema, policy: str, format_version: int) -> SchemaPlan:
+def check_unique_names(input_schema: pa.Schema) -> None:
     seen: set[str] = set()
     for name in input_schema.names:
         if name in seen:
             raise SchemaMismatchError(f"column {name!r} appears more than once in the input")
         seen.add(name)
+
+
+def _plan(table_schema: Schema, input_schema: pa.Schema, policy: str, format_version: int) -> SchemaPlan:
+    check_unique_names(input_schema)
+    seen = set(input_schema.names)
     result = SchemaPlan()
     table_fields: dict[str, NestedField] = {f.name: f for f in table_schema.fields}
     for arrow_field in input_schema:

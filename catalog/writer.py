@@ -240,8 +240,9 @@ class DataFileWriter:
             self._thread.start()
         self._queue.put(batch)
 
-    def finish(self) -> list[DataFile]:
-        """Flush, close and fsync every file; return their ``DataFile``s (empty for no rows)."""
+    def finish(self, sync: bool = True) -> list[DataFile]:
+        """Flush and close every file (and fsync them unless ``sync`` is false: then the
+        caller must before committing); return their ``DataFile``s (empty for no rows)."""
         if self._thread is None:
             self._queue.put(_DONE)
             self._run()  # no encoder thread: flush in this thread
@@ -252,7 +253,8 @@ class DataFileWriter:
         if self._error is not None:
             self.abort()
             raise WriteAborted("the data file writer failed") from self._error
-        fsync_all([local for local in (_local(p) for p in self._written_paths) if local])
+        if sync:
+            fsync_all([local for local in (_local(p) for p in self._written_paths) if local])
         return list(self._data_files)
 
     def abort(self) -> None:
@@ -380,6 +382,7 @@ class DataFileWriter:
 
 
 def _local(path: str) -> str | None:
+    """The local filesystem path of a location (None for object stores)."""
     parsed = urlparse(path)
     if parsed.scheme == "file":
         return parsed.path

@@ -21,7 +21,7 @@ from catalog.append import Appender, AppendResult
 from catalog.context import commit_context
 from catalog.maintenance import DEFAULT_ORPHAN_GRACE_S, BackgroundMaintainer, all_tables, maintain
 from catalog.names import InvalidNameError, check_name, check_namespace
-from catalog.schema_policy import SchemaMismatchError, strip_field_ids
+from catalog.schema_policy import SchemaMismatchError
 from flight_server import errors
 from flight_server.headers import IDEMPOTENCY_HEADER, call_headers
 
@@ -61,8 +61,10 @@ class AppendService:
         principal = self.server.authorize(context, "write")
         identifier = self._identifier(descriptor)
         key = self._idempotency_key(context)
-        with commit_context(principal=principal):
-            result = self._append(identifier, reader, key, context)
+        # track_write: a refused or failed append becomes a FAIL run in lineage.
+        with self.server.lineage.track_write(identifier[:-1], identifier[-1], "append", principal=principal):
+            with commit_context(principal=principal):
+                result = self._append(identifier, reader, key, context)
         try:
             writer.write(pa.py_buffer(json.dumps(result.to_json()).encode("utf-8")))
         except OSError:
@@ -161,6 +163,14 @@ class AppendService:
                 reports.append(maintain(self.appender, identifier, orphan_grace_s=grace).to_json())
         return iter([json.dumps(r).encode("utf-8") for r in reports])
 
+    def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
+        return [
+            (
+                self.MAINTAIN_ACTION,
+                'Compact, expire snapshots, remove orphans. Body: {"table": "ns.t", "orphan_grace_s": 3600}',
+            )
+        ]
+
     def _maintain_targets(self, table: Any) -> list[tuple[str, ...]]:
         if table is None:
             return all_tables(self.appender)
@@ -187,8 +197,9 @@ class AppendService:
         """Commit an ADBC / Flight SQL bulk ingest; return the number of rows ingested.
 
         Modes: ``create`` (the table must not exist), ``append`` (it must exist), ``replace``
-        (drop the table if it exists, then create it from the stream's schema: readers may
-        see it missing in between), ``create_append`` (create if missing, then append).
+        (drop the table if it exists and create it from the stream's schema), ``create_append``
+        (create if missing, then append). When a table is created, the whole stream is
+        written first, so a failed stream creates (and with ``replace``, drops) nothing.
         Create modes create a missing namespace. Without a namespace the target is
         ``default``. Temporary tables are refused.
         """
@@ -207,48 +218,46 @@ class AppendService:
         if idempotency_key is None:
             idempotency_key = self._idempotency_key(context)
         catalog = self.server.catalog
-        with commit_context(principal=principal):
+        operation = "append" if mode == "append" else mode
+        tracked = self.server.lineage.track_write(ns, name, operation, principal=principal)  # FAIL run on error
+        with tracked, commit_context(principal=principal):
             if idempotency_key is not None and catalog.table_exists(identifier):
                 first = self.appender.idempotency.get(ns, name, idempotency_key)
                 if first is not None:
                     for _ in self._batches(reader, context):
                         pass
                     return int(first["rows"])
-            created = False
             if mode != "append" and not catalog.namespace_exists(ns):
                 try:
                     catalog.create_namespace(ns)
                 except Exception as exc:  # a concurrent ingest may have created it
                     if not catalog.namespace_exists(ns):
                         raise errors.InvalidArgument(f"cannot create namespace {'.'.join(ns)}: {exc}") from None
-            if mode == "replace" and catalog.table_exists(identifier):
-                catalog.drop_table(identifier)
-            if mode in ("create", "replace", "create_append"):
-                created = self._create_table(identifier, reader.schema, must_be_new=mode != "create_append")
-            try:
+            exists = catalog.table_exists(identifier)
+            if mode == "create" and exists:
+                raise errors.AlreadyExists(f"table {'.'.join(identifier)} already exists")
+            if mode == "append" or (mode == "create_append" and exists):
                 result = self._append(identifier, reader, idempotency_key, context)
-            except BaseException:
-                if created and mode == "create":
-                    self._drop_quietly(identifier)
-                raise
+            else:
+                result = self._create(identifier, reader, idempotency_key, context, replace=mode == "replace")
         return result.rows
 
-    def _create_table(self, identifier: tuple[str, ...], schema: pa.Schema, must_be_new: bool) -> bool:
-        catalog = self.server.catalog
+    def _create(
+        self,
+        identifier: tuple[str, ...],
+        reader: Any,
+        key: str | None,
+        context: flight.ServerCallContext | None,
+        replace: bool,
+    ) -> AppendResult:
+        qualified = ".".join(identifier)
         try:
-            catalog.create_table(identifier, schema=strip_field_ids(schema))
-            return True
+            return self.appender.create_from_stream(
+                identifier, reader.schema, self._batches(reader, context), idempotency_key=key, replace=replace
+            )
         except TableAlreadyExistsError:
-            if must_be_new:
-                raise errors.AlreadyExists(f"table {'.'.join(identifier)} already exists") from None
-            return False
-        except (TypeError, ValueError) as exc:
-            raise errors.InvalidArgument(
-                f"cannot create table {'.'.join(identifier)} from this schema: {exc}"
-            ) from None
-
-    def _drop_quietly(self, identifier: tuple[str, ...]) -> None:
-        try:
-            self.server.catalog.drop_table(identifier)
-        except Exception:
-            logger.warning("could not drop %s after a failed create ingest", ".".join(identifier), exc_info=True)
+            raise errors.AlreadyExists(f"table {qualified} already exists (it was created meanwhile)") from None
+        except SchemaMismatchError as exc:
+            raise errors.InvalidArgument(f"cannot create {qualified} from this input: {exc}") from None
+        except (TypeError, ValueError) as exc:  # pyiceberg's schema conversion, idempotency key checks
+            raise errors.InvalidArgument(f"cannot create {qualified} from this input: {exc}") from None

@@ -33,7 +33,10 @@ def main() -> None:
               type=click.FloatRange(min=1), help="Seconds a bearer token issued at login stays valid.")
 @click.option("--max-calls-per-user", envvar="ICEFLOE_MAX_CALLS_PER_USER", default=64, show_default=True,
               type=click.IntRange(min=0), help="Concurrent calls per authenticated user (0 = no limit).")
-@click.option("--lineage-namespace", envvar="ICEFLOE_LINEAGE_NAMESPACE", default=None)
+@click.option("--lineage-namespace", envvar="ICEFLOE_LINEAGE_NAMESPACE", default=None,
+              help="OpenLineage namespace of datasets and jobs (default icefloe://HOST:PORT).")
+@click.option("--lineage-hash-names", envvar="ICEFLOE_LINEAGE_HASH_NAMES", is_flag=True, default=False,
+              help="Send hashed dataset and job names (and no SQL text) in lineage events.")
 @click.option("--demo", envvar="ICEFLOE_DEMO", is_flag=True, default=False, help="Load a small sample dataset.")
 @click.option("--query-timeout", "query_timeout_s", envvar="ICEFLOE_QUERY_TIMEOUT", default=300.0, show_default=True,
               type=float, help="Seconds a SQL query may run before it is interrupted (DEADLINE_EXCEEDED).")

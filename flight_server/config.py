@@ -16,6 +16,7 @@ class Config:
     tls_key: str | None = None
     tls_client_ca: str | None = None
     lineage_namespace: str | None = None
+    lineage_hash_names: bool = False
     demo: bool = False
     log_level: str = "info"
     query_timeout_s: float = 300.0

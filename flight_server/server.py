@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow.flight as flight
 
 from catalog import RocksCatalog
+from catalog.lineage import LineageExporter
 from flight_server import errors
 from flight_server.auth import MIDDLEWARE_KEY, Principal, action_floor, build_security, put_floor
 from flight_server.config import Config
@@ -25,6 +26,7 @@ from flight_server.flightsql.sessions import MIDDLEWARE_KEY as SESSION_MIDDLEWAR
 from flight_server.flightsql.sessions import SessionMiddlewareFactory
 from flight_server.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
 from flight_server.headers import HeadersMiddlewareFactory
+from flight_server.lineage_setup import lineage_settings
 
 logger = logging.getLogger("icefloe.server")
 
@@ -47,6 +49,8 @@ class IcefloeServer(flight.FlightServerBase):
         self.flightsql = FlightSqlService(self)
         self.appends = AppendService(self)
         self.feed = FeedService(self)
+        # Lineage outbox: registered before serving so no commit is missed; started below.
+        self.lineage = LineageExporter(self.catalog)
         middleware = dict(kwargs.pop("middleware", None) or {})
         middleware.update(self.security.middleware)
         middleware.setdefault(HEADERS_MIDDLEWARE_KEY, HeadersMiddlewareFactory())
@@ -54,6 +58,7 @@ class IcefloeServer(flight.FlightServerBase):
         super().__init__(config.location, middleware=middleware, **{**self.security.server_kwargs, **kwargs})
         # --port 0 asks the OS for a port; keep the one we got.
         self.config.port = self.port
+        self.lineage.start(lineage_settings(config))
 
     # -- access control ----------------------------------------------------------------
 
@@ -82,7 +87,9 @@ class IcefloeServer(flight.FlightServerBase):
     # -- RPC routing ---------------------------------------------------------------------
 
     @errors.guard
-    def get_flight_info(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
+    def get_flight_info(
+        self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
+    ) -> flight.FlightInfo:
         return self.flightsql.get_flight_info(context, descriptor)
 
     @errors.guard
@@ -124,7 +131,7 @@ class IcefloeServer(flight.FlightServerBase):
         return self.flightsql.do_action(context, action)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
-        return self.flightsql.list_actions(context)
+        return self.flightsql.list_actions(context) + self.appends.list_actions(context)
 
     def list_flights(self, context: flight.ServerCallContext, criteria: bytes) -> Iterator[flight.FlightInfo]:
         return iter(())
@@ -145,6 +152,7 @@ class IcefloeServer(flight.FlightServerBase):
             logger.warning("some calls did not finish within %.0f s of shutdown; closing anyway", grace_s)
         self.appends.close()
         self.flightsql.close()
+        self.lineage.stop()
         self.catalog.close()
         return not stopper.is_alive()
 

@@ -53,6 +53,8 @@ from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 logger = logging.getLogger("icefloe.engine")
 
 CATALOG_NAME = "icefloe"
+# How long a ticket's snapshots are kept from expiry after GetFlightInfo (see catalog.pins).
+TICKET_PIN_S = 900.0
 _READ_TYPES = {"SELECT", "EXPLAIN"}
 # MULTI: one statement DuckDB expands into several (ALTER TABLE ... ADD COLUMN ... NOT NULL).
 _WRITE_TYPES = {"INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "MERGE_INTO", "COPY", "MULTI"}
@@ -260,6 +262,12 @@ class Engine:
                             view=history.at_view_name(r.name, r.snapshot_id)) for r in refs}
         for pin in self.pin(rewritten, default_schema):
             pins.setdefault((pin.namespace, pin.view_name), pin)
+        registry = getattr(self.catalog, "pins", None)
+        if registry is not None:
+            # The ticket's DoGet must still find these snapshots, whatever commits meanwhile.
+            for pin in pins.values():
+                if pin.snapshot_id is not None:
+                    registry.pin(pin.namespace, pin.name, pin.snapshot_id, TICKET_PIN_S)
         return rewritten, list(pins.values())
 
     def pin(self, sql: str, default_schema: tuple[str, ...] | None) -> list[PinnedTable]:

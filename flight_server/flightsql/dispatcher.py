@@ -75,7 +75,8 @@ class FlightSqlService:
         self.metadata = md.Metadata(server.catalog)
         self.sessions = SessionStore()
         self.writer = SqlWriter(self.engine, server.catalog,
-                                lambda: getattr(getattr(server, "appends", None), "appender", None))
+                                lambda: getattr(getattr(server, "appends", None), "appender", None),
+                                lambda: getattr(server, "lineage", None))
 
     def close(self) -> None:
         self.engine.close()

@@ -77,11 +77,13 @@ class Write:
 
 
 class SqlWriter:
-    def __init__(self, engine: Engine, catalog: Any, appender: Any = None) -> None:
+    def __init__(self, engine: Engine, catalog: Any, appender: Any = None, lineage: Any = None) -> None:
         self.engine = engine
         self.catalog = catalog
-        # A callable returning the Appender (the append service is created after this one).
+        # Callables returning the Appender and the lineage exporter (both are created after
+        # this writer, by the server).
         self._appender = appender
+        self._lineage = lineage
 
     def run(
         self, sql: str, default_schema: tuple[str, ...] | None, params: list[Any] | None,
@@ -99,6 +101,26 @@ class SqlWriter:
         write = Write(sql, tree, self.engine, self.catalog, principal, default_schema, params, context, authorize,
                       appender, param_rows=param_rows if param_rows is not None and len(param_rows) > 1 else None)
         handler = _handler(tree)
+        with self._tracked(tree, sql, default_schema, principal):
+            return self._attempts(write, handler, tree, default_schema)
+
+    @contextlib.contextmanager
+    def _tracked(
+        self, tree: exp.Expression, sql: str, default_schema: tuple[str, ...] | None, principal: str | None
+    ) -> Iterator[None]:
+        """A statement that fails after it began is reported to lineage as a FAIL run."""
+        lineage = self._lineage() if self._lineage is not None else None
+        target = _lineage_target(tree, default_schema)
+        if lineage is None or target is None:
+            yield
+            return
+        operation = _statement_kind(tree).lower()
+        with lineage.track_write(target[:-1], target[-1], operation, principal=principal, extra={"sql": sql}):
+            yield
+
+    def _attempts(
+        self, write: Write, handler: Any, tree: exp.Expression, default_schema: tuple[str, ...] | None
+    ) -> int:
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             write.exclusive = attempt == COMMIT_ATTEMPTS
             try:
@@ -152,6 +174,26 @@ def _rewritten_table(tree: exp.Expression, default_schema: tuple[str, ...] | Non
     if node is None:
         return ()
     return table_name(node, default_schema).identifier
+
+
+def _lineage_target(tree: exp.Expression, default_schema: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """The table a write changes, for lineage (None when it names no single table)."""
+    node: Any = None
+    if isinstance(tree, (exp.Insert, exp.Delete, exp.Update)):
+        node = tree.this
+    elif isinstance(tree, exp.TruncateTable) and len(tree.expressions) == 1:
+        node = tree.expressions[0]
+    elif isinstance(tree, (exp.Create, exp.Alter, exp.Drop)) and str(tree.args.get("kind", "")).upper() == "TABLE":
+        node = tree.this
+    if isinstance(node, exp.Schema):
+        node = node.this
+    if not isinstance(node, exp.Table):
+        return None
+    try:
+        identifier = tuple(table_name(node, default_schema).identifier)
+    except errors.IcefloeError:
+        return None
+    return identifier if len(identifier) >= 2 else None
 
 
 def _statement_kind(tree: exp.Expression) -> str:

@@ -173,3 +173,14 @@ def test_compaction_while_writers_and_readers_run(catalog: RocksCatalog) -> None
     assert ids == list(range(4 * 40 * 10))
     assert any(r.operation == "replace" for r in catalog.log.read(0))
 
+
+
+def test_orphan_removal_spares_a_renamed_table_sharing_the_folder(catalog: RocksCatalog) -> None:
+    appender = Appender(catalog)
+    appender.append_table(("ns", "t"), _ids(10, 0))
+    catalog.rename_table("ns.t", "ns.moved")  # files stay under ns/t
+    catalog.create_table("ns.t", pa.schema([("id", pa.int64())]))  # same folder again
+    appender.append_table(("ns", "t"), _ids(3, 100))
+    assert remove_orphans(appender, ("ns", "t"), grace_s=0) == 0
+    assert catalog.load_table("ns.moved").scan().to_arrow().num_rows == 10
+    assert catalog.load_table("ns.t").scan().to_arrow().num_rows == 3

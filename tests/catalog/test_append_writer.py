@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -240,3 +241,55 @@ def _write(appender: Appender, table: object, staged: object, column: str) -> li
     for batch in data.to_batches():
         writer.write(batch)
     return writer.finish()  # type: ignore[return-value]
+
+
+def test_every_file_the_commit_references_is_fsynced_before_the_pointer_moves(
+    catalog: RocksCatalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import catalog.durable_io as durable_io
+    from catalog.store import RocksStore
+
+    catalog.create_table("ns.t", _data(1).schema)
+    synced: set[str] = set()
+    real_fsync = durable_io.fsync_path
+    synced_at_write: list[set[str]] = []
+    real_write = RocksStore.write
+
+    def recording_fsync(path: str) -> None:
+        synced.add(os.path.abspath(path))
+        real_fsync(path)
+
+    def recording_write(self: RocksStore, *args: object, **kwargs: object) -> None:
+        synced_at_write.append(set(synced))
+        real_write(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(durable_io, "fsync_path", recording_fsync)
+    monkeypatch.setattr(RocksStore, "write", recording_write)
+    Appender(catalog).append_table(("ns", "t"), _data(10))
+    table = catalog.load_table("ns.t")
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    needed = {table.metadata_location, snapshot.manifest_list}
+    needed |= {m.manifest_path for m in snapshot.manifests(table.io)}
+    needed |= {t.file.file_path for t in table.scan().plan_files()}
+    needed |= {os.path.dirname(p) for p in needed}
+    before_pointer = synced_at_write[-1]
+    assert {os.path.abspath(p) for p in needed} <= before_pointer
+
+
+def test_partitioned_table_append(catalog: RocksCatalog) -> None:
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "v", StringType()))
+    spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="v"))
+    catalog.create_table("ns.p", schema, partition_spec=spec)
+    data = pa.table({"id": pa.array(range(6), pa.int64()), "v": pa.array(["a", "b", "a", "c", "b", "a"])})
+    result = Appender(catalog).append_table(("ns", "p"), data)
+    assert result.rows == 6
+    table = catalog.load_table("ns.p")
+    files = list(table.scan().plan_files())
+    assert len(files) == 3 and {f.file.partition[0] for f in files} == {"a", "b", "c"}
+    assert sorted(table.scan(row_filter="v == 'a'").to_arrow().column("id").to_pylist()) == [0, 2, 5]

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import pyarrow.flight as flight
-
 from servers import ServerProcess
 
 

@@ -126,3 +126,37 @@ def test_ingest_and_doput_land_in_the_same_table(conn: flight_sql.Connection, se
     with conn.cursor() as cur:
         cur.execute("SELECT count(*) AS n, max(id) AS m FROM ns.mix")
         assert cur.fetchone() == (15, 14)
+
+
+def _failing_reader(after_batches: int) -> pa.RecordBatchReader:
+    schema = rows(1).schema
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for i in range(after_batches):
+            yield rows(1000, start=i * 1000).to_batches()[0]
+        raise RuntimeError("the producer failed midway")
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
+
+
+def test_failed_replace_keeps_the_old_table(conn: flight_sql.Connection, warehouse: Path) -> None:
+    with conn.cursor() as cur:
+        cur.adbc_ingest("keep", rows(30), mode="create", db_schema_name="ns")
+        dup = pa.Table.from_arrays([pa.array([1]), pa.array([2])], names=["a", "a"])
+        with pytest.raises(Exception, match="'a'"):
+            cur.adbc_ingest("keep", dup, mode="replace", db_schema_name="ns")
+        with pytest.raises(Exception):  # noqa: B017 - the driver's own error type for a failed producer
+            cur.adbc_ingest("keep", _failing_reader(3), mode="replace", db_schema_name="ns")
+    assert sorted(_scan(warehouse, "ns.keep").column("id").to_pylist()) == list(range(30))
+    assert _ops(warehouse, "ns.keep") == ["create", "append"]
+
+
+def test_failed_create_creates_nothing(conn: flight_sql.Connection, warehouse: Path) -> None:
+    with conn.cursor() as cur, pytest.raises(Exception):  # noqa: B017
+        cur.adbc_ingest("never", _failing_reader(3), mode="create", db_schema_name="ns")
+    cat = read_only(warehouse)
+    try:
+        assert not cat.table_exists("ns.never")
+    finally:
+        cat.close()
+    assert list((warehouse / "ns" / "never").rglob("*.parquet")) == []

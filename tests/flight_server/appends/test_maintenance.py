@@ -95,6 +95,7 @@ def test_maintain_action_and_errors(table_server: ServerProcess, warehouse: Path
         do_put(table_server.location, ("ns", "t"), rows(10, start=i * 10))
     client = flight.FlightClient(table_server.location)
     try:
+        assert "icefloe.maintain" in {a.type for a in client.list_actions()}
         out = [json.loads(r.body.to_pybytes()) for r in client.do_action(flight.Action("icefloe.maintain", b"{}"))]
         assert out[0]["table"] == "ns.t" and out[0]["compacted_files"] == 5 and out[0]["rows"] == 50
         with pytest.raises(pa.ArrowKeyError, match="ns.nope does not exist"):  # NOT_FOUND

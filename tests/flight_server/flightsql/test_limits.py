@@ -191,3 +191,31 @@ def test_sigterm_ends_running_streams(tmp_path: Path) -> None:
     assert "icefloe stopped" in proc.log
     assert len(outcome) == 2 and not any("Traceback" in str(e) for e in outcome)
     client.close()
+
+
+def test_ticket_snapshot_survives_commits_while_pinned(tmp_path: Path) -> None:
+    """Commits after GetFlightInfo expire old snapshots, but never the one a live ticket reads."""
+    warehouse = tmp_path / "warehouse"
+    make_sample_warehouse(warehouse)
+    proc = ServerProcess(warehouse).start()
+    try:
+        client = flight.FlightClient(proc.location)
+        count_sql = "SELECT count(*) AS n FROM sales.orders"
+        before = client.do_get(
+            client.get_flight_info(flight.FlightDescriptor.for_command(statement_query(count_sql))).endpoints[0].ticket
+        ).read_all().column("n")[0].as_py()
+        client.do_get(client.get_flight_info(flight.FlightDescriptor.for_command(statement_query(
+            "ALTER TABLE sales.orders SET (\"icefloe.snapshots.retain\" = '1')"))).endpoints[0].ticket).read_all()
+        info = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query(count_sql)))
+        for _ in range(3):  # each INSERT commits a snapshot; retain=1 would expire the pinned one
+            client.do_get(client.get_flight_info(flight.FlightDescriptor.for_command(statement_query(
+                "INSERT INTO sales.orders SELECT * FROM sales.orders LIMIT 1"))).endpoints[0].ticket).read_all()
+        assert client.do_get(info.endpoints[0].ticket).read_all().column("n")[0].as_py() == before
+        fresh = client.do_get(
+            client.get_flight_info(flight.FlightDescriptor.for_command(statement_query(count_sql))).endpoints[0].ticket
+        ).read_all().column("n")[0].as_py()
+        assert fresh == before + 3
+        client.close()
+    finally:
+        proc.stop()
+    assert "Traceback" not in proc.log
