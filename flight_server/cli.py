@@ -27,6 +27,12 @@ def main() -> None:
 @click.option("--tls-key", envvar="ICEFLOE_TLS_KEY", default=None)
 @click.option("--tls-client-ca", envvar="ICEFLOE_TLS_CLIENT_CA", default=None,
               help="CA bundle for client certificates (mutual TLS).")
+@click.option("--allow-remote-without-auth", envvar="ICEFLOE_ALLOW_REMOTE_WITHOUT_AUTH", is_flag=True, default=False,
+              help="Without --users, also listen on a non-loopback --host (anyone reachable may read and write).")
+@click.option("--token-ttl", "token_ttl_s", envvar="ICEFLOE_TOKEN_TTL", default=8 * 3600.0, show_default=True,
+              type=click.FloatRange(min=1), help="Seconds a bearer token issued at login stays valid.")
+@click.option("--max-calls-per-user", envvar="ICEFLOE_MAX_CALLS_PER_USER", default=64, show_default=True,
+              type=click.IntRange(min=0), help="Concurrent calls per authenticated user (0 = no limit).")
 @click.option("--lineage-namespace", envvar="ICEFLOE_LINEAGE_NAMESPACE", default=None,
               help="OpenLineage namespace of datasets and jobs (default icefloe://HOST:PORT).")
 @click.option("--lineage-hash-names", envvar="ICEFLOE_LINEAGE_HASH_NAMES", is_flag=True, default=False,
@@ -42,8 +48,41 @@ def serve(**options: object) -> None:
     config = Config(**options)  # type: ignore[arg-type]
     configure_logging(config.log_level)
     from flight_server.server import serve as run
+    from flight_server.users import SecurityConfigError
 
-    run(config)
+    try:
+        run(config)
+    except SecurityConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@main.command()
+def passwd() -> None:
+    """Read a password on stdin and print its salted Argon2id hash for the --users file."""
+    from flight_server.users import hash_password, read_password_from_stdin
+
+    try:
+        password = read_password_from_stdin()
+        click.echo(hash_password(password))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@main.command()
+@click.option("--server", "server_location", envvar="ICEFLOE_SERVER", default="grpc://127.0.0.1:31337",
+              show_default=True, help="Server location (grpc:// or grpc+tls://).")
+@click.option("--user", envvar="ICEFLOE_USER", required=True, help="User name from the server's --users file.")
+@click.option("--tls-root-certs", envvar="ICEFLOE_TLS_ROOT_CERTS", default=None,
+              help="PEM file of the CA that signed the server's certificate (grpc+tls).")
+def login(server_location: str, user: str, tls_root_certs: str | None) -> None:
+    """Read a password on stdin, log in, and print a bearer token (for ICEFLOE_TOKEN / --token)."""
+    from flight_server.login import login_token
+    from flight_server.users import read_password_from_stdin
+
+    try:
+        click.echo(login_token(server_location, user, read_password_from_stdin(), tls_root_certs))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @main.command()

@@ -23,6 +23,10 @@ class Config:
     max_concurrent_queries: int = 16
     max_subscribers: int = 1000
     allow_remote_without_auth: bool = False
+    # Lifetime of bearer tokens issued at login (a working day by default).
+    token_ttl_s: float = 8 * 3600.0
+    # Calls one user may have in flight at once (feed subscriptions count); 0 = no limit.
+    max_calls_per_user: int = 64
 
     @property
     def scheme(self) -> str:

@@ -20,6 +20,7 @@ import pyarrow.flight as flight
 from catalog import RocksCatalog
 from catalog.lineage import LineageExporter
 from flight_server import errors
+from flight_server.auth import MIDDLEWARE_KEY, Principal, action_floor, build_security, put_floor
 from flight_server.config import Config
 from flight_server.flightsql.sessions import MIDDLEWARE_KEY as SESSION_MIDDLEWARE_KEY
 from flight_server.flightsql.sessions import SessionMiddlewareFactory
@@ -40,6 +41,8 @@ class IcefloeServer(flight.FlightServerBase):
 
         errors.install_clean_tracebacks()
         self.config = config
+        # Validate security flags before opening anything (a bad flag must not hold the catalog).
+        self.security = build_security(config)
         self.catalog = catalog or RocksCatalog("icefloe", warehouse=config.warehouse, **{"read-only": "false"})
         # Set when shutdown begins, so long-lived streams (the feed) end and let gRPC drain.
         self.stopping = threading.Event()
@@ -49,9 +52,10 @@ class IcefloeServer(flight.FlightServerBase):
         # Lineage outbox: registered before serving so no commit is missed; started below.
         self.lineage = LineageExporter(self.catalog)
         middleware = dict(kwargs.pop("middleware", None) or {})
+        middleware.update(self.security.middleware)
         middleware.setdefault(HEADERS_MIDDLEWARE_KEY, HeadersMiddlewareFactory())
         middleware.setdefault(SESSION_MIDDLEWARE_KEY, SessionMiddlewareFactory())
-        super().__init__(config.location, middleware=middleware, **kwargs)
+        super().__init__(config.location, middleware=middleware, **{**self.security.server_kwargs, **kwargs})
         # --port 0 asks the OS for a port; keep the one we got.
         self.config.port = self.port
         self.lineage.start(lineage_settings(config))
@@ -67,7 +71,18 @@ class IcefloeServer(flight.FlightServerBase):
             errors.Unauthenticated: No or bad credentials (when users are configured).
             errors.PermissionDenied: The caller's role is below ``role``.
         """
-        return None
+        if self.security.auth is None:
+            return None
+        # The middleware authenticated the call before any handler ran (see auth.py).
+        session = context.get_middleware(MIDDLEWARE_KEY)
+        if session is None:
+            raise errors.Unauthenticated("authentication required")
+        principal: Principal = session.principal
+        if not principal.allows(role):
+            raise errors.PermissionDenied(
+                f"user {principal.name!r} has role {principal.role}; this needs role {role}"
+            )
+        return principal.name
 
     # -- RPC routing ---------------------------------------------------------------------
 
@@ -93,6 +108,7 @@ class IcefloeServer(flight.FlightServerBase):
         reader: flight.MetadataRecordBatchReader,
         writer: flight.FlightMetadataWriter,
     ) -> None:
+        self.authorize(context, put_floor(descriptor))  # deny-by-default floor; handlers may ask more
         if descriptor.descriptor_type == flight.DescriptorType.PATH:
             return self.appends.do_put(context, descriptor, reader, writer)
         return self.flightsql.do_put(context, descriptor, reader, writer)
@@ -109,6 +125,7 @@ class IcefloeServer(flight.FlightServerBase):
 
     @errors.guard
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
+        self.authorize(context, action_floor(action.type))  # deny-by-default floor; handlers may ask more
         if action.type in self.appends.ACTIONS:
             return self.appends.do_action(context, action)
         return self.flightsql.do_action(context, action)
@@ -143,6 +160,9 @@ class IcefloeServer(flight.FlightServerBase):
 def serve(config: Config) -> None:
     """Start the server, log the readiness line, and block until SIGTERM/SIGINT."""
     server = IcefloeServer(config)
+    for line in server.security.summary:
+        warning = line.startswith("WARNING: ")
+        logger.log(logging.WARNING if warning else logging.INFO, "security: %s", line.removeprefix("WARNING: "))
     if config.demo:
         from flight_server.demo import load_demo
 
@@ -156,6 +176,7 @@ def serve(config: Config) -> None:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: server.security.reload_users())
     # FlightServerBase starts serving in its constructor; serve() would only install Arrow's
     # own signal handlers over ours, so the main thread just waits for a signal instead.
     while not stop.wait(1.0):

@@ -19,6 +19,8 @@ from typing import Any
 
 import pyarrow.flight as flight
 
+from flight_server.tokens import session_identity
+
 COOKIE = "arrow_flight_session_id"
 MIDDLEWARE_KEY = "icefloe-session"
 
@@ -39,7 +41,8 @@ class SessionMiddleware(flight.ServerMiddleware):  # type: ignore[misc]
 
     def key(self) -> str | None:
         if self.token:
-            return "bearer:" + hashlib.sha256(self.token.encode()).hexdigest()
+            # Keyed by what survives token renewals (auth sends fresh tokens on long connections).
+            return "bearer:" + hashlib.sha256(session_identity(self.token).encode()).hexdigest()
         cookie = self.new_cookie or self.cookie
         return "cookie:" + cookie if cookie else None
 
