@@ -31,7 +31,7 @@ from flight_server.lineage_setup import lineage_settings
 logger = logging.getLogger("icefloe.server")
 
 
-class IcefloeServer(flight.FlightServerBase):
+class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow ships no type stubs
     """Arrow Flight (SQL) server over a ``RocksCatalog`` warehouse."""
 
     def __init__(self, config: Config, catalog: RocksCatalog | None = None, **kwargs: Any) -> None:
