@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -36,6 +36,7 @@ from catalog.context import commit_context, current_commit_context
 from catalog.durable_io import DurableFileIO, deferred_fsync, fsync_all
 from catalog.idempotency import IdempotencyStore, check_key, encode_result, extra_batch_writes, idempotency_key
 from catalog.schema_policy import SchemaMismatchError, SchemaPlan, check_unique_names, plan, policy_of, strip_field_ids
+from catalog.table import FastTransaction
 from catalog.writer import DataFileWriter, _local, delete_files
 
 if TYPE_CHECKING:
@@ -239,13 +240,14 @@ class Appender:
         idempotency_key: str | None = None,
         replace: bool = False,
     ) -> AppendResult:
-        """Create a table from the stream's schema and append the stream to it.
+        """Create a table from the stream's schema holding the stream's rows: one commit.
 
         The whole stream is written (against a staged, unregistered table) before anything
         is committed, so a stream that breaks off creates nothing and, with ``replace``,
-        leaves the old table in place. Then, in the table's commit slot: drop the old table
-        (``replace``), create the new one (a ``create`` commit), and append the files (an
-        ``append`` commit).
+        leaves the old table in place. Then, in the table's commit slot, one catalog commit
+        points the name at metadata that already holds the rows (operation ``create``, or
+        ``replace`` when ``replace`` swaps out an existing table): readers never see the
+        table empty or missing, and a crash leaves either the old state or the new one.
 
         Raises:
             TableAlreadyExistsError: The table exists (and ``replace`` is false).
@@ -253,6 +255,7 @@ class Appender:
             SchemaMismatchError: Duplicate or unstorable input columns.
         """
         namespace, name = tuple(identifier[:-1]), identifier[-1]
+        qualified = ".".join(identifier)
         if idempotency_key is not None:
             check_key(idempotency_key)
         check_unique_names(schema)
@@ -263,19 +266,54 @@ class Appender:
             files = self._write_all(writer, schema, batches)
             try:
                 with self.committer(namespace, name).exclusive():
-                    if replace and self.catalog.table_exists(identifier):
-                        self.catalog.drop_table(identifier)
-                    self.catalog._write_metadata(staged.metadata, staged.io, staged.metadata_location)
-                    self.catalog._register_pointer(
-                        namespace, name, staged.metadata_location, staged.metadata, "create", overwrite=False
-                    )
+                    if idempotency_key is not None:
+                        stored = self.idempotency.get(namespace, name, idempotency_key)
+                        if stored is not None:
+                            delete_files(staged.io, [f.file_path for f in files])
+                            return AppendResult(**{**stored, "duplicate": True})
+                    exists = self.catalog.table_exists(identifier)
+                    if exists and not replace:
+                        raise TableAlreadyExistsError(f"Table {qualified} already exists")
+                    record = self._land_created(staged, files, writer.rows, idempotency_key, replacing=exists)
             except BaseException:
                 delete_files(staged.io, [f.file_path for f in files])
                 raise
-            table = self.catalog.load_table(identifier)
-            return self._commit_files(table, identifier, files, writer.rows, idempotency_key, None)
+            if files:
+                self.mark_dirty(tuple(identifier), len(files))
+            return AppendResult(qualified, record.seq, record.snapshot_id, writer.rows)
         finally:
             self.untrack_writer(writer)
+
+    def _land_created(
+        self, staged: Any, files: list[DataFile], rows: int, key: str | None, replacing: bool
+    ) -> CommitRecord:
+        """Commit a staged table together with ``files`` (caller holds the table's slot)."""
+        namespace, name = tuple(staged.name()[:-1]), staged.name()[-1]
+        qualified = ".".join((*namespace, name))
+        tx = FastTransaction(staged)
+        if files:
+            with tx.update_snapshot().fast_append() as append:
+                for data_file in files:
+                    append.append_data_file(data_file)
+        metadata = tx.table_metadata
+        fsync_all([p for p in (_local(f.file_path) for f in files) if p])
+        self.catalog._write_metadata(metadata, staged.io, staged.metadata_location)
+        landed: list[CommitRecord] = []
+
+        def idempotency_writes(record: CommitRecord) -> dict[bytes, bytes]:
+            landed.append(record)
+            if key is None:
+                return {}
+            result = AppendResult(qualified, record.seq, record.snapshot_id, rows).to_json()
+            return {idempotency_key(namespace, name, key): encode_result(result)}
+
+        counts = {"added_rows": rows, "added_files": len(files), "deleted_rows": 0}
+        with extra_batch_writes(idempotency_writes):
+            self.catalog._register_pointer(
+                namespace, name, staged.metadata_location, metadata,
+                "replace" if replacing else "create", overwrite=replacing, counts=counts,
+            )
+        return landed[-1]
 
     @staticmethod
     def _write_all(writer: DataFileWriter, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> list[DataFile]:

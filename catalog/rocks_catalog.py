@@ -231,7 +231,7 @@ class RocksCatalog(MetastoreCatalog):
         ctx = current_commit_context()
         seq = self.log.head() + 1
         fields = dict(record_fields)
-        if ctx.operation and fields.get("operation") not in ("create", "drop", "rename", "register"):
+        if ctx.operation and fields.get("operation") not in ("create", "drop", "rename", "register", "replace"):
             fields["operation"] = ctx.operation
         extra = {**ctx.extra, **fields.pop("extra", {})}
         record = CommitRecord(
@@ -327,8 +327,20 @@ class RocksCatalog(MetastoreCatalog):
         return self._register_pointer(ns, table, staged.metadata_location, staged.metadata, "create", overwrite=False)
 
     def _register_pointer(
-        self, ns: tuple[str, ...], table: str, location: str, metadata: TableMetadata, operation: str, overwrite: bool
+        self,
+        ns: tuple[str, ...],
+        table: str,
+        location: str,
+        metadata: TableMetadata,
+        operation: str,
+        overwrite: bool,
+        counts: dict[str, int] | None = None,
     ) -> Table:
+        """Point ``ns.table`` at ``metadata`` in one commit (create, register, or replace).
+
+        ``counts`` (added_rows / added_files / deleted_rows) describe data the new metadata
+        already holds, e.g. a table created together with its first rows.
+        """
         with self._commit_lock:
             self._require_namespace(ns)
             current = self._pointer(ns, table)
@@ -344,6 +356,7 @@ class RocksCatalog(MetastoreCatalog):
                     "snapshot_id": snapshot.snapshot_id if snapshot else None,
                     "parent_snapshot_id": snapshot.parent_snapshot_id if snapshot else None,
                     "metadata_location": location,
+                    **(counts or {}),
                 },
                 {
                     keys.table_key(ns, table): self._pointer_value(

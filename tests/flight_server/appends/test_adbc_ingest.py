@@ -56,7 +56,14 @@ def test_create_creates_namespace_and_table(conn: flight_sql.Connection, warehou
         assert sorted(data.column("id").to_pylist()) == list(range(100))
         with pytest.raises(Exception, match="already exists"):
             cur.adbc_ingest("events", rows(1), mode="create", db_schema_name="fresh")
-    assert _ops(warehouse, "fresh.events") == ["create", "append"]
+    assert _ops(warehouse, "fresh.events") == ["create"]  # the table and its rows: one commit
+    cat = read_only(warehouse)
+    try:
+        record = cat.log.get(cat.log.head())
+        assert record is not None and (record.added_rows, record.added_files) == (100, 1)
+        assert record.snapshot_id == cat.load_table("fresh.events").metadata.current_snapshot_id
+    finally:
+        cat.close()
 
 
 def test_append_requires_table_and_appends(conn: flight_sql.Connection, warehouse: Path) -> None:
@@ -84,6 +91,9 @@ def test_replace_takes_new_rows_and_schema(conn: flight_sql.Connection, warehous
         assert cur.adbc_ingest("r2", rows(2), mode="replace", db_schema_name="ns") == 2
     data = _scan(warehouse, "ns.r")
     assert data.column_names == ["k", "n"] and data.num_rows == 2
+    # one commit each: readers never see ns.r missing or empty in between
+    assert _ops(warehouse, "ns.r") == ["create", "replace"]
+    assert _ops(warehouse, "ns.r2") == ["create"]
 
 
 def test_temporary_refused_clearly(conn: flight_sql.Connection, warehouse: Path) -> None:
@@ -101,7 +111,7 @@ def test_schema_mismatch_refused_and_nothing_committed(conn: flight_sql.Connecti
         cur.adbc_ingest("s", rows(2), mode="create", db_schema_name="ns")
         with pytest.raises(Exception, match="'id'"):
             cur.adbc_ingest("s", pa.table({"id": ["x"], "v": ["y"]}), mode="append", db_schema_name="ns")
-    assert _ops(warehouse, "ns.s") == ["create", "append"]
+    assert _ops(warehouse, "ns.s") == ["create"]
 
 
 def test_ingest_with_idempotency_header_commits_once(server: ServerProcess, warehouse: Path) -> None:
@@ -113,7 +123,7 @@ def test_ingest_with_idempotency_header_commits_once(server: ServerProcess, ware
     finally:
         conn.close()
     assert _scan(warehouse, "ns.k").num_rows == 20
-    assert _ops(warehouse, "ns.k") == ["create", "append"]
+    assert _ops(warehouse, "ns.k") == ["create"]
     # the same key through DoPut on the same table is the same logical write
     assert do_put(server.location, ("ns", "k"), rows(20), key="ingest-7")["duplicate"] is True
 
@@ -148,7 +158,7 @@ def test_failed_replace_keeps_the_old_table(conn: flight_sql.Connection, warehou
         with pytest.raises(Exception):  # noqa: B017 - the driver's own error type for a failed producer
             cur.adbc_ingest("keep", _failing_reader(3), mode="replace", db_schema_name="ns")
     assert sorted(_scan(warehouse, "ns.keep").column("id").to_pylist()) == list(range(30))
-    assert _ops(warehouse, "ns.keep") == ["create", "append"]
+    assert _ops(warehouse, "ns.keep") == ["create"]
 
 
 def test_failed_create_creates_nothing(conn: flight_sql.Connection, warehouse: Path) -> None:

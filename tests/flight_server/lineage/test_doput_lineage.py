@@ -67,7 +67,7 @@ def test_doput_and_ingest_are_runs(ol_env: Collector, warehouse: Path) -> None:
         results = [_do_put(proc.location, ("ns", "t"), _rows(n, 10 * n)) for n in (1, 2, 3)]
         with flight_sql.connect(proc.location, autocommit=True) as conn, conn.cursor() as cur:
             assert cur.adbc_ingest("events", _rows(5), mode="create", db_schema_name="fresh") == 5
-        events = ol_env.wait_count(2 * 3 + 4)
+        events = ol_env.wait_count(2 * 3 + 2)  # three DoPut runs and one ingest run (create with rows)
     finally:
         assert proc.stop() == 0
     assert "Traceback" not in proc.log
@@ -81,8 +81,9 @@ def test_doput_and_ingest_are_runs(ol_env: Collector, warehouse: Path) -> None:
     ]
     assert [e["run"]["facets"]["icefloe_commit"]["seq"] for e in appends] == [r["commit_seq"] for r in results]
     ingest = [e for e in _completes(events) if e["outputs"][0]["name"] == "fresh.events"]
-    assert [e["job"]["name"] for e in ingest] == ["icefloe.create.fresh.events", "icefloe.append.fresh.events"]
+    assert [e["job"]["name"] for e in ingest] == ["icefloe.create.fresh.events"]
     assert ingest[0]["outputs"][0]["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "CREATE"
+    assert ingest[0]["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] == 5
     starts = {e["run"]["runId"]: e for e in events if e["eventType"] == "START"}
     for complete in _completes(events):
         start = starts[complete["run"]["runId"]]
