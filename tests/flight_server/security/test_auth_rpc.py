@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pyarrow.flight as flight
 import pytest
-from conftest import PASSWORDS, ROLES
 from security_helpers import RPCS, basic, options, outcome
+from security_support import PASSWORDS, ROLES
 from servers import ServerProcess
 
 RANK = {"read": 0, "write": 1, "admin": 2}

@@ -13,7 +13,7 @@ import adbc_driver_flightsql
 import adbc_driver_flightsql.dbapi as flightsql
 import adbc_driver_manager
 import pytest
-from conftest import PASSWORDS, Pki
+from security_support import PASSWORDS, Pki
 from servers import ROOT, ServerProcess
 
 HERE = Path(__file__).resolve().parent

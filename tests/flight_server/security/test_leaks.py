@@ -6,8 +6,8 @@ import base64
 from pathlib import Path
 
 import pyarrow.flight as flight
-from conftest import PASSWORDS
 from security_helpers import RPCS, basic, options, outcome
+from security_support import PASSWORDS
 from servers import ServerProcess
 
 from flight_server.users import load_users

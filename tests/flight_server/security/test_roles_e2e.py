@@ -15,8 +15,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
-from conftest import PASSWORDS
 from security_helpers import options, outcome
+from security_support import PASSWORDS
 from servers import ROOT, ServerProcess
 
 # (Checked by file, not by import: the shared venv's editable install would import another checkout.)

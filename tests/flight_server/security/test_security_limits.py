@@ -11,8 +11,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
-from conftest import PASSWORDS
 from security_helpers import basic, options, outcome
+from security_support import PASSWORDS
 from servers import ServerProcess
 
 

@@ -101,7 +101,7 @@ def _login_cli(location: str, user: str, password: str) -> subprocess.CompletedP
 
 def test_login_cli_prints_a_working_token(auth_server: ServerProcess) -> None:
     import pyarrow.flight as flight
-    from conftest import PASSWORDS
+    from security_support import PASSWORDS
 
     ok = _login_cli(auth_server.location, "rita", PASSWORDS["rita"])
     assert ok.returncode == 0, ok.stderr

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pyarrow.flight as flight
 import pytest
-from conftest import PASSWORDS, Pki
 from security_helpers import options, outcome
+from security_support import PASSWORDS, Pki
 from servers import ServerProcess
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pyarrow.flight as flight
 import pytest
-from conftest import PASSWORDS, write_users_file
 from security_helpers import RPCS, options, outcome
+from security_support import PASSWORDS, write_users_file
 from servers import ServerProcess
 
 from flight_server.tokens import KEY_FILE_NAME
