@@ -6,42 +6,20 @@ The Java program is compiled with javac at test time and run with the driver jar
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from servers import ROOT, ServerProcess
+from jdbc_support import run_java_program
+from servers import ServerProcess
 
 HERE = Path(__file__).resolve().parent
 
 
-def _driver_jar() -> Path | None:
-    env = os.environ.get("ICEFLOE_JDBC_JAR")
-    if env and Path(env).is_file():
-        return Path(env)
-    jars = sorted((ROOT / ".cache" / "jdbc").glob("flight-sql-jdbc-driver-*.jar"))
-    return jars[-1] if jars else None
-
-
 @pytest.fixture(scope="module")
 def jdbc_output(sample_server: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    if shutil.which("java") is None or shutil.which("javac") is None:
-        pytest.skip("java/javac not installed: the JDBC driver cannot run here")
-    jar = _driver_jar()
-    if jar is None:
-        pytest.skip("Flight SQL JDBC driver jar missing: run scripts/fetch-jdbc (needs Maven) or set ICEFLOE_JDBC_JAR")
-    classes = tmp_path_factory.mktemp("jdbc")
-    subprocess.run(["javac", "-d", str(classes), str(HERE / "jdbc" / "JdbcCheck.java")], check=True, timeout=120)
     port = sample_server.location.rsplit(":", 1)[1]
     url = f"jdbc:arrow-flight-sql://127.0.0.1:{port}?useEncryption=false"
-    proc = subprocess.run(
-        ["java", "--add-opens=java.base/java.nio=ALL-UNNAMED", "-cp", f"{jar}{os.pathsep}{classes}", "JdbcCheck", url],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    proc = run_java_program(HERE / "jdbc" / "JdbcCheck.java", tmp_path_factory.mktemp("jdbc"), [url])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     checks = {}
     for line in proc.stdout.splitlines():

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -13,8 +11,9 @@ import adbc_driver_flightsql
 import adbc_driver_flightsql.dbapi as flightsql
 import adbc_driver_manager
 import pytest
+from jdbc_support import JAVA_OPENS, driver_jar_or_skip
 from security_support import PASSWORDS, Pki
-from servers import ROOT, ServerProcess
+from servers import ServerProcess
 
 HERE = Path(__file__).resolve().parent
 
@@ -76,16 +75,9 @@ def test_adbc_over_verified_tls(tls_auth_server: ServerProcess, pki: Pki) -> Non
         conn.close()
 
 
-def _jdbc_jar() -> Path | None:
-    candidates = [os.environ.get("ICEFLOE_JDBC_JAR", ""), *map(str, (ROOT / ".cache" / "jdbc").glob("*.jar"))]
-    return next((Path(c) for c in candidates if c and Path(c).is_file()), None)
-
-
 def _jdbc(url: str, user: str | None = None, password: str | None = None, sql: str | None = None) -> list[str]:
-    jar = _jdbc_jar()
-    if jar is None or shutil.which("java") is None:
-        pytest.skip("needs java and the Flight SQL JDBC jar (scripts/fetch-jdbc)")
-    args = ["java", "--add-opens=java.base/java.nio=ALL-UNNAMED", "-cp", str(jar), str(HERE / "JdbcLogin.java"), url]
+    jar = driver_jar_or_skip(need_javac=False)
+    args = ["java", JAVA_OPENS, "-cp", str(jar), str(HERE / "JdbcLogin.java"), url]
     if user is not None and password is not None:
         args += [user, password]
         if sql is not None:
