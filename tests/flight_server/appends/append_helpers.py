@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
-import pyarrow.flight as flight
+
+# Re-exported: the append tests take the shared DoPut client from here.
+from doput_client import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER
+from doput_client import do_put as do_put
 
 from catalog import RocksCatalog
-
-IDEMPOTENCY_HEADER = b"x-icefloe-idempotency-key"
 
 
 def make_table(
@@ -28,26 +27,6 @@ def make_table(
         )
     finally:
         cat.close()
-
-
-def do_put(
-    location: str, path: tuple[str, ...], data: pa.Table, key: str | None = None, batch_rows: int | None = None
-) -> dict[str, Any]:
-    client = flight.FlightClient(location)
-    try:
-        headers = [(IDEMPOTENCY_HEADER, key.encode())] if key is not None else []
-        writer, reader = client.do_put(
-            flight.FlightDescriptor.for_path(*path), data.schema, options=flight.FlightCallOptions(headers=headers)
-        )
-        writer.write_table(data, max_chunksize=batch_rows)
-        writer.done_writing()
-        buf = reader.read()
-        writer.close()
-        assert buf is not None
-        result: dict[str, Any] = json.loads(buf.to_pybytes())
-        return result
-    finally:
-        client.close()
 
 
 def rows(n: int, start: int = 0) -> pa.Table:

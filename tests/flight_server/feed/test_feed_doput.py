@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
+from doput_client import do_put as put
 from feed_helpers import FeedReader
 from servers import ServerProcess
 
@@ -29,18 +30,7 @@ def make_tables(warehouse: Path, names: list[str]) -> None:
 
 
 def do_put(location: str, table: str, data: pa.Table) -> dict[str, Any]:
-    client = flight.FlightClient(location)
-    try:
-        writer, reader = client.do_put(flight.FlightDescriptor.for_path(*table.split(".")), data.schema)
-        writer.write_table(data)
-        writer.done_writing()
-        buf = reader.read()
-        writer.close()
-        assert buf is not None
-        result: dict[str, Any] = json.loads(buf.to_pybytes())
-        return result
-    finally:
-        client.close()
+    return put(location, tuple(table.split(".")), data)
 
 
 def batch(writer: int, k: int, n: int = 3) -> pa.Table:

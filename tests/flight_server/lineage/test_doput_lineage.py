@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -10,8 +9,8 @@ from typing import Any
 
 import adbc_driver_flightsql.dbapi as flight_sql
 import pyarrow as pa
-import pyarrow.flight as flight
 import pytest
+from doput_client import do_put
 from lineage_collector import Collector, validate_event
 from servers import ServerProcess
 
@@ -33,21 +32,6 @@ def _make_table(warehouse: Path, name: str = "ns.t") -> None:
         cat.close()
 
 
-def _do_put(location: str, path: tuple[str, ...], data: pa.Table) -> dict[str, Any]:
-    client = flight.FlightClient(location)
-    try:
-        writer, reader = client.do_put(flight.FlightDescriptor.for_path(*path), data.schema)
-        writer.write_table(data)
-        writer.done_writing()
-        buf = reader.read()
-        writer.close()
-        assert buf is not None
-        result: dict[str, Any] = json.loads(buf.to_pybytes())
-        return result
-    finally:
-        client.close()
-
-
 def _server(warehouse: Path, collector: Collector) -> ServerProcess:
     return ServerProcess(warehouse, ["--lineage-namespace", "prod"], env={"OPENLINEAGE_URL": collector.url})
 
@@ -64,7 +48,7 @@ def test_doput_and_ingest_are_runs(ol_env: Collector, warehouse: Path) -> None:
     _make_table(warehouse)
     proc = _server(warehouse, ol_env).start()
     try:
-        results = [_do_put(proc.location, ("ns", "t"), _rows(n, 10 * n)) for n in (1, 2, 3)]
+        results = [do_put(proc.location, ("ns", "t"), _rows(n, 10 * n)) for n in (1, 2, 3)]
         with flight_sql.connect(proc.location, autocommit=True) as conn, conn.cursor() as cur:
             assert cur.adbc_ingest("events", _rows(5), mode="create", db_schema_name="fresh") == 5
         events = ol_env.wait_count(2 * 3 + 2)  # three DoPut runs and one ingest run (create with rows)
@@ -96,9 +80,9 @@ def test_refused_doputs_are_fail_runs_and_commit_nothing(ol_env: Collector, ware
     try:
         bad = pa.table({"id": pa.array(["not a number"])})
         with pytest.raises(pa.ArrowInvalid, match="schema mismatch"):
-            _do_put(proc.location, ("ns", "t"), bad)
+            do_put(proc.location, ("ns", "t"), bad)
         with pytest.raises(Exception, match="does not exist"):
-            _do_put(proc.location, ("ns", "missing"), _rows(1))
+            do_put(proc.location, ("ns", "missing"), _rows(1))
         events = ol_env.wait_count(4)
     finally:
         assert proc.stop() == 0
@@ -128,7 +112,7 @@ def test_collector_down_restart_then_up_every_doput_event_once(ol_env: Collector
     ol_env.down()
     proc = _server(warehouse, ol_env).start()
     try:
-        results = [_do_put(proc.location, ("ns", "t"), _rows(2, 2 * i)) for i in range(6)]  # writes unaffected
+        results = [do_put(proc.location, ("ns", "t"), _rows(2, 2 * i)) for i in range(6)]  # writes unaffected
         assert [r["rows"] for r in results] == [2] * 6
     finally:
         assert proc.stop() == 0
@@ -136,7 +120,7 @@ def test_collector_down_restart_then_up_every_doput_event_once(ol_env: Collector
     proc = _server(warehouse, ol_env).start()
     try:
         ol_env.wait_for(lambda ev: len(_append_runs(ev)) == 6)
-        results.append(_do_put(proc.location, ("ns", "t"), _rows(1, 100)))
+        results.append(do_put(proc.location, ("ns", "t"), _rows(1, 100)))
         events = ol_env.wait_for(lambda ev: len(_append_runs(ev)) == 7)
     finally:
         assert proc.stop() == 0
@@ -154,7 +138,7 @@ def test_server_killed_then_restarted_loses_no_event(ol_env: Collector, warehous
     ol_env.down()
     proc = _server(warehouse, ol_env).start()
     try:
-        results = [_do_put(proc.location, ("ns", "t"), _rows(1, i)) for i in range(4)]
+        results = [do_put(proc.location, ("ns", "t"), _rows(1, i)) for i in range(4)]
     finally:
         proc.kill()  # SIGKILL: no clean shutdown of the worker, the sender or RocksDB
     ol_env.up()

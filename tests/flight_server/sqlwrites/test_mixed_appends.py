@@ -7,33 +7,20 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
+from doput_client import do_put
 from servers import ServerProcess
 from sqlwrites_lib import log_head, log_records, rows, scalar, sql, update
-
-
-def _do_put(location: str, path: tuple[str, ...], data: pa.Table) -> dict[str, Any]:
-    client = flight.FlightClient(location)
-    try:
-        writer, reader = client.do_put(flight.FlightDescriptor.for_path(*path), data.schema)
-        writer.write_table(data)
-        writer.done_writing()
-        answer = reader.read()
-        writer.close()
-        assert answer is not None
-        return dict(json.loads(answer.to_pybytes()))
-    finally:
-        client.close()
 
 
 def test_sql_and_doput_on_one_table(conn: Any, write_server: ServerProcess, reader_catalog: Any) -> None:
     update(conn, "CREATE SCHEMA mix")
     update(conn, "CREATE TABLE mix.t (id BIGINT NOT NULL, v VARCHAR)")
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
-    put = _do_put(write_server.location, ("mix", "t"), pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}, schema))
+    put = do_put(write_server.location, ("mix", "t"), pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}, schema))
     assert put["rows"] == 3 and put["table"] == "mix.t"
     assert update(conn, "INSERT INTO mix.t VALUES (4, 'd')") == 1
     assert update(conn, "DELETE FROM mix.t WHERE id = 2") == 1
-    _do_put(write_server.location, ("mix", "t"), pa.table({"id": [5], "v": ["e"]}, schema))
+    do_put(write_server.location, ("mix", "t"), pa.table({"id": [5], "v": ["e"]}, schema))
     assert update(conn, "UPDATE mix.t SET v = v || '!' WHERE id IN (1, 5)") == 2
     expected = [{"id": 1, "v": "a!"}, {"id": 3, "v": "c"}, {"id": 4, "v": "d"}, {"id": 5, "v": "e!"}]
     assert rows(conn, "SELECT * FROM mix.t ORDER BY id") == expected
