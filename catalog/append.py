@@ -289,7 +289,6 @@ class Appender:
     ) -> CommitRecord:
         """Commit a staged table together with ``files`` (caller holds the table's slot)."""
         namespace, name = tuple(staged.name()[:-1]), staged.name()[-1]
-        qualified = ".".join((*namespace, name))
         tx = FastTransaction(staged)
         if files:
             with tx.update_snapshot().fast_append() as append:
@@ -302,10 +301,7 @@ class Appender:
 
         def idempotency_writes(record: CommitRecord) -> dict[bytes, bytes]:
             landed.append(record)
-            if key is None:
-                return {}
-            result = AppendResult(qualified, record.seq, record.snapshot_id, rows).to_json()
-            return {idempotency_key(namespace, name, key): encode_result(result)}
+            return _key_writes(namespace, name, record, [(key, rows)])
 
         counts = {"added_rows": rows, "added_files": len(files), "deleted_rows": 0}
         with extra_batch_writes(idempotency_writes):
@@ -419,13 +415,7 @@ class Appender:
 
         def idempotency_writes(record: CommitRecord) -> dict[bytes, bytes]:
             landed.append(record)
-            return {
-                idempotency_key(namespace, name, req.key): encode_result(
-                    AppendResult(qualified, record.seq, record.snapshot_id, req.rows).to_json()
-                )
-                for req in to_commit
-                if req.key is not None
-            }
+            return _key_writes(namespace, name, record, [(req.key, req.rows) for req in to_commit])
 
         principals = sorted({r.principal for r in to_commit if r.principal})
         extra = {"group_size": len(to_commit)} if len(to_commit) > 1 else {}
@@ -510,3 +500,17 @@ def _has_field(schema: Schema, wanted: NestedField) -> bool:
     except ValueError:
         return False
     return found.name == wanted.name and found.field_type == wanted.field_type
+
+
+def _key_writes(
+    namespace: tuple[str, ...], name: str, record: CommitRecord, writers: list[tuple[str | None, int]]
+) -> dict[bytes, bytes]:
+    """Idempotency records (key -> this writer's result) to land in ``record``'s commit batch."""
+    qualified = ".".join((*namespace, name))
+    return {
+        idempotency_key(namespace, name, key): encode_result(
+            AppendResult(qualified, record.seq, record.snapshot_id, rows).to_json()
+        )
+        for key, rows in writers
+        if key is not None
+    }
