@@ -30,13 +30,16 @@ class Subscription:
         self._hub = hub
         self._queue: queue.Queue[CommitRecord] = queue.Queue(maxsize=queue_size)
         self._lagging = threading.Event()
+        # While paused, another component delivers this subscriber's records (the feed's
+        # fan-out) and nothing is queued here.
+        self._paused = False
         self.last_seq = after
         self.closed = False
         # How often this subscriber overflowed its queue and caught up from the log.
         self.catch_ups = 0
 
     def _offer(self, record: CommitRecord) -> None:
-        if self._lagging.is_set():
+        if self._paused or self._lagging.is_set():
             return
         try:
             self._queue.put_nowait(record)
@@ -46,6 +49,21 @@ class Subscription:
     @property
     def lagging(self) -> bool:
         return self._lagging.is_set()
+
+    def mark_lagging(self) -> None:
+        """Note that this subscriber fell behind; its next ``poll`` catches up from the log."""
+        self._lagging.set()
+
+    def pause(self) -> None:
+        """Stop queueing records: someone else delivers them until ``resume``."""
+        self._paused = True
+        self._drain()
+
+    def resume(self, last_seq: int) -> None:
+        """Take over again after ``last_seq``; the next ``poll`` reads what follows from the log."""
+        self.last_seq = last_seq
+        self._lagging.set()  # before unpausing, so nothing is queued ahead of the log read
+        self._paused = False
 
     def poll(self, timeout: float, limit: int = 1024) -> list[CommitRecord]:
         """Return the next records after ``last_seq`` (possibly none when ``timeout`` passes).

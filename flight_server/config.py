@@ -27,6 +27,11 @@ class Config:
     token_ttl_s: float = 8 * 3600.0
     # Calls one user may have in flight at once (feed subscriptions count); 0 = no limit.
     max_calls_per_user: int = 64
+    # How long a Python thread may hold the GIL while others wait (CPython's default is 5 ms).
+    # Feed fan-out and RPC threads need the GIL briefly after every C++ write; behind a
+    # CPU-bound thread (maintenance, a commit) each of those waits lasted up to the full
+    # interval, so a commit reached the last of 100 subscribers tens of ms late (bench_feed).
+    gil_switch_interval_s: float = 0.0002
 
     @property
     def scheme(self) -> str:

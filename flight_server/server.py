@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -150,6 +151,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         stopper.join(grace_s)
         if stopper.is_alive():
             logger.warning("some calls did not finish within %.0f s of shutdown; closing anyway", grace_s)
+        self.feed.close()
         self.appends.close()
         self.flightsql.close()
         self.lineage.stop()
@@ -159,6 +161,8 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
 
 def serve(config: Config) -> None:
     """Start the server, log the readiness line, and block until SIGTERM/SIGINT."""
+    # Process-wide, so set here (the process entry point), not by IcefloeServer itself.
+    sys.setswitchinterval(config.gil_switch_interval_s)
     server = IcefloeServer(config)
     for line in server.security.summary:
         warning = line.startswith("WARNING: ")

@@ -85,17 +85,19 @@ class EventBatchCache:
 
     def get(self, records: Sequence[CommitRecord]) -> pa.RecordBatch:
         key = tuple(r.seq for r in records)
+        # Built under the lock: a commit wakes every live stream at once, and building outside
+        # it made each of them miss the cache and build the same batch (measured: the
+        # largest cost of a commit with 100 subscribers).
         with self._lock:
             batch = self._batches.get(key)
             if batch is not None:
                 self._batches.move_to_end(key)
                 return batch
-        batch = records_to_batch(records)
-        with self._lock:
+            batch = records_to_batch(records)
             self._batches[key] = batch
             while len(self._batches) > self._size:
                 self._batches.popitem(last=False)
-        return batch
+            return batch
 
 
 def record_summary(record: CommitRecord) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from catalog.commit_log import CommitRecord
 from catalog.subscriptions import Subscription
 from flight_server import errors
 from flight_server.feed.events import metadata_message
+from flight_server.feed.fanout import FanOut
 from flight_server.feed.request import FeedRequest
 
 if TYPE_CHECKING:
@@ -30,6 +31,8 @@ logger = logging.getLogger("icefloe.feed")
 POLL_SLICE_S = 0.2
 # Most commit records handled per poll (and so per event batch).
 POLL_LIMIT = 512
+# How long a stream the fan-out handed back is tailed by its own thread before re-attaching.
+REATTACH_DELAY_S = 1.0
 
 
 class ClientGone(Exception):
@@ -51,6 +54,8 @@ class FeedStream:
         self.request = request
         self.writer = writer
         self._schema: pa.Schema | None = None
+        # Streams that can be written by the shared fan-out workers once caught up.
+        self.fanout: FanOut | None = None
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -112,11 +117,23 @@ class FeedStream:
     def _loop(self, subscription: Subscription) -> None:
         heartbeat_s = self.request.heartbeat_ms / 1000.0
         last_sent = time.monotonic()
+        attach_after = 0.0
         while True:
             if self.server.stopping.is_set():
                 raise errors.Unavailable(f"server is shutting down; resume after seq {subscription.last_seq}")
             if self.context.is_cancelled():
                 return
+            if self.fanout is not None and time.monotonic() >= attach_after:
+                outcome = self._live(self.fanout, subscription)
+                if outcome is None:
+                    return
+                if outcome:
+                    # It stalled in a write or fell behind: tail from here with the log and
+                    # this thread for a while before handing it to the workers again.
+                    attach_after = time.monotonic() + REATTACH_DELAY_S
+                    last_sent = time.monotonic()
+                    continue
+                # Not caught up yet: read the log below, then try again.
             wait = min(POLL_SLICE_S, max(0.0, last_sent + heartbeat_s - time.monotonic()))
             records = subscription.poll(timeout=wait, limit=POLL_LIMIT)
             if records and self.handle(records):
@@ -126,3 +143,42 @@ class FeedStream:
                 # been sent, so a client may resume after it even if it matched nothing.
                 self.send_metadata("heartbeat", {"head": subscription.last_seq})
                 last_sent = time.monotonic()
+
+    def _live(self, fanout: FanOut, subscription: Subscription) -> bool | None:
+        """Let the fan-out workers write this stream while it keeps up.
+
+        Returns None when the stream ended (client gone), True when the fan-out handed it
+        back (stalled or fell behind) and False when it could not attach (not caught up).
+        """
+        sink = fanout.attach(self, subscription.last_seq, on_stall=subscription.mark_lagging)
+        if sink is None:
+            return False
+        subscription.pause()
+        heartbeat_s = self.request.heartbeat_ms / 1000.0
+        try:
+            while not sink.released.wait(POLL_SLICE_S):
+                if self.server.stopping.is_set():
+                    fanout.detach(sink)
+                    raise errors.Unavailable(f"server is shutting down; resume after seq {sink.last_seq}")
+                if self.context.is_cancelled():
+                    fanout.detach(sink)
+                    return None
+                if time.monotonic() - sink.last_sent >= heartbeat_s:
+                    fanout.request_heartbeat(sink)
+        finally:
+            fanout.detach(sink)  # on any way out, no worker may still be writing
+        if sink.error is not None:
+            raise ClientGone(str(sink.error))
+        subscription.resume(sink.last_seq)
+        return True
+
+    # -- fan-out workers ---------------------------------------------------------------------
+
+    def deliver(self, records: list[CommitRecord], heartbeat: bool, head: int) -> bool:
+        """Called by a fan-out worker while this stream is attached (see ``fanout``)."""
+        if records and self.handle(records):
+            return True
+        if heartbeat:
+            self.send_metadata("heartbeat", {"head": head})
+            return True
+        return False

@@ -6,7 +6,7 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,3 +129,25 @@ SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 def rows(start: int, count: int) -> pa.Table:
     ids = list(range(start, start + count))
     return pa.table({"id": ids, "name": [f"n{i}" for i in ids]}, schema=SCHEMA)
+
+
+def stalled_and_live(location: str) -> tuple[FeedReader, FeedReader]:
+    """Two commits.v1 subscribers from now on: one that does not read (until ``resume``) and
+    one that does; returns once the live one has its hello."""
+    request = {"feed": "commits.v1", "after": "latest"}
+    stalled = FeedReader(location, request, generic_options=STALLING_CLIENT_OPTIONS, read=False)
+    live = FeedReader(location, request)
+    try:
+        live.wait_for("hello")
+    except BaseException:
+        stalled.close()
+        live.close()
+        raise
+    return stalled, live
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)

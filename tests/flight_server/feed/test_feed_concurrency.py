@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from feed_helpers import SCHEMA, STALLING_CLIENT_OPTIONS, FeedReader, rows
+from feed_helpers import SCHEMA, STALLING_CLIENT_OPTIONS, FeedReader, rows, stalled_and_live
 
 from catalog import RocksCatalog
 from flight_server.server import IcefloeServer
@@ -93,12 +93,8 @@ def test_subscriber_that_stops_reading_does_not_block_writers(feed_server: Icefl
     cat = feed_server.catalog
     cat.hub.queue_size = 4  # so the stalled subscriber overflows after a few commits
     cat.create_namespace("ns")
-    stalled = FeedReader(
-        location, {"feed": "commits.v1", "after": "latest"}, generic_options=STALLING_CLIENT_OPTIONS, read=False
-    )
-    live = FeedReader(location, {"feed": "commits.v1", "after": "latest"})
+    stalled, live = stalled_and_live(location)
     try:
-        live.wait_for("hello")
         deadline = time.monotonic() + 10
         while cat.hub.subscriber_count < 2:
             assert time.monotonic() < deadline
@@ -135,10 +131,19 @@ def test_lagging_subscriber_whose_cursor_is_trimmed_gets_cursor_expired(
         while cat.hub.subscriber_count < 1:
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        for i in range(12):
+        # Commit until the server's write to the stalled client blocks and the stream is
+        # handed back to catch up from the log (gRPC buffers the first few events).
+        for i in range(1000):
             cat.create_table(f"ns.t{i}", SCHEMA)
+            if any(s.lagging for s in cat.hub.subscriptions()):
+                break
+        else:
+            raise AssertionError("the stalled subscriber never fell behind")
+        for i in range(3):
+            cat.create_table(f"ns.more{i}", SCHEMA)
+        head = cat.log.head()
         # Retention drops records the stalled subscriber has not read yet.
-        assert cat.log.trim(10) == 11
+        assert cat.log.trim(head - 1) == head
         stalled.resume()
         seqs: list[int] = []
         while True:
@@ -150,7 +155,7 @@ def test_lagging_subscriber_whose_cursor_is_trimmed_gets_cursor_expired(
             if msg.batch is not None:
                 seqs.extend(msg.batch.column(0).to_pylist())
         # Whatever was already in flight arrives in order; then an error, never a silent skip.
-        assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) < 12
-        assert "cursor expired: log starts at 11" in str(error)
+        assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) < head - 1
+        assert f"cursor expired: log starts at {head}" in str(error)
     finally:
         stalled.close()
