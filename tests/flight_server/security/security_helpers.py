@@ -54,7 +54,13 @@ def _exchange(client: flight.FlightClient, opts: flight.FlightCallOptions) -> An
         writer.done_writing()
         return reader.read_chunk()
     finally:
-        writer.close()
+        # A feed never ends by itself: without the cancel, close() waits for the call's
+        # deadline (30 s per test).
+        reader.cancel()
+        try:
+            writer.close()
+        except flight.FlightCancelledError:
+            pass
 
 
 # name -> (least role that gets past auth, call)
