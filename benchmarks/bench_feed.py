@@ -2,7 +2,8 @@
 
 A real ``icefloe serve`` process; the writer appends 100-row batches with Flight DoPut (one
 commit each) and notes when each DoPut is acknowledged; subscribers are pyarrow.flight
-clients in separate processes.
+clients in separate processes and, when Go is installed, also the arrow-go subscriber in
+``feed_subscriber_go`` (all streams in one process).
 
 1. Latency: from the writer's acknowledgement to the event's arrival at each subscriber,
    with 1, 10 and 100 subscribers (paced commits, so each is measured on its own). Also
@@ -24,12 +25,14 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +45,13 @@ sys.path.insert(0, str(ROOT))
 from catalog import RocksCatalog  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "feed.json"
+# The alternative subscriber in Go (same command line and stdout as subscriber_main).
+GO_SUBSCRIBER = ROOT / "benchmarks" / "feed_subscriber_go"
+# Client processes the Python subscriber streams are spread over (threads within each);
+# on 2 cores, 4 measured lower latency than 1, 2, 10 or 25.
+SUBSCRIBER_PROCESSES = 4
+# Where each subscriber client's latency rows go in the results.
+LATENCY_KEYS = {"python": "latency", "go": "latency_go"}
 # Client channel options under which a non-reading client blocks the server's writes at once.
 STALLING_OPTIONS = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 1024)]
 ROWS = pa.table({"id": pa.array(range(100), pa.int64()), "name": pa.array([f"r{i}" for i in range(100)])})
@@ -102,16 +112,47 @@ def subscriber_main(location: str, streams: int, expected: int, stalled: bool) -
     os._exit(0)
 
 
-class Subscribers:
-    """``count`` subscriber streams spread over a few client processes."""
+@cache
+def go_subscriber_binary() -> Path | None:
+    """Build the Go subscriber (once per run); None, with the reason printed, if we cannot."""
+    go = shutil.which("go")
+    if go is None:
+        print("Go subscriber unavailable: `go` is not on PATH")
+        return None
+    binary = GO_SUBSCRIBER / "feedsub"
+    build = subprocess.run([go, "build", "-o", str(binary), "."], cwd=GO_SUBSCRIBER, capture_output=True, text=True)
+    if build.returncode != 0:
+        reason = (build.stderr.strip().splitlines() or ["no output"])[-1]
+        print(f"Go subscriber unavailable: go build failed: {reason}")
+        return None
+    return binary
 
-    def __init__(self, location: str, count: int, expected: int, stalled: bool = False) -> None:
+
+class Subscribers:
+    """``count`` subscriber streams spread over a few client processes (``client="python"``),
+    or all in one Go process (``client="go"``, goroutines)."""
+
+    def __init__(
+        self, location: str, count: int, expected: int, stalled: bool = False, client: str = "python"
+    ) -> None:
         self.procs: list[subprocess.Popen[str]] = []
-        nprocs = min(count, 4)
-        per = [count // nprocs + (1 if i < count % nprocs else 0) for i in range(nprocs)]
+
+        def args(streams: int) -> list[str]:
+            return [location, str(streams), str(expected), "1" if stalled else "0"]
+
+        if client == "go":
+            binary = go_subscriber_binary()
+            if binary is None:
+                raise RuntimeError("the Go subscriber is unavailable")
+            commands = [[str(binary), *args(count)]]
+        elif client == "python":
+            nprocs = min(count, SUBSCRIBER_PROCESSES)
+            per = [count // nprocs + (1 if i < count % nprocs else 0) for i in range(nprocs)]
+            commands = [[sys.executable, __file__, "subscriber", *args(n)] for n in per]
+        else:
+            raise ValueError(f"unknown subscriber client {client!r}")
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        for n in per:
-            cmd = [sys.executable, __file__, "subscriber", location, str(n), str(expected), "1" if stalled else "0"]
+        for cmd in commands:
             self.procs.append(
                 subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
             )
@@ -201,10 +242,12 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def measure_latency(writer: Writer, location: str, subscribers: int, commits: int, gap_s: float) -> dict[str, Any]:
+def measure_latency(
+    writer: Writer, location: str, subscribers: int, commits: int, gap_s: float, client: str = "python"
+) -> dict[str, Any]:
     # One warm-up commit first, not counted: each stream's first event also carries the
     # Arrow schema, and the subscribers' first read sets up their readers.
-    subs = Subscribers(location, subscribers, expected=commits + 1)
+    subs = Subscribers(location, subscribers, expected=commits + 1, client=client)
     acks: dict[int, int] = {}
     try:
         for _ in range(commits + 1):
@@ -247,7 +290,9 @@ def append_rate(writer: Writer, table: str, commits: int) -> float:
     return commits / (time.perf_counter() - start)
 
 
-def measure_throughput(writer: Writer, location: str, stalled: int, commits: int, rounds: int) -> dict[str, Any]:
+def measure_throughput(
+    writer: Writer, location: str, stalled: int, commits: int, rounds: int, client: str = "python"
+) -> dict[str, Any]:
     without: list[float] = []
     with_stalled: list[float] = []
     append_rate(writer, "bench.tp_warmup", commits)  # caches, connections, first-append costs
@@ -257,7 +302,7 @@ def measure_throughput(writer: Writer, location: str, stalled: int, commits: int
             if side == "base":
                 without.append(append_rate(writer, f"bench.tp_base{r}", commits))
                 continue
-            subs = Subscribers(location, stalled, expected=0, stalled=True)
+            subs = Subscribers(location, stalled, expected=0, stalled=True, client=client)
             try:
                 time.sleep(0.5)  # let their streams settle (blocked in gRPC writes or idle)
                 with_stalled.append(append_rate(writer, f"bench.tp_stalled{r}", commits))
@@ -302,10 +347,14 @@ def main() -> None:
         prepare(warehouse, rounds)
         server = ServerUnderTest(warehouse)
         writer = Writer(server.location)
+        # Python subscribers always; Go subscribers too when Go is here (one process,
+        # goroutines: arrival times without the Python clients' own GIL queueing).
+        clients = ["python"] + (["go"] if go_subscriber_binary() is not None else [])
         try:
-            results["latency"] = [
-                measure_latency(writer, server.location, n, commits, gap_s=0.05) for n in (1, 10, 100)
-            ]
+            for n in (1, 10, 100):
+                for client in clients:
+                    row = measure_latency(writer, server.location, n, commits, gap_s=0.05, client=client)
+                    results.setdefault(LATENCY_KEYS[client], []).append(row)
             results["throughput"] = measure_throughput(writer, server.location, 20, tp_commits, rounds)
         finally:
             writer.close()
@@ -313,15 +362,16 @@ def main() -> None:
 
     results["load_avg_end"] = round(os.getloadavg()[0], 2)
     print(f"\nload average (1 min) at start / end: {results['load_avg_start']} / {results['load_avg_end']}")
-    print(f"\ncommit -> subscriber latency ({commits} paced 100-row DoPut appends; ms)")
-    header = ("subscribers", "events", "ack p50", "ack p99", "ack max", "last-sub p50", "commit p50", "commit p99",
-              "warm-up max")
-    print(" ".join(f"{h:>12}" for h in header))
-    for row in results["latency"]:
-        keys = ("subscribers", "events", "ack_to_arrival_p50_ms", "ack_to_arrival_p99_ms", "ack_to_arrival_max_ms",
-                "ack_to_last_subscriber_p50_ms", "commit_to_arrival_p50_ms", "commit_to_arrival_p99_ms",
-                "warmup_ack_to_arrival_max_ms")
-        print(" ".join(f"{row[k]:>12}" for k in keys))
+    for client in clients:
+        print(f"\ncommit -> subscriber latency, {client} subscribers ({commits} paced 100-row DoPut appends; ms)")
+        header = ("subscribers", "events", "ack p50", "ack p99", "ack max", "last-sub p50", "commit p50",
+                  "commit p99", "warm-up max")
+        print(" ".join(f"{h:>12}" for h in header))
+        for row in results[LATENCY_KEYS[client]]:
+            keys = ("subscribers", "events", "ack_to_arrival_p50_ms", "ack_to_arrival_p99_ms",
+                    "ack_to_arrival_max_ms", "ack_to_last_subscriber_p50_ms", "commit_to_arrival_p50_ms",
+                    "commit_to_arrival_p99_ms", "warmup_ack_to_arrival_max_ms")
+            print(" ".join(f"{row[k]:>12}" for k in keys))
     tp = results["throughput"]
     print(f"\nwriter throughput, 20 subscribers that never read vs none "
           f"({tp['rounds']} rounds x {tp['commits_per_round']} appends)")

@@ -32,6 +32,11 @@ class Config:
     # CPU-bound thread (maintenance, a commit) each of those waits lasted up to the full
     # interval, so a commit reached the last of 100 subscribers tens of ms late (bench_feed).
     gil_switch_interval_s: float = 0.0002
+    # Threads in pyiceberg's shared pool (manifest reads, scan planning); its default is
+    # cores + 4. Python threads beyond the core count only queue for the GIL: while
+    # maintenance kept all of them busy, every feed write waited behind them (bench_feed).
+    # PYICEBERG_MAX_WORKERS, when set, wins.
+    iceberg_max_workers: int = os.cpu_count() or 2
 
     @property
     def scheme(self) -> str:

@@ -163,6 +163,7 @@ def serve(config: Config) -> None:
     """Start the server, log the readiness line, and block until SIGTERM/SIGINT."""
     # Process-wide, so set here (the process entry point), not by IcefloeServer itself.
     sys.setswitchinterval(config.gil_switch_interval_s)
+    os.environ.setdefault("PYICEBERG_MAX_WORKERS", str(config.iceberg_max_workers))
     server = IcefloeServer(config)
     for line in server.security.summary:
         warning = line.startswith("WARNING: ")
