@@ -223,7 +223,7 @@ class FanOut:
             error: BaseException | None = None
             try:
                 sent = sink.stream.deliver(records, heartbeat, records[-1].seq if records else sink.last_seq)
-            except BaseException as exc:  # the client went away (or a bug): hand it back
+            except Exception as exc:  # the client went away (or a bug): its handler raises it
                 error, sent = exc, False
             with self._lock:
                 worker.sink = None

@@ -168,7 +168,9 @@ class FeedStream:
         finally:
             fanout.detach(sink)  # on any way out, no worker may still be writing
         if sink.error is not None:
-            raise ClientGone(str(sink.error))
+            # ClientGone ends the stream quietly; anything else is a bug and reaches the
+            # RPC boundary (errors.guard) like any other.
+            raise sink.error
         subscription.resume(sink.last_seq)
         return True
 

@@ -179,3 +179,24 @@ def test_stalled_client_is_reattached_after_catching_up(feed_server: IcefloeServ
     finally:
         stalled.close()
         live.close()
+
+
+def test_a_failed_write_hands_the_stream_back_with_its_error(catalog: RocksCatalog) -> None:
+    class FailingStream(RecordingStream):
+        def deliver(self, records: list[CommitRecord], heartbeat: bool, head: int) -> bool:
+            raise RuntimeError("client went away")
+
+    fanout = FanOut(catalog.hub, workers=1)
+    try:
+        failing, healthy = FailingStream(), RecordingStream()
+        head = catalog.log.head()
+        failing_sink = fanout.attach(failing, head, on_stall=lambda: None)
+        assert failing_sink is not None and fanout.attach(healthy, head, on_stall=lambda: None) is not None
+        catalog.create_table("ns.t", SCHEMA)
+        catalog.create_table("ns.u", SCHEMA)
+        assert failing_sink.released.wait(10)
+        assert isinstance(failing_sink.error, RuntimeError) and not failing_sink.attached
+        wait_until(lambda: healthy.seqs == [head + 1, head + 2])
+        assert fanout.attached_count == 1
+    finally:
+        fanout.close()
