@@ -100,12 +100,17 @@ def test_subscriber_that_stops_reading_does_not_block_writers(feed_server: Icefl
             assert time.monotonic() < deadline
             time.sleep(0.01)
         writers, commits = 3, 10
-        # The stalled client's stream thread blocks in a gRPC write; writers must not notice.
-        assert run_writers(cat, writers, commits) == []
+        # Writes to the stalled client block once gRPC's buffers are full; writers must not
+        # notice. Rounds go on until the server has handed that stream back to catch up
+        # from the log later (how many events the buffers take varies).
+        for round_ in range(20):
+            assert run_writers(cat, writers, commits, prefix=f"r{round_}w") == []
+            if any(s.lagging or s.catch_ups for s in cat.hub.subscriptions()):
+                break
+        else:
+            raise AssertionError("the stalled subscriber never fell behind")
         total = cat.log.head()
         assert [e["seq"] for e in live.events(total)] == list(range(1, total + 1))
-        lagging = [s for s in cat.hub.subscriptions() if s.lagging or s.catch_ups]
-        assert lagging, "the stalled subscriber never overflowed its queue"
         # It starts reading again and catches up from the log: complete and in order.
         stalled.resume()
         assert stalled.wait_for("hello").metadata == {"hello": {"log_start": 1, "head": 0}}
