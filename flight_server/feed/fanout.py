@@ -91,6 +91,7 @@ class FanOut:
         self._workers: list[_Worker] = []
         self._closed = False
         self._watchdog: threading.Thread | None = None
+        self._watchdog_idle = False  # waiting for a write to start (no timeout)
         # Streams detached because a write stalled (for monitoring and tests).
         self.stalls = 0
         hub.add_listener(self._on_commit)
@@ -219,7 +220,9 @@ class FanOut:
                     continue
                 sink.busy = True
                 worker.sink, worker.started = sink, time.monotonic()
-                self._writes.notify()
+                if self._watchdog_idle:  # wake it only to start timing, not for every write
+                    self._watchdog_idle = False
+                    self._writes.notify()
             error: BaseException | None = None
             try:
                 sent = sink.stream.deliver(records, heartbeat, records[-1].seq if records else sink.last_seq)
@@ -249,6 +252,7 @@ class FanOut:
             while not self._closed:
                 writing = [w for w in self._workers if w.sink is not None and not w.retired]
                 if not writing:
+                    self._watchdog_idle = True
                     self._writes.wait()
                     continue
                 now = time.monotonic()
@@ -264,7 +268,7 @@ class FanOut:
                         logger.debug("feed stream stalled in a write; its handler takes it back")
                 if any(w.retired for w in writing):
                     self._start_workers()
-                oldest = min(w.started for w in writing if not w.retired) if any(
-                    not w.retired for w in writing
-                ) else now
+                # Check again when the oldest write still going would count as stalled.
+                started = [w.started for w in writing if not w.retired]
+                oldest = min(started) if started else now
                 self._writes.wait(timeout=max(0.005, oldest + self.stall_s - now))
