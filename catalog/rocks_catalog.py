@@ -38,7 +38,7 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import AddSnapshotUpdate
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 
-from catalog import keys
+from catalog import avro_cache, keys
 from catalog.commit_log import CommitLog, CommitRecord
 from catalog.context import current_commit_context
 from catalog.idempotency import batch_extras
@@ -99,6 +99,7 @@ class RocksCatalog(MetastoreCatalog):
     """
 
     def __init__(self, name: str, **properties: str) -> None:
+        avro_cache.install()  # manifests of one table share their Avro set-up
         warehouse = properties.get("warehouse")
         if not warehouse:
             raise ValueError("RocksCatalog needs a 'warehouse' property (a path or file:// / s3:// URI)")
