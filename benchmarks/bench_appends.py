@@ -19,11 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -38,41 +35,11 @@ from pyiceberg.catalog.sql import SqlCatalog
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from serve_process import ServeProcess  # noqa: E402
+
 from catalog import RocksCatalog  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "appends.json"
-READY = re.compile(r"icefloe listening on (\S+)")
-
-
-class Server:
-    """An ``icefloe serve`` child process on a free port."""
-
-    def __init__(self, warehouse: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "ICEFLOE_LOG_LEVEL": "warning"}
-        cmd = [sys.executable, "-m", "flight_server.cli", "serve", "--warehouse", str(warehouse), "--port", "0"]
-        env["ICEFLOE_LOG_LEVEL"] = "info"
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
-        assert self.proc.stderr is not None
-        deadline = time.monotonic() + 60
-        self.location = ""
-        for line in self.proc.stderr:
-            if m := READY.search(line):
-                self.location = m.group(1)
-                break
-            if time.monotonic() > deadline:
-                break
-        if not self.location:
-            self.proc.kill()
-            raise RuntimeError("server did not start")
-        threading.Thread(target=lambda: [None for _ in self.proc.stderr or []], daemon=True).start()
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def make_rows(n: int, start: int = 0) -> pa.Table:
@@ -159,7 +126,7 @@ def main() -> None:
     warehouse = tmp / "icefloe"
     small = make_rows(args.small_rows)
     setup_tables(warehouse, bulk.schema, ["bulk", "seq", "conc", "once"])
-    server = Server(warehouse)
+    server = ServeProcess(warehouse)
     try:
         client = flight.FlightClient(server.location)
         start = time.perf_counter()

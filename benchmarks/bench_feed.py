@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -41,6 +40,8 @@ import pyarrow.flight as flight
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from serve_process import ServeProcess  # noqa: E402
 
 from catalog import RocksCatalog  # noqa: E402
 
@@ -190,33 +191,6 @@ class Subscribers:
 # -- measurements -----------------------------------------------------------------------------
 
 
-class ServerUnderTest:
-    """``icefloe serve`` on a free port over a warehouse prepared offline."""
-
-    def __init__(self, warehouse: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        cmd = [sys.executable, "-m", "flight_server.cli", "serve", "--warehouse", str(warehouse), "--port", "0"]
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            found = re.search(r"icefloe listening on (\S+)", line)
-            if found:
-                self.location = found.group(1)
-                break
-        else:
-            raise RuntimeError("the server did not start")
-        # Keep draining its log so the server never blocks on a full pipe.
-        threading.Thread(target=lambda: [None for _ in self.proc.stderr or ()], daemon=True).start()
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 class Writer:
     """Appends ``ROWS`` to a table with DoPut; returns the acknowledged commit seq."""
 
@@ -345,7 +319,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="icefloe-bench-feed-") as tmp:
         warehouse = Path(tmp) / "wh"
         prepare(warehouse, rounds)
-        server = ServerUnderTest(warehouse)
+        server = ServeProcess(warehouse)
         writer = Writer(server.location)
         # Python subscribers always; Go subscribers too when Go is here (one process,
         # goroutines: arrival times without the Python clients' own GIL queueing).

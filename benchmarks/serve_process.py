@@ -1,0 +1,45 @@
+"""``icefloe serve`` as a child process on a free port, for benchmarks that need a real server."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+READY = re.compile(r"icefloe listening on (\S+)")
+
+
+class ServeProcess:
+    """Starts the server over ``warehouse``; ``location`` is where it listens."""
+
+    def __init__(self, warehouse: Path, start_timeout_s: float = 60.0) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "ICEFLOE_LOG_LEVEL": "info"}
+        cmd = [sys.executable, "-m", "flight_server.cli", "serve", "--warehouse", str(warehouse), "--port", "0"]
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+        assert self.proc.stderr is not None
+        deadline = time.monotonic() + start_timeout_s
+        self.location = ""
+        for line in self.proc.stderr:
+            if found := READY.search(line):
+                self.location = found.group(1)
+                break
+            if time.monotonic() > deadline:
+                break
+        if not self.location:
+            self.proc.kill()
+            raise RuntimeError("the server did not start")
+        # Keep draining its log so the server never blocks on a full pipe.
+        threading.Thread(target=lambda: [None for _ in self.proc.stderr or ()], daemon=True).start()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
