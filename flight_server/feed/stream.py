@@ -156,12 +156,11 @@ class FeedStream:
         subscription.pause()
         heartbeat_s = self.request.heartbeat_ms / 1000.0
         try:
-            while not sink.released.wait(POLL_SLICE_S):
+            while not sink.released.wait(min(POLL_SLICE_S, max(0.0, sink.last_sent + heartbeat_s - time.monotonic()))):
                 if self.server.stopping.is_set():
-                    fanout.detach(sink)
+                    fanout.detach(sink)  # first, so last_seq is final
                     raise errors.Unavailable(f"server is shutting down; resume after seq {sink.last_seq}")
                 if self.context.is_cancelled():
-                    fanout.detach(sink)
                     return None
                 if time.monotonic() - sink.last_sent >= heartbeat_s:
                     fanout.request_heartbeat(sink)

@@ -132,6 +132,22 @@ def test_heartbeats_when_idle_report_covered_head(feed_server: IcefloeServer, lo
             assert time.monotonic() < deadline
 
 
+def test_heartbeats_keep_their_interval_once_the_stream_is_live(feed_server: IcefloeServer, location: str) -> None:
+    # A caught-up stream is written by the fan-out pool; its heartbeats must still come every
+    # heartbeat_ms, not at the stream thread's 200 ms polling slice (10 beats: 0.5 s, not 2 s).
+    with feed(location, after="latest", heartbeat_ms=50) as f:
+        f.wait_for("hello")
+        deadline = time.monotonic() + 5
+        while feed_server.feed.fanout.attached_count < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        f.wait_for("heartbeat")
+        start = time.monotonic()
+        for _ in range(10):
+            f.wait_for("heartbeat")
+        assert time.monotonic() - start < 1.5
+
+
 def test_every_commit_kind_is_an_event(feed_server: IcefloeServer, location: str) -> None:
     cat = feed_server.catalog
     cat.create_namespace("ns")
