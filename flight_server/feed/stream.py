@@ -56,6 +56,7 @@ class FeedStream:
         self._schema: pa.Schema | None = None
         # Streams that can be written by the shared fan-out workers once caught up.
         self.fanout: FanOut | None = None
+        self.heartbeat_s = request.heartbeat_ms / 1000.0
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -115,7 +116,6 @@ class FeedStream:
                 logger.debug("feed client went away: %s", exc)
 
     def _loop(self, subscription: Subscription) -> None:
-        heartbeat_s = self.request.heartbeat_ms / 1000.0
         last_sent = time.monotonic()
         attach_after = 0.0
         while True:
@@ -134,15 +134,18 @@ class FeedStream:
                     last_sent = time.monotonic()
                     continue
                 # Not caught up yet: read the log below, then try again.
-            wait = min(POLL_SLICE_S, max(0.0, last_sent + heartbeat_s - time.monotonic()))
-            records = subscription.poll(timeout=wait, limit=POLL_LIMIT)
+            records = subscription.poll(timeout=self._wait_s(last_sent), limit=POLL_LIMIT)
             if records and self.handle(records):
                 last_sent = time.monotonic()
-            elif time.monotonic() - last_sent >= heartbeat_s:
+            elif time.monotonic() - last_sent >= self.heartbeat_s:
                 # "head" is how far this stream has looked: every matching commit up to it has
                 # been sent, so a client may resume after it even if it matched nothing.
                 self.send_metadata("heartbeat", {"head": subscription.last_seq})
                 last_sent = time.monotonic()
+
+    def _wait_s(self, last_sent: float) -> float:
+        """How long to wait before the next check: until a heartbeat is due, at most a slice."""
+        return min(POLL_SLICE_S, max(0.0, last_sent + self.heartbeat_s - time.monotonic()))
 
     def _live(self, fanout: FanOut, subscription: Subscription) -> bool | None:
         """Let the fan-out workers write this stream while it keeps up.
@@ -154,15 +157,14 @@ class FeedStream:
         if sink is None:
             return False
         subscription.pause()
-        heartbeat_s = self.request.heartbeat_ms / 1000.0
         try:
-            while not sink.released.wait(min(POLL_SLICE_S, max(0.0, sink.last_sent + heartbeat_s - time.monotonic()))):
+            while not sink.released.wait(self._wait_s(sink.last_sent)):
                 if self.server.stopping.is_set():
                     fanout.detach(sink)  # first, so last_seq is final
                     raise errors.Unavailable(f"server is shutting down; resume after seq {sink.last_seq}")
                 if self.context.is_cancelled():
                     return None
-                if time.monotonic() - sink.last_sent >= heartbeat_s:
+                if time.monotonic() - sink.last_sent >= self.heartbeat_s:
                     fanout.request_heartbeat(sink)
         finally:
             fanout.detach(sink)  # on any way out, no worker may still be writing
