@@ -153,6 +153,9 @@ class Appender:
         self._active_writers: set[DataFileWriter] = set()
         # Tables with new small files since maintenance last looked: identifier -> files.
         self._dirty: dict[tuple[str, ...], int] = {}
+        # Compaction holds this from writing its files to committing them, and orphan removal
+        # while it sweeps: a worker process's files in flight are not in active_paths.
+        self.maintenance_lock = threading.Lock()
 
     def track_writer(self, writer: DataFileWriter) -> None:
         with self._registry_lock:

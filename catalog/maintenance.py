@@ -18,7 +18,9 @@ file or manifest compaction) or ``"expire"`` (snapshot expiry):
   flight.
 
 ``BackgroundMaintainer`` runs these in a server thread for tables that received many small
-files; ``maintain`` runs them once (the ``icefloe maintain`` command).
+files; ``maintain`` runs them once (the ``icefloe maintain`` command). Compaction's file and
+manifest work runs in a ``MaintenanceWorker`` (``catalog.maintenance_worker``): the server's
+runs it in a worker process and only applies the staged commit.
 """
 
 from __future__ import annotations
@@ -32,18 +34,23 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-import pyarrow as pa
-from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.io.pyarrow import ArrowScan
-from pyiceberg.manifest import DataFile, DataFileContent
-from pyiceberg.table import FileScanTask, Table
-from pyiceberg.table.snapshots import Operation
-from pyiceberg.table.update.snapshot import _MergeAppendFiles, _OverwriteFiles
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
 from pyiceberg.utils.properties import property_as_int
 
 from catalog.context import commit_context
+from catalog.maintenance_worker import (
+    IN_PROCESS,
+    MaintenanceWorker,
+    Rewrite,
+    TableRef,
+    apply_commit_request,
+    rewrite_small_files,
+    stage_manifest_merge,
+    stage_rewrite,
+)
 from catalog.metadata_ops import DEFAULT_SNAPSHOTS_RETAIN, SNAPSHOTS_RETAIN
-from catalog.writer import DataFileWriter, delete_files
+from catalog.writer import delete_files
 
 if TYPE_CHECKING:
     from catalog.append import Appender
@@ -111,23 +118,17 @@ def _prop_int(table: Table, name: str, default: int) -> int:
     return int(value if value is not None else default)
 
 
-def _live_data_files(table: Table) -> list[DataFile]:
-    snapshot = table.current_snapshot()
-    if snapshot is None:
-        return []
-    files: list[DataFile] = []
-    for manifest in snapshot.manifests(table.io):
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-            if entry.data_file.content == DataFileContent.DATA:
-                files.append(entry.data_file)
-    return files
-
-
 # -- compaction -------------------------------------------------------------------------------
 
 
-def compact(appender: Appender, identifier: tuple[str, ...], min_input_files: int | None = None) -> MaintenanceReport:
-    """Rewrite small data files of the current snapshot into target-size files."""
+def compact(
+    appender: Appender,
+    identifier: tuple[str, ...],
+    min_input_files: int | None = None,
+    worker: MaintenanceWorker = IN_PROCESS,
+) -> MaintenanceReport:
+    """Rewrite small data files of the current snapshot into target-size files, then merge
+    manifests when there are many. The file and manifest work runs in ``worker``."""
     namespace, name = tuple(identifier[:-1]), identifier[-1]
     report = MaintenanceReport(".".join(identifier))
     table = appender.catalog.load_table(identifier)
@@ -139,94 +140,69 @@ def compact(appender: Appender, identifier: tuple[str, ...], min_input_files: in
         if min_input_files is not None
         else _prop_int(table, MIN_INPUT_FILES_PROPERTY, DEFAULT_MIN_INPUT_FILES)
     )
-    base = table.current_snapshot()
-    small = [f for f in _live_data_files(table) if f.file_size_in_bytes < small_limit][:MAX_FILES_PER_COMPACTION]
-    if len(small) >= max(needed, 2):
-        arrow_schema = table.schema().as_arrow()
-        scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
-        writer = DataFileWriter(table.metadata, table.io, arrow_schema)
-        appender.track_writer(writer)
-        try:
-            # A list, not a generator: ArrowScan walks its tasks more than once.
-            for batch in scan.to_record_batches([FileScanTask(f) for f in small]):
-                writer.write(pa.RecordBatch.from_arrays(batch.columns, schema=arrow_schema))
-            new_files = writer.finish()
-            expected = sum(f.record_count for f in small)
-            if writer.rows != expected or sum(f.record_count for f in new_files) != expected:
-                raise RuntimeError(f"compaction read {writer.rows} rows from files holding {expected}; not committed")
-        except BaseException:
-            writer.abort()
-            raise
-        finally:
-            appender.untrack_writer(writer)
-        try:
-            committed = _commit_rewrite(appender, namespace, name, base.snapshot_id if base else None, small, new_files)
-        except BaseException:
-            delete_files(table.io, [f.file_path for f in new_files])
-            raise
-        if committed:
-            report.compacted_files, report.written_files = len(small), len(new_files)
-        else:
-            delete_files(table.io, [f.file_path for f in new_files])
-    report.merged_manifests = merge_manifests(appender, identifier)
+    # Held until the new files are committed or deleted: orphan removal cannot see a worker's
+    # files in flight.
+    with appender.maintenance_lock:
+        ref = TableRef.of(appender.catalog, table)
+        rewrite = worker.run(rewrite_small_files, ref, small_limit, needed, MAX_FILES_PER_COMPACTION)
+        if rewrite is not None:
+            try:
+                committed = _commit_rewrite(appender, worker, namespace, name, rewrite)
+            except BaseException:
+                delete_files(table.io, [f.file_path for f in rewrite.new])
+                raise
+            if committed:
+                report.compacted_files, report.written_files = len(rewrite.old), len(rewrite.new)
+            else:
+                delete_files(table.io, [f.file_path for f in rewrite.new])
+    report.merged_manifests = merge_manifests(appender, identifier, worker=worker)
     return report
 
 
 def _commit_rewrite(
-    appender: Appender,
-    namespace: tuple[str, ...],
-    name: str,
-    base_snapshot_id: int | None,
-    old: list[DataFile],
-    new: list[DataFile],
+    appender: Appender, worker: MaintenanceWorker, namespace: tuple[str, ...], name: str, rewrite: Rewrite
 ) -> bool:
+    qualified = ".".join((*namespace, name))
     with appender.committer(namespace, name).exclusive():
         table = appender.catalog.load_table((*namespace, name))
-        current = table.current_snapshot()
-        if current is None or current.snapshot_id != base_snapshot_id:
-            # Appends since the scan only add files; anything else (overwrite, delete,
-            # replace) may have removed some of ours: check they are all still live.
-            live = {f.file_path for f in _live_data_files(table)}
-            if any(f.file_path not in live for f in old):
-                logger.info("compaction of %s skipped: the table changed under it", ".".join((*namespace, name)))
-                return False
-        tx = table.transaction()
-        rewrite = _OverwriteFiles(operation=Operation.OVERWRITE, transaction=tx, io=table.io)
-        for data_file in old:
-            rewrite.delete_data_file(data_file)
-        for data_file in new:
-            rewrite.append_data_file(data_file)
-        rewrite.commit()
-        with commit_context(operation="replace", extra={"maintenance": "compact"}):
-            tx.commit_transaction()
-    logger.info("compacted %d small files of %s into %d", len(old), ".".join((*namespace, name)), len(new))
+        request = worker.run(stage_rewrite, TableRef.of(appender.catalog, table), rewrite)
+        if request is None:
+            logger.info("compaction of %s skipped: the table changed under it", qualified)
+            return False
+        try:
+            with commit_context(operation="replace", extra={"maintenance": "compact"}):
+                apply_commit_request(appender.catalog, table, request)
+        except CommitFailedException:
+            # A commit outside the table's slot (DDL, a direct pyiceberg client) won the race.
+            logger.info("compaction of %s skipped: a concurrent commit won", qualified)
+            return False
+    logger.info("compacted %d small files of %s into %d", len(rewrite.old), qualified, len(rewrite.new))
     return True
 
 
-class _MergeAllManifests(_MergeAppendFiles):
-    """A snapshot that adds nothing and merges the current data manifests."""
+def merge_manifests(
+    appender: Appender,
+    identifier: tuple[str, ...],
+    threshold: int = MANIFEST_MERGE_THRESHOLD,
+    worker: MaintenanceWorker = IN_PROCESS,
+) -> int:
+    """Merge the current snapshot's manifests when there are at least ``threshold``.
 
-    def __init__(self, tx: Any, io: Any) -> None:
-        super().__init__(Operation.APPEND, tx, io)
-        self._min_count_to_merge = 2
-        self._merge_enabled = True
-
-
-def merge_manifests(appender: Appender, identifier: tuple[str, ...], threshold: int = MANIFEST_MERGE_THRESHOLD) -> int:
-    """Merge the current snapshot's manifests when there are at least ``threshold``."""
+    Returns:
+        How many manifests were merged (0 when below the threshold).
+    """
     namespace, name = tuple(identifier[:-1]), identifier[-1]
     with appender.committer(namespace, name).exclusive():
         table = appender.catalog.load_table(identifier)
-        snapshot = table.current_snapshot()
-        if snapshot is None:
+        count, request = worker.run(stage_manifest_merge, TableRef.of(appender.catalog, table), threshold)
+        if request is None:
             return 0
-        count = len(snapshot.manifests(table.io))
-        if count < threshold:
+        try:
+            with commit_context(operation="replace", extra={"maintenance": "merge-manifests"}):
+                apply_commit_request(appender.catalog, table, request)
+        except CommitFailedException:
+            logger.info("manifest merge of %s skipped: a concurrent commit won", ".".join(identifier))
             return 0
-        tx = table.transaction()
-        _MergeAllManifests(tx, table.io).commit()
-        with commit_context(operation="replace", extra={"maintenance": "merge-manifests"}):
-            tx.commit_transaction()
     return count
 
 
@@ -326,7 +302,7 @@ def remove_orphans(appender: Appender, identifier: tuple[str, ...], grace_s: flo
         return 0  # object stores: not handled here
     root = _local_path(table.location())
     cutoff = time.time() - grace_s
-    with appender.committer(namespace, name).exclusive():
+    with appender.maintenance_lock, appender.committer(namespace, name).exclusive():
         referenced: set[str] = set()
         for other in all_tables(appender):
             try:
@@ -365,9 +341,10 @@ def maintain(
     identifier: tuple[str, ...],
     orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
     min_input_files: int = 2,
+    worker: MaintenanceWorker = IN_PROCESS,
 ) -> MaintenanceReport:
     """Compact, merge manifests, expire snapshots and remove orphans for one table."""
-    report = compact(appender, identifier, min_input_files=min_input_files)
+    report = compact(appender, identifier, min_input_files=min_input_files, worker=worker)
     report.expired_snapshots = expire_snapshots(appender, identifier)
     report.removed_orphans = remove_orphans(appender, identifier, orphan_grace_s)
     snapshot = appender.catalog.load_table(identifier).current_snapshot()
@@ -400,8 +377,16 @@ class BackgroundMaintainer:
     snapshots of the tables it has seen written, sweeps their orphans, drops idempotency
     keys past their retention and trims the commit log to its retention."""
 
-    def __init__(self, appender: Appender, stopping: threading.Event, interval_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        appender: Appender,
+        stopping: threading.Event,
+        interval_s: float = 1.0,
+        worker: MaintenanceWorker | None = None,
+    ) -> None:
         self._appender = appender
+        # Compaction's file and manifest work runs in a worker process, off the server's GIL.
+        self.worker = worker if worker is not None else MaintenanceWorker()
         self._stopping = stopping
         self._stop = threading.Event()
         self._interval_s = interval_s
@@ -419,6 +404,7 @@ class BackgroundMaintainer:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=60)
+        self.worker.close()
 
     def _stopped(self) -> bool:
         return self._stop.is_set() or self._stopping.is_set()
@@ -458,7 +444,7 @@ class BackgroundMaintainer:
         now = time.monotonic()
         threshold = _prop_int(table, MIN_INPUT_FILES_PROPERTY, DEFAULT_MIN_INPUT_FILES)
         if self._new_files.get(identifier, 0) >= threshold:
-            compact(self._appender, identifier)
+            compact(self._appender, identifier, worker=self.worker)
             self._new_files[identifier] = 0
         if now - self._last_expiry.get(identifier, 0.0) > EXPIRY_PERIOD_S:
             self._last_expiry[identifier] = now

@@ -160,7 +160,9 @@ class AppendService:
         reports = []
         with commit_context(principal=principal):
             for identifier in targets:
-                reports.append(maintain(self.appender, identifier, orphan_grace_s=grace).to_json())
+                reports.append(
+                    maintain(self.appender, identifier, orphan_grace_s=grace, worker=self.maintainer.worker).to_json()
+                )
         return iter([json.dumps(r).encode("utf-8") for r in reports])
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:

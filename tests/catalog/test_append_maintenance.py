@@ -1,4 +1,8 @@
-"""Compaction, snapshot expiry and orphan removal, in process, with writers and readers running."""
+"""Compaction, snapshot expiry and orphan removal, with writers and readers running.
+
+Compaction's staging runs in each kind of ``MaintenanceWorker``: inline, and in a worker
+process (as the server runs it).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,13 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
+from pyiceberg.exceptions import CommitFailedException
 
 from catalog import RocksCatalog
 from catalog.append import Appender
@@ -17,9 +24,19 @@ from catalog.maintenance import (
     compact,
     expire_snapshots,
     maintain,
+    merge_manifests,
     register_pin_source,
     remove_orphans,
     unregister_pin_source,
+)
+from catalog.maintenance_worker import (
+    IN_PROCESS,
+    MaintenanceWorker,
+    TableRef,
+    apply_commit_request,
+    rewrite_small_files,
+    stage_manifest_merge,
+    stage_rewrite,
 )
 
 
@@ -32,6 +49,20 @@ def catalog(tmp_path: Path) -> Iterator[RocksCatalog]:
     cat.close()
 
 
+@pytest.fixture(scope="module")
+def process_worker() -> Iterator[MaintenanceWorker]:
+    worker = MaintenanceWorker()
+    yield worker
+    worker.close()
+
+
+@pytest.fixture(params=["in-process", "worker-process"])
+def worker(request: pytest.FixtureRequest) -> MaintenanceWorker:
+    if request.param == "in-process":
+        return IN_PROCESS
+    return request.getfixturevalue("process_worker")  # type: ignore[no-any-return]
+
+
 def _ids(n: int, start: int) -> pa.Table:
     return pa.table({"id": pa.array(range(start, start + n), pa.int64())})
 
@@ -40,14 +71,14 @@ def _live_files(cat: RocksCatalog) -> list[str]:
     return [t.file.file_path for t in cat.load_table("ns.t").scan().plan_files()]
 
 
-def test_compaction_keeps_rows_and_old_snapshots_readable(catalog: RocksCatalog) -> None:
+def test_compaction_keeps_rows_and_old_snapshots_readable(catalog: RocksCatalog, worker: MaintenanceWorker) -> None:
     appender = Appender(catalog)
     for i in range(30):
         appender.append_table(("ns", "t"), _ids(10, i * 10))
     before = catalog.load_table("ns.t")
     old_snapshot = before.current_snapshot()
     assert old_snapshot is not None
-    report = compact(appender, ("ns", "t"))
+    report = compact(appender, ("ns", "t"), worker=worker)
     assert report.compacted_files == 30 and report.written_files == 1
     after = catalog.load_table("ns.t")
     assert len(_live_files(catalog)) == 1
@@ -60,14 +91,14 @@ def test_compaction_keeps_rows_and_old_snapshots_readable(catalog: RocksCatalog)
     assert len(after.current_snapshot().manifests(after.io)) <= 2  # type: ignore[union-attr]
 
 
-def test_manifests_are_merged(catalog: RocksCatalog) -> None:
+def test_manifests_are_merged(catalog: RocksCatalog, worker: MaintenanceWorker) -> None:
     catalog.load_table("ns.t").transaction().set_properties(
         {"icefloe.compaction.small-file-bytes": "1"}
     ).commit_transaction()
     appender = Appender(catalog)
     for i in range(20):
         appender.append_table(("ns", "t"), _ids(5, i * 5))
-    report = compact(appender, ("ns", "t"))
+    report = compact(appender, ("ns", "t"), worker=worker)
     assert report.compacted_files == 0 and report.merged_manifests == 20
     table = catalog.load_table("ns.t")
     assert len(table.current_snapshot().manifests(table.io)) == 1  # type: ignore[union-attr]
@@ -115,14 +146,16 @@ def test_orphans_removed_only_when_unreferenced_and_old(catalog: RocksCatalog) -
     assert catalog.load_table("ns.t").scan().to_arrow().num_rows == 10
 
 
-def test_full_maintain_after_expiry_deletes_replaced_small_files(catalog: RocksCatalog) -> None:
+def test_full_maintain_after_expiry_deletes_replaced_small_files(
+    catalog: RocksCatalog, worker: MaintenanceWorker
+) -> None:
     catalog.load_table("ns.t").transaction().set_properties(
         {"history.expire.max-snapshot-age-ms": "0"}
     ).commit_transaction()
     appender = Appender(catalog)
     for i in range(10):
         appender.append_table(("ns", "t"), _ids(10, i * 10))
-    report = maintain(appender, ("ns", "t"), orphan_grace_s=0)
+    report = maintain(appender, ("ns", "t"), orphan_grace_s=0, worker=worker)
     assert report.compacted_files == 10 and report.rows == 100
     assert report.expired_snapshots >= 10 and report.removed_orphans >= 10
     table = catalog.load_table("ns.t")
@@ -131,7 +164,7 @@ def test_full_maintain_after_expiry_deletes_replaced_small_files(catalog: RocksC
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(100))
 
 
-def test_compaction_while_writers_and_readers_run(catalog: RocksCatalog) -> None:
+def test_compaction_while_writers_and_readers_run(catalog: RocksCatalog, worker: MaintenanceWorker) -> None:
     appender = Appender(catalog)
     stop = threading.Event()
     problems: list[str] = []
@@ -156,7 +189,7 @@ def test_compaction_while_writers_and_readers_run(catalog: RocksCatalog) -> None
 
     def compactor() -> None:
         while not stop.is_set():
-            compact(appender, ("ns", "t"), min_input_files=4)
+            compact(appender, ("ns", "t"), min_input_files=4, worker=worker)
             time.sleep(0.01)
 
     writers = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
@@ -184,3 +217,84 @@ def test_orphan_removal_spares_a_renamed_table_sharing_the_folder(catalog: Rocks
     assert remove_orphans(appender, ("ns", "t"), grace_s=0) == 0
     assert catalog.load_table("ns.moved").scan().to_arrow().num_rows == 10
     assert catalog.load_table("ns.t").scan().to_arrow().num_rows == 3
+
+
+def test_a_dead_worker_process_is_replaced(catalog: RocksCatalog) -> None:
+    appender = Appender(catalog)
+    for i in range(4):
+        appender.append_table(("ns", "t"), _ids(10, i * 10))
+    worker = MaintenanceWorker()
+    try:
+        with pytest.raises(BrokenProcessPool):
+            worker.run(os._exit, 1)
+        report = compact(appender, ("ns", "t"), min_input_files=2, worker=worker)
+    finally:
+        worker.close()
+    assert report.compacted_files == 4 and report.written_files == 1
+    assert sorted(catalog.load_table("ns.t").scan().to_arrow().column("id").to_pylist()) == list(range(40))
+    with pytest.raises(RuntimeError, match="closed"):
+        worker.run(os.getpid)
+
+
+def test_a_staged_commit_on_a_version_that_moved_on_commits_nothing(
+    catalog: RocksCatalog, worker: MaintenanceWorker
+) -> None:
+    appender = Appender(catalog)
+    for i in range(20):
+        appender.append_table(("ns", "t"), _ids(5, i * 5))
+    stale = catalog.load_table("ns.t")
+    _, request = worker.run(stage_manifest_merge, TableRef.of(catalog, stale), 2)
+    assert request is not None
+    appender.append_table(("ns", "t"), _ids(5, 100))
+    head = catalog.log.head()
+    with pytest.raises(CommitFailedException):
+        apply_commit_request(catalog, stale, request)
+    assert catalog.log.head() == head
+    table = catalog.load_table("ns.t")
+    assert len(table.current_snapshot().manifests(table.io)) == 21  # type: ignore[union-attr]
+    # staged again on the current version, it lands
+    assert merge_manifests(appender, ("ns", "t"), threshold=2, worker=worker) == 21
+    assert sorted(table.refresh().scan().to_arrow().column("id").to_pylist()) == list(range(105))
+
+
+def test_a_rewrite_whose_inputs_were_replaced_is_skipped_and_cleaned_up(
+    catalog: RocksCatalog, worker: MaintenanceWorker
+) -> None:
+    appender = Appender(catalog)
+    for i in range(4):
+        appender.append_table(("ns", "t"), _ids(10, i * 10))
+    table = catalog.load_table("ns.t")
+    rewrite = worker.run(rewrite_small_files, TableRef.of(catalog, table), 1 << 30, 2, 100)
+    assert rewrite is not None and len(rewrite.old) == 4
+    catalog.load_table("ns.t").overwrite(_ids(3, 1000))  # the inputs are gone
+    assert worker.run(stage_rewrite, TableRef.of(catalog, catalog.load_table("ns.t")), rewrite) is None
+
+
+class _OverwriteBeforeStaging(MaintenanceWorker):
+    """Lands an overwrite between compaction's rewrite and its staging (the race it must
+    lose cleanly)."""
+
+    def __init__(self, inner: MaintenanceWorker, catalog: RocksCatalog) -> None:
+        super().__init__(in_process=True)
+        self.inner, self.catalog = inner, catalog
+
+    def run(self, fn: Any, *args: Any) -> Any:
+        if fn is stage_rewrite:
+            self.catalog.load_table("ns.t").overwrite(_ids(3, 1000))
+        return self.inner.run(fn, *args)
+
+
+def test_compaction_that_loses_to_an_overwrite_commits_nothing_and_deletes_its_files(
+    catalog: RocksCatalog, worker: MaintenanceWorker
+) -> None:
+    appender = Appender(catalog)
+    for i in range(4):
+        appender.append_table(("ns", "t"), _ids(10, i * 10))
+    data = Path(catalog.warehouse, "ns", "t", "data")
+    before = set(data.glob("*.parquet"))
+    report = compact(appender, ("ns", "t"), min_input_files=2, worker=_OverwriteBeforeStaging(worker, catalog))
+    assert report.compacted_files == report.written_files == 0
+    assert [r.operation for r in catalog.log.read(0)][-1] == "overwrite"
+    assert catalog.load_table("ns.t").scan().to_arrow().column("id").to_pylist() == [1000, 1001, 1002]
+    # on disk: the old files and the overwrite's one file, none from the lost rewrite
+    assert len(set(data.glob("*.parquet")) - before) == 1

@@ -126,3 +126,38 @@ def test_maintain_offline(warehouse: Path) -> None:
     assert report["compacted_files"] == 4 and report["rows"] == 20
     missing = _cli("maintain", "ns.nope", "--warehouse", str(warehouse))
     assert missing.returncode != 0 and "does not exist" in missing.stderr
+
+
+def _children(pid: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in found]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_compaction_worker_process_goes_with_a_killed_server(table_server: ServerProcess, warehouse: Path) -> None:
+    for i in range(20):
+        do_put(table_server.location, ("ns", "t"), rows(5, start=i * 5))
+    assert table_server.proc is not None
+    server_pid = table_server.proc.pid
+    deadline = time.monotonic() + 30
+    cat = read_only(warehouse)
+    try:
+        while not any(r.operation == "replace" for r in cat.log.read(0)):
+            assert time.monotonic() < deadline, "the background maintainer never compacted"
+            time.sleep(0.2)
+    finally:
+        cat.close()
+    workers = _children(server_pid)
+    assert workers, "compaction ran without a worker process"
+    table_server.kill()
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in workers if _alive(p)], "the worker outlived the SIGKILLed server"

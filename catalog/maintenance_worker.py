@@ -1,0 +1,282 @@
+"""The CPU-heavy half of compaction, runnable in a worker process.
+
+Compaction reads the small data files, writes target-size ones and rewrites manifests: tens
+of milliseconds of Python (Avro encoding, file statistics) per run. Inside the server that
+work holds the GIL against every other thread, and the commit feed's fan-out, which takes
+the GIL for each write to a subscriber, waited behind it (bench_feed: every one of the
+slowest commit -> subscriber deliveries overlapped a compaction).
+
+So the server hands the work to a worker process, the way a REST catalog's client works: the
+worker opens the table from its metadata file (no catalog), writes the files, stages the
+snapshot and returns the commit request (requirements and updates, as JSON); the server
+applies it with ``RocksCatalog.commit_table``, a commit as short as any append's.
+
+The staging functions are stateless (a ``TableRef`` and picklable arguments in, picklable
+results out), so they run the same in any process; ``MaintenanceWorker`` runs them either in
+a spawned process or inline (the offline ``icefloe maintain`` and the in-process tests).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pyarrow as pa
+from pyiceberg.catalog.noop import NoopCatalog
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io import load_file_io
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.manifest import DataFile, DataFileContent
+from pyiceberg.serializers import FromInputFile
+from pyiceberg.table import CommitTableRequest, FileScanTask, Namespace, Table, TableIdentifier
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.update import AssertTableUUID
+from pyiceberg.table.update.snapshot import _MergeAppendFiles, _OverwriteFiles
+
+from catalog import avro_cache
+from catalog.writer import DataFileWriter
+
+if TYPE_CHECKING:
+    from catalog.rocks_catalog import RocksCatalog
+
+logger = logging.getLogger("icefloe.catalog.maintenance_worker")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """What a worker needs to open one version of a table without the catalog."""
+
+    identifier: tuple[str, ...]
+    metadata_location: str
+    # The FileIO properties the catalog itself would use for this table.
+    io_properties: dict[str, str]
+
+    @classmethod
+    def of(cls, catalog: RocksCatalog, table: Table) -> TableRef:
+        return cls(
+            identifier=tuple(table.name()),
+            metadata_location=table.metadata_location,
+            io_properties={**catalog.properties, **table.properties},
+        )
+
+    def open(self) -> Table:
+        io = load_file_io(self.io_properties, self.metadata_location)
+        metadata = FromInputFile.table_metadata(io.new_input(self.metadata_location))
+        return Table(
+            self.identifier,
+            metadata=metadata,
+            metadata_location=self.metadata_location,
+            io=io,
+            catalog=NoopCatalog("icefloe-maintenance-worker"),
+        )
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """Data files written to replace small ones, not committed yet."""
+
+    base_snapshot_id: int | None
+    old: list[DataFile]
+    new: list[DataFile]
+
+
+def live_data_files(table: Table) -> list[DataFile]:
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return []
+    files: list[DataFile] = []
+    for manifest in snapshot.manifests(table.io):
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            if entry.data_file.content == DataFileContent.DATA:
+                files.append(entry.data_file)
+    return files
+
+
+def rewrite_small_files(ref: TableRef, small_limit: int, min_files: int, max_files: int) -> Rewrite | None:
+    """Write the current snapshot's small data files into target-size files.
+
+    Returns:
+        The rewrite to commit, or None when fewer than ``min_files`` (at least 2) are small.
+
+    Raises:
+        RuntimeError: If the files read did not hold the rows their manifests promise
+            (nothing is left behind).
+    """
+    table = ref.open()
+    base = table.current_snapshot()
+    small = [f for f in live_data_files(table) if f.file_size_in_bytes < small_limit][:max_files]
+    if len(small) < max(min_files, 2):
+        return None
+    arrow_schema = table.schema().as_arrow()
+    scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
+    writer = DataFileWriter(table.metadata, table.io, arrow_schema)
+    try:
+        # A list, not a generator: ArrowScan walks its tasks more than once.
+        for batch in scan.to_record_batches([FileScanTask(f) for f in small]):
+            writer.write(pa.RecordBatch.from_arrays(batch.columns, schema=arrow_schema))
+        new_files = writer.finish()
+        expected = sum(f.record_count for f in small)
+        if writer.rows != expected or sum(f.record_count for f in new_files) != expected:
+            raise RuntimeError(f"compaction read {writer.rows} rows from files holding {expected}; not committed")
+    except BaseException:
+        writer.abort()
+        raise
+    return Rewrite(base.snapshot_id if base else None, small, new_files)
+
+
+def stage_rewrite(ref: TableRef, rewrite: Rewrite) -> str | None:
+    """Stage the snapshot that swaps ``rewrite.old`` for ``rewrite.new`` on ``ref``'s version.
+
+    Returns:
+        The commit request (``CommitTableRequest`` JSON), or None when some old file is no
+        longer live (an overwrite or delete landed since the rewrite was planned).
+    """
+    table = ref.open()
+    current = table.current_snapshot()
+    if current is None or current.snapshot_id != rewrite.base_snapshot_id:
+        # Appends since the scan only add files; anything else (overwrite, delete,
+        # replace) may have removed some of ours: check they are all still live.
+        live = {f.file_path for f in live_data_files(table)}
+        if any(f.file_path not in live for f in rewrite.old):
+            return None
+    tx = table.transaction()
+    producer = _OverwriteFiles(operation=Operation.OVERWRITE, transaction=tx, io=table.io)
+    for data_file in rewrite.old:
+        producer.delete_data_file(data_file)
+    for data_file in rewrite.new:
+        producer.append_data_file(data_file)
+    producer.commit()
+    return _commit_request(table, tx)
+
+
+class _MergeAllManifests(_MergeAppendFiles):
+    """A snapshot that adds nothing and merges the current data manifests."""
+
+    def __init__(self, tx: Any, io: Any) -> None:
+        super().__init__(Operation.APPEND, tx, io)
+        self._min_count_to_merge = 2
+        self._merge_enabled = True
+
+
+def stage_manifest_merge(ref: TableRef, threshold: int) -> tuple[int, str | None]:
+    """Stage a snapshot merging the current manifests when there are at least ``threshold``.
+
+    Returns:
+        The number of manifests of the current snapshot, and the commit request JSON (None
+        when there are fewer than ``threshold``).
+    """
+    table = ref.open()
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return 0, None
+    count = len(snapshot.manifests(table.io))
+    if count < threshold:
+        return count, None
+    tx = table.transaction()
+    _MergeAllManifests(tx, table.io).commit()
+    return count, _commit_request(table, tx)
+
+
+def _commit_request(table: Table, tx: Any) -> str:
+    # Transaction.commit_transaction would add this requirement before sending.
+    requirements = (*tx._requirements, AssertTableUUID(uuid=table.metadata.table_uuid))
+    identifier = table.name()
+    return CommitTableRequest(
+        identifier=TableIdentifier(namespace=Namespace(root=list(identifier[:-1])), name=identifier[-1]),
+        requirements=requirements,
+        updates=tx._updates,
+    ).model_dump_json()
+
+
+def apply_commit_request(catalog: RocksCatalog, table: Table, request_json: str) -> None:
+    """Commit a request staged by a worker on ``table``'s version.
+
+    Raises:
+        CommitFailedException: A requirement no longer holds (the table moved on).
+    """
+    request = CommitTableRequest.model_validate_json(request_json)
+    catalog.commit_table(table, tuple(request.requirements), tuple(request.updates))
+
+
+PARENT_POLL_S = 0.5
+
+
+def _exit_with_parent(parent: int) -> None:
+    # The worker holds both ends of its task queue, so the server's death (even kill -9)
+    # never reaches it as end-of-file; it notices being re-parented instead.
+    while True:
+        time.sleep(PARENT_POLL_S)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
+def _init_worker_process() -> None:
+    avro_cache.install()
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
+
+
+class MaintenanceWorker:
+    """Runs staging functions in one spawned worker process, or inline (``in_process``).
+
+    The process starts on first use (spawned, not forked: the server is multi-threaded), is
+    replaced if it dies, and stops with ``close``.
+    """
+
+    def __init__(self, in_process: bool = False) -> None:
+        self.in_process = in_process
+        self._lock = threading.Lock()
+        self._pool: ProcessPoolExecutor | None = None
+        self._closed = False
+
+    def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Call ``fn(*args)`` in the worker and return its result (or raise its exception).
+
+        Raises:
+            RuntimeError: If the worker is closed.
+            BrokenProcessPool: If the worker process died during the call (the next call
+                starts a new one).
+        """
+        if self.in_process:
+            return fn(*args)
+        pool = self._ensure_pool()
+        try:
+            return pool.submit(fn, *args).result()
+        except BrokenProcessPool:
+            logger.warning("maintenance worker process died; a new one starts on next use")
+            with self._lock:
+                if self._pool is pool:
+                    self._pool = None
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+    def _ensure_pool(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("maintenance worker is closed")
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    max_workers=1,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_init_worker_process,
+                )
+            return self._pool
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+IN_PROCESS = MaintenanceWorker(in_process=True)
