@@ -45,6 +45,8 @@ from catalog.maintenance_worker import (
     Rewrite,
     TableRef,
     apply_commit_request,
+    local_path,
+    referenced_files,
     rewrite_small_files,
     stage_manifest_merge,
     stage_rewrite,
@@ -254,30 +256,6 @@ def expire_snapshots(appender: Appender, identifier: tuple[str, ...], now_ms: in
 # -- orphan files ------------------------------------------------------------------------------
 
 
-def _referenced_files(table: Table) -> set[str]:
-    metadata = table.metadata
-    refs: set[str] = {table.metadata_location}
-    refs.update(entry.metadata_file for entry in metadata.metadata_log)
-    refs.update(s.statistics_path for s in metadata.statistics)
-    seen_manifests: set[str] = set()
-    for snapshot in metadata.snapshots:
-        refs.add(snapshot.manifest_list)
-        for manifest in snapshot.manifests(table.io):
-            refs.add(manifest.manifest_path)
-            if manifest.manifest_path in seen_manifests:
-                continue
-            seen_manifests.add(manifest.manifest_path)
-            # Entries marked DELETED name files that only older (expired) snapshots needed.
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                refs.add(entry.data_file.file_path)
-    return {_local_path(p) for p in refs}
-
-
-def _local_path(location: str) -> str:
-    parsed = urlparse(location)
-    return os.path.abspath(parsed.path if parsed.scheme == "file" else location)
-
-
 def _walk(root: str) -> Iterator[str]:
     for folder, _, names in os.walk(root):
         for file_name in names:
@@ -289,31 +267,38 @@ def _overlaps(a: str, b: str) -> bool:
     return a.startswith(b) or b.startswith(a)
 
 
-def remove_orphans(appender: Appender, identifier: tuple[str, ...], grace_s: float = DEFAULT_ORPHAN_GRACE_S) -> int:
+def remove_orphans(
+    appender: Appender,
+    identifier: tuple[str, ...],
+    grace_s: float = DEFAULT_ORPHAN_GRACE_S,
+    worker: MaintenanceWorker = IN_PROCESS,
+) -> int:
     """Delete unreferenced files older than ``grace_s`` under a local table's location.
 
     "Referenced" is taken over every table whose location overlaps this one (a renamed table
-    keeps its folder, and a new table may be created at the old name's location).
+    keeps its folder, and a new table may be created at the old name's location); ``worker``
+    reads their manifests.
     """
     namespace, name = tuple(identifier[:-1]), identifier[-1]
     table = appender.catalog.load_table(identifier)
     parsed = urlparse(table.location())
     if parsed.scheme not in ("", "file"):
         return 0  # object stores: not handled here
-    root = _local_path(table.location())
+    root = local_path(table.location())
     cutoff = time.time() - grace_s
     with appender.maintenance_lock, appender.committer(namespace, name).exclusive():
-        referenced: set[str] = set()
+        sharing: list[TableRef] = []
         for other in all_tables(appender):
             try:
                 other_table = appender.catalog.load_table(other)
             except Exception:  # dropped meanwhile
                 continue
             if urlparse(other_table.location()).scheme in ("", "file") and _overlaps(
-                _local_path(other_table.location()), root
+                local_path(other_table.location()), root
             ):
-                referenced |= _referenced_files(other_table)
-        in_flight = {_local_path(p) for p in appender.active_paths()}
+                sharing.append(TableRef.of(appender.catalog, other_table))
+        referenced = worker.run(referenced_files, sharing)
+        in_flight = {local_path(p) for p in appender.active_paths()}
         candidates = []
         for path in _walk(root):
             if path in referenced or path in in_flight:
@@ -346,7 +331,7 @@ def maintain(
     """Compact, merge manifests, expire snapshots and remove orphans for one table."""
     report = compact(appender, identifier, min_input_files=min_input_files, worker=worker)
     report.expired_snapshots = expire_snapshots(appender, identifier)
-    report.removed_orphans = remove_orphans(appender, identifier, orphan_grace_s)
+    report.removed_orphans = remove_orphans(appender, identifier, orphan_grace_s, worker=worker)
     snapshot = appender.catalog.load_table(identifier).current_snapshot()
     if snapshot is not None and snapshot.summary is not None:
         total = snapshot.summary.get("total-records")
@@ -451,7 +436,7 @@ class BackgroundMaintainer:
             expire_snapshots(self._appender, identifier)
         if now - self._last_sweep.get(identifier, now) > SWEEP_PERIOD_S:
             self._last_sweep[identifier] = now
-            remove_orphans(self._appender, identifier)
+            remove_orphans(self._appender, identifier, worker=self.worker)
         self._last_sweep.setdefault(identifier, now)
 
     def _forget(self, identifier: tuple[str, ...]) -> None:

@@ -28,6 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlparse
 
 import pyarrow as pa
 from pyiceberg.catalog.noop import NoopCatalog
@@ -185,6 +186,34 @@ def stage_manifest_merge(ref: TableRef, threshold: int) -> tuple[int, str | None
     tx = table.transaction()
     _MergeAllManifests(tx, table.io).commit()
     return count, _commit_request(table, tx)
+
+
+def referenced_files(refs: list[TableRef]) -> set[str]:
+    """Local paths of every file the tables' retained snapshots and metadata reference."""
+    paths: set[str] = set()
+    for ref in refs:
+        table = ref.open()
+        metadata = table.metadata
+        paths.add(ref.metadata_location)
+        paths.update(entry.metadata_file for entry in metadata.metadata_log)
+        paths.update(s.statistics_path for s in metadata.statistics)
+        seen_manifests: set[str] = set()
+        for snapshot in metadata.snapshots:
+            paths.add(snapshot.manifest_list)
+            for manifest in snapshot.manifests(table.io):
+                paths.add(manifest.manifest_path)
+                if manifest.manifest_path in seen_manifests:
+                    continue
+                seen_manifests.add(manifest.manifest_path)
+                # Entries marked DELETED name files that only older (expired) snapshots needed.
+                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                    paths.add(entry.data_file.file_path)
+    return {local_path(p) for p in paths}
+
+
+def local_path(location: str) -> str:
+    parsed = urlparse(location)
+    return os.path.abspath(parsed.path if parsed.scheme == "file" else location)
 
 
 def _commit_request(table: Table, tx: Any) -> str:

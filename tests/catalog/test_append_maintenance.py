@@ -130,7 +130,7 @@ def test_expiry_respects_window_newest_and_pins(catalog: RocksCatalog) -> None:
     assert catalog.load_table("ns.t").scan().to_arrow().num_rows == 5
 
 
-def test_orphans_removed_only_when_unreferenced_and_old(catalog: RocksCatalog) -> None:
+def test_orphans_removed_only_when_unreferenced_and_old(catalog: RocksCatalog, worker: MaintenanceWorker) -> None:
     appender = Appender(catalog)
     appender.append_table(("ns", "t"), _ids(10, 0))
     data_dir = Path(catalog.warehouse, "ns", "t", "data")
@@ -140,7 +140,7 @@ def test_orphans_removed_only_when_unreferenced_and_old(catalog: RocksCatalog) -
     fresh_orphan = data_dir / "being-written.parquet"
     fresh_orphan.write_bytes(b"x")
     referenced = set(_live_files(catalog))
-    assert remove_orphans(appender, ("ns", "t"), grace_s=3600) == 1
+    assert remove_orphans(appender, ("ns", "t"), grace_s=3600, worker=worker) == 1
     assert not old_orphan.exists() and fresh_orphan.exists()
     assert all(Path(p).exists() for p in referenced)
     assert catalog.load_table("ns.t").scan().to_arrow().num_rows == 10
@@ -208,13 +208,15 @@ def test_compaction_while_writers_and_readers_run(catalog: RocksCatalog, worker:
 
 
 
-def test_orphan_removal_spares_a_renamed_table_sharing_the_folder(catalog: RocksCatalog) -> None:
+def test_orphan_removal_spares_a_renamed_table_sharing_the_folder(
+    catalog: RocksCatalog, worker: MaintenanceWorker
+) -> None:
     appender = Appender(catalog)
     appender.append_table(("ns", "t"), _ids(10, 0))
     catalog.rename_table("ns.t", "ns.moved")  # files stay under ns/t
     catalog.create_table("ns.t", pa.schema([("id", pa.int64())]))  # same folder again
     appender.append_table(("ns", "t"), _ids(3, 100))
-    assert remove_orphans(appender, ("ns", "t"), grace_s=0) == 0
+    assert remove_orphans(appender, ("ns", "t"), grace_s=0, worker=worker) == 0
     assert catalog.load_table("ns.moved").scan().to_arrow().num_rows == 10
     assert catalog.load_table("ns.t").scan().to_arrow().num_rows == 3
 
@@ -298,3 +300,39 @@ def test_compaction_that_loses_to_an_overwrite_commits_nothing_and_deletes_its_f
     assert catalog.load_table("ns.t").scan().to_arrow().column("id").to_pylist() == [1000, 1001, 1002]
     # on disk: the old files and the overwrite's one file, none from the lost rewrite
     assert len(set(data.glob("*.parquet")) - before) == 1
+
+
+class _SweepDuringRewrite(MaintenanceWorker):
+    """Starts an orphan sweep (grace 0) while compaction's new files are not committed yet."""
+
+    def __init__(self, inner: MaintenanceWorker, appender: Appender) -> None:
+        super().__init__(in_process=True)
+        self.inner, self.appender = inner, appender
+        self.sweep: threading.Thread | None = None
+        self.removed: list[int] = []
+
+    def run(self, fn: Any, *args: Any) -> Any:
+        result = self.inner.run(fn, *args)
+        if fn is rewrite_small_files and self.sweep is None:
+            self.sweep = threading.Thread(
+                target=lambda: self.removed.append(remove_orphans(self.appender, ("ns", "t"), 0, self.inner))
+            )
+            self.sweep.start()
+            self.sweep.join(timeout=0.5)  # it must wait for the rewrite's commit
+        return result
+
+
+def test_an_orphan_sweep_never_takes_the_files_of_a_rewrite_in_flight(
+    catalog: RocksCatalog, worker: MaintenanceWorker
+) -> None:
+    appender = Appender(catalog)
+    for i in range(6):
+        appender.append_table(("ns", "t"), _ids(10, i * 10))
+    racing = _SweepDuringRewrite(worker, appender)
+    report = compact(appender, ("ns", "t"), min_input_files=2, worker=racing)
+    assert racing.sweep is not None
+    racing.sweep.join(timeout=60)
+    assert report.compacted_files == 6 and report.written_files == 1
+    assert all(Path(p.removeprefix("file://")).exists() for p in _live_files(catalog))
+    assert sorted(catalog.load_table("ns.t").scan().to_arrow().column("id").to_pylist()) == list(range(60))
+    assert racing.removed == [0]  # the six replaced files are still referenced by older snapshots
