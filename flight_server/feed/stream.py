@@ -157,15 +157,20 @@ class FeedStream:
         if sink is None:
             return False
         subscription.pause()
+        # A heartbeat asked for is not sent while a write blocks (or after the watchdog took
+        # the stream back, until that write returns): count the interval from the request
+        # too, or this loop would ask again without waiting.
+        requested = 0.0
         try:
-            while not sink.released.wait(self._wait_s(sink.last_sent)):
+            while not sink.released.wait(self._wait_s(max(sink.last_sent, requested))):
                 if self.server.stopping.is_set():
                     fanout.detach(sink)  # first, so last_seq is final
                     raise errors.Unavailable(f"server is shutting down; resume after seq {sink.last_seq}")
                 if self.context.is_cancelled():
                     return None
-                if time.monotonic() - sink.last_sent >= self.heartbeat_s:
+                if time.monotonic() - max(sink.last_sent, requested) >= self.heartbeat_s:
                     fanout.request_heartbeat(sink)
+                    requested = time.monotonic()
         finally:
             fanout.detach(sink)  # on any way out, no worker may still be writing
         if sink.error is not None:
