@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
 from pyiceberg.exceptions import CommitFailedException
@@ -42,6 +42,7 @@ from catalog.context import commit_context
 from catalog.maintenance_worker import (
     IN_PROCESS,
     MaintenanceWorker,
+    MetadataGone,
     Rewrite,
     TableRef,
     apply_commit_request,
@@ -58,6 +59,8 @@ if TYPE_CHECKING:
     from catalog.append import Appender
 
 logger = logging.getLogger("icefloe.catalog.maintenance")
+
+T = TypeVar("T")
 
 MAX_SNAPSHOT_AGE_PROPERTY = "history.expire.max-snapshot-age-ms"
 MIN_SNAPSHOTS_PROPERTY = "history.expire.min-snapshots-to-keep"
@@ -76,6 +79,8 @@ DEFAULT_MIN_INPUT_FILES = 16
 MANIFEST_MERGE_THRESHOLD = 16
 DEFAULT_ORPHAN_GRACE_S = 3600.0
 MAX_FILES_PER_COMPACTION = 2000
+# Tries of a worker call whose table version's metadata file was deleted before it was read.
+METADATA_ATTEMPTS = 3
 
 # Callables (namespace, table) -> snapshot ids that must survive expiry (pinned query
 # tickets, feed cursors). Other components register theirs with ``register_pin_source``.
@@ -145,8 +150,9 @@ def compact(
     # Held until the new files are committed or deleted: orphan removal cannot see a worker's
     # files in flight.
     with appender.maintenance_lock:
-        ref = TableRef.of(appender.catalog, table)
-        rewrite = worker.run(rewrite_small_files, ref, small_limit, needed, MAX_FILES_PER_COMPACTION)
+        rewrite = _run_on_current(
+            appender, worker, identifier, rewrite_small_files, small_limit, needed, MAX_FILES_PER_COMPACTION
+        )
         if rewrite is not None:
             try:
                 committed = _commit_rewrite(appender, worker, namespace, name, rewrite)
@@ -159,6 +165,22 @@ def compact(
                 delete_files(table.io, [f.file_path for f in rewrite.new])
     report.merged_manifests = merge_manifests(appender, identifier, worker=worker)
     return report
+
+
+def _run_on_current(
+    appender: Appender, worker: MaintenanceWorker, identifier: tuple[str, ...], fn: Callable[..., T], *args: Any
+) -> T:
+    """``fn(ref, *args)`` in ``worker`` on the table's current version, again on a newer one
+    when the version's metadata file is gone before the worker read it."""
+    for attempt in range(1, METADATA_ATTEMPTS + 1):
+        ref = TableRef.of(appender.catalog, appender.catalog.load_table(identifier))
+        try:
+            return worker.run(fn, ref, *args)
+        except MetadataGone:
+            if attempt == METADATA_ATTEMPTS:
+                raise
+            logger.info("%s moved on before the maintenance worker read it; retrying", ".".join(identifier))
+    raise AssertionError("unreachable")
 
 
 def _commit_rewrite(
@@ -287,17 +309,24 @@ def remove_orphans(
     root = local_path(table.location())
     cutoff = time.time() - grace_s
     with appender.maintenance_lock, appender.committer(namespace, name).exclusive():
-        sharing: list[TableRef] = []
-        for other in all_tables(appender):
+        for attempt in range(1, METADATA_ATTEMPTS + 1):
+            # Other tables sharing the folder may commit meanwhile: on MetadataGone, again.
+            sharing: list[TableRef] = []
+            for other in all_tables(appender):
+                try:
+                    other_table = appender.catalog.load_table(other)
+                except Exception:  # dropped meanwhile
+                    continue
+                if urlparse(other_table.location()).scheme in ("", "file") and _overlaps(
+                    local_path(other_table.location()), root
+                ):
+                    sharing.append(TableRef.of(appender.catalog, other_table))
             try:
-                other_table = appender.catalog.load_table(other)
-            except Exception:  # dropped meanwhile
-                continue
-            if urlparse(other_table.location()).scheme in ("", "file") and _overlaps(
-                local_path(other_table.location()), root
-            ):
-                sharing.append(TableRef.of(appender.catalog, other_table))
-        referenced = worker.run(referenced_files, sharing)
+                referenced = worker.run(referenced_files, sharing)
+                break
+            except MetadataGone:
+                if attempt == METADATA_ATTEMPTS:
+                    raise
         in_flight = {local_path(p) for p in appender.active_paths()}
         candidates = []
         for path in _walk(root):
@@ -387,9 +416,11 @@ class BackgroundMaintainer:
 
     def stop(self) -> None:
         self._stop.set()
+        # First: a compaction running in the worker is abandoned (nothing of it is committed)
+        # rather than waited for.
+        self.worker.close()
         if self._thread is not None:
             self._thread.join(timeout=60)
-        self.worker.close()
 
     def _stopped(self) -> bool:
         return self._stop.is_set() or self._stopping.is_set()
@@ -404,6 +435,8 @@ class BackgroundMaintainer:
                 try:
                     self._maintain_one(identifier)
                 except Exception:
+                    if self._stopped():
+                        return  # the worker was stopped under it
                     logger.warning("background maintenance of %s failed", ".".join(identifier), exc_info=True)
             if time.monotonic() - self._last_key_expiry > SWEEP_PERIOD_S:
                 self._last_key_expiry = time.monotonic()

@@ -11,9 +11,12 @@ worker opens the table from its metadata file (no catalog), writes the files, st
 snapshot and returns the commit request (requirements and updates, as JSON); the server
 applies it with ``RocksCatalog.commit_table``, a commit as short as any append's.
 
-The staging functions are stateless (a ``TableRef`` and picklable arguments in, picklable
-results out), so they run the same in any process; ``MaintenanceWorker`` runs them either in
-a spawned process or inline (the offline ``icefloe maintain`` and the in-process tests).
+Orphan removal's heavy part, reading every retained snapshot's manifests to learn which
+files are referenced, runs here too (``referenced_files``).
+
+The functions are stateless (a ``TableRef`` and picklable arguments in, picklable results
+out), so they run the same in any process; ``MaintenanceWorker`` runs them either in a
+spawned process or inline (the offline ``icefloe maintain`` and the in-process tests).
 """
 
 from __future__ import annotations
@@ -21,12 +24,12 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import pickle
 import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
@@ -53,6 +56,12 @@ logger = logging.getLogger("icefloe.catalog.maintenance_worker")
 T = TypeVar("T")
 
 
+class MetadataGone(RuntimeError):
+    """A version's metadata file was deleted before the worker read it: the table moved on by
+    more than ``write.metadata.previous-versions-max`` commits meanwhile (while the worker
+    process started, say). The caller retries with the current version."""
+
+
 @dataclass(frozen=True)
 class TableRef:
     """What a worker needs to open one version of a table without the catalog."""
@@ -71,8 +80,16 @@ class TableRef:
         )
 
     def open(self) -> Table:
+        """The table at this version.
+
+        Raises:
+            MetadataGone: If its metadata file was deleted (see ``MetadataGone``).
+        """
         io = load_file_io(self.io_properties, self.metadata_location)
-        metadata = FromInputFile.table_metadata(io.new_input(self.metadata_location))
+        try:
+            metadata = FromInputFile.table_metadata(io.new_input(self.metadata_location))
+        except FileNotFoundError:
+            raise MetadataGone(self.metadata_location) from None
         return Table(
             self.identifier,
             metadata=metadata,
@@ -237,75 +254,110 @@ def apply_commit_request(catalog: RocksCatalog, table: Table, request_json: str)
     catalog.commit_table(table, tuple(request.requirements), tuple(request.updates))
 
 
-PARENT_POLL_S = 0.5
+class WorkerDied(RuntimeError):
+    """The worker process ended during a call (killed, crashed, or the worker was closed)."""
 
 
-def _exit_with_parent(parent: int) -> None:
-    # The worker holds both ends of its task queue, so the server's death (even kill -9)
-    # never reaches it as end-of-file; it notices being re-parented instead.
-    while True:
-        time.sleep(PARENT_POLL_S)
-        if os.getppid() != parent:
-            os._exit(0)
-
-
-def _init_worker_process() -> None:
+def _serve(conn: Connection) -> None:
+    """The worker process: run each (function, arguments) received, answer (ok, value)."""
     avro_cache.install()
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
+    while True:
+        try:
+            fn, args = conn.recv()
+        except (EOFError, OSError):
+            return  # the server closed its end or died (even kill -9 closes it)
+        try:
+            answer: tuple[bool, Any] = (True, fn(*args))
+        except BaseException as exc:
+            answer = (False, exc)
+        try:
+            try:
+                conn.send(answer)
+            except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                conn.send((False, RuntimeError(f"maintenance worker could not send its answer: {exc}")))
+        except OSError:
+            return
 
 
 class MaintenanceWorker:
     """Runs staging functions in one spawned worker process, or inline (``in_process``).
 
-    The process starts on first use (spawned, not forked: the server is multi-threaded), is
-    replaced if it dies, and stops with ``close``.
+    One call at a time. The process is spawned (not forked: the server is multi-threaded) on
+    first use, replaced after it dies, and killed by ``close`` even in the middle of a call
+    (what it wrote is not committed; orphan removal takes it later). It exits by itself when
+    the server dies, as its end of the pipe then closes.
     """
 
     def __init__(self, in_process: bool = False) -> None:
         self.in_process = in_process
-        self._lock = threading.Lock()
-        self._pool: ProcessPoolExecutor | None = None
+        self._call_lock = threading.Lock()
+        self._state_lock = threading.Lock()  # never held while waiting for the process
+        self._process: BaseProcess | None = None
+        self._conn: Connection | None = None
         self._closed = False
 
     def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Call ``fn(*args)`` in the worker and return its result (or raise its exception).
 
         Raises:
-            RuntimeError: If the worker is closed.
-            BrokenProcessPool: If the worker process died during the call (the next call
-                starts a new one).
+            WorkerDied: If the worker is closed, or its process ended during the call (the
+                next call starts a new one).
         """
         if self.in_process:
             return fn(*args)
-        pool = self._ensure_pool()
-        try:
-            return pool.submit(fn, *args).result()
-        except BrokenProcessPool:
-            logger.warning("maintenance worker process died; a new one starts on next use")
-            with self._lock:
-                if self._pool is pool:
-                    self._pool = None
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+        with self._call_lock:
+            conn = self._connection()
+            try:
+                conn.send((fn, args))
+                ok, value = conn.recv()
+            except (EOFError, OSError) as exc:
+                self._discard(conn)
+                raise WorkerDied("the maintenance worker process ended during the call") from exc
+        if ok:
+            return value  # type: ignore[no-any-return]
+        raise value
 
-    def _ensure_pool(self) -> ProcessPoolExecutor:
-        with self._lock:
+    def _connection(self) -> Connection:
+        with self._state_lock:
             if self._closed:
-                raise RuntimeError("maintenance worker is closed")
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(
-                    max_workers=1,
-                    mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_init_worker_process,
+                raise WorkerDied("the maintenance worker is closed")
+            if self._conn is None:
+                context = multiprocessing.get_context("spawn")
+                conn, child_conn = context.Pipe()
+                process = context.Process(
+                    target=_serve, args=(child_conn,), name="icefloe-maintenance-worker", daemon=True
                 )
-            return self._pool
+                process.start()
+                child_conn.close()  # so that the process's death reaches us as end-of-file
+                self._process, self._conn = process, conn
+            return self._conn
+
+    def _discard(self, conn: Connection) -> None:
+        with self._state_lock:
+            if self._conn is not conn:
+                return
+            process, self._process, self._conn = self._process, None, None
+        logger.warning("maintenance worker process ended; a new one starts on next use")
+        conn.close()
+        if process is not None:
+            process.join(timeout=5)
 
     def close(self) -> None:
-        with self._lock:
+        """Stop the worker process (killing it if a call is running)."""
+        with self._state_lock:
             self._closed = True
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+            process, conn = self._process, self._conn
+        if process is None or conn is None:
+            return
+        if self._call_lock.acquire(blocking=False):
+            try:
+                conn.close()  # idle: it exits at end-of-file
+                process.join(timeout=5)
+            finally:
+                self._call_lock.release()
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=5)
 
 
 IN_PROCESS = MaintenanceWorker(in_process=True)

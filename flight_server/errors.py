@@ -147,6 +147,7 @@ def classify(exc: BaseException) -> tuple[str, str]:
     from pyiceberg import exceptions as ice
 
     from catalog import CatalogReadOnlyError, CursorExpiredError, TooManySubscribersError
+    from catalog.maintenance_worker import WorkerDied
     from catalog.names import InvalidNameError
 
     if isinstance(exc, (ice.NoSuchTableError, ice.NoSuchNamespaceError, ice.NoSuchViewError)):
@@ -165,6 +166,9 @@ def classify(exc: BaseException) -> tuple[str, str]:
         return "RESOURCE_EXHAUSTED", str(exc)
     if isinstance(exc, InvalidNameError):
         return "INVALID_ARGUMENT", str(exc)
+    if isinstance(exc, WorkerDied):
+        # Closed at shutdown, or killed: the work is not committed and may be retried.
+        return "UNAVAILABLE", f"maintenance did not finish: {exc}; retry"
     return "INTERNAL", str(exc)
 
 

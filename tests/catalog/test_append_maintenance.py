@@ -10,7 +10,6 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from catalog.maintenance_worker import (
     IN_PROCESS,
     MaintenanceWorker,
     TableRef,
+    WorkerDied,
     apply_commit_request,
     rewrite_small_files,
     stage_manifest_merge,
@@ -227,15 +227,46 @@ def test_a_dead_worker_process_is_replaced(catalog: RocksCatalog) -> None:
         appender.append_table(("ns", "t"), _ids(10, i * 10))
     worker = MaintenanceWorker()
     try:
-        with pytest.raises(BrokenProcessPool):
+        with pytest.raises(WorkerDied):
             worker.run(os._exit, 1)
         report = compact(appender, ("ns", "t"), min_input_files=2, worker=worker)
     finally:
         worker.close()
     assert report.compacted_files == 4 and report.written_files == 1
     assert sorted(catalog.load_table("ns.t").scan().to_arrow().column("id").to_pylist()) == list(range(40))
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(WorkerDied, match="closed"):
         worker.run(os.getpid)
+
+
+def test_closing_the_worker_stops_a_call_in_progress() -> None:
+    worker = MaintenanceWorker()
+    assert worker.run(os.getpid) != os.getpid()  # it runs elsewhere
+    outcome: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            worker.run(time.sleep, 60)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    time.sleep(0.3)
+    started = time.monotonic()
+    worker.close()
+    caller.join(timeout=10)
+    assert not caller.is_alive() and time.monotonic() - started < 10
+    assert len(outcome) == 1 and isinstance(outcome[0], WorkerDied)
+
+
+def test_worker_errors_come_back_as_raised() -> None:
+    worker = MaintenanceWorker()
+    try:
+        with pytest.raises(ValueError, match="invalid literal"):
+            worker.run(int, "not a number")
+        assert worker.run(int, "42") == 42  # the same process goes on
+    finally:
+        worker.close()
 
 
 def test_a_staged_commit_on_a_version_that_moved_on_commits_nothing(
@@ -336,3 +367,34 @@ def test_an_orphan_sweep_never_takes_the_files_of_a_rewrite_in_flight(
     assert all(Path(p.removeprefix("file://")).exists() for p in _live_files(catalog))
     assert sorted(catalog.load_table("ns.t").scan().to_arrow().column("id").to_pylist()) == list(range(60))
     assert racing.removed == [0]  # the six replaced files are still referenced by older snapshots
+
+
+class _ManyCommitsBeforeFirstCall(MaintenanceWorker):
+    """Lets the table move on by more versions than it keeps before the worker's first call
+    (as while a worker process starts under a busy writer)."""
+
+    def __init__(self, inner: MaintenanceWorker, appender: Appender) -> None:
+        super().__init__(in_process=True)
+        self.inner, self.appender = inner, appender
+        self.calls: list[str] = []
+
+    def run(self, fn: Any, *args: Any) -> Any:
+        self.calls.append(fn.__name__)
+        if len(self.calls) == 1:
+            for i in range(25):  # beyond write.metadata.previous-versions-max (20)
+                self.appender.append_table(("ns", "t"), _ids(1, 1000 + i))
+        return self.inner.run(fn, *args)
+
+
+def test_compaction_retries_when_its_version_is_gone_before_the_worker_reads_it(
+    catalog: RocksCatalog, worker: MaintenanceWorker
+) -> None:
+    appender = Appender(catalog)
+    for i in range(4):
+        appender.append_table(("ns", "t"), _ids(10, i * 10))
+    racing = _ManyCommitsBeforeFirstCall(worker, appender)
+    report = compact(appender, ("ns", "t"), min_input_files=2, worker=racing)
+    assert racing.calls[:2] == ["rewrite_small_files", "rewrite_small_files"]
+    assert report.compacted_files == 29 and report.written_files == 1
+    expected = list(range(40)) + list(range(1000, 1025))
+    assert sorted(catalog.load_table("ns.t").scan().to_arrow().column("id").to_pylist()) == expected

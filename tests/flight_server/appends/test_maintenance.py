@@ -161,3 +161,24 @@ def test_compaction_worker_process_goes_with_a_killed_server(table_server: Serve
     while any(_alive(p) for p in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [p for p in workers if _alive(p)], "the worker outlived the SIGKILLed server"
+
+
+def test_maintain_action_when_the_worker_is_gone_is_unavailable(tmp_path: Path) -> None:
+    from flight_server.config import Config
+    from flight_server.server import IcefloeServer
+
+    server = IcefloeServer(Config(warehouse=str(tmp_path / "wh"), port=0))
+    try:
+        server.catalog.create_namespace("ns")
+        server.catalog.create_table("ns.t", pa.schema([("id", pa.int64())]))
+        for i in range(3):
+            server.catalog.load_table("ns.t").append(pa.table({"id": pa.array([i], pa.int64())}))
+        head = server.catalog.log.head()
+        server.appends.maintainer.worker.close()  # as at shutdown
+        client = flight.FlightClient(f"grpc://127.0.0.1:{server.port}")
+        with pytest.raises(flight.FlightUnavailableError, match="maintenance did not finish"):
+            list(client.do_action(flight.Action("icefloe.maintain", b'{"table": "ns.t"}')))
+        assert server.catalog.log.head() == head  # nothing committed
+        client.close()
+    finally:
+        server.shutdown_and_close(grace_s=10.0)
