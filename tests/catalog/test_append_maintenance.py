@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -303,18 +303,28 @@ def test_a_rewrite_whose_inputs_were_replaced_is_skipped_and_cleaned_up(
     assert worker.run(stage_rewrite, TableRef.of(catalog, catalog.load_table("ns.t")), rewrite) is None
 
 
-class _OverwriteBeforeStaging(MaintenanceWorker):
-    """Lands an overwrite between compaction's rewrite and its staging (the race it must
-    lose cleanly)."""
+class _Interleaved(MaintenanceWorker):
+    """A real worker with something else happening right before or after a chosen call
+    (once each): the races compaction must survive."""
 
-    def __init__(self, inner: MaintenanceWorker, catalog: RocksCatalog) -> None:
+    def __init__(
+        self,
+        inner: MaintenanceWorker,
+        before: dict[Callable[..., Any], Callable[[], None]] | None = None,
+        after: dict[Callable[..., Any], Callable[[], None]] | None = None,
+    ) -> None:
         super().__init__(in_process=True)
-        self.inner, self.catalog = inner, catalog
+        self.inner, self.before, self.after = inner, dict(before or {}), dict(after or {})
+        self.calls: list[str] = []
 
     def run(self, fn: Any, *args: Any) -> Any:
-        if fn is stage_rewrite:
-            self.catalog.load_table("ns.t").overwrite(_ids(3, 1000))
-        return self.inner.run(fn, *args)
+        self.calls.append(fn.__name__)
+        if (action := self.before.pop(fn, None)) is not None:
+            action()
+        result = self.inner.run(fn, *args)
+        if (action := self.after.pop(fn, None)) is not None:
+            action()
+        return result
 
 
 def test_compaction_that_loses_to_an_overwrite_commits_nothing_and_deletes_its_files(
@@ -325,32 +335,14 @@ def test_compaction_that_loses_to_an_overwrite_commits_nothing_and_deletes_its_f
         appender.append_table(("ns", "t"), _ids(10, i * 10))
     data = Path(catalog.warehouse, "ns", "t", "data")
     before = set(data.glob("*.parquet"))
-    report = compact(appender, ("ns", "t"), min_input_files=2, worker=_OverwriteBeforeStaging(worker, catalog))
+    # An overwrite lands between the rewrite and its staging.
+    racing = _Interleaved(worker, before={stage_rewrite: lambda: catalog.load_table("ns.t").overwrite(_ids(3, 1000))})
+    report = compact(appender, ("ns", "t"), min_input_files=2, worker=racing)
     assert report.compacted_files == report.written_files == 0
     assert [r.operation for r in catalog.log.read(0)][-1] == "overwrite"
     assert catalog.load_table("ns.t").scan().to_arrow().column("id").to_pylist() == [1000, 1001, 1002]
     # on disk: the old files and the overwrite's one file, none from the lost rewrite
     assert len(set(data.glob("*.parquet")) - before) == 1
-
-
-class _SweepDuringRewrite(MaintenanceWorker):
-    """Starts an orphan sweep (grace 0) while compaction's new files are not committed yet."""
-
-    def __init__(self, inner: MaintenanceWorker, appender: Appender) -> None:
-        super().__init__(in_process=True)
-        self.inner, self.appender = inner, appender
-        self.sweep: threading.Thread | None = None
-        self.removed: list[int] = []
-
-    def run(self, fn: Any, *args: Any) -> Any:
-        result = self.inner.run(fn, *args)
-        if fn is rewrite_small_files and self.sweep is None:
-            self.sweep = threading.Thread(
-                target=lambda: self.removed.append(remove_orphans(self.appender, ("ns", "t"), 0, self.inner))
-            )
-            self.sweep.start()
-            self.sweep.join(timeout=0.5)  # it must wait for the rewrite's commit
-        return result
 
 
 def test_an_orphan_sweep_never_takes_the_files_of_a_rewrite_in_flight(
@@ -359,31 +351,21 @@ def test_an_orphan_sweep_never_takes_the_files_of_a_rewrite_in_flight(
     appender = Appender(catalog)
     for i in range(6):
         appender.append_table(("ns", "t"), _ids(10, i * 10))
-    racing = _SweepDuringRewrite(worker, appender)
-    report = compact(appender, ("ns", "t"), min_input_files=2, worker=racing)
-    assert racing.sweep is not None
-    racing.sweep.join(timeout=60)
+    removed: list[int] = []
+    sweep = threading.Thread(target=lambda: removed.append(remove_orphans(appender, ("ns", "t"), 0, worker)))
+
+    def start_sweep() -> None:  # grace 0, while the rewrite's new files are not committed
+        sweep.start()
+        sweep.join(timeout=0.5)  # it must wait for the rewrite's commit
+
+    report = compact(
+        appender, ("ns", "t"), min_input_files=2, worker=_Interleaved(worker, after={rewrite_small_files: start_sweep})
+    )
+    sweep.join(timeout=60)
     assert report.compacted_files == 6 and report.written_files == 1
     assert all(Path(p.removeprefix("file://")).exists() for p in _live_files(catalog))
     assert sorted(catalog.load_table("ns.t").scan().to_arrow().column("id").to_pylist()) == list(range(60))
-    assert racing.removed == [0]  # the six replaced files are still referenced by older snapshots
-
-
-class _ManyCommitsBeforeFirstCall(MaintenanceWorker):
-    """Lets the table move on by more versions than it keeps before the worker's first call
-    (as while a worker process starts under a busy writer)."""
-
-    def __init__(self, inner: MaintenanceWorker, appender: Appender) -> None:
-        super().__init__(in_process=True)
-        self.inner, self.appender = inner, appender
-        self.calls: list[str] = []
-
-    def run(self, fn: Any, *args: Any) -> Any:
-        self.calls.append(fn.__name__)
-        if len(self.calls) == 1:
-            for i in range(25):  # beyond write.metadata.previous-versions-max (20)
-                self.appender.append_table(("ns", "t"), _ids(1, 1000 + i))
-        return self.inner.run(fn, *args)
+    assert removed == [0]  # the six replaced files are still referenced by older snapshots
 
 
 def test_compaction_retries_when_its_version_is_gone_before_the_worker_reads_it(
@@ -392,7 +374,12 @@ def test_compaction_retries_when_its_version_is_gone_before_the_worker_reads_it(
     appender = Appender(catalog)
     for i in range(4):
         appender.append_table(("ns", "t"), _ids(10, i * 10))
-    racing = _ManyCommitsBeforeFirstCall(worker, appender)
+
+    def move_on() -> None:  # as while a worker process starts under a busy writer
+        for i in range(25):  # beyond write.metadata.previous-versions-max (20)
+            appender.append_table(("ns", "t"), _ids(1, 1000 + i))
+
+    racing = _Interleaved(worker, before={rewrite_small_files: move_on})
     report = compact(appender, ("ns", "t"), min_input_files=2, worker=racing)
     assert racing.calls[:2] == ["rewrite_small_files", "rewrite_small_files"]
     assert report.compacted_files == 29 and report.written_files == 1
