@@ -150,8 +150,11 @@ def compact(
     # Held until the new files are committed or deleted: orphan removal cannot see a worker's
     # files in flight.
     with appender.maintenance_lock:
-        rewrite = _run_on_current(
-            appender, worker, identifier, rewrite_small_files, small_limit, needed, MAX_FILES_PER_COMPACTION
+        rewrite = _on_current_versions(
+            lambda: worker.run(
+                rewrite_small_files, _current_ref(appender, identifier), small_limit, needed, MAX_FILES_PER_COMPACTION
+            ),
+            ".".join(identifier),
         )
         if rewrite is not None:
             try:
@@ -167,20 +170,21 @@ def compact(
     return report
 
 
-def _run_on_current(
-    appender: Appender, worker: MaintenanceWorker, identifier: tuple[str, ...], fn: Callable[..., T], *args: Any
-) -> T:
-    """``fn(ref, *args)`` in ``worker`` on the table's current version, again on a newer one
-    when the version's metadata file is gone before the worker read it."""
+def _on_current_versions(build: Callable[[], T], what: str) -> T:
+    """``build()``, which opens the tables' current versions and runs worker calls on them;
+    again when a version's metadata file was gone before the worker read it."""
     for attempt in range(1, METADATA_ATTEMPTS + 1):
-        ref = TableRef.of(appender.catalog, appender.catalog.load_table(identifier))
         try:
-            return worker.run(fn, ref, *args)
+            return build()
         except MetadataGone:
             if attempt == METADATA_ATTEMPTS:
                 raise
-            logger.info("%s moved on before the maintenance worker read it; retrying", ".".join(identifier))
+            logger.info("%s moved on before the maintenance worker read it; retrying", what)
     raise AssertionError("unreachable")
+
+
+def _current_ref(appender: Appender, identifier: tuple[str, ...]) -> TableRef:
+    return TableRef.of(appender.catalog, appender.catalog.load_table(identifier))
 
 
 def _commit_rewrite(
@@ -289,6 +293,19 @@ def _overlaps(a: str, b: str) -> bool:
     return a.startswith(b) or b.startswith(a)
 
 
+def _tables_sharing(appender: Appender, root: str) -> list[TableRef]:
+    """The local tables whose location overlaps ``root``, at their current versions."""
+    sharing: list[TableRef] = []
+    for other in all_tables(appender):
+        try:
+            table = appender.catalog.load_table(other)
+        except Exception:  # dropped meanwhile
+            continue
+        if urlparse(table.location()).scheme in ("", "file") and _overlaps(local_path(table.location()), root):
+            sharing.append(TableRef.of(appender.catalog, table))
+    return sharing
+
+
 def remove_orphans(
     appender: Appender,
     identifier: tuple[str, ...],
@@ -309,24 +326,10 @@ def remove_orphans(
     root = local_path(table.location())
     cutoff = time.time() - grace_s
     with appender.maintenance_lock, appender.committer(namespace, name).exclusive():
-        for attempt in range(1, METADATA_ATTEMPTS + 1):
-            # Other tables sharing the folder may commit meanwhile: on MetadataGone, again.
-            sharing: list[TableRef] = []
-            for other in all_tables(appender):
-                try:
-                    other_table = appender.catalog.load_table(other)
-                except Exception:  # dropped meanwhile
-                    continue
-                if urlparse(other_table.location()).scheme in ("", "file") and _overlaps(
-                    local_path(other_table.location()), root
-                ):
-                    sharing.append(TableRef.of(appender.catalog, other_table))
-            try:
-                referenced = worker.run(referenced_files, sharing)
-                break
-            except MetadataGone:
-                if attempt == METADATA_ATTEMPTS:
-                    raise
+        # Tables sharing the folder may commit meanwhile (not in this table's slot).
+        referenced = _on_current_versions(
+            lambda: worker.run(referenced_files, _tables_sharing(appender, root)), ".".join(identifier)
+        )
         in_flight = {local_path(p) for p in appender.active_paths()}
         candidates = []
         for path in _walk(root):
