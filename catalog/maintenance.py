@@ -197,12 +197,7 @@ def _commit_rewrite(
         if request is None:
             logger.info("compaction of %s skipped: the table changed under it", qualified)
             return False
-        try:
-            with commit_context(operation="replace", extra={"maintenance": "compact"}):
-                apply_commit_request(appender.catalog, table, request)
-        except CommitFailedException:
-            # A commit outside the table's slot (DDL, a direct pyiceberg client) won the race.
-            logger.info("compaction of %s skipped: a concurrent commit won", qualified)
+        if not _apply_staged(appender, table, request, "compact"):
             return False
     logger.info("compacted %d small files of %s into %d", len(rewrite.old), qualified, len(rewrite.new))
     return True
@@ -225,13 +220,21 @@ def merge_manifests(
         count, request = worker.run(stage_manifest_merge, TableRef.of(appender.catalog, table), threshold)
         if request is None:
             return 0
-        try:
-            with commit_context(operation="replace", extra={"maintenance": "merge-manifests"}):
-                apply_commit_request(appender.catalog, table, request)
-        except CommitFailedException:
-            logger.info("manifest merge of %s skipped: a concurrent commit won", ".".join(identifier))
+        if not _apply_staged(appender, table, request, "merge-manifests"):
             return 0
     return count
+
+
+def _apply_staged(appender: Appender, table: Table, request: str, maintenance: str) -> bool:
+    """Commit a worker's staged request (a ``replace`` in the commit log); False when a commit
+    outside the table's slot (DDL, a direct pyiceberg client) won the race."""
+    try:
+        with commit_context(operation="replace", extra={"maintenance": maintenance}):
+            apply_commit_request(appender.catalog, table, request)
+    except CommitFailedException:
+        logger.info("%s of %s skipped: a concurrent commit won", maintenance, ".".join(table.name()))
+        return False
+    return True
 
 
 # -- snapshot expiry ---------------------------------------------------------------------------

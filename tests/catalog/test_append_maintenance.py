@@ -290,7 +290,7 @@ def test_a_staged_commit_on_a_version_that_moved_on_commits_nothing(
     assert sorted(table.refresh().scan().to_arrow().column("id").to_pylist()) == list(range(105))
 
 
-def test_a_rewrite_whose_inputs_were_replaced_is_skipped_and_cleaned_up(
+def test_staging_a_rewrite_whose_inputs_were_replaced_gives_no_request(
     catalog: RocksCatalog, worker: MaintenanceWorker
 ) -> None:
     appender = Appender(catalog)
