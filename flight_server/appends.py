@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,34 @@ if TYPE_CHECKING:
 logger = logging.getLogger("icefloe.appends")
 
 INGEST_MODES = ("create", "append", "replace", "create_append")
+
+
+def _validated(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A client's batch, checked in full before any writer reads it: Arrow decodes IPC bodies
+    without looking at offsets or lengths, and the Parquet writer trusts them (a crafted batch
+    would read out of bounds)."""
+    try:
+        batch.validate(full=True)
+    except (pa.ArrowException, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise errors.InvalidArgument(
+            f"the DoPut stream holds an invalid record batch ({first}); nothing was committed"
+        ) from None
+    return batch
+
+
+def orphan_grace(value: object) -> float:
+    """``orphan_grace_s`` as given by a client: a finite number of seconds, at least 0.
+
+    Raises:
+        ValueError: Anything else (a bool, a string, NaN, infinity, a negative number).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("orphan_grace_s must be a number")
+    grace = float(value)
+    if not math.isfinite(grace) or grace < 0:
+        raise ValueError("orphan_grace_s must be finite and >= 0")
+    return grace
 DEFAULT_INGEST_NAMESPACE = ("default",)
 
 
@@ -129,10 +158,18 @@ class AppendService:
                     if context is not None and context.is_cancelled():
                         raise errors.Cancelled("the client went away mid-stream; nothing was committed") from None
                     return
+                except (pa.ArrowException, OSError) as exc:
+                    if context is not None and context.is_cancelled():
+                        raise errors.Cancelled("the client went away mid-stream; nothing was committed") from None
+                    # Bytes that are not a valid Arrow IPC batch: the client's fault, not ours.
+                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    raise errors.InvalidArgument(
+                        f"the DoPut stream is not valid Arrow data ({first}); nothing was committed"
+                    ) from None
                 if self.server.stopping.is_set():
                     raise errors.Unavailable("the server is shutting down; nothing was committed")
                 if chunk.data is not None:
-                    yield chunk.data
+                    yield _validated(chunk.data)
         else:
             for batch in reader:
                 if self.server.stopping.is_set():
@@ -151,10 +188,11 @@ class AppendService:
             body = json.loads(action.body.to_pybytes() or b"{}")
             if not isinstance(body, dict):
                 raise ValueError
-            grace = float(body.get("orphan_grace_s", DEFAULT_ORPHAN_GRACE_S))
-        except (ValueError, TypeError):
+            grace = orphan_grace(body.get("orphan_grace_s", DEFAULT_ORPHAN_GRACE_S))
+        except (ValueError, TypeError, RecursionError):
             raise errors.InvalidArgument(
-                'icefloe.maintain takes a JSON object: {"table": "ns.t", "orphan_grace_s": 3600}'
+                'icefloe.maintain takes a JSON object: {"table": "ns.t", "orphan_grace_s": 3600} '
+                "(orphan_grace_s: a finite number of seconds >= 0)"
             ) from None
         targets = self._maintain_targets(body.get("table"))
         reports = []

@@ -30,7 +30,7 @@ from typing import Any
 import pyarrow.flight as flight
 
 from flight_server.config import Config
-from flight_server.tokens import InvalidToken, TokenSigner, load_or_create_key
+from flight_server.tokens import InvalidToken, TokenSigner, load_or_create_keys
 from flight_server.users import ROLE_RANK, SecurityConfigError, User, load_users, verify_password
 
 logger = logging.getLogger("icefloe.auth")
@@ -339,8 +339,8 @@ def build_security(config: Config) -> Security:
     auth = None
     if config.users_file:
         users = load_users(config.users_file)
-        key, key_file = load_or_create_key(config.warehouse)
-        signer = TokenSigner(key, config.token_ttl_s)
+        keys, key_file = load_or_create_keys(config.warehouse)
+        signer = TokenSigner(keys[0], config.token_ttl_s, old_keys=keys[1:])
         auth = AuthMiddlewareFactory(users, signer, CallLimiter(config.max_calls_per_user))
         kwargs["auth_handler"] = HandshakeHandler()
         persisted = f"signing key in {key_file}, tokens survive restarts" if key_file else \

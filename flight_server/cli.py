@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import math
+
 import click
 
 from flight_server import __version__
 from flight_server.config import Config
 from flight_server.logging_config import configure_logging
+
+
+def _finite_seconds(_ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise click.BadParameter("must be a finite number of seconds >= 0", param=param)
+    return value
 
 
 @click.group()
@@ -42,6 +50,8 @@ def main() -> None:
               type=float, help="Seconds a SQL query may run before it is interrupted (DEADLINE_EXCEEDED).")
 @click.option("--max-concurrent-queries", envvar="ICEFLOE_MAX_CONCURRENT_QUERIES", default=16, show_default=True,
               type=int, help="Queries that may run at once; more wait briefly, then get RESOURCE_EXHAUSTED.")
+@click.option("--memory-limit", envvar="ICEFLOE_MEMORY_LIMIT", default=None,
+              help="DuckDB memory per running query (e.g. 2GB); beyond it sorts and joins spill to disk.")
 @click.option("--log-level", envvar="ICEFLOE_LOG_LEVEL", default="info", show_default=True)
 def serve(**options: object) -> None:
     """Serve the warehouse over Arrow Flight SQL."""
@@ -52,6 +62,21 @@ def serve(**options: object) -> None:
 
     try:
         run(config)
+    except SecurityConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@main.command("rotate-key")
+@click.option("--warehouse", envvar="ICEFLOE_WAREHOUSE", default="./warehouse", show_default=True)
+@click.option("--keep", default=1, show_default=True, type=click.IntRange(min=0),
+              help="Old keys that still verify tokens and handles already given out.")
+def rotate_key(warehouse: str, keep: int) -> None:
+    """Make a new signing key for bearer tokens and handles; restart the servers to use it."""
+    from flight_server.tokens import rotate_key as rotate
+    from flight_server.users import SecurityConfigError
+
+    try:
+        click.echo(f"new signing key in {rotate(warehouse, keep)}; restart the servers of this warehouse")
     except SecurityConfigError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -136,7 +161,7 @@ def subscribe(location: str, after: str, tables: tuple[str, ...], heartbeat_ms: 
               help="Warehouse to maintain offline (when no server holds it).")
 @click.option("--server", "server_location", envvar="ICEFLOE_SERVER", default=None,
               help="Ask a running server instead, e.g. grpc://127.0.0.1:31337 (DoAction icefloe.maintain).")
-@click.option("--orphan-grace-s", default=3600.0, show_default=True, type=float,
+@click.option("--orphan-grace-s", default=3600.0, show_default=True, type=float, callback=_finite_seconds,
               help="Only files unreferenced and older than this are removed.")
 def maintain(table: str | None, warehouse: str, server_location: str | None, orphan_grace_s: float) -> None:
     """Compact small files and manifests, expire old snapshots, remove orphan files.

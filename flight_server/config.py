@@ -21,6 +21,9 @@ class Config:
     log_level: str = "info"
     query_timeout_s: float = 300.0
     max_concurrent_queries: int = 16
+    # DuckDB memory per running query (e.g. "2GB"); beyond it sorts and joins spill to a private
+    # folder. None: DuckDB's default (80% of RAM).
+    memory_limit: str | None = None
     max_subscribers: int = 1000
     allow_remote_without_auth: bool = False
     # Lifetime of bearer tokens issued at login (a working day by default).

@@ -25,9 +25,11 @@ from flight_server.auth import MIDDLEWARE_KEY, Principal, action_floor, build_se
 from flight_server.config import Config
 from flight_server.flightsql.sessions import MIDDLEWARE_KEY as SESSION_MIDDLEWARE_KEY
 from flight_server.flightsql.sessions import SessionMiddlewareFactory
+from flight_server.handles import HandleSigner
 from flight_server.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
 from flight_server.headers import HeadersMiddlewareFactory
 from flight_server.lineage_setup import lineage_settings
+from flight_server.tokens import load_or_create_keys
 
 logger = logging.getLogger("icefloe.server")
 
@@ -44,6 +46,9 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         self.config = config
         # Validate security flags before opening anything (a bad flag must not hold the catalog).
         self.security = build_security(config)
+        # Every ticket and handle given to clients is sealed with the warehouse's keys, so any
+        # server on the same warehouse can run it and no client can forge one.
+        self.handle_signer = HandleSigner(load_or_create_keys(config.warehouse)[0])
         self.catalog = catalog or RocksCatalog("icefloe", warehouse=config.warehouse, **{"read-only": "false"})
         # Set when shutdown begins, so long-lived streams (the feed) end and let gRPC drain.
         self.stopping = threading.Event()

@@ -22,6 +22,7 @@ import os
 import secrets
 import stat
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,10 +62,12 @@ def _unb64(text: str) -> bytes:
 
 
 class TokenSigner:
-    def __init__(self, key: bytes, ttl_s: float) -> None:
-        if len(key) < 32:
+    def __init__(self, key: bytes, ttl_s: float, old_keys: Sequence[bytes] = ()) -> None:
+        if len(key) < 32 or any(len(k) < 32 for k in old_keys):
             raise SecurityConfigError("the token signing key must be at least 32 bytes")
         self._key = key
+        # Retired keys (``rotate_key``) still verify the tokens issued under them.
+        self._old_keys = tuple(old_keys)
         self.ttl_s = ttl_s
 
     def digest(self, data: bytes) -> bytes:
@@ -91,7 +94,8 @@ class TokenSigner:
         if len(parts) != 3 or parts[0] != PREFIX:
             raise InvalidToken("not an icefloe token")
         _, body, mac = parts
-        if not hmac.compare_digest(self._mac(body).encode(), mac.encode()):
+        if not any(hmac.compare_digest(self._mac(body, key).encode(), mac.encode())
+                   for key in (self._key, *self._old_keys)):
             raise InvalidToken("bad signature")
         try:
             payload = json.loads(_unb64(body))
@@ -110,8 +114,8 @@ class TokenSigner:
             return None
         return self.issue(claims.user, password_hash, now, login_at=claims.login_at, login_id=claims.login_id)
 
-    def _mac(self, body: str) -> str:
-        return _b64(hmac.new(self._key, f"{PREFIX}.{body}".encode(), hashlib.sha256).digest())
+    def _mac(self, body: str, key: bytes | None = None) -> str:
+        return _b64(hmac.new(key or self._key, f"{PREFIX}.{body}".encode(), hashlib.sha256).digest())
 
 
 def session_identity(token: str) -> str:
@@ -128,15 +132,24 @@ def session_identity(token: str) -> str:
     return token
 
 
-def load_or_create_key(warehouse: str) -> tuple[bytes, str | None]:
-    """The signing key and the file it is kept in (None: per-process key, s3 warehouse)."""
+def load_or_create_keys(warehouse: str) -> tuple[list[bytes], str | None]:
+    """Every signing key of the warehouse, current first, and the file they are kept in.
+
+    The file holds one hex key per line: the first signs, the others still verify (they are
+    the keys ``rotate_key`` retired, kept so that tokens and handles already given out stay
+    valid until they expire). None as the file: an ``s3://`` warehouse, random per process.
+    """
     if "://" in warehouse and not warehouse.startswith("file://"):
-        return secrets.token_bytes(32), None
+        return [secrets.token_bytes(32)], None
     folder = Path(warehouse.removeprefix("file://"))
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / KEY_FILE_NAME
     if not path.exists():
         _create_key_file(path)
+    return _read_keys(path), str(path)
+
+
+def _read_keys(path: Path) -> list[bytes]:
     st = path.stat()
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise SecurityConfigError(
@@ -144,12 +157,37 @@ def load_or_create_key(warehouse: str) -> tuple[bytes, str | None]:
             "run `chmod 600` on it or delete it (existing tokens then become invalid)"
         )
     try:
-        key = bytes.fromhex(path.read_text().strip())
+        keys = [bytes.fromhex(line.strip()) for line in path.read_text().splitlines() if line.strip()]
     except ValueError:
         raise SecurityConfigError(f"token key file {path} is corrupt; delete it to make a new one") from None
-    if len(key) < 32:
+    if not keys or any(len(k) < 32 for k in keys):
         raise SecurityConfigError(f"token key file {path} is too short; delete it to make a new one")
-    return key, str(path)
+    return keys
+
+
+def rotate_key(warehouse: str, keep: int = 1) -> str:
+    """Make a new current signing key; keep the ``keep`` newest old keys for verification.
+
+    Servers read the keys when they start: restart them (one at a time) after a rotation.
+    Returns the key file's path.
+    """
+    if "://" in warehouse and not warehouse.startswith("file://"):
+        raise SecurityConfigError("an s3:// warehouse has no key file to rotate (its keys are per process)")
+    folder = Path(warehouse.removeprefix("file://"))
+    path = folder / KEY_FILE_NAME
+    old = _read_keys(path) if path.exists() else []
+    lines = [secrets.token_hex(32)] + [k.hex() for k in old[: max(keep, 0)]]
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.rotate")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, ("\n".join(lines) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+    logger.info("rotated the signing key in %s (%d old key(s) still verify)", path, len(lines) - 1)
+    return str(path)
 
 
 def _create_key_file(path: Path) -> None:
@@ -169,7 +207,11 @@ def _create_key_file(path: Path) -> None:
         pass
     finally:
         tmp.unlink(missing_ok=True)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    dir_fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:

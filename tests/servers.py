@@ -19,8 +19,10 @@ ROOT = Path(__file__).resolve().parent.parent
 class ServerProcess:
     """A real ``icefloe serve`` child process on a free port."""
 
-    def __init__(self, warehouse: Path, extra_args: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
+    def __init__(self, warehouse: Path, extra_args: Sequence[str] = (), env: dict[str, str] | None = None,
+                 cwd: Path | None = None) -> None:
         self.warehouse = Path(warehouse)
+        self.cwd = cwd
         self.extra_args = list(extra_args)
         self.env = {**os.environ, **(env or {})}
         self.env["PYTHONPATH"] = str(ROOT) + os.pathsep + self.env.get("PYTHONPATH", "")
@@ -31,7 +33,8 @@ class ServerProcess:
     def start(self, timeout: float = 60.0) -> ServerProcess:
         cmd = [sys.executable, "-m", "flight_server.cli", "serve", "--warehouse", str(self.warehouse),
                "--port", "0", *self.extra_args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=self.env)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=self.env,
+                                     cwd=self.cwd)
         found = threading.Event()
 
         def pump() -> None:

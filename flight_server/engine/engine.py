@@ -13,12 +13,18 @@ registered on the query's cursor and named by views ``icefloe."<namespace>"."<ta
 that exist only for that query, so concurrent queries at different snapshots of the same
 table never see each other's views. The pool size is the cap on concurrent queries.
 
-Sandbox (DuckDB settings, then ``lock_configuration``): no external access (no file reads,
-writes, globbing, ATTACH of files, extension installs), no extension autoloading, no Python
-replacement scans; only single SELECT-like statements that the binder says do not write run.
-Verified with DuckDB 2.0.1: ``allowed_directories`` would still let ``COPY ... TO`` write
-inside the allowed folder, which is why the sandbox allows no directory at all and table
-data reaches it only as Arrow streams.
+Sandbox, three walls: (1) DuckDB settings, then ``lock_configuration``: no external access
+(no file reads, writes, globbing, ATTACH of files, extension installs), no extension
+autoloading, no Python replacement scans; (2) ``policy``: only single queries run, checked on
+DuckDB's parse tree (allowed table functions, no server-revealing functions, table references
+that are icefloe tables or CTEs), at planning and again at execution, whatever a ticket says;
+(3) ``slots``: a slot that is not pristine after a query is discarded. DuckDB spills to a
+private folder (``slots.SpillFolder``). Verified with DuckDB 2.0.1: ``allowed_directories``
+would still let ``COPY ... TO`` write inside the allowed folder, which is why the sandbox
+allows no directory at all and table data reaches it only as Arrow streams.
+
+Bounded work: statements are capped in size; planning (parsing, ``AT`` evaluation) runs on a
+cursor the watchdog interrupts at the query's deadline, like the query itself.
 
 Scan paths (all produce the schema the sandbox binder gives, so GetFlightInfo and DoGet
 agree): plain ``SELECT cols FROM t`` and selective single-table queries read the pinned
@@ -29,12 +35,16 @@ the sandbox, where DuckDB pushes projections and filters into the dataset scan.
 
 from __future__ import annotations
 
+import contextlib
+import difflib
+import hashlib
 import logging
 import queue
 import threading
 import time
 import weakref
-from collections.abc import Generator
+from collections import OrderedDict
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,27 +55,24 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from sqlglot import exp as sql_exp
 
 from flight_server import errors
-from flight_server.engine import history
+from flight_server.engine import history, messages, policy
 from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
 from flight_server.engine.pushdown import parse, row_filter
 from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
+from flight_server.engine.slots import CATALOG_NAME, Slot, SpillFolder
 
 logger = logging.getLogger("icefloe.engine")
 
-CATALOG_NAME = "icefloe"
 # How long a ticket's snapshots are kept from expiry after GetFlightInfo (see catalog.pins).
 TICKET_PIN_S = 900.0
 _READ_TYPES = {"SELECT", "EXPLAIN"}
 # MULTI: one statement DuckDB expands into several (ALTER TABLE ... ADD COLUMN ... NOT NULL).
 _WRITE_TYPES = {"INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "MERGE_INTO", "COPY", "MULTI"}
-
-SANDBOX_SETTINGS: dict[str, Any] = {
-    "enable_external_access": False,
-    "autoinstall_known_extensions": False,
-    "autoload_known_extensions": False,
-    "allow_community_extensions": False,
-    "allow_unsigned_extensions": False,
-}
+# The longest SQL statement accepted (the text; parameters are bound separately).
+MAX_STATEMENT_BYTES = 1024 * 1024
+# Queries that passed the policy recently (by hash of their SQL and pins): a DoGet right after
+# its GetFlightInfo does not parse the same text again.
+_CHECKED_CACHE = 4096
 
 
 @dataclass(frozen=True)
@@ -134,34 +141,10 @@ def split_qualified(name: str) -> list[str]:
     return parts
 
 
-class _Slot:
-    """One sandboxed in-memory DuckDB database; a query has it to itself from setup to the end."""
-
-    def __init__(self, threads: int | None) -> None:
-        config = dict(SANDBOX_SETTINGS)
-        if threads:
-            config["threads"] = threads
-        self.db = duckdb.connect(":memory:", config=config)
-        self.db.execute(f"ATTACH ':memory:' AS {CATALOG_NAME}")
-        self.db.execute(f"USE {CATALOG_NAME}")
-        # Client SQL must not reach Python objects of the server by name (DuckDB's Python
-        # replacement scans look variables up in the calling frames).
-        self.db.execute("SET python_enable_replacements = false")
-        self.db.execute("SET lock_configuration = true")
-        # Views are dropped from this cursor: the query's own cursor may still hold its result.
-        self.admin = self.db.cursor()
-        self.admin.execute(f"USE {CATALOG_NAME}")
-
-    def cursor(self) -> duckdb.DuckDBPyConnection:
-        cur = self.db.cursor()
-        cur.execute(f"USE {CATALOG_NAME}")
-        return cur
-
-
 class _Running:
     """A query DuckDB is executing: what the watchdog needs to interrupt it, and what to free."""
 
-    def __init__(self, slot: _Slot, cursor: duckdb.DuckDBPyConnection, context: Any, deadline: float) -> None:
+    def __init__(self, slot: Slot, cursor: duckdb.DuckDBPyConnection, context: Any, deadline: float) -> None:
         self.slot = slot
         self.cursor = cursor
         self.context = context
@@ -170,6 +153,7 @@ class _Running:
         self.parts: list[Any] = []  # the sources of a single-table query (for the plain-scan path)
         self.helpers: list[duckdb.DuckDBPyConnection] = []  # native-scan cursors feeding this query
         self.interrupted: str | None = None
+        self.pooled = True  # False: a planning cursor, whose database is not a pooled slot
 
 
 class Engine:
@@ -180,6 +164,8 @@ class Engine:
         max_concurrent: int = 16,
         threads: int | None = None,
         stopping: threading.Event | None = None,
+        memory_limit: str | None = None,
+        spill_parent: str | None = None,
     ) -> None:
         self.catalog = catalog
         # Set when the server begins to shut down: running queries are interrupted so their
@@ -188,13 +174,22 @@ class Engine:
         self.query_timeout_s = query_timeout_s
         self.sources = IcebergSources()
         self._threads = threads
-        self._parser = _Slot(threads)  # parsing and name extraction only; never sees a table
+        self._memory_limit = memory_limit
+        self.spill = SpillFolder(spill_parent)
+        messages.register_private_path(str(self.spill.path))
+        warehouse = getattr(catalog, "warehouse_path", None) or getattr(catalog, "properties", {}).get("warehouse")
+        if isinstance(warehouse, str):
+            messages.register_private_path(warehouse.removeprefix("file://"))
+        self._parser = Slot(threads)  # parsing, policy checks, AT values; never sees a table
+        self._local = threading.local()
+        self._checked: OrderedDict[bytes, None] = OrderedDict()
+        self._checked_lock = threading.Lock()
         # Native Parquet reads for plain and selective scans (SQL icefloe writes, never the client's).
-        self.scans = ScanPaths(catalog)
+        self.scans = ScanPaths(catalog, self.spill.new_folder())
         # Each running query owns a slot, so the views naming its pinned snapshots cannot clash
         # with another query's; the pool size is the cap on concurrent queries.
         self._max_slots = max_concurrent
-        self._slots: queue.LifoQueue[_Slot] = queue.LifoQueue()
+        self._slots: queue.LifoQueue[Slot] = queue.LifoQueue()
         self._made = 0
         self._slots_lock = threading.Lock()
         self._running: set[_Running] = set()
@@ -207,9 +202,13 @@ class Engine:
         self._stop.set()
         with self._running_lock:
             for run in list(self._running):
-                run.cursor.interrupt()
+                _interrupt(run)
+        self.spill.remove()
 
-    def _take_slot(self, wait_s: float = 5.0) -> _Slot:
+    def _new_slot(self) -> Slot:
+        return Slot(self._threads, self.spill.new_folder(), self._memory_limit)
+
+    def _take_slot(self, wait_s: float = 5.0) -> Slot:
         try:
             return self._slots.get_nowait()
         except queue.Empty:
@@ -217,7 +216,7 @@ class Engine:
         with self._slots_lock:
             if self._made < self._max_slots:
                 self._made += 1
-                return _Slot(self._threads)
+                return self._new_slot()
         try:
             return self._slots.get(timeout=wait_s)
         except queue.Empty:
@@ -228,47 +227,150 @@ class Engine:
     # -- statements ---------------------------------------------------------------------
 
     def classify(self, sql: str) -> str:
-        cur = self._parser.cursor()
+        return Kind.QUERY if self._statement_type(sql) in _READ_TYPES else Kind.WRITE
+
+    def _statement_type(self, sql: str) -> str:
+        """The DuckDB statement type of ``sql``, which must be exactly one read or write statement."""
+        if len(sql.encode("utf-8")) > MAX_STATEMENT_BYTES:
+            raise errors.InvalidArgument(f"SQL statement too long (at most {MAX_STATEMENT_BYTES // 1024} KiB)")
+        cur = self._splitter()
         try:
             statements = cur.extract_statements(sql)
+            if len(statements) != 1:
+                raise errors.InvalidArgument(f"expected exactly one SQL statement, got {len(statements)}")
+            kind = statements[0].type.name
         except duckdb.Error as exc:
-            raise _map_duckdb(exc) from None
-        finally:
-            cur.close()
-        if len(statements) != 1:
-            raise errors.InvalidArgument(f"expected exactly one SQL statement, got {len(statements)}")
-        kind = statements[0].type.name
-        if kind in _READ_TYPES:
-            return Kind.QUERY
-        if kind in _WRITE_TYPES:
-            return Kind.WRITE
+            raise messages.map_duckdb(exc) from None
+        except ValueError:
+            # A statement type the Python binding has no name for (UPDATE EXTENSIONS, ...).
+            raise errors.InvalidArgument("this kind of statement is not allowed in icefloe SQL") from None
+        if kind in _READ_TYPES or kind in _WRITE_TYPES:
+            return str(kind)
         raise errors.InvalidArgument(f"{kind} statements are not allowed")
 
-    def plan(self, sql: str, default_schema: tuple[str, ...] | None) -> tuple[str, list[PinnedTable]]:
-        """A query ready to run: ``sql`` with time-travel references rewritten, and its pins."""
+    def _splitter(self) -> duckdb.DuckDBPyConnection:
+        """This thread's parser cursor for splitting statements (making a cursor costs ~0.2 ms,
+        more than the split; it only ever runs extract_statements, which leaves no state)."""
+        cur: duckdb.DuckDBPyConnection | None = getattr(self._local, "splitter", None)
+        if cur is None:
+            cur = self._parser.cursor()
+            self._local.splitter = cur
+        return cur
+
+    @contextlib.contextmanager
+    def _planning(self, context: Any) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A parser cursor under the watchdog: planning is bounded by the query timeout and
+        stops when the client cancels, like execution."""
         cur = self._parser.cursor()
+        run = _Running(self._parser, cur, context, time.monotonic() + self.query_timeout_s)
+        run.pooled = False
+        with self._running_lock:
+            self._running.add(run)
         try:
-            refs = history.find_at_references(cur, self.catalog, _without_parameters(sql), default_schema)
+            yield cur
         except duckdb.Error as exc:
-            raise _map_duckdb(exc) from None
+            raise self._failure(run, exc) from None
         finally:
-            cur.close()
-        if refs and parameter_markers(sql):
-            # Spans were found in the text with markers replaced; keep offsets honest.
-            raise errors.InvalidArgument("time travel (AT ...) cannot be combined with parameters yet")
+            self._release(run)
+        if run.interrupted:
+            raise self._failure(run, duckdb.InterruptException("interrupted"))
+
+    def check(self, sql: str, default_schema: tuple[str, ...] | None, pins: list[PinnedTable],
+              cur: duckdb.DuckDBPyConnection | None = None) -> policy.QueryTree | None:
+        """Refuse ``sql`` unless it is one query inside the sandbox policy whose every table
+        reference is one of ``pins`` (or a CTE). Returns its tree (None: passed moments ago)."""
+        key = _check_key(sql, default_schema, pins)
+        with self._checked_lock:
+            if key in self._checked:
+                self._checked.move_to_end(key)
+                return None
+        kind = self._statement_type(sql)
+        if kind not in _READ_TYPES:
+            raise errors.InvalidArgument("this statement writes; send it as an update")
+        if cur is None:
+            with self._planning(None) as planning:
+                tree = policy.check_query(planning, sql, explain=kind == "EXPLAIN")
+        else:
+            tree = policy.check_query(cur, sql, explain=kind == "EXPLAIN")
+        known = {(p.namespace, p.view_name.lower()) for p in pins}
+        for ref in tree.tables:
+            if ref.at_unit is not None:
+                raise errors.InvalidArgument("AT clauses are planned before a query runs")
+            if not any((ns, name.lower()) in known for ns, name in self._candidates(ref.parts, default_schema)):
+                raise self._missing_table(ref.parts, default_schema)
+        self._remember(key)
+        return tree
+
+    def _remember(self, key: bytes) -> None:
+        with self._checked_lock:
+            self._checked[key] = None
+            while len(self._checked) > _CHECKED_CACHE:
+                self._checked.popitem(last=False)
+
+    def plan(self, sql: str, default_schema: tuple[str, ...] | None,
+             context: Any = None) -> tuple[str, list[PinnedTable]]:
+        """A query ready to run: ``sql`` with time-travel references rewritten, and its pins.
+
+        Raises:
+            errors.InvalidArgument: Not one query, a bad ``AT`` clause, or too long.
+            errors.PermissionDenied: Outside the sandbox policy.
+            errors.NotFound: A table it names does not exist.
+            errors.DeadlineExceeded: Planning took longer than the query timeout.
+        """
+        kind = self._statement_type(sql)
+        if kind not in _READ_TYPES:
+            raise errors.InvalidArgument("this statement writes; send it as an update")
+        with self._planning(context) as cur:
+            tree = policy.check_query(cur, sql, explain=kind == "EXPLAIN")
+            refs = history.resolve_at_references(cur, self.catalog, tree.tables, default_schema)
         rewritten = history.rewrite(sql, refs, quote, CATALOG_NAME) if refs else sql
         pins = {(r.namespace, history.at_view_name(r.name, r.snapshot_id)):
                 PinnedTable(r.namespace, r.name, r.snapshot_id, r.schema_id,
                             view=history.at_view_name(r.name, r.snapshot_id)) for r in refs}
-        for pin in self.pin(rewritten, default_schema):
-            pins.setdefault((pin.namespace, pin.view_name), pin)
+        for ref in tree.tables:
+            if ref.at_unit is not None:
+                continue
+            for ns, table in self._candidates(ref.parts, default_schema):
+                if (ns, table) in pins:
+                    break
+                pin = self._pin_one(ns, table)
+                if pin is not None:
+                    pins[(ns, table)] = pin
+                    break
+            else:
+                raise self._missing_table(ref.parts, default_schema)
         registry = getattr(self.catalog, "pins", None)
         if registry is not None:
             # The ticket's DoGet must still find these snapshots, whatever commits meanwhile.
             for pin in pins.values():
                 if pin.snapshot_id is not None:
                     registry.pin(pin.namespace, pin.name, pin.snapshot_id, TICKET_PIN_S)
-        return rewritten, list(pins.values())
+        planned = list(pins.values())
+        if refs:
+            # The rewritten text must pass the same policy with exactly these pins: it is what a
+            # ticket will carry and DoGet will run.
+            self.check(rewritten, default_schema, planned)
+        else:
+            self._remember(_check_key(rewritten, default_schema, planned))  # just checked, as is
+        return rewritten, planned
+
+    def _missing_table(self, parts: tuple[str, ...], default_schema: tuple[str, ...] | None) -> Exception:
+        """NOT_FOUND for a name that is no icefloe table, suggesting only icefloe tables."""
+        name = messages.scrub(".".join(parts))
+        if len(parts) == 1 and not default_schema:
+            return errors.NotFound(f"table {name} does not exist (name its namespace: ns.{name})")
+        candidates = self._candidates(parts, default_schema)
+        hint = ""
+        if candidates:
+            ns, table = candidates[0]
+            try:
+                names = [t[-1] for t in self.catalog.list_tables(ns)]
+            except (NoSuchNamespaceError, ValueError):
+                names = []
+            close = difflib.get_close_matches(table, names, n=1)
+            if close:
+                hint = f' (did you mean {".".join((*ns, close[0]))}?)'
+        return errors.NotFound(f"table {name} does not exist{hint}")
 
     def pin(self, sql: str, default_schema: tuple[str, ...] | None) -> list[PinnedTable]:
         """The catalog tables ``sql`` names, each at its current snapshot."""
@@ -323,7 +425,7 @@ class Engine:
         try:
             names = cur.get_table_names(_without_parameters(sql), qualified=True)
         except duckdb.Error as exc:
-            raise _map_duckdb(exc) from None
+            raise messages.map_duckdb(exc) from None
         finally:
             cur.close()
         return {tuple(split_qualified(name.split(" AS ", 1)[0])) for name in names}
@@ -354,7 +456,7 @@ class Engine:
             param_schema = arrow_schema(cur, [f"${n}" for n, _ in sig.parameters], [t for _, t in sig.parameters])
             return schema, param_schema
         except duckdb.Error as exc:
-            raise _map_duckdb(exc) from None
+            raise messages.map_duckdb(exc) from None
         finally:
             self._release(run)
 
@@ -386,6 +488,8 @@ class Engine:
         with self._running_lock:
             self._running.add(run)
         try:
+            # Whatever the caller (a ticket) says, only a query inside the policy runs.
+            self.check(sql, default_schema, pins, run.cursor)
             self._setup(run, pins, default_schema, sql, file_tags)
             sig = _seam.bind(run.cursor, sql, values=params)
             if sig.writes:
@@ -415,7 +519,7 @@ class Engine:
             sig = _seam.bind(cur, sql, values=params)
             return [(str(n), str(t)) for n, t in zip(sig.names, sig.types, strict=True)]
         except duckdb.Error as exc:
-            raise _map_duckdb(exc) from None
+            raise messages.map_duckdb(exc) from None
         finally:
             self._release(run)
 
@@ -479,6 +583,8 @@ class Engine:
                 cursor.close()
             except duckdb.Error:
                 pass
+        if not run.pooled:
+            return  # a planning cursor on the parser database
         ok = True
         for view in run.views:
             try:
@@ -486,9 +592,13 @@ class Engine:
             except duckdb.Error:
                 ok = False
                 logger.warning("could not drop %s; discarding the DuckDB slot", view, exc_info=True)
+        if ok and not run.slot.pristine():
+            ok = False
+            logger.warning("a query left state behind in its DuckDB slot; discarding the slot")
         if ok:
             self._slots.put(run.slot)
         else:
+            run.slot.close()
             with self._slots_lock:
                 self._made -= 1
 
@@ -499,7 +609,7 @@ class Engine:
             return errors.Cancelled("query cancelled")
         if run.interrupted == "shutdown":
             return errors.Unavailable("the server is shutting down; retry")
-        return _map_duckdb(exc)
+        return messages.map_duckdb(exc)
 
     # -- sources --------------------------------------------------------------------------
 
@@ -563,25 +673,49 @@ class Engine:
             return bool(context.is_cancelled())
 
     def _watch(self) -> None:
+        # Nothing may end this loop but close(): without it no timeout or cancel is enforced.
         while not self._stop.wait(0.1):
-            now = time.monotonic()
-            with self._running_lock:
-                running = list(self._running)
-            for run in running:
-                if run.interrupted:
-                    continue
-                reason = None
-                if self._server_stopping.is_set():
-                    reason = "shutdown"
-                elif now > run.deadline:
-                    reason = "timeout"
-                elif self._call_cancelled(run):
+            try:
+                self._watch_once(time.monotonic())
+            except Exception:
+                logger.exception("query watchdog: unexpected error (the watchdog keeps running)")
+
+    def _watch_once(self, now: float) -> None:
+        with self._running_lock:
+            running = list(self._running)
+        for run in running:
+            if run.interrupted:
+                continue
+            reason = None
+            if self._server_stopping.is_set():
+                reason = "shutdown"
+            elif now > run.deadline:
+                reason = "timeout"
+            else:
+                try:
+                    cancelled = self._call_cancelled(run)
+                except Exception:  # a context that died with its call: nobody is waiting
+                    cancelled = True
+                if cancelled:
                     reason = "cancelled"
-                if reason:
-                    run.interrupted = reason
-                    logger.info("interrupting query (%s)", reason)
-                    for cursor in (run.cursor, *run.helpers):
-                        cursor.interrupt()
+            if reason:
+                run.interrupted = reason
+                logger.info("interrupting query (%s)", reason)
+                _interrupt(run)
+
+
+def _interrupt(run: _Running) -> None:
+    """Interrupt a query's cursors; one that was closed meanwhile (the query ended) is fine."""
+    for cursor in (run.cursor, *run.helpers):
+        try:
+            cursor.interrupt()
+        except Exception:  # duckdb raises ConnectionException on a closed cursor
+            logger.debug("interrupt of a finished cursor", exc_info=True)
+
+
+def _check_key(sql: str, default_schema: tuple[str, ...] | None, pins: list[PinnedTable]) -> bytes:
+    spec = repr((sql, default_schema, sorted((p.namespace, p.view_name) for p in pins)))
+    return hashlib.blake2b(spec.encode(), digest_size=16).digest()
 
 
 def _stream_failure(run: _Running, exc: BaseException) -> Exception:
@@ -591,7 +725,7 @@ def _stream_failure(run: _Running, exc: BaseException) -> Exception:
         return errors.DeadlineExceeded("query exceeded its timeout")
     if run.interrupted == "cancelled":
         return errors.Cancelled("query cancelled")
-    return errors.InvalidArgument(_clean(exc))
+    return errors.InvalidArgument(messages.clean(exc))
 
 
 def parameter_markers(sql: str) -> int:
@@ -633,35 +767,3 @@ def _without_parameters(sql: str) -> str:
 def split_namespace(name: str) -> tuple[str, ...]:
     """A DB schema name as a namespace: multi-level namespaces are joined with '.'."""
     return tuple(name.split("."))
-
-
-def _clean(exc: BaseException) -> str:
-    """DuckDB's message without its LINE/caret excerpt noise trimmed to one paragraph."""
-    text = str(exc).strip()
-    return text if len(text) < 2000 else text[:2000] + "..."
-
-
-def _map_duckdb(exc: duckdb.Error) -> Exception:
-    msg = _clean(exc)
-    if isinstance(exc, duckdb.InterruptException):
-        return errors.Cancelled("query interrupted")
-    if isinstance(exc, duckdb.PermissionException):
-        return errors.PermissionDenied("not allowed in icefloe SQL: " + msg.split("Permission Error: ", 1)[-1])
-    if isinstance(exc, duckdb.CatalogException):
-        return errors.NotFound(msg)
-    if isinstance(exc, duckdb.OutOfMemoryException):
-        return errors.ResourceExhausted(msg)
-    if isinstance(
-        exc,
-        (
-            duckdb.ParserException,
-            duckdb.BinderException,
-            duckdb.ProgrammingError,
-            duckdb.DataError,
-            duckdb.ConversionException,
-            duckdb.InvalidInputException,
-            duckdb.NotImplementedException,
-        ),
-    ):
-        return errors.InvalidArgument(msg)
-    return errors.InvalidArgument(msg)

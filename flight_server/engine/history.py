@@ -2,11 +2,12 @@
 metadata tables ``ns."t$snapshots"``, ``ns."t$history"`` and ``ns."t$files"``.
 
 Time travel uses DuckDB's own syntax and parser: ``json_serialize_sql`` gives every table
-reference with its ``at_clause`` and its exact span in the text. Each such reference is
-replaced by a view name that no catalog table can clash with (``"t@<snapshot id>"``, aliased
-back to the name the query used), and pinned to that snapshot with the schema it was written
-with. The ``AT`` expression is evaluated by DuckDB (sandboxed), so ``now() - INTERVAL 1 hour``
-works as it would in DuckDB.
+reference with its ``at_clause`` (as an expression tree) and its exact span in the text; the
+text is never searched. Each such reference is replaced by a view name that no catalog table
+can clash with (``"t@<snapshot id>"``, aliased back to the name the query used), and pinned to
+that snapshot with the schema it was written with. The ``AT`` expression must be constant
+(literals, casts, ``now() - INTERVAL ...``); DuckDB evaluates it, re-rendered from the checked
+tree, under the query's timeout.
 
 Metadata tables are pinned like data tables (at the table's current snapshot when the query
 is planned) and materialised as Arrow at execution from the table metadata, limited to what
@@ -27,6 +28,8 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
 
 from flight_server import errors
+from flight_server.engine import messages, policy
+from flight_server.engine.policy import TableReference
 
 METADATA_KINDS = ("snapshots", "history", "files")
 _AT_VIEW = re.compile(r"^(.*)@(\d+)$")
@@ -85,92 +88,74 @@ def metadata_table_name(name: str) -> tuple[str, str] | None:
     return None
 
 
-def _serialized(cur: duckdb.DuckDBPyConnection, sql: str) -> dict[str, Any] | None:
-    """DuckDB's parse tree of a SELECT as JSON; None for anything else (or a syntax error)."""
-    raw = cur.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
-    doc = json.loads(raw[0]) if raw else {}
-    return None if doc.get("error") else dict(doc)
-
-
-def _table_refs(node: Any) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    stack = [node]
-    while stack:
-        cur = stack.pop()
-        if isinstance(cur, dict):
-            if cur.get("type") == "BASE_TABLE" and cur.get("at_clause"):
-                found.append(cur)
-            stack.extend(cur.values())
-        elif isinstance(cur, list):
-            stack.extend(cur)
-    return found
-
-
-def find_at_references(
-    cur: duckdb.DuckDBPyConnection, catalog: Any, sql: str, default_schema: tuple[str, ...] | None
+def resolve_at_references(
+    cur: duckdb.DuckDBPyConnection, catalog: Any, refs: list[TableReference], default_schema: tuple[str, ...] | None
 ) -> list[AtReference]:
-    """Every ``AT (...)`` table reference of a SELECT, resolved to a snapshot of a catalog table."""
-    if "AT" not in sql.upper():
-        return []
-    doc = _serialized(cur, sql)
-    if doc is None:
-        return []  # not a plain SELECT; the statement's own path reports syntax errors
-    refs = []
-    encoded = sql.encode("utf-8")  # DuckDB's query locations are byte offsets
-    for ref in _table_refs(doc.get("statements", [])):
-        start = int(ref["query_location"])
-        end = start + int(ref["query_location_length"])
-        span = encoded[start:end].decode("utf-8")
-        namespace = tuple(ref["schema_name"].split(".")) if ref.get("schema_name") else default_schema
-        name = ref["table_name"]
-        qualified = ".".join((*(namespace or ()), name))
+    """Resolve each ``AT (...)`` table reference of a checked query to a snapshot of a catalog table.
+
+    The reference, its name and its expression come from DuckDB's parse tree (``policy``); the
+    expression must be constant (``policy.check_at_expression``) and is evaluated by DuckDB from
+    that tree, re-rendered, on the caller's cursor (which the query watchdog can interrupt).
+    """
+    out = []
+    for ref in refs:
+        if ref.at_unit is None:
+            continue
+        if ref.start < 0 or ref.end <= ref.start:
+            raise errors.InvalidArgument("cannot locate the AT clause in the statement")
+        *schema_parts, name = ref.parts
+        if len(schema_parts) == 2 and schema_parts[0] != "icefloe":
+            raise errors.NotFound(f"catalog {schema_parts[0]!r} does not exist (the catalog is 'icefloe')")
+        namespace = tuple(schema_parts[-1].split(".")) if schema_parts else default_schema
         if not namespace:
             raise errors.InvalidArgument(f"time travel on {name}: name the namespace (ns.{name}) or set a schema")
-        unit = str(ref["at_clause"]["unit"]).upper()
-        arrow = span.find("=>")
-        close = span.rfind(")")
-        if arrow < 0 or close < arrow:
-            raise errors.InvalidArgument(f"cannot read the AT clause of {qualified}")
-        expr = span[arrow + 2 : close].strip()
+        qualified = ".".join((*namespace, name))
+        where = f"AT ({ref.at_unit} => ...) of {qualified}"
+        if ref.at_unit not in ("VERSION", "TIMESTAMP"):
+            raise errors.InvalidArgument(f"AT ({ref.at_unit} => ...) is not supported; use VERSION or TIMESTAMP")
+        policy.check_at_expression(ref.at_expr, where)
         try:
             table = catalog.load_table((*namespace, name))
         except (NoSuchTableError, NoSuchNamespaceError, ValueError):
             raise errors.NotFound(f"table {qualified} does not exist") from None
-        snapshot = _resolve(cur, table, qualified, unit, expr)
+        assert ref.at_expr is not None  # checked above
+        snapshot = _resolve(cur, table, qualified, ref.at_unit, policy.render_expression(cur, ref.at_expr))
         schema_id = snapshot.schema_id if snapshot.schema_id is not None else table.metadata.current_schema_id
-        refs.append(AtReference(start, end, namespace, name, ref.get("alias") or name, snapshot.snapshot_id,
-                                schema_id))
-    return refs
+        out.append(AtReference(ref.start, ref.end, namespace, name, ref.alias or name, snapshot.snapshot_id,
+                               schema_id))
+    spans = sorted((r.start, r.end) for r in out)
+    if any(prev[1] > nxt[0] for prev, nxt in zip(spans, spans[1:], strict=False)):
+        raise errors.InvalidArgument("overlapping AT clauses")
+    return out
 
 
-def _resolve(cur: duckdb.DuckDBPyConnection, table: Table, qualified: str, unit: str, expr: str) -> Any:
+def _resolve(cur: duckdb.DuckDBPyConnection, table: Table, qualified: str, unit: str, select: str) -> Any:
+    """The snapshot an AT clause names; ``select`` is a one-column query of its (constant) value."""
     if unit == "VERSION":
         try:
-            row = cur.execute(f"SELECT CAST(({expr}) AS BIGINT)").fetchone()
+            row = cur.execute(f"SELECT CAST(v AS BIGINT) FROM ({select}) AS at_value(v)").fetchall()[0]
         except duckdb.Error as exc:
-            raise errors.InvalidArgument(f"AT (VERSION => ...) of {qualified}: {exc}") from None
+            raise errors.InvalidArgument(f"AT (VERSION => ...) of {qualified}: {messages.clean(exc)}") from None
         snapshot_id = row[0] if row else None
         snapshot = table.metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
         if snapshot is None:
             raise errors.NotFound(f"table {qualified} has no snapshot {snapshot_id}")
         return snapshot
-    if unit == "TIMESTAMP":
-        try:
-            row = cur.execute(f"SELECT epoch_ms(CAST(({expr}) AS TIMESTAMPTZ))").fetchone()
-        except duckdb.Error as exc:
-            raise errors.InvalidArgument(f"AT (TIMESTAMP => ...) of {qualified}: {exc}") from None
-        if not row or row[0] is None:
-            raise errors.InvalidArgument(f"AT (TIMESTAMP => ...) of {qualified} is NULL")
-        entry = None
-        for log in table.metadata.snapshot_log:
-            if log.timestamp_ms <= row[0]:
-                entry = log
-        snapshot = table.metadata.snapshot_by_id(entry.snapshot_id) if entry is not None else None
-        if snapshot is None:
-            when = datetime.fromtimestamp(row[0] / 1000, tz=UTC).isoformat()
-            raise errors.NotFound(f"table {qualified} has no snapshot at or before {when}")
-        return snapshot
-    raise errors.InvalidArgument(f"AT ({unit} => ...) is not supported; use VERSION or TIMESTAMP")
+    try:
+        row = cur.execute(f"SELECT epoch_ms(CAST(v AS TIMESTAMPTZ)) FROM ({select}) AS at_value(v)").fetchall()[0]
+    except duckdb.Error as exc:
+        raise errors.InvalidArgument(f"AT (TIMESTAMP => ...) of {qualified}: {messages.clean(exc)}") from None
+    if not row or row[0] is None:
+        raise errors.InvalidArgument(f"AT (TIMESTAMP => ...) of {qualified} is NULL")
+    entry = None
+    for log in table.metadata.snapshot_log:
+        if log.timestamp_ms <= row[0]:
+            entry = log
+    snapshot = table.metadata.snapshot_by_id(entry.snapshot_id) if entry is not None else None
+    if snapshot is None:
+        when = datetime.fromtimestamp(row[0] / 1000, tz=UTC).isoformat()
+        raise errors.NotFound(f"table {qualified} has no snapshot at or before {when}")
+    return snapshot
 
 
 def rewrite(sql: str, refs: list[AtReference], quote: Any, catalog_name: str) -> str:

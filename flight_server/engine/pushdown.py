@@ -59,10 +59,16 @@ def _sql_literal(value: Any) -> str:
     return repr(value)  # int or float, parsed from the client's literal by us
 
 
+# sqlglot parses in Python: it cannot be interrupted, and on a 1 MB statement it takes tens of
+# seconds. Larger statements get no sqlglot analysis (no pushdown), which is still correct.
+MAX_ANALYSED_CHARS = 64 * 1024
+
+
 def parse(sql: str) -> tuple[Any, ...] | None:
-    """sqlglot's DuckDB-dialect parse of ``sql`` (None when it cannot parse), shared by every
-    analysis of one statement (memoized for statements up to 64 KiB). Callers only read trees."""
-    return _parse_cached(sql) if len(sql) <= 65536 else _parse(sql)
+    """sqlglot's DuckDB-dialect parse of ``sql`` (None when it cannot parse, or when it is
+    longer than ``MAX_ANALYSED_CHARS``), shared by every analysis of one statement (memoized).
+    Callers only read trees."""
+    return _parse_cached(sql) if len(sql) <= MAX_ANALYSED_CHARS else None
 
 
 def _parse(sql: str) -> tuple[Any, ...] | None:

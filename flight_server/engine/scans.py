@@ -32,10 +32,11 @@ _SIMPLE_TYPE = re.compile(r"[A-Z_ ]+(\(\d+,\s*\d+\))?")
 
 
 class ScanPaths:
-    def __init__(self, catalog: Any) -> None:
+    def __init__(self, catalog: Any, spill_dir: str) -> None:
         self.catalog = catalog
         self.native = duckdb.connect(
-            ":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+            ":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                                "temp_directory": spill_dir}
         )
         self.native.execute("SET python_enable_replacements = false")
         self.native.execute("SET lock_configuration = true")

@@ -23,6 +23,7 @@ from flight_server.flightsql import protocol as p
 from flight_server.flightsql.sessions import SessionStore
 from flight_server.flightsql.statements import (
     MAX_HANDLE_BYTES,
+    HandleCodec,
     PreparedHandle,
     StatementHandle,
     param_values,
@@ -71,8 +72,11 @@ class FlightSqlService:
             query_timeout_s=config.query_timeout_s,
             max_concurrent=config.max_concurrent_queries,
             stopping=server.stopping,
+            memory_limit=config.memory_limit,
         )
         self.metadata = md.Metadata(server.catalog)
+        # Tickets and prepared-statement handles go out sealed and come back verified.
+        self.handles = HandleCodec(server.handle_signer)
         self.sessions = SessionStore()
         self.writer = SqlWriter(self.engine, server.catalog,
                                 lambda: getattr(getattr(server, "appends", None), "appender", None),
@@ -121,7 +125,7 @@ class FlightSqlService:
             if isinstance(cmd, p.CommandStatementQuery):
                 sql, default_schema, params = cmd.query, None, None
             else:
-                prepared = PreparedHandle.decode(cmd.prepared_statement_handle)
+                prepared = self.handles.open_prepared(cmd.prepared_statement_handle)
                 sql, default_schema, params = prepared.sql, prepared.default_schema, prepared.params
             handle = self._plan(context, sql, default_schema, params)
             if handle.written is not None:
@@ -129,10 +133,10 @@ class FlightSqlService:
                 total_records = handle.written
             params_row = param_values(handle.params)
             schema, _ = self.engine.describe(handle.sql, handle.pins, handle.default_schema, params_row)
-            ticket = p.TicketStatementQuery(handle.encode()).pack()
+            ticket = p.TicketStatementQuery(self.handles.statement(handle)).pack()
         else:
             schema = self._metadata_schema(context, cmd)
-            ticket = descriptor.command
+            ticket = p.TicketStatementQuery(self.handles.metadata(descriptor.command)).pack()
         endpoint = flight.FlightEndpoint(ticket, [])
         return flight.FlightInfo(schema, descriptor, [endpoint], total_records, -1)
 
@@ -140,7 +144,7 @@ class FlightSqlService:
         cmd = self._descriptor_command(descriptor)
         if isinstance(cmd, (p.CommandStatementQuery, p.CommandPreparedStatementQuery)):
             sql = (cmd.query if isinstance(cmd, p.CommandStatementQuery)
-                   else PreparedHandle.decode(cmd.prepared_statement_handle).sql)
+                   else self.handles.open_prepared(cmd.prepared_statement_handle).sql)
             self.server.authorize(context, "read")
             if self.engine.classify(sql) == Kind.WRITE:
                 # Asking for the schema must not run the write: its result is one count row.
@@ -168,7 +172,7 @@ class FlightSqlService:
             handle = StatementHandle(f"SELECT CAST({count} AS BIGINT) AS count", default_schema, [], None)
             handle.written = count
             return handle
-        sql, pins = self.engine.plan(sql, default_schema)
+        sql, pins = self.engine.plan(sql, default_schema, context)
         return StatementHandle(sql, default_schema, pins, params)
 
     def _write(
@@ -208,15 +212,25 @@ class FlightSqlService:
     # -- DoGet -------------------------------------------------------------------------------
 
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
+        """Run a ticket GetFlightInfo issued: only sealed tickets, checked again before they run."""
         cmd = self._command(ticket.ticket)
-        if isinstance(cmd, p.TicketStatementQuery):
-            self.server.authorize(context, "read")
-            handle = StatementHandle.decode(cmd.statement_handle)
-            reader = self.engine.execute(
-                handle.sql, handle.pins, handle.default_schema, param_values(handle.params), context=context
-            )
-            return flight.RecordBatchStream(reader)
-        return flight.RecordBatchStream(self._metadata_table(context, cmd))
+        if not isinstance(cmd, p.TicketStatementQuery):
+            raise errors.InvalidArgument("DoGet takes a ticket from GetFlightInfo, not a command")
+        self.server.authorize(context, "read")
+        sealed = cmd.statement_handle
+        if sealed.startswith(b"icefloe." + HandleCodec.METADATA.encode()):
+            inner = self._command(self.handles.open_metadata(sealed))
+            self._metadata_schema(context, inner)  # what GetFlightInfo accepts, nothing else
+            return flight.RecordBatchStream(self._metadata_table(context, inner))
+        handle = self.handles.open_statement(sealed)
+        # Defence in depth: a sealed ticket only ever holds a query GetFlightInfo planned, but
+        # what runs here is classified (and sandbox-checked by the engine) again anyway.
+        if self.engine.classify(handle.sql) != Kind.QUERY:
+            raise errors.InvalidArgument("this ticket does not hold a query")
+        reader = self.engine.execute(
+            handle.sql, handle.pins, handle.default_schema, param_values(handle.params), context=context
+        )
+        return flight.RecordBatchStream(reader)
 
     def _metadata_table(self, context: flight.ServerCallContext, cmd: p.Message) -> pa.Table:
         schema = self._metadata_schema(context, cmd)
@@ -247,9 +261,9 @@ class FlightSqlService:
         cmd = self._descriptor_command(descriptor)
         if isinstance(cmd, p.CommandPreparedStatementQuery):
             self.server.authorize(context, "read")
-            prepared = PreparedHandle.decode(cmd.prepared_statement_handle)
+            prepared = self.handles.open_prepared(cmd.prepared_statement_handle)
             prepared.params = read_parameters(reader)
-            result = p.DoPutPreparedStatementResult(prepared_statement_handle=prepared.encode())
+            result = p.DoPutPreparedStatementResult(prepared_statement_handle=self.handles.prepared(prepared))
             writer.write(pa.py_buffer(result.encode()))
         elif isinstance(cmd, p.CommandStatementUpdate):
             if cmd.transaction_id:
@@ -257,7 +271,7 @@ class FlightSqlService:
             count = self._update(context, cmd.query, None, None)
             writer.write(pa.py_buffer(p.DoPutUpdateResult(record_count=count).encode()))
         elif isinstance(cmd, p.CommandPreparedStatementUpdate):
-            prepared = PreparedHandle.decode(cmd.prepared_statement_handle)
+            prepared = self.handles.open_prepared(cmd.prepared_statement_handle)
             params = read_parameters(reader)
             if params is None:
                 params = prepared.params
@@ -316,7 +330,7 @@ class FlightSqlService:
             if kind == "ClosePreparedStatement":
                 self.server.authorize(context, "read")
                 req = p.ActionClosePreparedStatementRequest.unpack(body)
-                PreparedHandle.decode(req.prepared_statement_handle)  # validate; nothing to free
+                self.handles.open_prepared(req.prepared_statement_handle)  # validate; nothing to free
                 return iter([])
             if kind == "SetSessionOptions":
                 return iter([self._set_session_options(context, p.SetSessionOptionsRequest.decode(body))])
@@ -347,13 +361,15 @@ class FlightSqlService:
             count = parameter_markers(req.query)
             params = pa.schema([pa.field(f"${i + 1}", pa.utf8()) for i in range(count)])
             result = p.ActionCreatePreparedStatementResult(
-                handle.encode(), b"", _ipc(params) if count else b"", is_update=True
+                self.handles.prepared(handle), b"", _ipc(params) if count else b"", is_update=True
             )
         else:
-            sql, pins = self.engine.plan(req.query, default_schema)
+            sql, pins = self.engine.plan(req.query, default_schema, context)
             schema, params = self.engine.describe(sql, pins, default_schema)
             handle = PreparedHandle(req.query, default_schema, is_query=True)
-            result = p.ActionCreatePreparedStatementResult(handle.encode(), _ipc(schema), _ipc(params), is_update=False)
+            result = p.ActionCreatePreparedStatementResult(
+                self.handles.prepared(handle), _ipc(schema), _ipc(params), is_update=False
+            )
         return result.pack()
 
     def _set_session_options(self, context: flight.ServerCallContext, req: p.SetSessionOptionsRequest) -> bytes:

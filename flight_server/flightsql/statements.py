@@ -5,6 +5,10 @@ names resolve in, the bound parameter values and the snapshot id of every table 
 saw at GetFlightInfo; DoGet reads exactly those snapshots. A prepared-statement handle carries
 the SQL, the default schema and, once bound through DoPut, the parameter values (as an Arrow
 IPC stream); binding returns an updated handle (``DoPutPreparedStatementResult``).
+
+Handles travel through clients, so each is sealed by ``HandleCodec`` (``flight_server.handles``):
+nothing in one is decoded before its signature checks out. Parameter batches a client binds are
+bounded in rows and bytes as they are read, before they are kept or embedded in a handle.
 """
 
 from __future__ import annotations
@@ -18,10 +22,13 @@ import pyarrow as pa
 
 from flight_server import errors
 from flight_server.engine import PinnedTable
+from flight_server.handles import HandleSigner
 
-_STATEMENT_MAGIC = b"icefloe.stmt.v1:"
-_PREPARED_MAGIC = b"icefloe.prep.v1:"
 MAX_HANDLE_BYTES = 4 * 1024 * 1024
+# Bound parameters: what one DoPut may bind to a prepared statement (JDBC executeBatch and ADBC
+# executemany send many rows), counted after decompression, batch by batch as they arrive.
+MAX_PARAM_ROWS = 100_000
+MAX_PARAM_BYTES = 64 * 1024 * 1024
 
 
 def _encode_params(batch: pa.RecordBatch | None) -> str | None:
@@ -36,7 +43,8 @@ def _encode_params(batch: pa.RecordBatch | None) -> str | None:
 def _decode_params(raw: str | None) -> pa.RecordBatch | None:
     if raw is None:
         return None
-    table = pa.ipc.open_stream(base64.b64decode(raw)).read_all()
+    # Only ever bytes this server encoded (the handle's signature was checked first).
+    table = pa.ipc.open_stream(base64.b64decode(raw, validate=True)).read_all()
     return table.combine_chunks().to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], table.schema)
 
 
@@ -49,13 +57,9 @@ def param_values(batch: pa.RecordBatch | None) -> list[Any] | None:
     return [batch.column(i)[0].as_py() for i in range(batch.num_columns)]
 
 
-def _load(data: bytes, magic: bytes, what: str) -> dict[str, Any]:
-    if len(data) > MAX_HANDLE_BYTES:
-        raise errors.InvalidArgument(f"{what} too large")
-    if not data.startswith(magic):
-        raise errors.InvalidArgument(f"not an icefloe {what}")
+def _load(body: bytes, what: str) -> dict[str, Any]:
     try:
-        raw = json.loads(data[len(magic) :])
+        raw = json.loads(body)
         if not isinstance(raw, dict):
             raise ValueError
         return raw
@@ -72,18 +76,18 @@ class StatementHandle:
     # Rows a write statement affected when it ran at GetFlightInfo (not part of the handle).
     written: int | None = None
 
-    def encode(self) -> bytes:
+    def body(self) -> bytes:
         body = {
             "q": self.sql,
             "s": list(self.default_schema) if self.default_schema else None,
             "t": [p.to_json() for p in self.pins],
             "v": _encode_params(self.params),
         }
-        return _STATEMENT_MAGIC + json.dumps(body, separators=(",", ":")).encode()
+        return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
-    def decode(cls, data: bytes) -> StatementHandle:
-        raw = _load(data, _STATEMENT_MAGIC, "statement handle")
+    def from_body(cls, data: bytes) -> StatementHandle:
+        raw = _load(data, "statement handle")
         try:
             return cls(
                 str(raw["q"]),
@@ -102,18 +106,18 @@ class PreparedHandle:
     is_query: bool
     params: pa.RecordBatch | None = None
 
-    def encode(self) -> bytes:
+    def body(self) -> bytes:
         body = {
             "q": self.sql,
             "s": list(self.default_schema) if self.default_schema else None,
             "k": "query" if self.is_query else "update",
             "v": _encode_params(self.params),
         }
-        return _PREPARED_MAGIC + json.dumps(body, separators=(",", ":")).encode()
+        return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
-    def decode(cls, data: bytes) -> PreparedHandle:
-        raw = _load(data, _PREPARED_MAGIC, "prepared statement handle")
+    def from_body(cls, data: bytes) -> PreparedHandle:
+        raw = _load(data, "prepared statement handle")
         try:
             return cls(
                 str(raw["q"]),
@@ -125,14 +129,79 @@ class PreparedHandle:
             raise errors.InvalidArgument("malformed prepared statement handle") from None
 
 
+class HandleCodec:
+    """Seals handles for clients and opens (verifies, then decodes) the ones they send back."""
+
+    STATEMENT = "stmt"
+    PREPARED = "prep"
+    METADATA = "meta"
+
+    def __init__(self, signer: HandleSigner) -> None:
+        self._signer = signer
+
+    def _open(self, purpose: str, data: bytes, what: str) -> bytes:
+        if len(data) > MAX_HANDLE_BYTES:
+            raise errors.InvalidArgument(f"{what} too large")
+        return self._signer.open(purpose, data, what)
+
+    def statement(self, handle: StatementHandle) -> bytes:
+        return self._signer.seal(self.STATEMENT, handle.body())
+
+    def open_statement(self, data: bytes) -> StatementHandle:
+        return StatementHandle.from_body(self._open(self.STATEMENT, data, "statement handle"))
+
+    def prepared(self, handle: PreparedHandle) -> bytes:
+        return self._signer.seal(self.PREPARED, handle.body())
+
+    def open_prepared(self, data: bytes) -> PreparedHandle:
+        return PreparedHandle.from_body(self._open(self.PREPARED, data, "prepared statement handle"))
+
+    def metadata(self, command: bytes) -> bytes:
+        """A metadata command (the packed Any) as the handle of its ticket."""
+        return self._signer.seal(self.METADATA, command)
+
+    def open_metadata(self, data: bytes) -> bytes:
+        return self._open(self.METADATA, data, "ticket")
+
+
 def read_parameters(reader: Any) -> pa.RecordBatch | None:
-    """All parameter rows a client sent with DoPut, as one batch (None when it sent no columns)."""
+    """All parameter rows a client sent with DoPut, as one batch (None when it sent no columns).
+
+    Read batch by batch, so a stream past ``MAX_PARAM_ROWS`` / ``MAX_PARAM_BYTES`` (decompressed)
+    is refused as soon as it crosses the bound, without reading the rest.
+
+    Raises:
+        errors.InvalidArgument: Not an Arrow stream, or too many parameter rows or bytes.
+    """
+    batches: list[pa.RecordBatch] = []
+    rows = size = 0
     try:
-        table = reader.read_all()
-    except pa.ArrowException as exc:
-        raise errors.InvalidArgument(f"could not read parameters: {exc}") from None
-    if table.num_columns == 0:
+        schema = reader.schema
+        while True:
+            try:
+                chunk = reader.read_chunk()
+            except StopIteration:
+                break
+            batch = chunk.data
+            if batch is None:
+                continue
+            rows += batch.num_rows
+            size += batch.nbytes
+            if rows > MAX_PARAM_ROWS or size > MAX_PARAM_BYTES:
+                raise errors.InvalidArgument(
+                    f"too many parameter values: at most {MAX_PARAM_ROWS} rows and "
+                    f"{MAX_PARAM_BYTES // (1024 * 1024)} MiB may be bound in one call"
+                )
+            batches.append(batch)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise errors.InvalidArgument(f"could not read parameters: {_first_line(exc)}") from None
+    if len(schema) == 0:
         return None
-    table = table.combine_chunks()
-    batches = table.to_batches()
-    return batches[0] if batches else pa.RecordBatch.from_pylist([], table.schema)
+    table = pa.Table.from_batches(batches, schema).combine_chunks()
+    out = table.to_batches()
+    return out[0] if out else pa.RecordBatch.from_pylist([], schema)
+
+
+def _first_line(exc: BaseException) -> str:
+    """An Arrow error's first line: pyarrow may append C++ source locations after it."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

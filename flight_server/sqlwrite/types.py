@@ -34,7 +34,7 @@ from pyiceberg.types import (
 )
 
 from flight_server import errors
-from flight_server.engine.engine import SANDBOX_SETTINGS
+from flight_server.engine.slots import SANDBOX_SETTINGS
 
 _SIMPLE: dict[str, IcebergType] = {
     "boolean": BooleanType(),

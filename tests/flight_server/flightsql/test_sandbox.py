@@ -16,7 +16,7 @@ import pytest
 from flightsql_wire import statement_query
 from servers import ServerProcess
 
-from flight_server.engine.engine import _Slot
+from flight_server.engine.slots import Slot as _Slot
 
 
 def _digest(folder: Path) -> dict[str, str]:
@@ -110,7 +110,7 @@ def test_sandbox_escapes_are_refused(sample_server: ServerProcess, tmp_path: Pat
 
 def test_file_access_is_permission_denied(sample_server: ServerProcess) -> None:
     client = flight.FlightClient(sample_server.location)
-    with pytest.raises(flight.FlightUnauthorizedError, match="file system operations are disabled"):
+    with pytest.raises(flight.FlightUnauthorizedError, match="not allowed in icefloe SQL: the table function read_csv"):
         client.get_flight_info(
             flight.FlightDescriptor.for_command(statement_query("SELECT * FROM read_csv('/etc/passwd')"))
         )

@@ -180,6 +180,8 @@ def test_forged_ticket_with_a_write_is_refused_for_a_read_user(server: ServerPro
     must not get it executed by DoGet (which only checks the read role)."""
     from flight_server.flightsql import protocol as p
     from flight_server.flightsql.statements import StatementHandle
+    from flight_server.handles import HandleSigner
+    from flight_server.tokens import KEY_FILE_NAME
 
     before = _commit_log(server)
     client = flight.FlightClient(server.location)
@@ -189,16 +191,20 @@ def test_forged_ticket_with_a_write_is_refused_for_a_read_user(server: ServerPro
         query = p.CommandStatementQuery(query="SELECT x FROM ns.t").pack()
         info = client.get_flight_info(flight.FlightDescriptor.for_command(query), options(rita))
         ticket_cmd = p.TicketStatementQuery.unpack(info.endpoints[0].ticket.ticket)
-        genuine = StatementHandle.decode(ticket_cmd.statement_handle)
+        prefix, mac, body = ticket_cmd.statement_handle.split(b":", 2)
+        genuine = StatementHandle.from_body(body)
         assert genuine.pins, "the genuine ticket pins ns.t"
+        # Even signed with the warehouse key (an insider's forgery), a write never runs at DoGet.
+        insider = HandleSigner([bytes.fromhex((server.warehouse / KEY_FILE_NAME).read_text().split()[0])])
         for sql in ["INSERT INTO ns.t VALUES (99)", "DELETE FROM ns.t", "DROP TABLE ns.t",
                     "COPY (SELECT 1) TO '/tmp/icefloe-forged.csv'"]:
-            forged = StatementHandle(sql, genuine.default_schema, genuine.pins)
-            ticket = flight.Ticket(p.TicketStatementQuery(forged.encode()).pack())
-            kind, exc = outcome(lambda ticket=ticket: client.do_get(ticket, options(rita)).read_all())  # type: ignore[misc]
-            # refused (by the engine's write check, DuckDB, or the sandbox), never run
-            assert exc is not None and kind != "unauthenticated", (sql, exc)
-            assert "Traceback" not in str(exc)
+            forged = StatementHandle(sql, genuine.default_schema, genuine.pins).body()
+            for handle in (prefix + b":" + mac + b":" + forged, insider.seal("stmt", forged)):
+                ticket = flight.Ticket(p.TicketStatementQuery(handle).pack())
+                kind, exc = outcome(lambda ticket=ticket: client.do_get(ticket, options(rita)).read_all())  # type: ignore[misc]
+                # refused (by the signature, the engine's write check, or the sandbox), never run
+                assert exc is not None and kind != "unauthenticated", (sql, exc)
+                assert "Traceback" not in str(exc)
     finally:
         client.close()
     assert not Path("/tmp/icefloe-forged.csv").exists()
