@@ -60,6 +60,8 @@ from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quot
 from flight_server.engine.pushdown import parse, row_filter
 from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 from flight_server.engine.slots import CATALOG_NAME, Slot, SpillFolder
+from flight_server.engine.sql_text import split_namespace, split_qualified, without_parameters
+from flight_server.engine.watchdog import Running, Watchdog
 
 logger = logging.getLogger("icefloe.engine")
 
@@ -116,46 +118,6 @@ class Kind:
     WRITE = "write"
 
 
-def split_qualified(name: str) -> list[str]:
-    """Split a DuckDB qualified name (``"a.b".t``) into unquoted parts."""
-    parts, cur, i, quoted = [], [], 0, False
-    while i < len(name):
-        ch = name[i]
-        if quoted:
-            if ch == '"' and i + 1 < len(name) and name[i + 1] == '"':
-                cur.append('"')
-                i += 1
-            elif ch == '"':
-                quoted = False
-            else:
-                cur.append(ch)
-        elif ch == '"':
-            quoted = True
-        elif ch == ".":
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-        i += 1
-    parts.append("".join(cur))
-    return parts
-
-
-class _Running:
-    """A query DuckDB is executing: what the watchdog needs to interrupt it, and what to free."""
-
-    def __init__(self, slot: Slot, cursor: duckdb.DuckDBPyConnection, context: Any, deadline: float) -> None:
-        self.slot = slot
-        self.cursor = cursor
-        self.context = context
-        self.deadline = deadline
-        self.views: list[str] = []
-        self.parts: list[Any] = []  # the sources of a single-table query (for the plain-scan path)
-        self.helpers: list[duckdb.DuckDBPyConnection] = []  # native-scan cursors feeding this query
-        self.interrupted: str | None = None
-        self.pooled = True  # False: a planning cursor, whose database is not a pooled slot
-
-
 class Engine:
     def __init__(
         self,
@@ -192,17 +154,10 @@ class Engine:
         self._slots: queue.LifoQueue[Slot] = queue.LifoQueue()
         self._made = 0
         self._slots_lock = threading.Lock()
-        self._running: set[_Running] = set()
-        self._running_lock = threading.Lock()
-        self._stop = threading.Event()
-        self._watchdog = threading.Thread(target=self._watch, name="icefloe-query-watchdog", daemon=True)
-        self._watchdog.start()
+        self.watchdog = Watchdog(self._server_stopping)
 
     def close(self) -> None:
-        self._stop.set()
-        with self._running_lock:
-            for run in list(self._running):
-                _interrupt(run)
+        self.watchdog.close()
         self.spill.remove()
 
     def _new_slot(self) -> Slot:
@@ -262,10 +217,9 @@ class Engine:
         """A parser cursor under the watchdog: planning is bounded by the query timeout and
         stops when the client cancels, like execution."""
         cur = self._parser.cursor()
-        run = _Running(self._parser, cur, context, time.monotonic() + self.query_timeout_s)
+        run = Running(self._parser, cur, context, time.monotonic() + self.query_timeout_s)
         run.pooled = False
-        with self._running_lock:
-            self._running.add(run)
+        self.watchdog.add(run)
         try:
             yield cur
         except duckdb.Error as exc:
@@ -423,7 +377,7 @@ class Engine:
             return refs
         cur = self._parser.cursor()
         try:
-            names = cur.get_table_names(_without_parameters(sql), qualified=True)
+            names = cur.get_table_names(without_parameters(sql), qualified=True)
         except duckdb.Error as exc:
             raise messages.map_duckdb(exc) from None
         finally:
@@ -446,7 +400,7 @@ class Engine:
         """Result schema and parameter schema of a query, without running it."""
         slot = self._take_slot()
         cur = slot.cursor()
-        run = _Running(slot, cur, None, 0.0)
+        run = Running(slot, cur, None, 0.0)
         try:
             self._setup(run, pins, default_schema)
             sig = _seam.bind(cur, sql, values=params)
@@ -482,11 +436,10 @@ class Engine:
         params: list[Any] | None,
         context: Any,
         file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None,
-    ) -> tuple[pa.RecordBatchReader, _Running]:
+    ) -> tuple[pa.RecordBatchReader, Running]:
         slot = self._take_slot()
-        run = _Running(slot, slot.cursor(), context, time.monotonic() + self.query_timeout_s)
-        with self._running_lock:
-            self._running.add(run)
+        run = Running(slot, slot.cursor(), context, time.monotonic() + self.query_timeout_s)
+        self.watchdog.add(run)
         try:
             # Whatever the caller (a ticket) says, only a query inside the policy runs.
             self.check(sql, default_schema, pins, run.cursor)
@@ -513,7 +466,7 @@ class Engine:
         """(name, DuckDB type) of each result column of a query, without running it (SQL writes)."""
         slot = self._take_slot()
         cur = slot.cursor()
-        run = _Running(slot, cur, None, 0.0)
+        run = Running(slot, cur, None, 0.0)
         try:
             self._setup(run, pins, default_schema)
             sig = _seam.bind(cur, sql, values=params)
@@ -569,15 +522,10 @@ class Engine:
             reader.close()
             self._release(run)
 
-    def _release(self, run: _Running) -> None:
+    def _release(self, run: Running) -> None:
         """End of a query: close its cursor, drop its views, return its slot (exactly once)."""
-        with self._running_lock:
-            if getattr(run, "released", False):
-                return
-            run.released = True  # type: ignore[attr-defined]
-            self._running.discard(run)
-            # The RPC context dies with its call; never let the watchdog touch it afterwards.
-            run.context = None
+        if not self.watchdog.remove(run):
+            return
         for cursor in (run.cursor, *run.helpers):
             try:
                 cursor.close()
@@ -602,7 +550,7 @@ class Engine:
             with self._slots_lock:
                 self._made -= 1
 
-    def _failure(self, run: _Running, exc: duckdb.Error) -> Exception:
+    def _failure(self, run: Running, exc: duckdb.Error) -> Exception:
         if run.interrupted == "timeout":
             return errors.DeadlineExceeded(f"query exceeded the {self.query_timeout_s:g}s timeout")
         if run.interrupted == "cancelled":
@@ -614,7 +562,7 @@ class Engine:
     # -- sources --------------------------------------------------------------------------
 
     def _setup(
-        self, run: _Running, pins: list[PinnedTable], default_schema: tuple[str, ...] | None, sql: str | None = None,
+        self, run: Running, pins: list[PinnedTable], default_schema: tuple[str, ...] | None, sql: str | None = None,
         file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None,
     ) -> None:
         """Register each pinned table's sources and name them; ``sql`` (execution only) prunes files.
@@ -657,68 +605,12 @@ class Engine:
             path = f"{CATALOG_NAME}.{quote('.'.join(default_schema))},{CATALOG_NAME}.main"
             cur.execute("SET search_path = '" + path.replace("'", "''") + "'")
 
-    # -- cancellation and timeouts --------------------------------------------------------
-
-    def _call_cancelled(self, run: _Running) -> bool:
-        """Ask the query's RPC context whether the client cancelled.
-
-        Checked under ``_running_lock``, which ``_release`` also takes before it drops the
-        context: a context is only consulted while its query is still registered, i.e. while
-        its call is alive (the reader is released before gRPC finishes the call).
-        """
-        with self._running_lock:
-            context = run.context
-            if getattr(run, "released", False) or context is None:
-                return False
-            return bool(context.is_cancelled())
-
-    def _watch(self) -> None:
-        # Nothing may end this loop but close(): without it no timeout or cancel is enforced.
-        while not self._stop.wait(0.1):
-            try:
-                self._watch_once(time.monotonic())
-            except Exception:
-                logger.exception("query watchdog: unexpected error (the watchdog keeps running)")
-
-    def _watch_once(self, now: float) -> None:
-        with self._running_lock:
-            running = list(self._running)
-        for run in running:
-            if run.interrupted:
-                continue
-            reason = None
-            if self._server_stopping.is_set():
-                reason = "shutdown"
-            elif now > run.deadline:
-                reason = "timeout"
-            else:
-                try:
-                    cancelled = self._call_cancelled(run)
-                except Exception:  # a context that died with its call: nobody is waiting
-                    cancelled = True
-                if cancelled:
-                    reason = "cancelled"
-            if reason:
-                run.interrupted = reason
-                logger.info("interrupting query (%s)", reason)
-                _interrupt(run)
-
-
-def _interrupt(run: _Running) -> None:
-    """Interrupt a query's cursors; one that was closed meanwhile (the query ended) is fine."""
-    for cursor in (run.cursor, *run.helpers):
-        try:
-            cursor.interrupt()
-        except Exception:  # duckdb raises ConnectionException on a closed cursor
-            logger.debug("interrupt of a finished cursor", exc_info=True)
-
-
 def _check_key(sql: str, default_schema: tuple[str, ...] | None, pins: list[PinnedTable]) -> bytes:
     spec = repr((sql, default_schema, sorted((p.namespace, p.view_name) for p in pins)))
     return hashlib.blake2b(spec.encode(), digest_size=16).digest()
 
 
-def _stream_failure(run: _Running, exc: BaseException) -> Exception:
+def _stream_failure(run: Running, exc: BaseException) -> Exception:
     """An error DuckDB raised while producing batches reaches Python through Arrow's C stream
     as ``OSError`` / ``ArrowException`` with DuckDB's message: map it like the DuckDB error."""
     if run.interrupted == "timeout":
@@ -726,44 +618,3 @@ def _stream_failure(run: _Running, exc: BaseException) -> Exception:
     if run.interrupted == "cancelled":
         return errors.Cancelled("query cancelled")
     return errors.InvalidArgument(messages.clean(exc))
-
-
-def parameter_markers(sql: str) -> int:
-    """How many distinct parameters ``sql`` has (``?`` each count; ``$n`` / ``$name`` once each)."""
-    return len(_marker_spans(sql)[1])
-
-
-def _marker_spans(sql: str) -> tuple[list[tuple[int, int]], list[str]]:
-    tokens = duckdb.tokenize(sql)
-    edits: list[tuple[int, int]] = []
-    names: list[str] = []
-    for i, (pos, kind) in enumerate(tokens):
-        if kind != duckdb.token_type.operator:
-            continue
-        if sql.startswith("?", pos):
-            edits.append((pos, pos + 1))
-            names.append(f"?{len(edits)}")
-        elif sql.startswith("$", pos) and i + 1 < len(tokens) and tokens[i + 1][0] == pos + 1:
-            end = tokens[i + 2][0] if i + 2 < len(tokens) else len(sql)
-            edits.append((pos, pos + 1 + len(sql[pos + 1 : end].rstrip())))
-            name = sql[edits[-1][0] : edits[-1][1]]
-            if name not in names:
-                names.append(name)
-    return edits, names
-
-
-def _without_parameters(sql: str) -> str:
-    """``sql`` with every parameter marker (``?``, ``$1``, ``$name``) replaced by NULL.
-
-    DuckDB's table-name extraction refuses statements with parameters; the tokenizer tells
-    markers apart from the same characters inside strings, identifiers and comments.
-    """
-    edits, _ = _marker_spans(sql)
-    for start, end in reversed(edits):
-        sql = sql[:start] + "NULL" + sql[end:]
-    return sql
-
-
-def split_namespace(name: str) -> tuple[str, ...]:
-    """A DB schema name as a namespace: multi-level namespaces are joined with '.'."""
-    return tuple(name.split("."))

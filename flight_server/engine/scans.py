@@ -22,7 +22,8 @@ from flight_server.engine.iceberg_source import quote
 from flight_server.engine.pushdown import plain_projection, safe_conjuncts
 
 if TYPE_CHECKING:
-    from flight_server.engine.engine import PinnedTable, _Running
+    from flight_server.engine.engine import PinnedTable
+    from flight_server.engine.watchdog import Running
 
 logger = logging.getLogger("icefloe.engine.scans")
 
@@ -41,7 +42,7 @@ class ScanPaths:
         self.native.execute("SET python_enable_replacements = false")
         self.native.execute("SET lock_configuration = true")
 
-    def plain_scan(self, run: _Running, sql: str, sig: Any) -> pa.RecordBatchReader | None:
+    def plain_scan(self, run: Running, sql: str, sig: Any) -> pa.RecordBatchReader | None:
         """``SELECT cols FROM t``: stream the scan itself, with no SQL engine over it.
 
         Local files are read by DuckDB's native Parquet reader (the internal database, on SQL
@@ -77,7 +78,7 @@ class ScanPaths:
         return scanner.to_reader().cast(target)
 
     def native_reader(
-        self, run: _Running, part: Any, physical: list[str], target: pa.Schema, type_names: list[str], where: str
+        self, run: Running, part: Any, physical: list[str], target: pa.Schema, type_names: list[str], where: str
     ) -> pa.RecordBatchReader | None:
         """The pinned files of one local dataset read by DuckDB's native Parquet reader, on SQL we
         write, typed as ``target``; None where that reader cannot stand in for the dataset."""
@@ -103,7 +104,7 @@ class ScanPaths:
             return None
         return reader
 
-    def native_scan(self, run: _Running, pins: list[PinnedTable], sql: str) -> None:
+    def native_scan(self, run: Running, pins: list[PinnedTable], sql: str) -> None:
         """Selective single-table queries: read through DuckDB's own Parquet reader.
 
         Arrow datasets decode every column of a row group before filtering; DuckDB's reader

@@ -17,7 +17,7 @@ import pyarrow.flight as flight
 
 from flight_server import errors
 from flight_server.engine import CATALOG_NAME, Engine, Kind, split_namespace
-from flight_server.engine.engine import parameter_markers
+from flight_server.engine.sql_text import parameter_markers
 from flight_server.flightsql import metadata as md
 from flight_server.flightsql import protocol as p
 from flight_server.flightsql.sessions import SessionStore

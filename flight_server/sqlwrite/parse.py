@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from flight_server import errors
 from flight_server.engine import CATALOG_NAME
-from flight_server.engine.engine import _marker_spans
+from flight_server.engine.sql_text import marker_spans
 
 DIALECT = "duckdb"
 
@@ -118,7 +118,7 @@ def bind_subset(sql: str, params: list[Any] | None) -> tuple[str, list[Any] | No
     """
     if not params:
         return sql, params
-    edits, _ = _marker_spans(sql)
+    edits, _ = marker_spans(sql)
     if not edits:
         return sql, None
     order: list[int] = []

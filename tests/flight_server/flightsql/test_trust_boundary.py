@@ -479,7 +479,7 @@ def test_watchdog_survives_interrupting_a_closed_cursor(tmp_path: Path) -> None:
     from catalog import RocksCatalog
     from flight_server import errors
     from flight_server.engine import Engine
-    from flight_server.engine.engine import _Running
+    from flight_server.engine.watchdog import Running
 
     cat = RocksCatalog("t", warehouse=str(tmp_path / "warehouse"))
     engine = Engine(cat, query_timeout_s=1)
@@ -487,14 +487,12 @@ def test_watchdog_survives_interrupting_a_closed_cursor(tmp_path: Path) -> None:
         slot = engine._take_slot()
         cursor = slot.cursor()
         cursor.close()
-        stale = _Running(slot, cursor, None, deadline=0.0)
+        stale = Running(slot, cursor, None, deadline=0.0)
         stale.pooled = False
-        with engine._running_lock:
-            engine._running.add(stale)
+        engine.watchdog.add(stale)
         time.sleep(0.5)
-        assert engine._watchdog.is_alive()
-        with engine._running_lock:
-            engine._running.discard(stale)
+        assert engine.watchdog.is_alive() and stale.interrupted == "timeout"
+        engine.watchdog.remove(stale)
         sql, pins = engine.plan("SELECT count(*) FROM range(20000000000) a(i) WHERE i % 7 = 3", None)
         start = time.monotonic()
         with pytest.raises(errors.DeadlineExceeded):

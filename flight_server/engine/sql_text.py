@@ -1,0 +1,71 @@
+"""Facts about SQL text found with DuckDB's tokenizer: parameter markers, qualified names."""
+
+from __future__ import annotations
+
+import duckdb
+
+
+def split_qualified(name: str) -> list[str]:
+    """Split a DuckDB qualified name (``"a.b".t``) into unquoted parts."""
+    parts, cur, i, quoted = [], [], 0, False
+    while i < len(name):
+        ch = name[i]
+        if quoted:
+            if ch == '"' and i + 1 < len(name) and name[i + 1] == '"':
+                cur.append('"')
+                i += 1
+            elif ch == '"':
+                quoted = False
+            else:
+                cur.append(ch)
+        elif ch == '"':
+            quoted = True
+        elif ch == ".":
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+        i += 1
+    parts.append("".join(cur))
+    return parts
+
+
+def parameter_markers(sql: str) -> int:
+    """How many distinct parameters ``sql`` has (``?`` each count; ``$n`` / ``$name`` once each)."""
+    return len(marker_spans(sql)[1])
+
+
+def marker_spans(sql: str) -> tuple[list[tuple[int, int]], list[str]]:
+    tokens = duckdb.tokenize(sql)
+    edits: list[tuple[int, int]] = []
+    names: list[str] = []
+    for i, (pos, kind) in enumerate(tokens):
+        if kind != duckdb.token_type.operator:
+            continue
+        if sql.startswith("?", pos):
+            edits.append((pos, pos + 1))
+            names.append(f"?{len(edits)}")
+        elif sql.startswith("$", pos) and i + 1 < len(tokens) and tokens[i + 1][0] == pos + 1:
+            end = tokens[i + 2][0] if i + 2 < len(tokens) else len(sql)
+            edits.append((pos, pos + 1 + len(sql[pos + 1 : end].rstrip())))
+            name = sql[edits[-1][0] : edits[-1][1]]
+            if name not in names:
+                names.append(name)
+    return edits, names
+
+
+def without_parameters(sql: str) -> str:
+    """``sql`` with every parameter marker (``?``, ``$1``, ``$name``) replaced by NULL.
+
+    DuckDB's table-name extraction refuses statements with parameters; the tokenizer tells
+    markers apart from the same characters inside strings, identifiers and comments.
+    """
+    edits, _ = marker_spans(sql)
+    for start, end in reversed(edits):
+        sql = sql[:start] + "NULL" + sql[end:]
+    return sql
+
+
+def split_namespace(name: str) -> tuple[str, ...]:
+    """A DB schema name as a namespace: multi-level namespaces are joined with '.'."""
+    return tuple(name.split("."))

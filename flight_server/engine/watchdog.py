@@ -1,0 +1,126 @@
+"""The query watchdog: interrupts DuckDB when a query passes its deadline, its client cancels,
+or the server shuts down.
+
+Every running query, and every planning step, registers a ``Running`` here. One thread looks
+at them ten times a second. It must never die: an exception from DuckDB's ``interrupt()``
+(a cursor that closed as the query ended) or from a dead RPC context is logged and the loop
+goes on, since without it no timeout or cancellation is enforced.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import duckdb
+
+from flight_server.engine.slots import Slot
+
+logger = logging.getLogger("icefloe.engine")
+
+
+class Running:
+    """A query DuckDB is executing: what the watchdog needs to interrupt it, and what to free."""
+
+    def __init__(self, slot: Slot, cursor: duckdb.DuckDBPyConnection, context: Any, deadline: float) -> None:
+        self.slot = slot
+        self.cursor = cursor
+        self.context = context
+        self.deadline = deadline
+        self.views: list[str] = []
+        self.parts: list[Any] = []  # the sources of a single-table query (for the plain-scan path)
+        self.helpers: list[duckdb.DuckDBPyConnection] = []  # native-scan cursors feeding this query
+        self.interrupted: str | None = None
+        self.pooled = True  # False: a planning cursor, whose database is not a pooled slot
+        self.released = False
+
+
+class Watchdog:
+    def __init__(self, stopping: threading.Event) -> None:
+        # Set when the server begins to shut down: running queries are interrupted so their
+        # streams end and gRPC can drain.
+        self._server_stopping = stopping
+        self._running: set[Running] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="icefloe-query-watchdog", daemon=True)
+        self._thread.start()
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def add(self, run: Running) -> None:
+        with self._lock:
+            self._running.add(run)
+
+    def remove(self, run: Running) -> bool:
+        """Unregister ``run``; False if it was already released (release happens exactly once)."""
+        with self._lock:
+            if run.released:
+                return False
+            run.released = True
+            self._running.discard(run)
+            # The RPC context dies with its call; never let the watchdog touch it afterwards.
+            run.context = None
+            return True
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            for run in list(self._running):
+                interrupt(run)
+
+    def _cancelled(self, run: Running) -> bool:
+        """Ask the query's RPC context whether the client cancelled.
+
+        Checked under the lock ``remove`` also takes before it drops the context: a context is
+        only consulted while its query is still registered, i.e. while its call is alive (the
+        reader is released before gRPC finishes the call).
+        """
+        with self._lock:
+            context = run.context
+            if run.released or context is None:
+                return False
+            return bool(context.is_cancelled())
+
+    def _watch(self) -> None:
+        # Nothing may end this loop but close(): without it no timeout or cancel is enforced.
+        while not self._stop.wait(0.1):
+            try:
+                self.watch_once(time.monotonic())
+            except Exception:
+                logger.exception("query watchdog: unexpected error (the watchdog keeps running)")
+
+    def watch_once(self, now: float) -> None:
+        with self._lock:
+            running = list(self._running)
+        for run in running:
+            if run.interrupted:
+                continue
+            reason = None
+            if self._server_stopping.is_set():
+                reason = "shutdown"
+            elif now > run.deadline:
+                reason = "timeout"
+            else:
+                try:
+                    cancelled = self._cancelled(run)
+                except Exception:  # a context that died with its call: nobody is waiting
+                    cancelled = True
+                if cancelled:
+                    reason = "cancelled"
+            if reason:
+                run.interrupted = reason
+                logger.info("interrupting query (%s)", reason)
+                interrupt(run)
+
+
+def interrupt(run: Running) -> None:
+    """Interrupt a query's cursors; one that was closed meanwhile (the query ended) is fine."""
+    for cursor in (run.cursor, *run.helpers):
+        try:
+            cursor.interrupt()
+        except Exception:  # duckdb raises ConnectionException on a closed cursor
+            logger.debug("interrupt of a finished cursor", exc_info=True)
