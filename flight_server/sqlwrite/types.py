@@ -34,6 +34,7 @@ from pyiceberg.types import (
 )
 
 from flight_server import errors
+from flight_server.engine import messages
 from flight_server.engine.slots import SANDBOX_SETTINGS
 
 _SIMPLE: dict[str, IcebergType] = {
@@ -92,19 +93,30 @@ def iceberg_type(t: Any, ids: _Ids, where: str) -> IcebergType:
 
 
 def _scratch() -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect(":memory:", config=dict(SANDBOX_SETTINGS))
+    # No temp directory: DuckDB would let SQL read and write its default one, ``<cwd>/.tmp``.
+    con = duckdb.connect(":memory:", config={**SANDBOX_SETTINGS, "temp_directory": ""})
     con.execute("SET lock_configuration = true")
     return con
 
 
 def schema_from_column_defs(column_defs: list[str]) -> Schema:
-    """An Iceberg schema from DuckDB column definition texts (``a INT NOT NULL``, ...)."""
+    """An Iceberg schema from DuckDB column definition texts (``a INT NOT NULL``, ...).
+
+    The texts come from a client's statement: they must make exactly one CREATE TABLE (a
+    definition holding ``); COPY ... TO ...`` would otherwise be a second statement here).
+    """
     con = _scratch()
     try:
+        sql = f"CREATE TABLE __icefloe_def ({', '.join(column_defs)})"
         try:
-            con.execute(f"CREATE TABLE __icefloe_def ({', '.join(column_defs)})")
+            statements = con.extract_statements(sql)
+            if len(statements) != 1 or statements[0].type.name != "CREATE":
+                raise errors.InvalidArgument("bad column definition: it must not contain other statements")
+            con.execute(sql)
         except duckdb.Error as exc:
-            raise errors.InvalidArgument(f"bad column definition: {exc}") from None
+            raise errors.InvalidArgument(f"bad column definition: {messages.clean(exc)}") from None
+        except ValueError:
+            raise errors.InvalidArgument("bad column definition") from None
         rel = con.sql("SELECT * FROM __icefloe_def")
         nullable = dict(con.execute(
             "SELECT column_name, is_nullable FROM duckdb_columns() WHERE table_name = '__icefloe_def'").fetchall())

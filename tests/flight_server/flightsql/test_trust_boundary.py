@@ -620,3 +620,18 @@ def test_a_slot_left_changed_is_discarded_not_reused(tmp_path: Path) -> None:
     finally:
         engine.close()
         cat.close()
+
+
+def test_column_definitions_cannot_smuggle_a_statement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CREATE TABLE's column texts are parsed in a scratch DuckDB: one statement, no temp folder."""
+    from flight_server import errors
+    from flight_server.sqlwrite.types import schema_from_column_defs
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".tmp").mkdir()
+    for smuggled in ["a INT); COPY (SELECT 1 AS x) TO '.tmp/evil.csv'; CREATE TABLE z (b INT",
+                     "a INT); ATTACH ':memory:' AS p; CREATE TABLE z (b INT"]:
+        with pytest.raises(errors.InvalidArgument, match="bad column definition"):
+            schema_from_column_defs([smuggled])
+    assert list((tmp_path / ".tmp").iterdir()) == []
+    assert [f.name for f in schema_from_column_defs(["a INT NOT NULL", "b VARCHAR"]).fields] == ["a", "b"]
