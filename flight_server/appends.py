@@ -24,6 +24,7 @@ from catalog.maintenance import DEFAULT_ORPHAN_GRACE_S, BackgroundMaintainer, al
 from catalog.names import InvalidNameError, check_name, check_namespace
 from catalog.schema_policy import SchemaMismatchError
 from flight_server import errors
+from flight_server.engine.sql_text import DEFAULT_SCHEMA
 from flight_server.headers import IDEMPOTENCY_HEADER, call_headers
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def orphan_grace(value: object) -> float:
     if not math.isfinite(grace) or grace < 0:
         raise ValueError("orphan_grace_s must be finite and >= 0")
     return grace
-DEFAULT_INGEST_NAMESPACE = ("default",)
+DEFAULT_INGEST_NAMESPACE = (DEFAULT_SCHEMA,)
 
 
 class AppendService:

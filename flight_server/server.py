@@ -50,6 +50,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         # server on the same warehouse can run it and no client can forge one.
         self.handle_signer = HandleSigner(load_or_create_keys(config.warehouse)[0])
         self.catalog = catalog or RocksCatalog("icefloe", warehouse=config.warehouse, **{"read-only": "false"})
+        _ensure_default_schema(self.catalog)
         # Set when shutdown begins, so long-lived streams (the feed) end and let gRPC drain.
         self.stopping = threading.Event()
         self.flightsql = FlightSqlService(self)
@@ -162,6 +163,19 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         self.lineage.stop()
         self.catalog.close()
         return not stopper.is_alive()
+
+
+def _ensure_default_schema(catalog: RocksCatalog) -> None:
+    """Every Flight SQL session starts in ``default``: it must exist (see flightsql.sessions)."""
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError
+
+    from flight_server.engine.sql_text import DEFAULT_SCHEMA
+
+    if not catalog.namespace_exists((DEFAULT_SCHEMA,)):
+        try:
+            catalog.create_namespace((DEFAULT_SCHEMA,))
+        except NamespaceAlreadyExistsError:
+            pass  # another server on the warehouse made it first
 
 
 def serve(config: Config) -> None:

@@ -57,9 +57,10 @@ from sqlglot import exp as sql_exp
 from flight_server import errors
 from flight_server.engine import history, messages, policy
 from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
+from flight_server.engine.origins import ColumnOrigin, Source, result_origins
 from flight_server.engine.pushdown import parse, row_filter
 from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
-from flight_server.engine.slots import CATALOG_NAME, Slot, SpillFolder
+from flight_server.engine.slots import CATALOG_NAME, Slot, SlotPool, SpillFolder
 from flight_server.engine.sql_text import split_namespace, split_qualified, without_parameters
 from flight_server.engine.watchdog import Running, Watchdog
 
@@ -75,6 +76,9 @@ MAX_STATEMENT_BYTES = 1024 * 1024
 # Queries that passed the policy recently (by hash of their SQL and pins): a DoGet right after
 # its GetFlightInfo does not parse the same text again.
 _CHECKED_CACHE = 4096
+# Parse trees of recently planned statements up to this long (trees are ~20x their text).
+_TREE_CACHE = 512
+_TREE_CACHE_MAX_CHARS = 8192
 
 
 @dataclass(frozen=True)
@@ -143,17 +147,16 @@ class Engine:
         if isinstance(warehouse, str):
             messages.register_private_path(warehouse.removeprefix("file://"))
         self._parser = Slot(threads)  # parsing, policy checks, AT values; never sees a table
-        self._local = threading.local()
-        self._checked: OrderedDict[bytes, None] = OrderedDict()
+        self._parser_cursors: queue.LifoQueue[duckdb.DuckDBPyConnection] = queue.LifoQueue()
+        # Policy-checked queries (by _check_key) and where their result columns come from.
+        self._checked: OrderedDict[bytes, list[ColumnOrigin | None]] = OrderedDict()
+        self._trees: OrderedDict[tuple[str, str], policy.QueryTree] = OrderedDict()
         self._checked_lock = threading.Lock()
         # Native Parquet reads for plain and selective scans (SQL icefloe writes, never the client's).
         self.scans = ScanPaths(catalog, self.spill.new_folder())
         # Each running query owns a slot, so the views naming its pinned snapshots cannot clash
         # with another query's; the pool size is the cap on concurrent queries.
-        self._max_slots = max_concurrent
-        self._slots: queue.LifoQueue[Slot] = queue.LifoQueue()
-        self._made = 0
-        self._slots_lock = threading.Lock()
+        self.slots = SlotPool(max_concurrent, self._new_slot)
         self.watchdog = Watchdog(self._server_stopping)
 
     def close(self) -> None:
@@ -162,22 +165,6 @@ class Engine:
 
     def _new_slot(self) -> Slot:
         return Slot(self._threads, self.spill.new_folder(), self._memory_limit)
-
-    def _take_slot(self, wait_s: float = 5.0) -> Slot:
-        try:
-            return self._slots.get_nowait()
-        except queue.Empty:
-            pass
-        with self._slots_lock:
-            if self._made < self._max_slots:
-                self._made += 1
-                return self._new_slot()
-        try:
-            return self._slots.get(timeout=wait_s)
-        except queue.Empty:
-            raise errors.ResourceExhausted(
-                f"too many concurrent queries (limit {self._max_slots}); retry later"
-            ) from None
 
     # -- statements ---------------------------------------------------------------------
 
@@ -188,44 +175,49 @@ class Engine:
         """The DuckDB statement type of ``sql``, which must be exactly one read or write statement."""
         if len(sql.encode("utf-8")) > MAX_STATEMENT_BYTES:
             raise errors.InvalidArgument(f"SQL statement too long (at most {MAX_STATEMENT_BYTES // 1024} KiB)")
-        cur = self._splitter()
-        try:
-            statements = cur.extract_statements(sql)
-            if len(statements) != 1:
-                raise errors.InvalidArgument(f"expected exactly one SQL statement, got {len(statements)}")
-            kind = statements[0].type.name
-        except duckdb.Error as exc:
-            raise messages.map_duckdb(exc) from None
-        except ValueError:
-            # A statement type the Python binding has no name for (UPDATE EXTENSIONS, ...).
-            raise errors.InvalidArgument("this kind of statement is not allowed in icefloe SQL") from None
+        with self._parser_cursor() as cur:
+            try:
+                statements = cur.extract_statements(sql)
+                if len(statements) != 1:
+                    raise errors.InvalidArgument(f"expected exactly one SQL statement, got {len(statements)}")
+                kind = statements[0].type.name
+            except duckdb.Error as exc:
+                raise messages.map_duckdb(exc) from None
+            except ValueError:
+                # A statement type the Python binding has no name for (UPDATE EXTENSIONS, ...).
+                raise errors.InvalidArgument("this kind of statement is not allowed in icefloe SQL") from None
         if kind in _READ_TYPES or kind in _WRITE_TYPES:
             return str(kind)
         raise errors.InvalidArgument(f"{kind} statements are not allowed")
 
-    def _splitter(self) -> duckdb.DuckDBPyConnection:
-        """This thread's parser cursor for splitting statements (making a cursor costs ~0.2 ms,
-        more than the split; it only ever runs extract_statements, which leaves no state)."""
-        cur: duckdb.DuckDBPyConnection | None = getattr(self._local, "splitter", None)
-        if cur is None:
+    @contextlib.contextmanager
+    def _parser_cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor on the parser database, from a small pool: making one costs ~0.2 ms, more
+        than splitting or parsing a statement. Parser cursors only split, parse and evaluate
+        constants (no state outlives a call; an interrupt does not outlive its statement)."""
+        try:
+            cur = self._parser_cursors.get_nowait()
+        except queue.Empty:
             cur = self._parser.cursor()
-            self._local.splitter = cur
-        return cur
+        try:
+            yield cur
+        finally:
+            self._parser_cursors.put(cur)
 
     @contextlib.contextmanager
     def _planning(self, context: Any) -> Iterator[duckdb.DuckDBPyConnection]:
         """A parser cursor under the watchdog: planning is bounded by the query timeout and
         stops when the client cancels, like execution."""
-        cur = self._parser.cursor()
-        run = Running(self._parser, cur, context, time.monotonic() + self.query_timeout_s)
-        run.pooled = False
-        self.watchdog.add(run)
-        try:
-            yield cur
-        except duckdb.Error as exc:
-            raise self._failure(run, exc) from None
-        finally:
-            self._release(run)
+        with self._parser_cursor() as cur:
+            run = Running(self._parser, cur, context, time.monotonic() + self.query_timeout_s)
+            run.pooled = False
+            self.watchdog.add(run)
+            try:
+                yield cur
+            except duckdb.Error as exc:
+                raise self._failure(run, exc) from None
+            finally:
+                self._release(run)
         if run.interrupted:
             raise self._failure(run, duckdb.InterruptException("interrupted"))
 
@@ -252,15 +244,52 @@ class Engine:
                 raise errors.InvalidArgument("AT clauses are planned before a query runs")
             if not any((ns, name.lower()) in known for ns, name in self._candidates(ref.parts, default_schema)):
                 raise self._missing_table(ref.parts, default_schema)
-        self._remember(key)
+        self._remember(key, self._origins(tree, pins, default_schema))
         return tree
 
-    def _remember(self, key: bytes) -> None:
+    def _remember(self, key: bytes, origins: list[ColumnOrigin | None]) -> None:
         with self._checked_lock:
-            self._checked[key] = None
+            self._checked[key] = origins
             while len(self._checked) > _CHECKED_CACHE:
                 self._checked.popitem(last=False)
 
+    def column_origins(
+        self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None
+    ) -> list[ColumnOrigin | None]:
+        """The table column behind each result column of a planned query (None: computed).
+
+        Remembered with the policy check, so a DoGet right after its GetFlightInfo finds them.
+        """
+        key = _check_key(sql, default_schema, pins)
+        with self._checked_lock:
+            found = self._checked.get(key)
+        if found is None:
+            self.check(sql, default_schema, pins)
+            with self._checked_lock:
+                found = self._checked.get(key, [])
+        return found
+
+    def _origins(
+        self, tree: policy.QueryTree, pins: list[PinnedTable], default_schema: tuple[str, ...] | None
+    ) -> list[ColumnOrigin | None]:
+        if tree.statement is None:
+            return []
+        by_view = {(p.namespace, p.view_name.lower()): p for p in pins}
+
+        def source(parts: tuple[str, ...], alias: str) -> Source | None:
+            for ns, name in self._candidates(parts, default_schema):
+                pin = by_view.get((ns, name.lower()))
+                if pin is None or pin.kind != "data":
+                    continue
+                try:
+                    table = self.catalog.load_table((*pin.namespace, pin.name))
+                except (NoSuchTableError, NoSuchNamespaceError, ValueError):
+                    return None
+                schema = table.schemas().get(pin.schema_id) or table.schema()
+                return Source(alias, pin.namespace, pin.name, list(schema.fields), read_only=pin.view is not None)
+            return None
+
+        return result_origins(tree.statement, source)
     def plan(self, sql: str, default_schema: tuple[str, ...] | None,
              context: Any = None) -> tuple[str, list[PinnedTable]]:
         """A query ready to run: ``sql`` with time-travel references rewritten, and its pins.
@@ -274,9 +303,11 @@ class Engine:
         kind = self._statement_type(sql)
         if kind not in _READ_TYPES:
             raise errors.InvalidArgument("this statement writes; send it as an update")
-        with self._planning(context) as cur:
-            tree = policy.check_query(cur, sql, explain=kind == "EXPLAIN")
-            refs = history.resolve_at_references(cur, self.catalog, tree.tables, default_schema)
+        tree = self._checked_tree(sql, kind, context)
+        refs: list[history.AtReference] = []
+        if any(ref.at_unit is not None for ref in tree.tables):
+            with self._planning(context) as cur:  # AT values are evaluated at each planning
+                refs = history.resolve_at_references(cur, self.catalog, tree.tables, default_schema)
         rewritten = history.rewrite(sql, refs, quote, CATALOG_NAME) if refs else sql
         pins = {(r.namespace, history.at_view_name(r.name, r.snapshot_id)):
                 PinnedTable(r.namespace, r.name, r.snapshot_id, r.schema_id,
@@ -304,9 +335,27 @@ class Engine:
             # The rewritten text must pass the same policy with exactly these pins: it is what a
             # ticket will carry and DoGet will run.
             self.check(rewritten, default_schema, planned)
-        else:
-            self._remember(_check_key(rewritten, default_schema, planned))  # just checked, as is
+        else:  # just checked, as is
+            self._remember(_check_key(rewritten, default_schema, planned), self._origins(tree, planned, default_schema))
         return rewritten, planned
+
+    def _checked_tree(self, sql: str, kind: str, context: Any) -> policy.QueryTree:
+        """The policy-checked parse tree of a query; short statements' trees are remembered
+        (dashboards and drivers send the same text again and again)."""
+        key = (sql, kind)
+        with self._checked_lock:
+            tree = self._trees.get(key)
+            if tree is not None:
+                self._trees.move_to_end(key)
+                return tree
+        with self._planning(context) as cur:
+            tree = policy.check_query(cur, sql, explain=kind == "EXPLAIN")
+        if len(sql) <= _TREE_CACHE_MAX_CHARS:
+            with self._checked_lock:
+                self._trees[key] = tree
+                while len(self._trees) > _TREE_CACHE:
+                    self._trees.popitem(last=False)
+        return tree
 
     def _missing_table(self, parts: tuple[str, ...], default_schema: tuple[str, ...] | None) -> Exception:
         """NOT_FOUND for a name that is no icefloe table, suggesting only icefloe tables."""
@@ -398,7 +447,7 @@ class Engine:
         self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None, params: list[Any] | None = None
     ) -> tuple[pa.Schema, pa.Schema]:
         """Result schema and parameter schema of a query, without running it."""
-        slot = self._take_slot()
+        slot = self.slots.take()
         cur = slot.cursor()
         run = Running(slot, cur, None, 0.0)
         try:
@@ -437,7 +486,7 @@ class Engine:
         context: Any,
         file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None,
     ) -> tuple[pa.RecordBatchReader, Running]:
-        slot = self._take_slot()
+        slot = self.slots.take()
         run = Running(slot, slot.cursor(), context, time.monotonic() + self.query_timeout_s)
         self.watchdog.add(run)
         try:
@@ -451,8 +500,12 @@ class Engine:
             if reader is None:
                 self.scans.native_scan(run, pins, sql)
             if reader is None:
+                # From here on only the client's statement runs on this cursor: DuckDB's count
+                # of name-changing statements must not move (see SlotPool).
+                run.catalog_version = _seam.catalog_version(run.cursor)
                 reader = run.cursor.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
         except BaseException as exc:
+            run.failed = True
             self._release(run)
             if isinstance(exc, duckdb.Error):
                 raise self._failure(run, exc) from None
@@ -464,7 +517,7 @@ class Engine:
         params: list[Any] | None = None,
     ) -> list[tuple[str, str]]:
         """(name, DuckDB type) of each result column of a query, without running it (SQL writes)."""
-        slot = self._take_slot()
+        slot = self.slots.take()
         cur = slot.cursor()
         run = Running(slot, cur, None, 0.0)
         try:
@@ -526,31 +579,23 @@ class Engine:
         """End of a query: close its cursor, drop its views, return its slot (exactly once)."""
         if not self.watchdog.remove(run):
             return
+        if not run.pooled:
+            return  # planning, on a pooled parser cursor (kept for the next call)
+        suspect = run.failed or run.interrupted is not None
+        if run.catalog_version is not None:
+            try:
+                suspect = suspect or _seam.catalog_version(run.cursor) != run.catalog_version
+            except duckdb.Error:
+                suspect = True
         for cursor in (run.cursor, *run.helpers):
             try:
                 cursor.close()
             except duckdb.Error:
                 pass
-        if not run.pooled:
-            return  # a planning cursor on the parser database
-        ok = True
-        for view in run.views:
-            try:
-                run.slot.admin.execute(f"DROP VIEW IF EXISTS {view}")
-            except duckdb.Error:
-                ok = False
-                logger.warning("could not drop %s; discarding the DuckDB slot", view, exc_info=True)
-        if ok and not run.slot.pristine():
-            ok = False
-            logger.warning("a query left state behind in its DuckDB slot; discarding the slot")
-        if ok:
-            self._slots.put(run.slot)
-        else:
-            run.slot.close()
-            with self._slots_lock:
-                self._made -= 1
+        self.slots.give_back(run.slot, run.views, suspect)
 
     def _failure(self, run: Running, exc: duckdb.Error) -> Exception:
+        run.failed = True  # its slot is audited before reuse
         if run.interrupted == "timeout":
             return errors.DeadlineExceeded(f"query exceeded the {self.query_timeout_s:g}s timeout")
         if run.interrupted == "cancelled":
@@ -601,7 +646,9 @@ class Engine:
             view = f"{CATALOG_NAME}.{schema_name}.{quote(pin.view_name)}"
             cur.execute(f"CREATE OR REPLACE VIEW {view} AS {' UNION ALL '.join(selects)}")
             run.views.append(view)
-        if default_schema:
+        if default_schema and any(pin.namespace == default_schema for pin in pins):
+            # Only then can an unqualified name mean an icefloe table (the policy checked that
+            # every table reference is one of the pins).
             path = f"{CATALOG_NAME}.{quote('.'.join(default_schema))},{CATALOG_NAME}.main"
             cur.execute("SET search_path = '" + path.replace("'", "''") + "'")
 

@@ -18,14 +18,19 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import queue
 import secrets
 import shutil
 import stat
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import duckdb
+
+from flight_server import errors
 
 logger = logging.getLogger("icefloe.engine")
 
@@ -117,6 +122,7 @@ class Slot:
         # Views are dropped from this cursor: the query's own cursor may still hold its result.
         self.admin = self.db.cursor()
         self.admin.execute(f"USE {CATALOG_NAME}")
+        self.uses = 0
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         cur = self.db.cursor()
@@ -136,3 +142,72 @@ class Slot:
             self.db.close()
         except duckdb.Error:
             pass
+
+
+class SlotPool:
+    """The slots queries run in: at most ``size`` of them, reused only when known clean.
+
+    Each returned slot gets its query's views dropped. Whether it is still as made is known
+    cheaply: DuckDB counts, per connection, the statements that may change what names bind
+    to (``ATTACH``, ``SET``, ``SET VARIABLE``, ``CREATE``, ``PREPARE``, ``CHECKPOINT``, ...), and
+    the engine compares that count around the client's statement. A slot whose count moved,
+    whose query failed, or that has served ``AUDIT_EVERY`` queries since its last audit, gets
+    the full ``pristine`` check (about a millisecond, too dear for every query); one that
+    fails it is closed, never reused.
+    """
+
+    AUDIT_EVERY = 64
+
+    def __init__(self, size: int, make: Callable[[], Slot]) -> None:
+        self.size = size
+        self._make = make
+        self._free: queue.LifoQueue[Slot] = queue.LifoQueue()
+        self._made = 0
+        self._lock = threading.Lock()
+
+    def take(self, wait_s: float = 5.0) -> Slot:
+        """A clean slot; a new one while fewer than ``size`` exist, else wait for one.
+
+        Raises:
+            errors.ResourceExhausted: None came free within ``wait_s``.
+        """
+        try:
+            return self._free.get_nowait()
+        except queue.Empty:
+            pass
+        with self._lock:
+            make_new = self._made < self.size
+            if make_new:
+                self._made += 1
+        if make_new:
+            try:
+                return self._make()
+            except BaseException:
+                with self._lock:
+                    self._made -= 1
+                raise
+        try:
+            return self._free.get(timeout=wait_s)
+        except queue.Empty:
+            raise errors.ResourceExhausted(f"too many concurrent queries (limit {self.size}); retry later") from None
+
+    def give_back(self, slot: Slot, views: list[str], suspect: bool) -> None:
+        """Return a slot a query used (its cursors closed). ``suspect``: the query changed
+        engine state or failed, so the slot is audited before anything else."""
+        ok = True
+        for view in views:
+            try:
+                slot.admin.execute(f"DROP VIEW IF EXISTS {view}")
+            except duckdb.Error:
+                ok = False
+                logger.warning("could not drop %s; discarding the DuckDB slot", view, exc_info=True)
+        slot.uses += 1
+        if ok and (suspect or slot.uses % self.AUDIT_EVERY == 0) and not slot.pristine():
+            ok = False
+            logger.warning("a query left state behind in its DuckDB slot; discarding the slot")
+        if ok:
+            self._free.put(slot)
+            return
+        slot.close()
+        with self._lock:
+            self._made -= 1

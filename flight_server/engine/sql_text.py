@@ -66,6 +66,11 @@ def without_parameters(sql: str) -> str:
     return sql
 
 
+# Every Flight SQL session's current schema until it sets another: unqualified names resolve
+# there. The server creates it at start; DROP SCHEMA refuses it.
+DEFAULT_SCHEMA = "default"
+
+
 def split_namespace(name: str) -> tuple[str, ...]:
     """A DB schema name as a namespace: multi-level namespaces are joined with '.'."""
     return tuple(name.split("."))

@@ -35,6 +35,9 @@ class Running:
         self.interrupted: str | None = None
         self.pooled = True  # False: a planning cursor, whose database is not a pooled slot
         self.released = False
+        self.failed = False
+        # DuckDB's count of name-changing statements on ``cursor`` before the client's ran.
+        self.catalog_version: int | None = None
 
 
 class Watchdog:

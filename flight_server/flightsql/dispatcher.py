@@ -17,7 +17,7 @@ import pyarrow.flight as flight
 
 from flight_server import errors
 from flight_server.engine import CATALOG_NAME, Engine, Kind, split_namespace
-from flight_server.engine.sql_text import parameter_markers
+from flight_server.engine.sql_text import DEFAULT_SCHEMA, parameter_markers
 from flight_server.flightsql import metadata as md
 from flight_server.flightsql import protocol as p
 from flight_server.flightsql.sessions import SessionStore
@@ -26,7 +26,7 @@ from flight_server.flightsql.statements import (
     HandleCodec,
     PreparedHandle,
     StatementHandle,
-    param_values,
+    param_rows,
     read_parameters,
 )
 from flight_server.sqlwrite import SqlWriter
@@ -108,10 +108,15 @@ class FlightSqlService:
             raise errors.InvalidArgument("expected a command descriptor (Flight SQL)")
         return self._command(descriptor.command)
 
-    def default_schema(self, context: flight.ServerCallContext) -> tuple[str, ...] | None:
+    def default_schema(self, context: flight.ServerCallContext) -> tuple[str, ...]:
+        """The session's current schema: unqualified reads, writes and ingest resolve there.
+
+        Every session has one: the ``schema`` option it set, else ``default`` (which the server
+        creates at start and refuses to drop).
+        """
         session = self.sessions.get(context)
         if session is None or not session.options.get("schema"):
-            return None
+            return split_namespace(DEFAULT_SCHEMA)
         return split_namespace(str(session.options["schema"]))
 
     # -- GetFlightInfo / GetSchema ---------------------------------------------------------
@@ -131,8 +136,9 @@ class FlightSqlService:
             if handle.written is not None:
                 # A write sent as a query ran here, at GetFlightInfo; the result is its row count.
                 total_records = handle.written
-            params_row = param_values(handle.params)
-            schema, _ = self.engine.describe(handle.sql, handle.pins, handle.default_schema, params_row)
+            rows = param_rows(handle.params)
+            schema, _ = self.engine.describe(handle.sql, handle.pins, handle.default_schema, rows[0] if rows else None)
+            schema = self._annotated(schema, handle)
             ticket = p.TicketStatementQuery(self.handles.statement(handle)).pack()
         else:
             schema = self._metadata_schema(context, cmd)
@@ -227,10 +233,46 @@ class FlightSqlService:
         # what runs here is classified (and sandbox-checked by the engine) again anyway.
         if self.engine.classify(handle.sql) != Kind.QUERY:
             raise errors.InvalidArgument("this ticket does not hold a query")
+        rows = param_rows(handle.params)
         reader = self.engine.execute(
-            handle.sql, handle.pins, handle.default_schema, param_values(handle.params), context=context
+            handle.sql, handle.pins, handle.default_schema, rows[0] if rows else None, context=context
         )
+        if rows is not None and len(rows) > 1:
+            reader = self._each_row(reader, handle, rows, context)
+        annotated = self._annotated(reader.schema, handle)
+        if not annotated.equals(reader.schema, check_metadata=True):
+            reader = reader.cast(annotated)  # in C++, per batch: metadata and NOT NULL flags only
         return flight.RecordBatchStream(reader)
+
+    def _each_row(
+        self, first: pa.RecordBatchReader, handle: StatementHandle, rows: list[list[Any]],
+        context: flight.ServerCallContext,
+    ) -> pa.RecordBatchReader:
+        """One stream of the query's results for every bound parameter row, in row order (each
+        row's query runs when the previous one's results are sent, under the usual limits)."""
+        schema = first.schema
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            reader = first
+            rest = iter(rows[1:])
+            while True:
+                try:
+                    for batch in reader:
+                        yield batch.cast(schema) if batch.schema != schema else batch
+                finally:
+                    reader.close()
+                row = next(rest, None)
+                if row is None:
+                    return
+                reader = self.engine.execute(handle.sql, handle.pins, handle.default_schema, row, context=context)
+
+        return pa.RecordBatchReader.from_batches(schema, batches())
+
+    def _annotated(self, schema: pa.Schema, handle: StatementHandle) -> pa.Schema:
+        """A result schema with the column metadata clients read (same at GetFlightInfo and DoGet)."""
+        if handle.written is not None:
+            return schema
+        return md.annotate(schema, self.engine.column_origins(handle.sql, handle.pins, handle.default_schema))
 
     def _metadata_table(self, context: flight.ServerCallContext, cmd: p.Message) -> pa.Table:
         schema = self._metadata_schema(context, cmd)
@@ -366,6 +408,7 @@ class FlightSqlService:
         else:
             sql, pins = self.engine.plan(req.query, default_schema, context)
             schema, params = self.engine.describe(sql, pins, default_schema)
+            schema = md.annotate(schema, self.engine.column_origins(sql, pins, default_schema))
             handle = PreparedHandle(req.query, default_schema, is_query=True)
             result = p.ActionCreatePreparedStatementResult(
                 self.handles.prepared(handle), _ipc(schema), _ipc(params), is_update=False
@@ -404,7 +447,7 @@ class FlightSqlService:
     def _get_session_options(self, context: flight.ServerCallContext) -> bytes:
         self.server.authorize(context, "read")
         session = self.sessions.get(context)
-        options: dict[str, Any] = {"catalog": CATALOG_NAME}
+        options: dict[str, Any] = {"catalog": CATALOG_NAME, "schema": DEFAULT_SCHEMA}
         if session is not None:
             options.update(session.options)
         entries = [

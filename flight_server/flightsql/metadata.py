@@ -11,10 +11,12 @@ from typing import Any
 
 import pyarrow as pa
 from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.types import DecimalType
 
 from flight_server import __version__
 from flight_server.engine import CATALOG_NAME
 from flight_server.engine.iceberg_source import small_types
+from flight_server.engine.origins import ColumnOrigin
 from flight_server.flightsql import protocol as p
 
 
@@ -292,15 +294,24 @@ def sql_type_name(iceberg_type: Any) -> str:
     return _SQL_TYPE_NAMES.get(text, text.upper())
 
 
-def column_metadata(typ: pa.DataType, db_schema: str | None, table: str | None) -> dict[str, str]:
+def column_metadata(typ: pa.DataType, db_schema: str | None, table: str | None, read_only: bool = False
+                    ) -> dict[str, str]:
+    """The ``ARROW:FLIGHT:SQL:*`` keys of a column that comes from a table column.
+
+    The schema name goes under both spellings: ``SCHEMA_NAME`` is what the client libraries
+    read (arrow-go ``SchemaNameKey``, Arrow C++ ``ColumnMetadata::kSchemaName``, Java's
+    ``FlightSqlColumnMetadata`` behind the JDBC driver), ``DB_SCHEMA_NAME`` what the protocol
+    text once named.
+    """
     meta = {
         "ARROW:FLIGHT:SQL:CATALOG_NAME": CATALOG_NAME,
         "ARROW:FLIGHT:SQL:IS_AUTO_INCREMENT": "0",
         "ARROW:FLIGHT:SQL:IS_CASE_SENSITIVE": "1" if pa.types.is_string(typ) else "0",
-        "ARROW:FLIGHT:SQL:IS_READ_ONLY": "1",
+        "ARROW:FLIGHT:SQL:IS_READ_ONLY": "1" if read_only else "0",
         "ARROW:FLIGHT:SQL:IS_SEARCHABLE": "1",
     }
     if db_schema is not None:
+        meta["ARROW:FLIGHT:SQL:SCHEMA_NAME"] = db_schema
         meta["ARROW:FLIGHT:SQL:DB_SCHEMA_NAME"] = db_schema
     if table is not None:
         meta["ARROW:FLIGHT:SQL:TABLE_NAME"] = table
@@ -308,6 +319,25 @@ def column_metadata(typ: pa.DataType, db_schema: str | None, table: str | None) 
         meta["ARROW:FLIGHT:SQL:PRECISION"] = str(typ.precision)
         meta["ARROW:FLIGHT:SQL:SCALE"] = str(typ.scale)
     return meta
+
+
+def annotate(schema: pa.Schema, origins: list[ColumnOrigin | None]) -> pa.Schema:
+    """``schema`` (a query result) with column metadata on each field that comes straight from
+    a table column; unchanged when the origins do not line up with it."""
+    if not origins or len(origins) != len(schema) or not any(origins):
+        return schema
+    fields = []
+    for f, origin in zip(schema, origins, strict=True):
+        if origin is None:
+            fields.append(f)
+            continue
+        meta = column_metadata(f.type, ".".join(origin.namespace), origin.table, origin.read_only)
+        meta["ARROW:FLIGHT:SQL:TYPE_NAME"] = sql_type_name(origin.field.field_type)
+        typ = origin.field.field_type
+        if isinstance(typ, DecimalType):
+            meta["ARROW:FLIGHT:SQL:PRECISION"], meta["ARROW:FLIGHT:SQL:SCALE"] = str(typ.precision), str(typ.scale)
+        fields.append(pa.field(f.name, f.type, nullable=f.nullable and origin.nullable, metadata=meta))
+    return pa.schema(fields, metadata=schema.metadata)
 
 
 def _xdbc(

@@ -48,13 +48,27 @@ def _decode_params(raw: str | None) -> pa.RecordBatch | None:
     return table.combine_chunks().to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], table.schema)
 
 
-def param_values(batch: pa.RecordBatch | None) -> list[Any] | None:
-    """The values of the one bound parameter row, in order (None when nothing is bound)."""
+# A query bound to several parameter rows runs once per row, one result stream for all of them
+# (ADBC executemany / BindStream); this many rows at most.
+MAX_QUERY_PARAM_ROWS = 1000
+
+
+def param_rows(batch: pa.RecordBatch | None) -> list[list[Any]] | None:
+    """Every bound parameter row of a query, in order (None when nothing is bound).
+
+    Raises:
+        errors.InvalidArgument: More than ``MAX_QUERY_PARAM_ROWS`` rows, or none.
+    """
     if batch is None or batch.num_columns == 0:
         return None
-    if batch.num_rows != 1:
-        raise errors.InvalidArgument(f"expected one row of parameter values, got {batch.num_rows}")
-    return [batch.column(i)[0].as_py() for i in range(batch.num_columns)]
+    if batch.num_rows == 0:
+        raise errors.InvalidArgument("no parameter rows are bound; bind at least one")
+    if batch.num_rows > MAX_QUERY_PARAM_ROWS:
+        raise errors.InvalidArgument(
+            f"{batch.num_rows} parameter rows bound to a query; at most {MAX_QUERY_PARAM_ROWS} run as one result"
+        )
+    columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+    return [list(row) for row in zip(*columns, strict=True)]
 
 
 def _load(body: bytes, what: str) -> dict[str, Any]:

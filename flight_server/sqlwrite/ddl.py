@@ -23,6 +23,7 @@ from sqlglot import exp
 from flight_server import errors
 from flight_server.engine import CATALOG_NAME
 from flight_server.engine.iceberg_source import quote
+from flight_server.engine.sql_text import DEFAULT_SCHEMA
 from flight_server.sqlwrite import types
 from flight_server.sqlwrite.commit import commit_once
 from flight_server.sqlwrite.parse import TableName, bind_subset, schema_name, sql_of, table_name
@@ -54,6 +55,11 @@ def drop_schema(w: Write) -> int:
             if tree.args.get("exists"):
                 continue
             raise errors.NotFound(f"DROP SCHEMA: schema {name} does not exist")
+        if ns == (DEFAULT_SCHEMA,):
+            raise errors.FailedPrecondition(
+                f"DROP SCHEMA: {DEFAULT_SCHEMA} is every session's current schema and cannot be dropped "
+                "(drop its tables instead)"
+            )
         if tree.args.get("cascade"):
             _drop_tree(w, ns)
         else:

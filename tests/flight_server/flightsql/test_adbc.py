@@ -101,7 +101,7 @@ def test_get_objects_every_depth(conn: Any) -> None:
 
     schemas = conn.adbc_get_objects(depth="db_schemas").read_all().to_pylist()
     names = sorted(s["db_schema_name"] for s in schemas[0]["catalog_db_schemas"])
-    assert names == ["analytics", "analytics.daily", "sales"]
+    assert names == ["analytics", "analytics.daily", "default", "sales"]
 
     tables = conn.adbc_get_objects(depth="tables", db_schema_filter="sales").read_all().to_pylist()
     (sales,) = tables[0]["catalog_db_schemas"]

@@ -32,7 +32,7 @@ def jdbc_output(sample_server: ServerProcess, tmp_path_factory: pytest.TempPathF
 def test_metadata(jdbc_output: dict[str, str]) -> None:
     assert jdbc_output["product"] == "icefloe"
     assert jdbc_output["catalogs"] == "[icefloe]"
-    assert jdbc_output["schemas"] == "[analytics, analytics.daily, sales]"
+    assert jdbc_output["schemas"] == "[analytics, analytics.daily, default, sales]"
     assert jdbc_output["schemas_sales"] == "[sales]"
     assert jdbc_output["tables_sales"] == "[empty, evolved, orders]"
     assert jdbc_output["tables_typed"] == "[orders]"
@@ -51,6 +51,14 @@ def test_statements(jdbc_output: dict[str, str]) -> None:
     assert jdbc_output["query_customers"] == "[ann, bob, cy, dee]"
     assert jdbc_output["execute_is_query"] == "true"
     assert jdbc_output["answer"] == "42"
+
+
+def test_result_set_metadata_names_the_source_column(jdbc_output: dict[str, str]) -> None:
+    """JDBC's ResultSetMetaData reads the ARROW:FLIGHT:SQL:* keys of the query's result schema."""
+    assert jdbc_output["rsmd_1"] == "icefloe|sales|orders|BIGINT|false|false", jdbc_output["rsmd_1"]
+    assert jdbc_output["rsmd_2"] == "icefloe|sales|orders|VARCHAR|false|false", jdbc_output["rsmd_2"]
+    # a plain column keeps its origin; an aggregate has none
+    assert jdbc_output["rsmd_grouped"] == "orders|sales|null|null", jdbc_output["rsmd_grouped"]
 
 
 def test_prepared_statements_with_parameters(jdbc_output: dict[str, str]) -> None:

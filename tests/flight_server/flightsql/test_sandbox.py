@@ -77,7 +77,8 @@ def _escapes(warehouse: Path, scratch: Path) -> list[str]:
         "VACUUM",
         "CREATE SECRET s (TYPE s3, KEY_ID 'k', SECRET 's')",
         "CREATE MACRO m() AS 1",
-        "CREATE TABLE t AS SELECT 1",
+        # (CREATE TABLE t AS SELECT 1 is a legitimate SQL write into the session schema `default`)
+        "CREATE TEMP TABLE t AS SELECT 1",
         "PREPARE p AS SELECT 1",
         # server-side Python objects by name (DuckDB replacement scans)
         "SELECT * FROM reader",

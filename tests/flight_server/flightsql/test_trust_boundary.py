@@ -484,7 +484,7 @@ def test_watchdog_survives_interrupting_a_closed_cursor(tmp_path: Path) -> None:
     cat = RocksCatalog("t", warehouse=str(tmp_path / "warehouse"))
     engine = Engine(cat, query_timeout_s=1)
     try:
-        slot = engine._take_slot()
+        slot = engine.slots.take()
         cursor = slot.cursor()
         cursor.close()
         stale = Running(slot, cursor, None, deadline=0.0)
@@ -606,14 +606,12 @@ def test_a_slot_left_changed_is_discarded_not_reused(tmp_path: Path) -> None:
     try:
         sql, pins = engine.plan("SELECT 1 AS x", None)
         assert engine.query_table(sql, pins, None).column("x").to_pylist() == [1]
-        slot = engine._slots.get_nowait()
+        slot = engine.slots.take()
         assert slot.pristine()
         slot.db.execute("ATTACH ':memory:' AS leftover")
         assert not slot.pristine()
-        engine._slots.put(slot)
-        engine.query_table(sql, pins, None)  # runs in the changed slot, which is then dropped
-        assert engine._slots.empty()
-        fresh = engine._take_slot()
+        engine.slots.give_back(slot, [], suspect=True)  # as after a query that changed it
+        fresh = engine.slots.take()
         assert fresh is not slot and fresh.pristine()
         names = {r[0] for r in fresh.admin.execute("SELECT database_name FROM duckdb_databases()").fetchall()}
         assert "leftover" not in names

@@ -51,6 +51,16 @@ public class JdbcCheck {
                 ResultSet rs = st.executeQuery("SELECT id, customer FROM sales.orders ORDER BY id");
                 ResultSetMetaData rsmd = rs.getMetaData();
                 out("query_columns", rsmd.getColumnCount() + ":" + rsmd.getColumnName(1) + "," + rsmd.getColumnName(2));
+                for (int i = 1; i <= 2; i++) {
+                    out("rsmd_" + i, rsmd.getCatalogName(i) + "|" + rsmd.getSchemaName(i) + "|" + rsmd.getTableName(i)
+                        + "|" + rsmd.getColumnTypeName(i) + "|" + rsmd.isAutoIncrement(i) + "|" + rsmd.isReadOnly(i));
+                }
+                ResultSet joined = conn.createStatement().executeQuery(
+                    "SELECT o.customer, count(*) AS n FROM sales.orders o GROUP BY o.customer");
+                ResultSetMetaData jm = joined.getMetaData();
+                out("rsmd_grouped", jm.getTableName(1) + "|" + jm.getSchemaName(1) + "|" + jm.getTableName(2) + "|"
+                    + jm.getSchemaName(2));
+                joined.close();
                 out("query_customers", column(rs, "customer"));
                 out("execute_is_query", st.execute("SELECT 42 AS answer"));
                 ResultSet rs2 = st.getResultSet();
