@@ -45,7 +45,6 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -61,7 +60,8 @@ from flight_server.engine.origins import ColumnOrigin, Source, result_origins
 from flight_server.engine.pushdown import parse, row_filter
 from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 from flight_server.engine.slots import CATALOG_NAME, Slot, SlotPool, SpillFolder
-from flight_server.engine.sql_text import split_namespace, split_qualified, without_parameters
+from flight_server.engine.sql_text import split_qualified, without_parameters
+from flight_server.engine.tables import PinnedTable, name_candidates
 from flight_server.engine.watchdog import Running, Watchdog
 
 logger = logging.getLogger("icefloe.engine")
@@ -79,42 +79,6 @@ _CHECKED_CACHE = 4096
 # Parse trees of recently planned statements up to this long (trees are ~20x their text).
 _TREE_CACHE = 512
 _TREE_CACHE_MAX_CHARS = 8192
-
-
-@dataclass(frozen=True)
-class PinnedTable:
-    """A catalog table as one query reads it: namespace, name, snapshot (None = empty), schema.
-
-    ``view`` is the name the query reads it by when that is not ``name`` (time travel:
-    ``t@<snapshot id>``; metadata tables: ``t$snapshots``); ``kind`` is ``data`` or the
-    metadata table kind (``snapshots``, ``history``, ``files``).
-    """
-
-    namespace: tuple[str, ...]
-    name: str
-    snapshot_id: int | None
-    schema_id: int
-    view: str | None = None
-    kind: str = "data"
-
-    @property
-    def view_name(self) -> str:
-        return self.view or self.name
-
-    def to_json(self) -> list[Any]:
-        raw: list[Any] = [list(self.namespace), self.name, self.snapshot_id, self.schema_id]
-        if self.view is not None or self.kind != "data":
-            raw += [self.view, self.kind]
-        return raw
-
-    @classmethod
-    def from_json(cls, raw: list[Any]) -> PinnedTable:
-        ns, name, snap, schema_id = raw[:4]
-        view, kind = (raw[4], raw[5]) if len(raw) >= 6 else (None, "data")
-        if kind != "data" and kind not in history.METADATA_KINDS:
-            raise ValueError(kind)
-        return cls(tuple(str(p) for p in ns), str(name), None if snap is None else int(snap), int(schema_id),
-                   None if view is None else str(view), str(kind))
 
 
 class Kind:
@@ -242,7 +206,7 @@ class Engine:
         for ref in tree.tables:
             if ref.at_unit is not None:
                 raise errors.InvalidArgument("AT clauses are planned before a query runs")
-            if not any((ns, name.lower()) in known for ns, name in self._candidates(ref.parts, default_schema)):
+            if not any((ns, name.lower()) in known for ns, name in name_candidates(ref.parts, default_schema)):
                 raise self._missing_table(ref.parts, default_schema)
         self._remember(key, self._origins(tree, pins, default_schema))
         return tree
@@ -277,7 +241,7 @@ class Engine:
         by_view = {(p.namespace, p.view_name.lower()): p for p in pins}
 
         def source(parts: tuple[str, ...], alias: str) -> Source | None:
-            for ns, name in self._candidates(parts, default_schema):
+            for ns, name in name_candidates(parts, default_schema):
                 pin = by_view.get((ns, name.lower()))
                 if pin is None or pin.kind != "data":
                     continue
@@ -315,7 +279,7 @@ class Engine:
         for ref in tree.tables:
             if ref.at_unit is not None:
                 continue
-            for ns, table in self._candidates(ref.parts, default_schema):
+            for ns, table in name_candidates(ref.parts, default_schema):
                 if (ns, table) in pins:
                     break
                 pin = self._pin_one(ns, table)
@@ -362,7 +326,7 @@ class Engine:
         name = messages.scrub(".".join(parts))
         if len(parts) == 1 and not default_schema:
             return errors.NotFound(f"table {name} does not exist (name its namespace: ns.{name})")
-        candidates = self._candidates(parts, default_schema)
+        candidates = name_candidates(parts, default_schema)
         hint = ""
         if candidates:
             ns, table = candidates[0]
@@ -379,7 +343,7 @@ class Engine:
         """The catalog tables ``sql`` names, each at its current snapshot."""
         pins: dict[tuple[tuple[str, ...], str], PinnedTable] = {}
         for parts in sorted(self.table_references(sql)):
-            for ns, table in self._candidates(parts, default_schema):
+            for ns, table in name_candidates(parts, default_schema):
                 if (ns, table) in pins:
                     break
                 if history.parse_at_view_name(table):
@@ -432,16 +396,6 @@ class Engine:
         finally:
             cur.close()
         return {tuple(split_qualified(name.split(" AS ", 1)[0])) for name in names}
-
-    @staticmethod
-    def _candidates(
-        parts: tuple[str, ...], default_schema: tuple[str, ...] | None
-    ) -> list[tuple[tuple[str, ...], str]]:
-        if len(parts) == 1:
-            return [(default_schema, parts[0])] if default_schema else []
-        if len(parts) == 3 and parts[0] == CATALOG_NAME:
-            return [((*split_namespace(parts[1]),), parts[2])]
-        return [((*split_namespace(parts[-2]),), parts[-1])] if len(parts) == 2 else []
 
     def describe(
         self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None, params: list[Any] | None = None

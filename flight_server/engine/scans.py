@@ -22,7 +22,7 @@ from flight_server.engine.iceberg_source import quote
 from flight_server.engine.pushdown import plain_projection, safe_conjuncts
 
 if TYPE_CHECKING:
-    from flight_server.engine.engine import PinnedTable
+    from flight_server.engine.tables import PinnedTable
     from flight_server.engine.watchdog import Running
 
 logger = logging.getLogger("icefloe.engine.scans")

@@ -1,0 +1,58 @@
+"""Catalog tables as a query reads them, and how the names a query uses resolve to them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from flight_server.engine import history
+from flight_server.engine.slots import CATALOG_NAME
+from flight_server.engine.sql_text import split_namespace
+
+
+@dataclass(frozen=True)
+class PinnedTable:
+    """A catalog table as one query reads it: namespace, name, snapshot (None = empty), schema.
+
+    ``view`` is the name the query reads it by when that is not ``name`` (time travel:
+    ``t@<snapshot id>``; metadata tables: ``t$snapshots``); ``kind`` is ``data`` or the
+    metadata table kind (``snapshots``, ``history``, ``files``).
+    """
+
+    namespace: tuple[str, ...]
+    name: str
+    snapshot_id: int | None
+    schema_id: int
+    view: str | None = None
+    kind: str = "data"
+
+    @property
+    def view_name(self) -> str:
+        return self.view or self.name
+
+    def to_json(self) -> list[Any]:
+        raw: list[Any] = [list(self.namespace), self.name, self.snapshot_id, self.schema_id]
+        if self.view is not None or self.kind != "data":
+            raw += [self.view, self.kind]
+        return raw
+
+    @classmethod
+    def from_json(cls, raw: list[Any]) -> PinnedTable:
+        ns, name, snap, schema_id = raw[:4]
+        view, kind = (raw[4], raw[5]) if len(raw) >= 6 else (None, "data")
+        if kind != "data" and kind not in history.METADATA_KINDS:
+            raise ValueError(kind)
+        return cls(tuple(str(p) for p in ns), str(name), None if snap is None else int(snap), int(schema_id),
+                   None if view is None else str(view), str(kind))
+
+
+def name_candidates(
+    parts: tuple[str, ...], default_schema: tuple[str, ...] | None
+) -> list[tuple[tuple[str, ...], str]]:
+    """The (namespace, table) a name's parts may mean: ``t`` in the session schema, ``ns.t``
+    and ``icefloe.ns.t`` (a multi-level namespace is one schema name holding dots)."""
+    if len(parts) == 1:
+        return [(default_schema, parts[0])] if default_schema else []
+    if len(parts) == 3 and parts[0] == CATALOG_NAME:
+        return [((*split_namespace(parts[1]),), parts[2])]
+    return [((*split_namespace(parts[-2]),), parts[-1])] if len(parts) == 2 else []
