@@ -3,6 +3,9 @@ query results, writable tables that say so. Real server, real ADBC and pyarrow c
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +171,29 @@ def test_several_parameter_rows_bound_to_a_query_give_one_stream(server: ServerP
         assert table.to_pylist() == [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}, {"a": 3, "b": "z"}]
         cur.execute("SELECT customer FROM sales.orders WHERE id = ?", parameters=(2,))
         assert cur.fetch_arrow_table().column(0).to_pylist() == ["bob"]
+
+
+GO_METADATA = Path(__file__).resolve().parent / "go_metadata"
+
+
+def test_arrow_go_reads_the_column_metadata(server: ServerProcess, tmp_path: Path) -> None:
+    """arrow-go's flightsql.ColumnMetadata (SchemaNameKey, ...) on a real Go client."""
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("go is not installed: the arrow-go client cannot be built here")
+    binary = tmp_path / "go_metadata"
+    build = subprocess.run([go, "build", "-o", str(binary), "."], cwd=GO_METADATA, capture_output=True, text=True,
+                           timeout=600, env={**os.environ, "GOFLAGS": "-mod=mod"})
+    assert build.returncode == 0, build.stderr
+    address = server.location.removeprefix("grpc://")
+    run = subprocess.run([str(binary), address, "SELECT id, amount + 1 AS more FROM sales.orders",
+                          "SELECT b.* FROM sales.orders a JOIN sales.evolved b ON a.id = b.a"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    lines = set(run.stdout.splitlines())
+    for kind in ("PLANNED", "STREAMED"):
+        assert f"{kind} 0 id catalog=icefloe schema=sales table=orders type=BIGINT readonly=false " \
+               "autoincrement=false nullable=true" in lines, run.stdout
+        assert f"{kind} 0 more nullable=true" in lines, run.stdout
+        assert any(line.startswith(f"{kind} 1 label catalog=icefloe schema=sales table=evolved type=VARCHAR")
+                   for line in lines), run.stdout
