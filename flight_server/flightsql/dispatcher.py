@@ -305,6 +305,7 @@ class FlightSqlService:
             self.server.authorize(context, "read")
             prepared = self.handles.open_prepared(cmd.prepared_statement_handle)
             prepared.params = read_parameters(reader)
+            _check_parameter_count(prepared.sql, prepared.params)
             result = p.DoPutPreparedStatementResult(prepared_statement_handle=self.handles.prepared(prepared))
             writer.write(pa.py_buffer(result.encode()))
         elif isinstance(cmd, p.CommandStatementUpdate):
@@ -454,6 +455,18 @@ class FlightSqlService:
             p.SessionOptionEntry(k, p.SessionOptionValue(string_value=str(v))) for k, v in sorted(options.items())
         ]
         return p.GetSessionOptionsResult(entries).encode()
+
+
+def _check_parameter_count(sql: str, params: pa.RecordBatch | None) -> None:
+    """Bound values must match the statement's parameters one for one (DuckDB would otherwise
+    fail only once the result streams, or bind NULL)."""
+    if params is None or params.num_columns == 0:
+        return
+    expected = parameter_markers(sql)
+    if params.num_columns != expected:
+        raise errors.InvalidArgument(
+            f"the statement has {expected} parameter(s) but {params.num_columns} value(s) per row were bound"
+        )
 
 
 def _parameter_rows(params: pa.RecordBatch | None) -> list[list[Any]] | None:

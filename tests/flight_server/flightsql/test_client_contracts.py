@@ -197,3 +197,12 @@ def test_arrow_go_reads_the_column_metadata(server: ServerProcess, tmp_path: Pat
         assert f"{kind} 0 more nullable=true" in lines, run.stdout
         assert any(line.startswith(f"{kind} 1 label catalog=icefloe schema=sales table=evolved type=VARCHAR")
                    for line in lines), run.stdout
+
+
+def test_bound_values_must_match_the_parameters(server: ServerProcess) -> None:
+    with flight_sql.connect(server.location, autocommit=True) as conn, conn.cursor() as cur:
+        cur.adbc_prepare("SELECT ? AS a, ? AS b")
+        cur.adbc_statement.bind_stream(pa.RecordBatchReader.from_batches(
+            pa.schema([("a", pa.int64())]), [pa.record_batch({"a": [1, 2]})]))
+        with pytest.raises(adbc_driver_manager.Error, match="2 parameter"):
+            cur.adbc_statement.execute_query()
