@@ -220,7 +220,8 @@ class Engine:
     def column_origins(
         self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None
     ) -> list[ColumnOrigin | None]:
-        """The table column behind each result column of a planned query (None: computed).
+        """The table column behind each result column of a planned query (None where a column
+        is computed; an empty list when the query's columns cannot be traced).
 
         Remembered with the policy check, so a DoGet right after its GetFlightInfo finds them.
         """
@@ -254,6 +255,7 @@ class Engine:
             return None
 
         return result_origins(tree.statement, source)
+
     def plan(self, sql: str, default_schema: tuple[str, ...] | None,
              context: Any = None) -> tuple[str, list[PinnedTable]]:
         """A query ready to run: ``sql`` with time-travel references rewritten, and its pins.
