@@ -50,6 +50,8 @@ def main() -> None:
               type=float, help="Seconds a SQL query may run before it is interrupted (DEADLINE_EXCEEDED).")
 @click.option("--max-concurrent-queries", envvar="ICEFLOE_MAX_CONCURRENT_QUERIES", default=16, show_default=True,
               type=int, help="Queries that may run at once; more wait briefly, then get RESOURCE_EXHAUSTED.")
+@click.option("--advertise-uri", "advertise_uris", envvar="ICEFLOE_ADVERTISE_URI", multiple=True,
+              help="A URI endpoints name (repeat for a fleet of servers over one warehouse); default: none.")
 @click.option("--memory-limit", envvar="ICEFLOE_MEMORY_LIMIT", default=None,
               help="DuckDB memory per running query (e.g. 2GB); beyond it sorts and joins spill to disk.")
 @click.option("--log-level", envvar="ICEFLOE_LOG_LEVEL", default="info", show_default=True)

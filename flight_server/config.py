@@ -24,6 +24,9 @@ class Config:
     # DuckDB memory per running query (e.g. "2GB"); beyond it sorts and joins spill to a private
     # folder. None: DuckDB's default (80% of RAM).
     memory_limit: str | None = None
+    # URIs the endpoints of split scans name (every server of a fleet over one warehouse can
+    # run any ticket); none: endpoints name no location, meaning "this server".
+    advertise_uris: tuple[str, ...] = ()
     max_subscribers: int = 1000
     allow_remote_without_auth: bool = False
     # Lifetime of bearer tokens issued at login (a working day by default).

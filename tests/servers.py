@@ -9,7 +9,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 READY = re.compile(r"icefloe listening on (\S+)")
@@ -78,3 +79,13 @@ class ServerProcess:
     def restart(self) -> ServerProcess:
         self.stop()
         return self.start()
+
+
+@contextmanager
+def serving(warehouse: Path, extra_args: Sequence[str] = (), **kwargs: object) -> Iterator[ServerProcess]:
+    """A started server for the ``with`` block, stopped after it."""
+    proc = ServerProcess(warehouse, extra_args, **kwargs).start()  # type: ignore[arg-type]
+    try:
+        yield proc
+    finally:
+        proc.stop()

@@ -36,6 +36,7 @@ the sandbox, where DuckDB pushes projections and filters into the dataset scan.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import hashlib
 import logging
@@ -54,7 +55,7 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from sqlglot import exp as sql_exp
 
 from flight_server import errors
-from flight_server.engine import history, messages, policy
+from flight_server.engine import history, messages, policy, splits
 from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
 from flight_server.engine.origins import ColumnOrigin, Source, result_origins
 from flight_server.engine.pushdown import parse, row_filter
@@ -323,6 +324,32 @@ class Engine:
                     self._trees.popitem(last=False)
         return tree
 
+    def split(
+        self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None,
+        target_bytes: int, max_partitions: int,
+    ) -> list[list[PinnedTable]]:
+        """The pins of each endpoint of a planned query: several when it is a row-wise scan of
+        one table whose data files (after manifest pruning) exceed ``target_bytes``, else one.
+
+        Planned from manifests only; each endpoint's pins name part k of n (``splits``).
+        """
+        data = [p for p in pins if p.kind == "data"]
+        if len(pins) != 1 or len(data) != 1 or data[0].snapshot_id is None or max_partitions <= 1:
+            return [pins]
+        kind = self._statement_type(sql)
+        if kind != "SELECT" or not splits.splittable(self._checked_tree(sql, kind, None).statement):
+            return [pins]
+        pin = data[0]
+        snapshot_id = pin.snapshot_id
+        assert snapshot_id is not None  # checked above
+        table = self.catalog.load_table((*pin.namespace, pin.name))
+        schema = table.schemas().get(pin.schema_id) or table.schema()
+        files = self.sources.data_files(table, snapshot_id, row_filter(sql, schema))
+        n = splits.partition_count(sum(size for _, size in files), len(files), target_bytes, max_partitions)
+        if n <= 1:
+            return [pins]
+        return [[dataclasses.replace(pin, split=(k, n))] for k in range(n)]
+
     def _missing_table(self, parts: tuple[str, ...], default_schema: tuple[str, ...] | None) -> Exception:
         """NOT_FOUND for a name that is no icefloe table, suggesting only icefloe tables."""
         name = messages.scrub(".".join(parts))
@@ -590,7 +617,7 @@ class Engine:
                 parts = self.sources.file_parts(table, tagged, schema)
             else:
                 prune = row_filter(sql, schema) if sql is not None and len(pins) == 1 else None
-                parts = self.sources.parts(table, pin.snapshot_id, schema, prune)
+                parts = self.sources.parts(table, pin.snapshot_id, schema, prune, pin.split)
                 run.parts = parts if len(pins) == 1 else []
             selects = []
             for j, part in enumerate(parts):

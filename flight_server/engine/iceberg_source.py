@@ -28,6 +28,8 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from flight_server.engine.splits import assign
+
 logger = logging.getLogger("icefloe.engine.iceberg")
 
 _MISSING = "__icefloe_missing_{}"
@@ -75,14 +77,22 @@ class IcebergSources:
         self._footers = _LRU(65536)  # file path -> {field id: physical column name}
 
     def parts(
-        self, table: Table, snapshot_id: int | None, schema: Schema, row_filter: BooleanExpression | None = None
+        self, table: Table, snapshot_id: int | None, schema: Schema, row_filter: BooleanExpression | None = None,
+        split: tuple[int, int] | None = None,
     ) -> list[SourcePart]:
+        """The sources of one table at one snapshot; ``split`` = (k, n): only part k of the
+        data files dealt into n parts by bytes (``splits.assign``)."""
         # Regular (32-bit offset) strings and lists, as DuckDB returns them: no cast later on.
         arrow_schema = schema_to_pyarrow(schema, include_field_ids=False)
         arrow_schema = pa.schema([f.with_type(small_types(f.type)) for f in arrow_schema])
         if snapshot_id is None:
             return [_identity_part(arrow_schema.empty_table())]
-        paths = self._data_files(table, snapshot_id, row_filter or AlwaysTrue())
+        files = self.data_files(table, snapshot_id, row_filter)
+        if split is not None:
+            k, n = split
+            dealt = assign([size for _, size in files], n)
+            files = [f for f, part in zip(files, dealt, strict=True) if part == k]
+        paths = [path for path, _ in files]
         if not paths:  # an empty table, or every file pruned by the row filter
             return [_identity_part(arrow_schema.empty_table())]
         fs, _ = pafs.FileSystem.from_uri(paths[0])
@@ -93,7 +103,7 @@ class IcebergSources:
             key = tuple(sorted(ids.items()))
             groups.setdefault(key, []).append(lpath)
         parts = []
-        for key, files in groups.items():
+        for key, group in groups.items():
             id_to_phys = dict(key)
             fields, select, columns = [], [], []
             for f, af in zip(schema.fields, arrow_schema, strict=True):
@@ -101,7 +111,7 @@ class IcebergSources:
                 fields.append(pa.field(phys, af.type, nullable=True))
                 select.append(f"{quote(phys)} AS {quote(f.name)}")
                 columns.append((phys, f.name))
-            dataset = ds.dataset(files, schema=pa.schema(fields), format="parquet", filesystem=fs)
+            dataset = ds.dataset(group, schema=pa.schema(fields), format="parquet", filesystem=fs)
             parts.append(SourcePart(dataset, ", ".join(select), tuple(columns)))
         return parts
 
@@ -129,21 +139,26 @@ class IcebergSources:
             parts.append(SourcePart(dataset, ", ".join(select)))
         return parts
 
-    def _data_files(self, table: Table, snapshot_id: int, row_filter: BooleanExpression) -> list[str]:
+    def data_files(
+        self, table: Table, snapshot_id: int, row_filter: BooleanExpression | None = None
+    ) -> list[tuple[str, int]]:
+        """(path, size in bytes) of the snapshot's data files the row filter may match, in
+        manifest order (from manifests only: no data file is opened)."""
+        row_filter = row_filter or AlwaysTrue()
         key = (str(table.metadata.table_uuid), snapshot_id, repr(row_filter))
         cached = self._files.get(key)
         if cached is not None:
             return list(cached)
-        paths = []
+        files = []
         scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter, case_sensitive=False)
         for task in scan.plan_files():
             if task.delete_files:
                 from flight_server import errors
 
                 raise errors.Unimplemented("tables with row-level delete files cannot be queried yet")
-            paths.append(task.file.file_path)
-        self._files.put(key, tuple(paths))
-        return paths
+            files.append((task.file.file_path, int(task.file.file_size_in_bytes)))
+        self._files.put(key, tuple(files))
+        return files
 
     def _footer_ids(self, path: str, fs: pafs.FileSystem, lpath: str, schema: Schema) -> dict[int, str]:
         cached = self._footers.get(path)

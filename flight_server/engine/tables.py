@@ -16,7 +16,8 @@ class PinnedTable:
 
     ``view`` is the name the query reads it by when that is not ``name`` (time travel:
     ``t@<snapshot id>``; metadata tables: ``t$snapshots``); ``kind`` is ``data`` or the
-    metadata table kind (``snapshots``, ``history``, ``files``).
+    metadata table kind (``snapshots``, ``history``, ``files``). ``split`` = (k, n): read only
+    part k of the snapshot's data files dealt into n parts by bytes (one endpoint of a split scan).
     """
 
     namespace: tuple[str, ...]
@@ -25,6 +26,7 @@ class PinnedTable:
     schema_id: int
     view: str | None = None
     kind: str = "data"
+    split: tuple[int, int] | None = None
 
     @property
     def view_name(self) -> str:
@@ -32,8 +34,10 @@ class PinnedTable:
 
     def to_json(self) -> list[Any]:
         raw: list[Any] = [list(self.namespace), self.name, self.snapshot_id, self.schema_id]
-        if self.view is not None or self.kind != "data":
+        if self.view is not None or self.kind != "data" or self.split is not None:
             raw += [self.view, self.kind]
+        if self.split is not None:
+            raw.append(list(self.split))
         return raw
 
     @classmethod
@@ -42,8 +46,14 @@ class PinnedTable:
         view, kind = (raw[4], raw[5]) if len(raw) >= 6 else (None, "data")
         if kind != "data" and kind not in history.METADATA_KINDS:
             raise ValueError(kind)
+        split = None
+        if len(raw) >= 7:
+            k, n = (int(v) for v in raw[6])
+            if not 0 <= k < n:
+                raise ValueError(raw[6])
+            split = (k, n)
         return cls(tuple(str(p) for p in ns), str(name), None if snap is None else int(snap), int(schema_id),
-                   None if view is None else str(view), str(kind))
+                   None if view is None else str(view), str(kind), split)
 
 
 def name_candidates(

@@ -17,6 +17,7 @@ import pyarrow.flight as flight
 
 from flight_server import errors
 from flight_server.engine import CATALOG_NAME, Engine, Kind, split_namespace
+from flight_server.engine.splits import DEFAULT_MAX_PARTITIONS, DEFAULT_TARGET_BYTES
 from flight_server.engine.sql_text import DEFAULT_SCHEMA, parameter_markers
 from flight_server.flightsql import metadata as md
 from flight_server.flightsql import protocol as p
@@ -29,6 +30,7 @@ from flight_server.flightsql.statements import (
     param_rows,
     read_parameters,
 )
+from flight_server.headers import call_headers
 from flight_server.sqlwrite import SqlWriter
 
 if TYPE_CHECKING:
@@ -54,7 +56,10 @@ _ACTIONS = [
     ("GetSessionOptions", "Get session options"),
     ("CloseSession", "Close the session"),
 ]
-SESSION_OPTIONS = ("catalog", "schema")
+# Split scans (see engine.splits): a session option or a call header of the same name.
+SCAN_TARGET_BYTES = "icefloe.scan.target-partition-bytes"
+SCAN_MAX_PARTITIONS = "icefloe.scan.max-partitions"
+SESSION_OPTIONS = ("catalog", "schema", SCAN_TARGET_BYTES, SCAN_MAX_PARTITIONS)
 # What a write statement sent as a query returns: the number of rows it affected.
 WRITE_RESULT_SCHEMA = pa.schema([pa.field("count", pa.int64())])
 
@@ -77,6 +82,9 @@ class FlightSqlService:
         self.metadata = md.Metadata(server.catalog)
         # Tickets and prepared-statement handles go out sealed and come back verified.
         self.handles = HandleCodec(server.handle_signer)
+        # Endpoints name the fleet that can run them (any server on the warehouse), or no one:
+        # the spec's "this same server".
+        self._locations = [flight.Location(uri) for uri in config.advertise_uris]
         self.sessions = SessionStore()
         self.writer = SqlWriter(self.engine, server.catalog,
                                 lambda: getattr(getattr(server, "appends", None), "appender", None),
@@ -139,12 +147,43 @@ class FlightSqlService:
             rows = param_rows(handle.params)
             schema, _ = self.engine.describe(handle.sql, handle.pins, handle.default_schema, rows[0] if rows else None)
             schema = self._annotated(schema, handle)
-            ticket = p.TicketStatementQuery(self.handles.statement(handle)).pack()
+            endpoints = [self._endpoint(p.TicketStatementQuery(self.handles.statement(h)).pack())
+                         for h in self._endpoints(context, handle)]
         else:
             schema = self._metadata_schema(context, cmd)
             ticket = p.TicketStatementQuery(self.handles.metadata(descriptor.command)).pack()
-        endpoint = flight.FlightEndpoint(ticket, [])
-        return flight.FlightInfo(schema, descriptor, [endpoint], total_records, -1)
+            endpoints = [self._endpoint(ticket)]
+        # Several endpoints are disjoint parts of one scan, in no particular order.
+        return flight.FlightInfo(schema, descriptor, endpoints, total_records, -1, ordered=False)
+
+    def _endpoint(self, ticket: bytes) -> flight.FlightEndpoint:
+        return flight.FlightEndpoint(ticket, self._locations)
+
+    def _endpoints(self, context: flight.ServerCallContext, handle: StatementHandle) -> list[StatementHandle]:
+        """One handle per endpoint: a row-wise scan of one table is split by data files."""
+        if handle.written is not None or handle.params is not None:
+            return [handle]
+        target, most = self._scan_options(context)
+        groups = self.engine.split(handle.sql, handle.pins, handle.default_schema, target, most)
+        return [StatementHandle(handle.sql, handle.default_schema, pins, None) for pins in groups]
+
+    def _scan_options(self, context: flight.ServerCallContext) -> tuple[int, int]:
+        """(target bytes per endpoint, most endpoints): a call header wins over the session
+        option of the same name, which wins over the default."""
+        session = self.sessions.get(context)
+        options = session.options if session is not None else {}
+
+        def pick(key: str, default: int) -> int:
+            values = call_headers(context, key)
+            raw = values[-1] if values else options.get(key)
+            if raw is None:
+                return default
+            value = _positive_int(raw)
+            if value is None:
+                raise errors.InvalidArgument(f"{key} must be a whole number >= 1, got {str(raw)[:40]!r}")
+            return value
+
+        return pick(SCAN_TARGET_BYTES, DEFAULT_TARGET_BYTES), pick(SCAN_MAX_PARTITIONS, DEFAULT_MAX_PARTITIONS)
 
     def get_schema(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
         cmd = self._descriptor_command(descriptor)
@@ -439,6 +478,8 @@ class FlightSqlService:
             return 1  # INVALID_NAME
         if value is None:
             return 0
+        if key in (SCAN_TARGET_BYTES, SCAN_MAX_PARTITIONS):
+            return 0 if _positive_int(value) is not None else 2  # INVALID_VALUE
         if not isinstance(value, str):
             return 2  # INVALID_VALUE
         if key == "catalog":
@@ -455,6 +496,19 @@ class FlightSqlService:
             p.SessionOptionEntry(k, p.SessionOptionValue(string_value=str(v))) for k, v in sorted(options.items())
         ]
         return p.GetSessionOptionsResult(entries).encode()
+
+
+def _positive_int(raw: Any) -> int | None:
+    """A whole number >= 1 from a session option or header value (int or decimal text)."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        value = raw
+    elif isinstance(raw, str) and raw.strip().isdigit() and len(raw.strip()) <= 19:
+        value = int(raw.strip())
+    else:
+        return None
+    return value if value >= 1 else None
 
 
 def _check_parameter_count(sql: str, params: pa.RecordBatch | None) -> None:
