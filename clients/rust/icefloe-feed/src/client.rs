@@ -66,6 +66,11 @@ pub struct ClientOptions {
     /// Longest pause between two reconnection attempts of a feed stream (the pause starts
     /// at 100 ms and doubles).
     pub max_backoff: Duration,
+    /// HTTP/2 flow-control window, per stream and for the connection: how far the server
+    /// may send ahead of a consumer that stopped polling. `None` keeps tonic's default
+    /// (some MiB); a small window makes a sleeping consumer hold little memory and lets
+    /// the server move its stream to the durable-log path sooner.
+    pub flow_control_window: Option<u32>,
 }
 
 impl Default for ClientOptions {
@@ -75,6 +80,7 @@ impl Default for ClientOptions {
             tls: TlsOptions::default(),
             connect_timeout: Duration::from_secs(10),
             max_backoff: Duration::from_secs(5),
+            flow_control_window: None,
         }
     }
 }
@@ -289,6 +295,9 @@ fn endpoint(uri: &str, options: &ClientOptions) -> Result<Endpoint> {
         .http2_keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(Duration::from_secs(20))
         .keep_alive_while_idle(true);
+    if let Some(window) = options.flow_control_window {
+        endpoint = endpoint.initial_stream_window_size(window).initial_connection_window_size(window);
+    }
     if tls {
         endpoint = endpoint.tls_config(tls_config(&options.tls))?;
     }
