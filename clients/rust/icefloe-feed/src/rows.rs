@@ -28,7 +28,7 @@ pub enum RowsItem {
     /// Commit `event.seq` is complete. After an append it follows the append's last
     /// batch; for any other commit (overwrite, delete, schema, rename, drop, ...) it comes
     /// alone and means "re-read the table".
-    Commit(CommitMarker),
+    Commit(Box<CommitMarker>),
 }
 
 /// The row feed of one table as a [`Stream`] of [`RowsItem`]s.
@@ -145,12 +145,12 @@ impl Rows {
                         self.pending.push_back(RowsItem::Batch(batch));
                     }
                     if let Some(marker) = commit {
-                        self.pending.push_back(RowsItem::Commit(marker));
+                        self.pending.push_back(RowsItem::Commit(Box::new(marker)));
                     }
                 }
                 Message::Commit(marker) => {
                     if self.feed.position().is_none_or(|p| marker.event.seq > p) {
-                        self.pending.push_back(RowsItem::Commit(marker));
+                        self.pending.push_back(RowsItem::Commit(Box::new(marker)));
                     }
                 }
                 Message::Hello { .. } | Message::Heartbeat { .. } => {}
