@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::client::Client;
-use crate::error::{Disposition, Result, classify};
+use crate::error::{Disposition, Error, Result, classify};
 use crate::subscription::Cursor;
 use crate::wire::{Broken, Exchange, Message};
 
@@ -172,8 +172,15 @@ impl Feed {
                 Disposition::Retry => {}
                 Disposition::Relogin => {
                     self.relogged = true;
-                    self.client.login().await?;
-                    return Ok(());
+                    match self.client.login().await {
+                        Ok(()) => return Ok(()),
+                        // The server went away during the login: back off and try again.
+                        Err(Error::Status(status)) => match classify(status, false) {
+                            Disposition::Fail(error) => return Err(error),
+                            Disposition::Retry | Disposition::Relogin => self.relogged = false,
+                        },
+                        Err(error) => return Err(error),
+                    }
                 }
                 Disposition::Fail(error) => return Err(error),
             },
