@@ -127,8 +127,8 @@ impl Feed {
                         self.generation += 1;
                         self.exchange.insert(exchange)
                     }
-                    Err(status) => {
-                        self.recover(Broken::Status(status)).await?;
+                    Err(broken) => {
+                        self.recover(broken).await?;
                         continue;
                     }
                 },

@@ -63,12 +63,20 @@ pub(crate) struct Exchange {
 
 impl Exchange {
     /// Open the feed described by `request` (the subscription JSON).
-    pub(crate) async fn open(client: &Client, request: String, stall: Duration) -> Result<Exchange, tonic::Status> {
+    pub(crate) async fn open(client: &Client, request: String, stall: Duration) -> Result<Exchange, Broken> {
         let descriptor = FlightDescriptor::new_cmd(request);
         let first = FlightData { flight_descriptor: Some(descriptor), ..Default::default() };
         // The request stream ends after the descriptor: the feed reads nothing from the
         // client, and ending it half-closes the call as the other clients do.
-        let response = client.service().do_exchange(futures::stream::iter([first])).await?;
+        let mut service = client.service();
+        let call = service.do_exchange(futures::stream::iter([first]));
+        // The server answers with its headers and hello at once; a server that accepted
+        // the connection but never answers is treated like a stalled stream.
+        let response = match tokio::time::timeout(stall, call).await {
+            Err(_) => return Err(Broken::Stalled),
+            Ok(Err(status)) => return Err(Broken::Status(status)),
+            Ok(Ok(response)) => response,
+        };
         client.note_headers(response.metadata());
         Ok(Exchange { stream: response.into_inner(), schema: None, stall })
     }
