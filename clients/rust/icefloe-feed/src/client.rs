@@ -42,7 +42,7 @@ impl std::fmt::Debug for Credentials {
 }
 
 /// TLS settings for `grpc+tls://` URIs.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct TlsOptions {
     /// PEM certificates of the CAs that may sign the server's certificate. Without them
     /// (and without the `native-roots` feature) a `grpc+tls://` server cannot be verified.
@@ -52,6 +52,17 @@ pub struct TlsOptions {
     pub client_identity_pem: Option<(Vec<u8>, Vec<u8>)>,
     /// The name to verify the server's certificate against, when it is not the URI's host.
     pub domain_name: Option<String>,
+}
+
+impl std::fmt::Debug for TlsOptions {
+    // Never print the client's private key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsOptions")
+            .field("root_certs_pem", &self.root_certs_pem.as_ref().map(|pem| format!("{} bytes", pem.len())))
+            .field("client_identity_pem", &self.client_identity_pem.as_ref().map(|_| ".."))
+            .field("domain_name", &self.domain_name)
+            .finish()
+    }
 }
 
 /// Options of [`Client::connect`].
