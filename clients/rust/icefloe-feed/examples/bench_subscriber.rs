@@ -27,15 +27,22 @@ async fn main() {
     let [location, streams, expected, stalled] = args.as_slice() else {
         fail("usage: bench_subscriber <location> <streams> <expected> <stalled 0|1>".into())
     };
-    let streams: usize = streams.parse().unwrap_or_else(|_| fail(format!("bad stream count {streams:?}")));
-    let expected: usize = expected.parse().unwrap_or_else(|_| fail(format!("bad expected count {expected:?}")));
+    let streams: usize = streams
+        .parse()
+        .unwrap_or_else(|_| fail(format!("bad stream count {streams:?}")));
+    let expected: usize = expected
+        .parse()
+        .unwrap_or_else(|_| fail(format!("bad expected count {expected:?}")));
     let stalled = stalled == "1";
 
     let client = Client::connect(location, ClientOptions::default())
         .await
         .unwrap_or_else(|e| fail(format!("connect {location}: {e}")));
-    let subscription =
-        Subscription { after: Cursor::Latest, tables: vec!["bench.*".into()], ..Subscription::default() };
+    let subscription = Subscription {
+        after: Cursor::Latest,
+        tables: vec!["bench.*".into()],
+        ..Subscription::default()
+    };
     // Open every stream (each returns after its hello) before saying ready.
     let opened = futures::future::join_all((0..streams).map(|_| client.subscribe(subscription.clone()))).await;
     let mut feeds = Vec::with_capacity(streams);
@@ -58,7 +65,9 @@ async fn main() {
                     Some(Err(e)) => fail(format!("stream {i}: {e}")),
                     None => fail(format!("stream {i} ended after {} of {expected} appends", got.len())),
                 };
-                let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as i64);
                 // Only the writer's appends count (background compaction commits too).
                 if event.operation == Operation::Append {
                     got.push([event.seq, now, event.committed_at.timestamp_micros()]);
@@ -71,5 +80,8 @@ async fn main() {
     for task in futures::future::join_all(tasks).await {
         results.push(task.unwrap_or_else(|e| fail(format!("stream task: {e}"))));
     }
-    println!("{}", serde_json::to_string(&results).unwrap_or_else(|e| fail(e.to_string())));
+    println!(
+        "{}",
+        serde_json::to_string(&results).unwrap_or_else(|e| fail(e.to_string()))
+    );
 }

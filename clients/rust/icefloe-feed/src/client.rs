@@ -58,7 +58,10 @@ impl std::fmt::Debug for TlsOptions {
     // Never print the client's private key.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TlsOptions")
-            .field("root_certs_pem", &self.root_certs_pem.as_ref().map(|pem| format!("{} bytes", pem.len())))
+            .field(
+                "root_certs_pem",
+                &self.root_certs_pem.as_ref().map(|pem| format!("{} bytes", pem.len())),
+            )
             .field("client_identity_pem", &self.client_identity_pem.as_ref().map(|_| ".."))
             .field("domain_name", &self.domain_name)
             .finish()
@@ -99,7 +102,10 @@ impl Default for ClientOptions {
 impl ClientOptions {
     /// Log in with user name and password.
     pub fn with_basic(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.credentials = Some(Credentials::Basic { user: user.into(), password: password.into() });
+        self.credentials = Some(Credentials::Basic {
+            user: user.into(),
+            password: password.into(),
+        });
         self
     }
 
@@ -143,10 +149,11 @@ pub(crate) struct BearerInterceptor(Arc<TokenCell>);
 
 impl Interceptor for BearerInterceptor {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(value) = self.0.get() {
-            if !request.metadata().contains_key("authorization") {
-                request.metadata_mut().insert("authorization", value);
-            }
+        // A call that brings its own authorization (the Basic login) keeps it.
+        if !request.metadata().contains_key("authorization")
+            && let Some(value) = self.0.get()
+        {
+            request.metadata_mut().insert("authorization", value);
         }
         Ok(request)
     }
@@ -170,7 +177,9 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").field("options", &self.options).finish_non_exhaustive()
+        f.debug_struct("Client")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
     }
 }
 
@@ -189,7 +198,12 @@ impl Client {
         let service = FlightServiceClient::with_interceptor(channel, BearerInterceptor(Arc::clone(&token)))
             // Arrow Flight lifts gRPC's 4 MiB limit; a rows.v1 batch can be larger.
             .max_decoding_message_size(usize::MAX);
-        let client = Client { service, token, credentials: options.credentials.clone(), options };
+        let client = Client {
+            service,
+            token,
+            credentials: options.credentials.clone(),
+            options,
+        };
         match &client.credentials {
             Some(Credentials::Token(token)) => client.token.set(bearer(token)?),
             Some(Credentials::Basic { .. }) => client.login().await?,
@@ -285,16 +299,23 @@ impl Client {
 }
 
 fn bearer(token: &str) -> Result<AsciiMetadataValue> {
-    AsciiMetadataValue::try_from(format!("Bearer {token}")).map_err(|_| Error::Config("the token is not valid header text".into()))
+    AsciiMetadataValue::try_from(format!("Bearer {token}"))
+        .map_err(|_| Error::Config("the token is not valid header text".into()))
 }
 
 /// A tonic endpoint for a Flight URI.
 fn endpoint(uri: &str, options: &ClientOptions) -> Result<Endpoint> {
-    let (scheme, rest) = uri.split_once("://").ok_or_else(|| Error::Config(format!("{uri:?} is not a URI")))?;
+    let (scheme, rest) = uri
+        .split_once("://")
+        .ok_or_else(|| Error::Config(format!("{uri:?} is not a URI")))?;
     let tls = match scheme {
         "grpc" | "grpc+tcp" | "http" => false,
         "grpc+tls" | "https" => true,
-        other => return Err(Error::Config(format!("unsupported URI scheme {other:?} (use grpc:// or grpc+tls://)"))),
+        other => {
+            return Err(Error::Config(format!(
+                "unsupported URI scheme {other:?} (use grpc:// or grpc+tls://)"
+            )));
+        }
     };
     let target = format!("{}://{rest}", if tls { "https" } else { "http" });
     let mut endpoint = Endpoint::from_shared(target)
@@ -307,7 +328,9 @@ fn endpoint(uri: &str, options: &ClientOptions) -> Result<Endpoint> {
         .keep_alive_timeout(Duration::from_secs(20))
         .keep_alive_while_idle(true);
     if let Some(window) = options.flow_control_window {
-        endpoint = endpoint.initial_stream_window_size(window).initial_connection_window_size(window);
+        endpoint = endpoint
+            .initial_stream_window_size(window)
+            .initial_connection_window_size(window);
     }
     if tls {
         endpoint = endpoint.tls_config(tls_config(&options.tls))?;

@@ -141,10 +141,13 @@ pub(crate) fn classify(status: tonic::Status, can_relogin: bool) -> Disposition 
         });
     }
     let code = intended_code(&status);
-    if code == Code::FailedPrecondition {
-        if let Some(resume_after) = number_after(message, "resubscribe with after=") {
-            return Disposition::Fail(Error::SchemaChanged { resume_after, message: clean(message) });
-        }
+    if code == Code::FailedPrecondition
+        && let Some(resume_after) = number_after(message, "resubscribe with after=")
+    {
+        return Disposition::Fail(Error::SchemaChanged {
+            resume_after,
+            message: clean(message),
+        });
     }
     match code {
         Code::Unauthenticated if can_relogin => Disposition::Relogin,
@@ -206,10 +209,25 @@ mod tests {
 
     #[test]
     fn unavailable_retries_and_bad_requests_fail() {
-        assert!(matches!(classify(tonic::Status::unavailable("shutting down"), false), Disposition::Retry));
-        assert!(matches!(classify(tonic::Status::unknown("h2 error"), false), Disposition::Retry));
-        assert!(matches!(classify(tonic::Status::invalid_argument("bad"), false), Disposition::Fail(_)));
-        assert!(matches!(classify(tonic::Status::unauthenticated("expired"), true), Disposition::Relogin));
-        assert!(matches!(classify(tonic::Status::unauthenticated("no"), false), Disposition::Fail(_)));
+        assert!(matches!(
+            classify(tonic::Status::unavailable("shutting down"), false),
+            Disposition::Retry
+        ));
+        assert!(matches!(
+            classify(tonic::Status::unknown("h2 error"), false),
+            Disposition::Retry
+        ));
+        assert!(matches!(
+            classify(tonic::Status::invalid_argument("bad"), false),
+            Disposition::Fail(_)
+        ));
+        assert!(matches!(
+            classify(tonic::Status::unauthenticated("expired"), true),
+            Disposition::Relogin
+        ));
+        assert!(matches!(
+            classify(tonic::Status::unauthenticated("no"), false),
+            Disposition::Fail(_)
+        ));
     }
 }

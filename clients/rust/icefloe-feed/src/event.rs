@@ -162,7 +162,9 @@ struct EventColumns<'a> {
 impl<'a> EventColumns<'a> {
     fn new(batch: &'a RecordBatch) -> Result<Self> {
         let column = |name: &str| {
-            batch.column_by_name(name).ok_or_else(|| Error::protocol(format!("event batch has no column {name:?}")))
+            batch
+                .column_by_name(name)
+                .ok_or_else(|| Error::protocol(format!("event batch has no column {name:?}")))
         };
         let int64 = |name: &str| {
             column(name)?
@@ -170,11 +172,19 @@ impl<'a> EventColumns<'a> {
                 .ok_or_else(|| Error::protocol(format!("event column {name:?} is not int64")))
         };
         let utf8 = |name: &str| {
-            column(name)?.as_string_opt::<i32>().ok_or_else(|| Error::protocol(format!("event column {name:?} is not utf8")))
+            column(name)?
+                .as_string_opt::<i32>()
+                .ok_or_else(|| Error::protocol(format!("event column {name:?} is not utf8")))
         };
         let at = column("committed_at")?;
-        if !matches!(at.data_type(), DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, _)) {
-            return Err(Error::protocol(format!("event column \"committed_at\" is {}, not timestamp[us]", at.data_type())));
+        if !matches!(
+            at.data_type(),
+            DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, _)
+        ) {
+            return Err(Error::protocol(format!(
+                "event column \"committed_at\" is {}, not timestamp[us]",
+                at.data_type()
+            )));
         }
         Ok(EventColumns {
             seq: int64("seq")?,

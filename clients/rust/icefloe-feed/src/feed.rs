@@ -196,7 +196,9 @@ impl Feed {
     /// Reconnect if nothing (not even a heartbeat) came for this long: five heartbeat
     /// intervals plus two seconds unless the subscription says otherwise.
     fn stall(&self) -> Duration {
-        self.spec.stall_timeout.unwrap_or(self.spec.heartbeat * 5 + Duration::from_secs(2))
+        self.spec
+            .stall_timeout
+            .unwrap_or(self.spec.heartbeat * 5 + Duration::from_secs(2))
     }
 
     fn request(&self) -> String {
@@ -216,4 +218,3 @@ impl Feed {
         body.to_string()
     }
 }
-

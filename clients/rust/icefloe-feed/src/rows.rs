@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use arrow_array::{Array, RecordBatch};
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
+use arrow_array::{Array, RecordBatch};
 use futures::stream::{BoxStream, Stream, StreamExt};
 
 use crate::client::Client;
@@ -48,17 +48,31 @@ pub struct RowStream {
 
 impl fmt::Debug for RowStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RowStream").field("progress", &self.progress).finish_non_exhaustive()
+        f.debug_struct("RowStream")
+            .field("progress", &self.progress)
+            .finish_non_exhaustive()
     }
 }
 
 impl RowStream {
     pub(crate) async fn start(client: Client, table: String, after: Cursor) -> Result<RowStream> {
-        let spec = Spec { feed: "rows.v1", tables: vec![table], heartbeat: Duration::from_secs(1), stall_timeout: None };
+        let spec = Spec {
+            feed: "rows.v1",
+            tables: vec![table],
+            heartbeat: Duration::from_secs(1),
+            stall_timeout: None,
+        };
         let feed = Feed::start(client, spec, after).await?;
         let progress = feed.progress();
         let generation = feed.generation;
-        let state = Rows { feed, pending: VecDeque::new(), open: None, skip: None, generation, done: false };
+        let state = Rows {
+            feed,
+            pending: VecDeque::new(),
+            open: None,
+            skip: None,
+            generation,
+            done: false,
+        };
         let inner = futures::stream::unfold(state, |mut state| async move {
             let item = state.next().await?;
             Some((item, state))

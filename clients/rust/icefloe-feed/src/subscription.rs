@@ -47,7 +47,9 @@ impl FromStr for Cursor {
             "latest" => Ok(Cursor::Latest),
             _ => match text.parse::<i64>() {
                 Ok(seq) if seq >= 0 => Ok(Cursor::Seq(seq)),
-                _ => Err(Error::Config(format!("cursor must be earliest, latest or a seq >= 0, not {text:?}"))),
+                _ => Err(Error::Config(format!(
+                    "cursor must be earliest, latest or a seq >= 0, not {text:?}"
+                ))),
             },
         }
     }
@@ -82,14 +84,22 @@ pub struct Subscription {
 
 impl Default for Subscription {
     fn default() -> Self {
-        Subscription { after: Cursor::Latest, tables: Vec::new(), heartbeat: Duration::from_secs(1), stall_timeout: None }
+        Subscription {
+            after: Cursor::Latest,
+            tables: Vec::new(),
+            heartbeat: Duration::from_secs(1),
+            stall_timeout: None,
+        }
     }
 }
 
 impl Subscription {
     /// Every table, starting after `after`.
     pub fn after(after: Cursor) -> Self {
-        Subscription { after, ..Subscription::default() }
+        Subscription {
+            after,
+            ..Subscription::default()
+        }
     }
 }
 
@@ -113,7 +123,9 @@ pub struct CommitStream {
 
 impl fmt::Debug for CommitStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CommitStream").field("progress", &self.progress).finish_non_exhaustive()
+        f.debug_struct("CommitStream")
+            .field("progress", &self.progress)
+            .finish_non_exhaustive()
     }
 }
 
@@ -127,7 +139,11 @@ impl CommitStream {
         };
         let feed = Feed::start(client, spec, subscription.after).await?;
         let progress = feed.progress();
-        let state = Events { feed, pending: VecDeque::new(), done: false };
+        let state = Events {
+            feed,
+            pending: VecDeque::new(),
+            done: false,
+        };
         let inner = futures::stream::unfold(state, |mut state| async move {
             let item = state.next().await?;
             Some((item, state))

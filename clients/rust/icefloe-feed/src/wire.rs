@@ -30,7 +30,10 @@ pub(crate) enum Message {
     /// rows.v1: commit `seq` is complete (metadata-only for non-append commits).
     Commit(CommitMarker),
     /// A record batch, with the commit marker it carries (rows.v1, last batch of an append).
-    Batch { batch: RecordBatch, commit: Option<CommitMarker> },
+    Batch {
+        batch: RecordBatch,
+        commit: Option<CommitMarker>,
+    },
 }
 
 /// A rows.v1 `{"commit": {...}}` marker: the commit, as the event schema's fields.
@@ -65,7 +68,10 @@ impl Exchange {
     /// Open the feed described by `request` (the subscription JSON).
     pub(crate) async fn open(client: &Client, request: String, stall: Duration) -> Result<Exchange, Broken> {
         let descriptor = FlightDescriptor::new_cmd(request);
-        let first = FlightData { flight_descriptor: Some(descriptor), ..Default::default() };
+        let first = FlightData {
+            flight_descriptor: Some(descriptor),
+            ..Default::default()
+        };
         // The request stream ends after the descriptor: the feed reads nothing from the
         // client, and ending it half-closes the call as the other clients do.
         let mut service = client.service();
@@ -78,7 +84,11 @@ impl Exchange {
             Ok(Ok(response)) => response,
         };
         client.note_headers(response.metadata());
-        Ok(Exchange { stream: response.into_inner(), schema: None, stall })
+        Ok(Exchange {
+            stream: response.into_inner(),
+            schema: None,
+            stall,
+        })
     }
 
     /// The next message; `Err` when the call is over (see [`Broken`]).
@@ -108,7 +118,10 @@ impl Exchange {
                 Ok(None)
             }
             MessageHeader::RecordBatch => {
-                let schema = self.schema.clone().ok_or_else(|| Error::protocol("record batch before its schema"))?;
+                let schema = self
+                    .schema
+                    .clone()
+                    .ok_or_else(|| Error::protocol("record batch before its schema"))?;
                 let batch = arrow_flight::utils::flight_data_to_arrow_batch(&data, schema, &HashMap::new())?;
                 let commit = match metadata_message(&data.app_metadata)? {
                     Some(Message::Commit(marker)) => Some(marker),
@@ -117,7 +130,10 @@ impl Exchange {
                 Ok(Some(Message::Batch { batch, commit }))
             }
             // The feed's schemas have no dictionary-encoded columns.
-            other => Err(Error::protocol(format!("unexpected IPC message {:?} in a feed", other.variant_name()))),
+            other => Err(Error::protocol(format!(
+                "unexpected IPC message {:?} in a feed",
+                other.variant_name()
+            ))),
         }
     }
 }
@@ -190,7 +206,10 @@ fn metadata_message(raw: &Bytes) -> Result<Option<Message>> {
         let message = match kind.as_str() {
             "hello" => {
                 let hello: Hello = serde_json::from_value(value).map_err(|e| bad("hello", e))?;
-                Message::Hello { log_start: hello.log_start, head: hello.head }
+                Message::Hello {
+                    log_start: hello.log_start,
+                    head: hello.head,
+                }
             }
             "heartbeat" => {
                 let head: Head = serde_json::from_value(value).map_err(|e| bad("heartbeat", e))?;

@@ -46,7 +46,9 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
             "--after" => subscription.after = value()?.parse::<Cursor>().map_err(|e| format!("--after: {e}"))?,
             "--table" => subscription.tables.push(value()?),
             "--heartbeat-ms" => {
-                let ms = value()?.parse::<u64>().map_err(|_| "--heartbeat-ms takes milliseconds".to_string())?;
+                let ms = value()?
+                    .parse::<u64>()
+                    .map_err(|_| "--heartbeat-ms takes milliseconds".to_string())?;
                 subscription.heartbeat = Duration::from_millis(ms);
             }
             "--token" => token = Some(value()?),
@@ -64,12 +66,19 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
     }
     if let Some(user) = user {
         let mut password = String::new();
-        std::io::stdin().lock().read_line(&mut password).map_err(|e| format!("reading the password: {e}"))?;
+        std::io::stdin()
+            .lock()
+            .read_line(&mut password)
+            .map_err(|e| format!("reading the password: {e}"))?;
         options = options.with_basic(user, password.trim_end_matches(['\r', '\n']));
     } else if let Some(token) = token {
         options = options.with_token(token);
     }
-    Ok(Args { uri, subscription, options })
+    Ok(Args {
+        uri,
+        subscription,
+        options,
+    })
 }
 
 fn read(path: &str) -> Result<Vec<u8>, String> {
@@ -77,7 +86,9 @@ fn read(path: &str) -> Result<Vec<u8>, String> {
 }
 
 async fn tail(args: Args) -> Result<(), String> {
-    let client = Client::connect(&args.uri, args.options).await.map_err(|e| format!("{}: {e}", args.uri))?;
+    let client = Client::connect(&args.uri, args.options)
+        .await
+        .map_err(|e| format!("{}: {e}", args.uri))?;
     let mut events = client.subscribe(args.subscription).await.map_err(|e| e.to_string())?;
     let stdout = std::io::stdout();
     while let Some(event) = events.next().await {

@@ -12,11 +12,17 @@ fn users_file(bin: &std::path::Path, dir: &TempDir) -> std::path::PathBuf {
     let mut toml = String::new();
     for (name, role) in USERS {
         let hash = password_hash(bin, &format!("{name}-password"));
-        toml.push_str(&format!("[users.{name}]\nrole = \"{role}\"\npassword_hash = \"{hash}\"\n\n"));
+        toml.push_str(&format!(
+            "[users.{name}]\nrole = \"{role}\"\npassword_hash = \"{hash}\"\n\n"
+        ));
     }
     let path = dir.path().join("users.toml");
     write(&path, toml.as_bytes());
-    std::process::Command::new("chmod").args(["600"]).arg(&path).status().unwrap();
+    std::process::Command::new("chmod")
+        .args(["600"])
+        .arg(&path)
+        .status()
+        .unwrap();
     path
 }
 
@@ -34,7 +40,9 @@ async fn each_role_subscribes_and_a_bad_password_is_refused() {
     let mut clients = Vec::new();
     for (name, _) in USERS {
         let options = ClientOptions::default().with_basic(name, format!("{name}-password"));
-        let client = Client::connect(&server.uri, options).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let client = Client::connect(&server.uri, options)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(client.token().is_some(), "{name} got a bearer token");
         clients.push(client);
     }
@@ -45,7 +53,9 @@ async fn each_role_subscribes_and_a_bad_password_is_refused() {
     as_writer.sql("CREATE TABLE ns.a (id BIGINT, v VARCHAR)").await;
     as_writer.append("ns.a", 0..2).await;
     let mut as_admin = Writer::connect_with(&server.uri, clients[2].token().as_deref(), None).await;
-    as_admin.sql("ALTER TABLE ns.a SET ('icefloe.snapshots.retain' = '50')").await;
+    as_admin
+        .sql("ALTER TABLE ns.a SET ('icefloe.snapshots.retain' = '50')")
+        .await;
     // The read role may not write.
     let mut as_reader = Writer::connect_with(&server.uri, clients[0].token().as_deref(), None).await;
     let refused = as_reader.try_append("ns.a", 5..6).await.unwrap_err();
@@ -74,7 +84,9 @@ async fn each_role_subscribes_and_a_bad_password_is_refused() {
     let anonymous = Client::connect(&server.uri, ClientOptions::default()).await.unwrap();
     let error = anonymous.subscribe(Subscription::default()).await.unwrap_err();
     assert_eq!(code(&error), Some(tonic::Code::Unauthenticated), "{error}");
-    let forged = Client::connect(&server.uri, ClientOptions::default().with_token("not-a-token")).await.unwrap();
+    let forged = Client::connect(&server.uri, ClientOptions::default().with_token("not-a-token"))
+        .await
+        .unwrap();
     let error = forged.subscribe(Subscription::default()).await.unwrap_err();
     assert_eq!(code(&error), Some(tonic::Code::Unauthenticated), "{error}");
 }
@@ -84,13 +96,19 @@ async fn a_renewed_token_is_picked_up_and_an_expired_one_leads_to_a_new_login() 
     let bin = require_icefloe!();
     let dir = TempDir::new("renew");
     let users = users_file(&bin, &dir);
-    let server = Server::start(&bin, &dir.path().join("wh"), &["--users", users.to_str().unwrap(), "--token-ttl", "4"]);
+    let server = Server::start(
+        &bin,
+        &dir.path().join("wh"),
+        &["--users", users.to_str().unwrap(), "--token-ttl", "4"],
+    );
 
     let login = ClientOptions::default().with_basic("reader", "reader-password");
     let by_password = Client::connect(&server.uri, login).await.unwrap();
     let logged_in = Instant::now();
     let first = by_password.token().unwrap();
-    let by_token = Client::connect(&server.uri, ClientOptions::default().with_token(first.clone())).await.unwrap();
+    let by_token = Client::connect(&server.uri, ClientOptions::default().with_token(first.clone()))
+        .await
+        .unwrap();
 
     // Past half its lifetime, a call's answer carries a fresh token.
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -100,7 +118,9 @@ async fn a_renewed_token_is_picked_up_and_an_expired_one_leads_to_a_new_login() 
 
     // Once the first token has expired it is refused, but the renewed one still works ...
     tokio::time::sleep(Duration::from_millis(4300).saturating_sub(logged_in.elapsed())).await;
-    let stale = Client::connect(&server.uri, ClientOptions::default().with_token(first.clone())).await.unwrap();
+    let stale = Client::connect(&server.uri, ClientOptions::default().with_token(first.clone()))
+        .await
+        .unwrap();
     let error = stale.subscribe(Subscription::default()).await.unwrap_err();
     assert_eq!(error.code(), Some(tonic::Code::Unauthenticated), "{error}");
     by_token.subscribe(Subscription::default()).await.unwrap();

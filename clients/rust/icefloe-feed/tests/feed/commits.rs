@@ -11,11 +11,17 @@ use crate::common::{Server, TempDir, Writer, events_until, require_icefloe, seqs
 const WAIT: Duration = Duration::from_secs(30);
 
 fn ops(events: &[CommitEvent]) -> Vec<(String, String)> {
-    events.iter().map(|e| (e.operation.to_string(), e.qualified_name())).collect()
+    events
+        .iter()
+        .map(|e| (e.operation.to_string(), e.qualified_name()))
+        .collect()
 }
 
 fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
-    expected.iter().map(|(op, name)| (op.to_string(), name.to_string())).collect()
+    expected
+        .iter()
+        .map(|(op, name)| (op.to_string(), name.to_string()))
+        .collect()
 }
 
 #[tokio::test]
@@ -66,17 +72,36 @@ async fn replay_globs_and_every_commit_kind() {
     assert!(append.snapshot_id.is_some());
     assert_eq!(append.table_uuid, events[0].table_uuid);
     assert!(append.table_uuid.as_deref().is_some_and(|u| u.len() == 36));
-    assert!(append.metadata_location.as_deref().is_some_and(|l| l.ends_with(".metadata.json")));
+    assert!(
+        append
+            .metadata_location
+            .as_deref()
+            .is_some_and(|l| l.ends_with(".metadata.json"))
+    );
     assert_eq!(append.principal, None); // no --users
     let second = &events[2];
     assert_eq!(second.parent_snapshot_id, append.snapshot_id);
     assert!(events[4].deleted_rows.is_some_and(|n| n >= 1)); // copy-on-write: the rows of the files it replaced
     let age = chrono::Utc::now() - append.committed_at;
-    assert!(age > chrono::TimeDelta::zero() && age < chrono::TimeDelta::minutes(5), "{age}");
+    assert!(
+        age > chrono::TimeDelta::zero() && age < chrono::TimeDelta::minutes(5),
+        "{age}"
+    );
     let json = serde_json::to_value(append).unwrap();
     for key in [
-        "seq", "committed_at", "namespace", "table", "table_uuid", "operation", "snapshot_id",
-        "parent_snapshot_id", "added_rows", "deleted_rows", "added_files", "metadata_location", "principal",
+        "seq",
+        "committed_at",
+        "namespace",
+        "table",
+        "table_uuid",
+        "operation",
+        "snapshot_id",
+        "parent_snapshot_id",
+        "added_rows",
+        "deleted_rows",
+        "added_files",
+        "metadata_location",
+        "principal",
     ] {
         assert!(json.get(key).is_some(), "{key} missing from {json}");
     }
@@ -94,7 +119,10 @@ async fn replay_globs_and_every_commit_kind() {
         ..Subscription::default()
     };
     let mut orders = client.subscribe(sub(&["sales.orders"])).await.unwrap();
-    assert_eq!(seqs(&events_until(&mut orders, 8, WAIT).await), vec![1, 2, 3, 4, 5, 6, 8]);
+    assert_eq!(
+        seqs(&events_until(&mut orders, 8, WAIT).await),
+        vec![1, 2, 3, 4, 5, 6, 8]
+    );
     let mut others = client.subscribe(sub(&["other.*"])).await.unwrap();
     assert_eq!(seqs(&events_until(&mut others, 9, WAIT).await), vec![7, 9]);
     let mut renamed = client.subscribe(sub(&["*.orders_old", "nothing.*"])).await.unwrap();
@@ -108,7 +136,12 @@ async fn replay_globs_and_every_commit_kind() {
     assert_eq!(ops(&live), pairs(&[("create", "sales.more")]));
 
     // A malformed subscription is refused at once, not retried.
-    let bad = client.subscribe(Subscription { tables: vec!["no_namespace".into()], ..Subscription::default() }).await;
+    let bad = client
+        .subscribe(Subscription {
+            tables: vec!["no_namespace".into()],
+            ..Subscription::default()
+        })
+        .await;
     match bad {
         Err(Error::Status(status)) => assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}"),
         other => panic!("expected InvalidArgument, got {other:?}"),
@@ -147,7 +180,11 @@ async fn heartbeats_move_the_cursor_past_commits_that_did_not_match() {
         if quiet.heartbeat_head() == Some(seq) {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "no heartbeat with head {seq}: {:?}", quiet.heartbeat_head());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no heartbeat with head {seq}: {:?}",
+            quiet.heartbeat_head()
+        );
     }
     assert_eq!(quiet.position(), Some(seq));
 }

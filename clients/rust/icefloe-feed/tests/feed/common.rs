@@ -95,10 +95,20 @@ impl Server {
 
     fn spawn(&mut self) {
         let mut child = Command::new(&self.bin)
-            .args(["serve", "--host", "127.0.0.1", "--port", &self.port.to_string(), "--warehouse"])
+            .args([
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &self.port.to_string(),
+                "--warehouse",
+            ])
             .arg(&self.warehouse)
             .args(&self.args)
-            .env("ICEFLOE_LOG_LEVEL", std::env::var("ICEFLOE_TEST_LOG_LEVEL").unwrap_or_else(|_| "info".into()))
+            .env(
+                "ICEFLOE_LOG_LEVEL",
+                std::env::var("ICEFLOE_TEST_LOG_LEVEL").unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -121,7 +131,11 @@ impl Server {
         self.child = Some(child);
         match ready_rx.recv_timeout(Duration::from_secs(90)) {
             Ok(uri) => {
-                self.port = uri.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port in the readiness line");
+                self.port = uri
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .expect("port in the readiness line");
                 self.uri = uri;
             }
             Err(_) => panic!("icefloe serve did not start; log:\n{}", self.log()),
@@ -174,7 +188,11 @@ impl Server {
     pub fn python(&self, code: &str) -> String {
         let python = self.bin.with_file_name("python");
         let out = Command::new(python).args(["-c", code]).output().expect("run python");
-        assert!(out.status.success(), "python failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "python failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 }
@@ -197,15 +215,23 @@ impl Writer {
 
     /// `None` while the server is not reachable.
     pub async fn try_connect(uri: &str) -> Option<Writer> {
-        let channel = Endpoint::from_shared(uri.replace("grpc://", "http://")).unwrap().connect().await.ok()?;
-        Some(Writer { client: FlightClient::new(channel) })
+        let channel = Endpoint::from_shared(uri.replace("grpc://", "http://"))
+            .unwrap()
+            .connect()
+            .await
+            .ok()?;
+        Some(Writer {
+            client: FlightClient::new(channel),
+        })
     }
 
     pub async fn connect_with(uri: &str, token: Option<&str>, ca_pem: Option<&[u8]>) -> Writer {
         let target = uri.replace("grpc+tls://", "https://").replace("grpc://", "http://");
         let mut endpoint = Endpoint::from_shared(target).unwrap();
         if let Some(ca) = ca_pem {
-            endpoint = endpoint.tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca))).unwrap();
+            endpoint = endpoint
+                .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)))
+                .unwrap();
         }
         let channel = endpoint.connect().await.expect("writer connects");
         let mut client = FlightClient::new(channel);
@@ -218,7 +244,10 @@ impl Writer {
     /// One SQL statement, sent as a Flight SQL `CommandStatementQuery`: a write runs at
     /// `GetFlightInfo` and commits once.
     pub async fn try_sql(&mut self, statement: &str) -> Result<(), tonic::Status> {
-        let command = any("type.googleapis.com/arrow.flight.protocol.sql.CommandStatementQuery", &field(1, statement.as_bytes()));
+        let command = any(
+            "type.googleapis.com/arrow.flight.protocol.sql.CommandStatementQuery",
+            &field(1, statement.as_bytes()),
+        );
         match self.client.get_flight_info(FlightDescriptor::new_cmd(command)).await {
             Ok(_) => Ok(()),
             Err(arrow_flight::error::FlightError::Tonic(status)) => Err(*status),
@@ -263,7 +292,9 @@ impl Writer {
     }
 
     pub async fn append(&mut self, table: &str, ids: std::ops::Range<i64>) -> i64 {
-        self.try_append(table, ids).await.unwrap_or_else(|status| panic!("append to {table}: {status}"))
+        self.try_append(table, ids)
+            .await
+            .unwrap_or_else(|status| panic!("append to {table}: {status}"))
     }
 }
 
@@ -328,8 +359,17 @@ pub fn password_hash(bin: &Path, password: &str) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .expect("icefloe passwd");
-    child.stdin.take().unwrap().write_all(format!("{password}\n").as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{password}\n").as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "icefloe passwd: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "icefloe passwd: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }

@@ -44,7 +44,11 @@ async fn keep_appending(uri: String, count: usize, acked: Arc<Mutex<Vec<i64>>>) 
 async fn wait_for(acked: &Arc<Mutex<Vec<i64>>>, count: usize) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     while acked.lock().unwrap().len() < count {
-        assert!(tokio::time::Instant::now() < deadline, "appends stopped at {:?}", acked.lock().unwrap());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "appends stopped at {:?}",
+            acked.lock().unwrap()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -136,12 +140,21 @@ async fn kill_9_and_restart_mid_stream_gives_every_event_exactly_once() {
     for seq in acked.lock().unwrap().iter() {
         assert!(got.contains(seq), "acknowledged seq {seq} missing");
     }
-    let tail_seqs: Vec<i64> = lines.lock().unwrap().iter().map(|v| v["seq"].as_i64().unwrap()).collect();
+    let tail_seqs: Vec<i64> = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|v| v["seq"].as_i64().unwrap())
+        .collect();
     let tail_upto: Vec<i64> = tail_seqs.iter().copied().take_while(|s| *s <= last).collect();
     assert_eq!(tail_upto, (1..=last).collect::<Vec<_>>(), "icefloe-tail");
     let first = &lines.lock().unwrap()[0];
     assert_eq!(first["operation"], "create");
     assert_eq!(first["namespace"], "t");
     assert_eq!(first["table"], "a");
-    assert_eq!(first.as_object().unwrap().len(), 13, "the event schema's 13 fields: {first}");
+    assert_eq!(
+        first.as_object().unwrap().len(),
+        13,
+        "the event schema's 13 fields: {first}"
+    );
 }

@@ -33,8 +33,17 @@ fn summary(items: &[RowsItem]) -> Vec<(String, i64, Vec<i64>)> {
         .iter()
         .map(|item| match item {
             RowsItem::Batch(batch) => {
-                let seq = batch.column_by_name("_seq").unwrap().as_primitive::<Int64Type>().value(0);
-                let ids = batch.column_by_name("id").unwrap().as_primitive::<Int64Type>().values().to_vec();
+                let seq = batch
+                    .column_by_name("_seq")
+                    .unwrap()
+                    .as_primitive::<Int64Type>()
+                    .value(0);
+                let ids = batch
+                    .column_by_name("id")
+                    .unwrap()
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .to_vec();
                 ("rows".to_string(), seq, ids)
             }
             RowsItem::Commit(marker) => (marker.event.operation.to_string(), marker.event.seq, vec![]),
@@ -62,17 +71,34 @@ async fn rows_with_markers_through_a_restart_and_a_schema_change() {
     let items = until_commit(&mut rows, b).await;
     assert_eq!(
         summary(&items),
-        vec![row("create", 1, &[]), row("rows", a, &[0, 1, 2]), row("append", a, &[]), row("rows", b, &[3, 4]), row("append", b, &[])]
+        vec![
+            row("create", 1, &[]),
+            row("rows", a, &[0, 1, 2]),
+            row("append", a, &[]),
+            row("rows", b, &[3, 4]),
+            row("append", b, &[])
+        ]
     );
-    let RowsItem::Batch(batch) = &items[1] else { unreachable!() };
+    let RowsItem::Batch(batch) = &items[1] else {
+        unreachable!()
+    };
     let names: Vec<_> = batch.schema().fields().iter().map(|f| f.name().clone()).collect();
     assert_eq!(names, ["id", "v", "_seq", "_snapshot_id", "_operation"]);
-    let RowsItem::Commit(marker) = &items[2] else { unreachable!() };
+    let RowsItem::Commit(marker) = &items[2] else {
+        unreachable!()
+    };
     assert_eq!(marker.event.operation, Operation::Append);
     assert_eq!(marker.event.added_rows, Some(3));
-    let snapshot = batch.column_by_name("_snapshot_id").unwrap().as_primitive::<Int64Type>().value(0);
+    let snapshot = batch
+        .column_by_name("_snapshot_id")
+        .unwrap()
+        .as_primitive::<Int64Type>()
+        .value(0);
     assert_eq!(Some(snapshot), marker.event.snapshot_id);
-    assert_eq!(batch.column_by_name("_operation").unwrap().as_string::<i32>().value(0), "append");
+    assert_eq!(
+        batch.column_by_name("_operation").unwrap().as_string::<i32>().value(0),
+        "append"
+    );
     assert_eq!(rows.position(), Some(b));
 
     // kill -9 and restart: the stream resumes after b, nothing repeats.
@@ -87,15 +113,25 @@ async fn rows_with_markers_through_a_restart_and_a_schema_change() {
     let c = writer.append("ns.r", 5..6).await;
     writer.sql("DELETE FROM ns.r WHERE id = 0").await;
     let items = until_commit(&mut rows, c + 1).await;
-    assert_eq!(summary(&items), vec![row("rows", c, &[5]), row("append", c, &[]), row("delete", c + 1, &[])]);
+    assert_eq!(
+        summary(&items),
+        vec![row("rows", c, &[5]), row("append", c, &[]), row("delete", c + 1, &[])]
+    );
     assert!(rows.reconnects() >= 1);
 
     // A schema change ends the stream, naming where to resume.
     writer.sql("ALTER TABLE ns.r ADD COLUMN note VARCHAR").await;
     let s = c + 2;
-    let marker = tokio::time::timeout(Duration::from_secs(30), rows.next()).await.unwrap().unwrap().unwrap();
+    let marker = tokio::time::timeout(Duration::from_secs(30), rows.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     assert!(matches!(&marker, RowsItem::Commit(m) if m.event.operation == Operation::Schema && m.event.seq == s));
-    match tokio::time::timeout(Duration::from_secs(30), rows.next()).await.unwrap() {
+    match tokio::time::timeout(Duration::from_secs(30), rows.next())
+        .await
+        .unwrap()
+    {
         Some(Err(Error::SchemaChanged { resume_after, .. })) => assert_eq!(resume_after, s),
         other => panic!("expected SchemaChanged, got {other:?}"),
     }
@@ -105,7 +141,9 @@ async fn rows_with_markers_through_a_restart_and_a_schema_change() {
     let d = writer.append("ns.r", 6..8).await;
     let items = until_commit(&mut rows, d).await;
     assert_eq!(summary(&items), vec![row("rows", d, &[6, 7]), row("append", d, &[])]);
-    let RowsItem::Batch(batch) = &items[0] else { unreachable!() };
+    let RowsItem::Batch(batch) = &items[0] else {
+        unreachable!()
+    };
     assert!(batch.column_by_name("note").is_some_and(|note| note.null_count() == 2));
 
     // An unknown table is refused at once.

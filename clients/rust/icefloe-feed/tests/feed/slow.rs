@@ -18,13 +18,19 @@ async fn a_sleeping_consumer_catches_up_with_no_gap() {
     writer.sql("CREATE TABLE ns.a (id BIGINT, v VARCHAR)").await;
 
     // A small window: the server can be only ~64 KiB ahead of this consumer.
-    let options = ClientOptions { flow_control_window: Some(65_535), ..ClientOptions::default() };
+    let options = ClientOptions {
+        flow_control_window: Some(65_535),
+        ..ClientOptions::default()
+    };
     let client = Client::connect(&server.uri, options).await.unwrap();
     let mut sleeper = client.subscribe(Subscription::after(Cursor::Latest)).await.unwrap();
     let from = sleeper.position().unwrap();
     // A live consumer on the same server keeps up meanwhile.
     let live_client = Client::connect(&server.uri, ClientOptions::default()).await.unwrap();
-    let mut live = live_client.subscribe(Subscription::after(Cursor::Latest)).await.unwrap();
+    let mut live = live_client
+        .subscribe(Subscription::after(Cursor::Latest))
+        .await
+        .unwrap();
 
     let mut last = from;
     let mut stalled = false;
@@ -37,13 +43,24 @@ async fn a_sleeping_consumer_catches_up_with_no_gap() {
             break;
         }
     }
-    assert!(stalled, "the server never found the sleeping stream stalled (appended up to seq {last})");
+    assert!(
+        stalled,
+        "the server never found the sleeping stream stalled (appended up to seq {last})"
+    );
     let live_events = events_until(&mut live, last, Duration::from_secs(60)).await;
-    assert_eq!(seqs(&live_events), (from + 1..=last).collect::<Vec<_>>(), "live consumer");
+    assert_eq!(
+        seqs(&live_events),
+        (from + 1..=last).collect::<Vec<_>>(),
+        "live consumer"
+    );
 
     // Now wake up: everything since the subscription, in order, once.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let events = events_until(&mut sleeper, last, Duration::from_secs(60)).await;
-    assert_eq!(seqs(&events), (from + 1..=last).collect::<Vec<_>>(), "sleeping consumer");
+    assert_eq!(
+        seqs(&events),
+        (from + 1..=last).collect::<Vec<_>>(),
+        "sleeping consumer"
+    );
     assert_eq!(sleeper.reconnects(), 0, "caught up on the same stream");
 }

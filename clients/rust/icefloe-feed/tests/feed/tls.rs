@@ -41,7 +41,12 @@ async fn tls_and_mutual_tls() {
     write(&dir.path().join("ca.pem"), &pki.ca_pem);
     write(&dir.path().join("server.pem"), pki.server.0.as_bytes());
     write(&dir.path().join("server.key"), pki.server.1.as_bytes());
-    let tls_args = ["--tls-cert".to_string(), path("server.pem"), "--tls-key".into(), path("server.key")];
+    let tls_args = [
+        "--tls-cert".to_string(),
+        path("server.pem"),
+        "--tls-key".into(),
+        path("server.key"),
+    ];
     let args: Vec<&str> = tls_args.iter().map(String::as_str).collect();
 
     let server = Server::start(&bin, &dir.path().join("wh"), &args);
@@ -78,5 +83,8 @@ async fn tls_and_mutual_tls() {
         client.subscribe(Subscription::default()).await
     })
     .await;
-    assert!(!matches!(attempt, Ok(Ok(_))), "a client without a certificate got a subscription");
+    assert!(
+        !matches!(attempt, Ok(Ok(_))),
+        "a client without a certificate got a subscription"
+    );
 }
