@@ -13,6 +13,10 @@ clients in separate processes and, when Go is installed, also the arrow-go subsc
    stream's first event also carries the Arrow schema); its worst arrival is reported.
    Subscribers are spread over four client processes (threads within each); the server's
    background maintenance runs as usual (it compacts the benchmark table every ~16 commits).
+   When Go / cargo are installed, the same scenarios run with the arrow-go subscriber and
+   with the Rust subscriber (``icefloe-feed``'s ``CommitStream``, example
+   ``bench_subscriber``; arrival = when the stream yields the decoded event), all in the
+   same run.
 2. Throughput: DoPut appends/s with no subscriber vs with 20 subscribers that never read
    (their gRPC writes block), alternating rounds; the ratio is median with / median without.
 
@@ -48,11 +52,13 @@ from catalog import RocksCatalog  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results" / "feed.json"
 # The alternative subscriber in Go (same command line and stdout as subscriber_main).
 GO_SUBSCRIBER = ROOT / "benchmarks" / "feed_subscriber_go"
+# The Rust client crate; its example bench_subscriber follows the same contract.
+RUST_WORKSPACE = ROOT / "clients" / "rust"
 # Client processes the Python subscriber streams are spread over (threads within each);
 # on 2 cores, 4 measured lower latency than 1, 2, 10 or 25.
 SUBSCRIBER_PROCESSES = 4
 # Where each subscriber client's latency rows go in the results.
-LATENCY_KEYS = {"python": "latency", "go": "latency_go"}
+LATENCY_KEYS = {"python": "latency", "go": "latency_go", "rust": "latency_rust"}
 # Client channel options under which a non-reading client blocks the server's writes at once.
 STALLING_OPTIONS = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 1024)]
 ROWS = pa.table({"id": pa.array(range(100), pa.int64()), "name": pa.array([f"r{i}" for i in range(100)])})
@@ -129,9 +135,31 @@ def go_subscriber_binary() -> Path | None:
     return binary
 
 
+@cache
+def rust_subscriber_binary() -> Path | None:
+    """Build the Rust subscriber (release, once per run); None, with the reason printed, if we cannot."""
+    cargo = shutil.which("cargo")
+    if cargo is None:
+        print("Rust subscriber unavailable: `cargo` is not on PATH")
+        return None
+    # The same cached target folder as scripts/test-rust (outside the clone).
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    target = Path(os.environ.get("CARGO_TARGET_DIR", cache / "icefloe" / "cargo-target"))
+    build = subprocess.run(
+        [cargo, "build", "--release", "--locked", "--example", "bench_subscriber"],
+        cwd=RUST_WORKSPACE, capture_output=True, text=True, env={**os.environ, "CARGO_TARGET_DIR": str(target)},
+    )
+    if build.returncode != 0:
+        reason = (build.stderr.strip().splitlines() or ["no output"])[-1]
+        print(f"Rust subscriber unavailable: cargo build failed: {reason}")
+        return None
+    return target / "release" / "examples" / "bench_subscriber"
+
+
 class Subscribers:
     """``count`` subscriber streams spread over a few client processes (``client="python"``),
-    or all in one Go process (``client="go"``, goroutines)."""
+    or all in one Go process (``client="go"``, goroutines) or one Rust process
+    (``client="rust"``, tokio tasks on one shared connection)."""
 
     def __init__(
         self, location: str, count: int, expected: int, stalled: bool = False, client: str = "python"
@@ -145,6 +173,11 @@ class Subscribers:
             binary = go_subscriber_binary()
             if binary is None:
                 raise RuntimeError("the Go subscriber is unavailable")
+            commands = [[str(binary), *args(count)]]
+        elif client == "rust":
+            binary = rust_subscriber_binary()
+            if binary is None:
+                raise RuntimeError("the Rust subscriber is unavailable")
             commands = [[str(binary), *args(count)]]
         elif client == "python":
             nprocs = min(count, SUBSCRIBER_PROCESSES)
@@ -321,9 +354,10 @@ def main() -> None:
         prepare(warehouse, rounds)
         server = ServeProcess(warehouse)
         writer = Writer(server.location)
-        # Python subscribers always; Go subscribers too when Go is here (one process,
-        # goroutines: arrival times without the Python clients' own GIL queueing).
+        # Python subscribers always; Go and Rust subscribers too when their toolchains are
+        # here (one process each: arrival times without the Python clients' GIL queueing).
         clients = ["python"] + (["go"] if go_subscriber_binary() is not None else [])
+        clients += ["rust"] if rust_subscriber_binary() is not None else []
         try:
             for n in (1, 10, 100):
                 for client in clients:
