@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -87,28 +88,13 @@ class RowStream(FeedStream):
         assert record.snapshot_id is not None
         try:
             metadata, io = self._metadata_for(record)
-            snapshot = metadata.snapshot_by_id(record.snapshot_id)
-            if snapshot is not None:
-                schema = metadata.schema_by_id(snapshot.schema_id) if snapshot.schema_id is not None else None
-                schema = schema or metadata.schema()
-                files = [
-                    data_file
-                    for snapshot_id in _commit_snapshot_ids(metadata, record)
-                    for data_file in _added_data_files(metadata, io, snapshot_id)
-                ]
-            else:
-                # The snapshot was expired (tables keep their last N snapshots), but the files
-                # it added are still live unless rewritten: their manifest entries keep the
-                # id of the snapshot that added them.
-                schema = metadata.schema()
-                files = self._live_files(metadata, io).get(record.snapshot_id, [])
-            _check_complete(record, files)
+            schema, files = commit_files(metadata, io, record, lambda: self._live_files(metadata, io))
             if self._iceberg_schema is not None and not _same_schema(schema, self._iceberg_schema):
                 raise errors.FailedPrecondition(
                     f"the schema of {self.table_name} changed before seq {record.seq}; "
                     f"resubscribe with after={record.seq - 1} to read rows with the new schema"
                 )
-            target = _output_schema(schema)
+            target = output_schema(schema)
             scan = ArrowScan(metadata, io, schema, AlwaysTrue())
             pending: pa.RecordBatch | None = None
             # A list, not a generator: ArrowScan iterates the tasks twice.
@@ -117,7 +103,7 @@ class RowStream(FeedStream):
                     continue
                 if pending is not None:
                     self.send_batch(pending)
-                pending = _with_commit_columns(batch, target, record)
+                pending = with_commit_columns(batch, target, record)
         except (FileNotFoundError, RowsUnavailable) as exc:
             logger.info("rows of seq %d are unavailable: %s", record.seq, exc)
             raise errors.OutOfRange(
@@ -146,41 +132,86 @@ class RowStream(FeedStream):
         key = current.snapshot_id if current is not None else 0  # the index depends only on it
         if self._live_index is not None and self._live_index[0] == key:
             return self._live_index[1]
-        index: dict[int, list[DataFile]] = {}
-        if current is not None:
-            for manifest in current.manifests(io):
-                for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
-                    if entry.data_file.content == DataFileContent.DATA and entry.snapshot_id is not None:
-                        index.setdefault(entry.snapshot_id, []).append(entry.data_file)
+        index = live_files_by_snapshot(metadata, io)
         self._live_index = (key, index)
         return index
 
     def _metadata_for(self, record: CommitRecord) -> tuple[TableMetadata, FileIO]:
         """The table metadata written by ``record``'s commit (or the table's current metadata)."""
-        catalog = self.server.catalog
         location = record.metadata_location
-        if location is None:
-            raise RowsUnavailable("commit has no metadata location")
-        io = catalog._load_file_io(location=location)
-        cached = self._metadata.get(location)
+        cached = self._metadata.get(location) if location is not None else None
         if cached is not None:
-            return cached, io
-        try:
-            metadata = FromInputFile.table_metadata(io.new_input(location))
-        except FileNotFoundError:
-            # Old metadata files are deleted after enough commits; the current metadata still
-            # lists every snapshot that has not been expired.
-            try:
-                table = catalog.load_table((*record.namespace, record.table))
-            except NoSuchTableError:
-                raise RowsUnavailable("table metadata removed") from None
-            if str(table.metadata.table_uuid) != record.table_uuid:
-                raise RowsUnavailable("table was replaced") from None
-            metadata, io = table.metadata, table.io
+            return cached, self.server.catalog._load_file_io(location=location)
+        metadata, io = load_commit_metadata(self.server.catalog, record)
+        assert location is not None  # load_commit_metadata refuses a record without one
         self._metadata[location] = metadata
         while len(self._metadata) > _METADATA_CACHE_SIZE:
             self._metadata.popitem(last=False)
         return metadata, io
+
+
+def load_commit_metadata(catalog: Any, record: CommitRecord) -> tuple[TableMetadata, FileIO]:
+    """The table metadata ``record``'s commit wrote (or, once that file is gone, the table's
+    current metadata, which still lists every snapshot not yet expired).
+
+    Raises:
+        RowsUnavailable: Neither is there (the table was dropped or replaced).
+    """
+    location = record.metadata_location
+    if location is None:
+        raise RowsUnavailable("commit has no metadata location")
+    io = catalog._load_file_io(location=location)
+    try:
+        return FromInputFile.table_metadata(io.new_input(location)), io
+    except FileNotFoundError:
+        try:
+            table = catalog.load_table((*record.namespace, record.table))
+        except NoSuchTableError:
+            raise RowsUnavailable("table metadata removed") from None
+        if str(table.metadata.table_uuid) != record.table_uuid:
+            raise RowsUnavailable("table was replaced") from None
+        return table.metadata, table.io
+
+
+def commit_files(
+    metadata: TableMetadata, io: FileIO, record: CommitRecord,
+    live_files: Callable[[], dict[int, list[DataFile]]],
+) -> tuple[Schema, list[DataFile]]:
+    """The schema an append commit wrote with and exactly the data files it added.
+
+    Raises:
+        RowsUnavailable: Those files cannot all be found any more (rewritten or removed).
+    """
+    assert record.snapshot_id is not None
+    snapshot = metadata.snapshot_by_id(record.snapshot_id)
+    if snapshot is not None:
+        schema = metadata.schema_by_id(snapshot.schema_id) if snapshot.schema_id is not None else None
+        schema = schema or metadata.schema()
+        files = [
+            data_file
+            for snapshot_id in _commit_snapshot_ids(metadata, record)
+            for data_file in _added_data_files(metadata, io, snapshot_id)
+        ]
+    else:
+        # The snapshot was expired (tables keep their last N snapshots), but the files it
+        # added are still live unless rewritten: their manifest entries keep the id of the
+        # snapshot that added them.
+        schema = metadata.schema()
+        files = live_files().get(record.snapshot_id, [])
+    _check_complete(record, files)
+    return schema, files
+
+
+def live_files_by_snapshot(metadata: TableMetadata, io: FileIO) -> dict[int, list[DataFile]]:
+    """Live data files of the current snapshot, by the id of the snapshot that added them."""
+    current = metadata.current_snapshot()
+    index: dict[int, list[DataFile]] = {}
+    if current is not None:
+        for manifest in current.manifests(io):
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                if entry.data_file.content == DataFileContent.DATA and entry.snapshot_id is not None:
+                    index.setdefault(entry.snapshot_id, []).append(entry.data_file)
+    return index
 
 
 def _check_complete(record: CommitRecord, files: list[DataFile]) -> None:
@@ -195,7 +226,7 @@ def _same_schema(a: Schema, b: Schema) -> bool:
     return a.as_struct() == b.as_struct()
 
 
-def _output_schema(schema: Schema) -> pa.Schema:
+def output_schema(schema: Schema) -> pa.Schema:
     columns = _pyarrow_schema_ensure_small_types(schema_to_pyarrow(schema, include_field_ids=False))
     clashes = [f.name for f in EXTRA_FIELDS if f.name in columns.names]
     if clashes:
@@ -234,7 +265,7 @@ def _added_data_files(metadata: TableMetadata, io: FileIO, snapshot_id: int) -> 
     return files
 
 
-def _with_commit_columns(batch: pa.RecordBatch, target: pa.Schema, record: CommitRecord) -> pa.RecordBatch:
+def with_commit_columns(batch: pa.RecordBatch, target: pa.Schema, record: CommitRecord) -> pa.RecordBatch:
     n = batch.num_rows
     arrays: list[Any] = []
     for field in target:

@@ -16,6 +16,8 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flight_server import errors
+from flight_server.changes import PURPOSE as CHANGES_PURPOSE
+from flight_server.changes import ChangeRequest, ChangeScanService
 from flight_server.engine import CATALOG_NAME, Engine, Kind, split_namespace
 from flight_server.engine.splits import DEFAULT_MAX_PARTITIONS, DEFAULT_TARGET_BYTES
 from flight_server.engine.sql_text import DEFAULT_SCHEMA, parameter_markers
@@ -85,6 +87,7 @@ class FlightSqlService:
         # Endpoints name the fleet that can run them (any server on the warehouse), or no one:
         # the spec's "this same server".
         self._locations = [flight.Location(uri) for uri in config.advertise_uris]
+        self.changes = ChangeScanService(server.catalog, server.handle_signer)
         self.sessions = SessionStore()
         self.writer = SqlWriter(self.engine, server.catalog,
                                 lambda: getattr(getattr(server, "appends", None), "appender", None),
@@ -132,6 +135,12 @@ class FlightSqlService:
     def get_flight_info(
         self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
     ) -> flight.FlightInfo:
+        if descriptor.descriptor_type == flight.DescriptorType.CMD and descriptor.command[:1] == b"{":
+            # icefloe's own JSON commands (Flight SQL commands are Any-packed protobuf)
+            self.server.authorize(context, "read")
+            target, most = self._scan_options(context)
+            return self.changes.flight_info(descriptor, ChangeRequest.parse(descriptor.command), target, most,
+                                            self._locations)
         cmd = self._descriptor_command(descriptor)
         total_records = -1
         if isinstance(cmd, (p.CommandStatementQuery, p.CommandPreparedStatementQuery)):
@@ -263,6 +272,8 @@ class FlightSqlService:
             raise errors.InvalidArgument("DoGet takes a ticket from GetFlightInfo, not a command")
         self.server.authorize(context, "read")
         sealed = cmd.statement_handle
+        if sealed.startswith(f"icefloe.{CHANGES_PURPOSE}.".encode()):
+            return self.changes.do_get(sealed)
         if sealed.startswith(b"icefloe." + HandleCodec.METADATA.encode()):
             inner = self._command(self.handles.open_metadata(sealed))
             self._metadata_schema(context, inner)  # what GetFlightInfo accepts, nothing else
