@@ -29,7 +29,7 @@ MAX_HEARTBEAT_MS = 300_000
 MAX_COMMAND_BYTES = 64 * 1024
 MAX_PATTERNS = 1000
 
-_KEYS = {"feed", "after", "tables", "heartbeat_ms"}
+_KEYS = {"feed", "after", "tables", "heartbeat_ms", "until"}
 _GLOB_CHARS = set("*?[")
 
 
@@ -57,6 +57,8 @@ class FeedRequest:
     after: int | str
     patterns: tuple[TablePattern, ...] | None
     heartbeat_ms: int
+    # End the stream cleanly once every commit up to this seq was sent (None: follow forever).
+    until: int | None = None
 
     def matches(self, levels: tuple[str, ...]) -> bool:
         """Whether a table (namespace levels + table name) is subscribed to."""
@@ -90,9 +92,10 @@ def parse_request(command: bytes) -> FeedRequest:
     after = _parse_after(body.get("after", "latest"))
     patterns = _parse_tables(body["tables"]) if "tables" in body else None
     heartbeat_ms = _parse_heartbeat(body.get("heartbeat_ms", DEFAULT_HEARTBEAT_MS))
+    until = _parse_until(body["until"], after) if "until" in body else None
     if feed == ROWS_FEED and (patterns is None or len(patterns) != 1 or patterns[0].is_glob):
         raise errors.InvalidArgument("rows.v1 needs exactly one table in 'tables' (a name such as \"ns.t\", no glob)")
-    return FeedRequest(feed=feed, after=after, patterns=patterns, heartbeat_ms=heartbeat_ms)
+    return FeedRequest(feed=feed, after=after, patterns=patterns, heartbeat_ms=heartbeat_ms, until=until)
 
 
 def _show(value: Any) -> str:
@@ -113,6 +116,14 @@ def _parse_after(value: Any) -> int | str:
     raise errors.InvalidArgument(
         f"'after' must be a commit sequence number (>= 0), \"earliest\" or \"latest\", got {_show(value)}"
     )
+
+
+def _parse_until(value: Any, after: int | str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
+        raise errors.InvalidArgument(f"'until' must be a commit sequence number (>= 0), got {_show(value)}")
+    if isinstance(after, int) and value < after:
+        raise errors.InvalidArgument(f"'until' ({value}) is before 'after' ({after})")
+    return value
 
 
 def _parse_tables(value: Any) -> tuple[TablePattern, ...]:

@@ -118,12 +118,16 @@ class FeedStream:
     def _loop(self, subscription: Subscription) -> None:
         last_sent = time.monotonic()
         attach_after = 0.0
+        until = self.request.until
         while True:
+            if until is not None and subscription.last_seq >= until:
+                return  # every commit up to ``until`` was sent: the stream ends cleanly
             if self.server.stopping.is_set():
                 raise errors.Unavailable(f"server is shutting down; resume after seq {subscription.last_seq}")
             if self.context.is_cancelled():
                 return
-            if self.fanout is not None and time.monotonic() >= attach_after:
+            # A bounded stream stays on its own thread: the fan-out would write past ``until``.
+            if self.fanout is not None and until is None and time.monotonic() >= attach_after:
                 outcome = self._live(self.fanout, subscription)
                 if outcome is None:
                     return
@@ -135,6 +139,8 @@ class FeedStream:
                     continue
                 # Not caught up yet: read the log below, then try again.
             records = subscription.poll(timeout=self._wait_s(last_sent), limit=POLL_LIMIT)
+            if until is not None:
+                records = [r for r in records if r.seq <= until]
             if records and self.handle(records):
                 last_sent = time.monotonic()
             elif time.monotonic() - last_sent >= self.heartbeat_s:

@@ -204,3 +204,47 @@ def test_rows_of_a_rewritten_append_are_an_error_not_a_partial_send(
         err = f.error()
     assert "the rows of seq 2 are no longer available" in str(err)
     assert "resubscribe with after=2" in str(err)
+
+
+def _drain(reader: FeedReader, timeout: float = 10.0) -> tuple[list[dict[str, object]], list[int]]:
+    """Everything until the stream ends by itself: rows, and the seqs of commit messages."""
+    got: list[dict[str, object]] = []
+    commits: list[int] = []
+    while True:
+        item = reader.messages.get(timeout=timeout)
+        if isinstance(item, StopIteration):
+            return got, commits
+        if isinstance(item, BaseException):
+            raise item
+        if item.batch is not None:
+            got.extend(item.batch.to_pylist())
+        if item.metadata is not None and "commit" in item.metadata:
+            commits.append(int(item.metadata["commit"]["seq"]))
+
+
+def test_until_ends_the_stream_after_that_seq(feed_server: IcefloeServer, location: str, table_setup) -> None:  # type: ignore[no-untyped-def]
+    table = table_setup
+    seqs = []
+    for start in (0, 10, 20):
+        table = feed_server.catalog.load_table("ns.t")
+        table.append(rows(start, 2))
+        seqs.append(feed_server.catalog.log.head())
+    request = {"feed": "rows.v1", "after": seqs[0] - 1, "until": seqs[1], "tables": ["ns.t"], "heartbeat_ms": 100}
+    with FeedReader(location, request) as reader:
+        got, commits = _drain(reader)
+    assert commits == seqs[:2]
+    assert [r["id"] for r in got] == [0, 1, 10, 11]
+    # until in the future: the stream waits for it, then ends
+    request = {"feed": "rows.v1", "after": seqs[2], "until": seqs[2] + 1, "tables": ["ns.t"], "heartbeat_ms": 100}
+    with FeedReader(location, request) as reader:
+        feed_server.catalog.load_table("ns.t").append(rows(30, 1))
+        feed_server.catalog.load_table("ns.t").append(rows(40, 1))
+        got, commits = _drain(reader)
+    assert [r["id"] for r in got] == [30] and commits == [seqs[2] + 1]
+
+
+@pytest.mark.parametrize("until", [-1, "5", True, 2**63])
+def test_bad_until_is_refused(location: str, until: object) -> None:
+    request = {"feed": "rows.v1", "after": 0, "until": until, "tables": ["ns.t"]}
+    with FeedReader(location, request) as reader:
+        assert "until" in str(reader.error())
