@@ -56,7 +56,8 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         self.appends = AppendService(self)
         self.feed = FeedService(self)
         # Lineage outbox: registered before serving so no commit is missed; started below.
-        self.lineage = LineageExporter(self.catalog)
+        # A write whose client cancelled or went away mid-stream is an ABORT run, not a FAIL.
+        self.lineage = LineageExporter(self.catalog, abort_errors=(errors.Cancelled,))
         middleware = dict(kwargs.pop("middleware", None) or {})
         middleware.update(self.security.middleware)
         middleware.setdefault(HEADERS_MIDDLEWARE_KEY, HeadersMiddlewareFactory())
