@@ -239,6 +239,8 @@ def interactive(session: SqlSession, fmt: str, update: bool) -> None:
             done, rest = split_statements("".join(buffer))
             if rest is not None:
                 continue
+            if done:
+                _remember(" ".join(part.strip() for part in buffer if part.strip()))
             buffer = []
             for statement in done:
                 try:
@@ -266,12 +268,21 @@ def _open_history() -> str | None:
     except ImportError:  # no readline on this platform: a plain prompt
         return None
     readline.set_history_length(HISTORY_LENGTH)
+    readline.set_auto_history(False)  # one entry per statement (see _remember), not per line
     if path:
         try:
             readline.read_history_file(path)
         except OSError:
             pass  # first use, or unreadable: start empty
     return path
+
+
+def _remember(entry: str) -> None:
+    try:
+        import readline
+    except ImportError:
+        return
+    readline.add_history(entry)
 
 
 def _save_history(path: str) -> None:
