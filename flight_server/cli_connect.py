@@ -37,6 +37,8 @@ def clean_error(exc: BaseException, uri: str | None = None) -> str:
     text = re.sub(r"^Flight returned \w+ error, with message: ", "", text.strip())
     if uri and isinstance(exc, flight.FlightUnavailableError) and "connect" in text.lower():
         return f"cannot reach the server at {uri} (is it running?): {text}"
+    if uri and isinstance(exc, flight.FlightUnauthenticatedError):
+        return f"{text} (give --user NAME, with the password on stdin, or --token TOKEN)"
     return text
 
 

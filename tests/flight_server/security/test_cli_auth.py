@@ -39,7 +39,9 @@ def test_user_password_token_and_roles_on_every_command(auth_server: ServerProce
     assert result.stdout.splitlines()[-1] == '{"n": 42}'
     clean_failure(icefloe("sql", "--uri", uri, "--user", "alice", "SELECT 1", input="wrong\n"),
                   "invalid username or password")
-    clean_failure(icefloe("sql", "--uri", uri, "SELECT 1"), "authentication required")
+    anonymous = icefloe("sql", "--uri", uri, "SELECT 1")
+    clean_failure(anonymous, "authentication required")
+    assert "give --user NAME" in anonymous.stderr
     # --token (or ICEFLOE_TOKEN) from icefloe login.
     token = _login(uri, "rita")
     assert icefloe("sql", "--uri", uri, "--token", token, "SELECT 1 AS x", "--format", "json").stdout == '{"x": 1}\n'
