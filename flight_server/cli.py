@@ -162,7 +162,15 @@ def sql(query: str | None, script: TextIO | None, conn: Connection, fmt: str, up
 @click.option("--heartbeat-ms", default=1000, show_default=True, type=int)
 def subscribe(conn: Connection, after: str, tables: tuple[str, ...], heartbeat_ms: int) -> None:
     """Follow every commit live, printing one JSON line per event (reconnects by itself)."""
+    import logging
+
     from flight_server.client import FeedError, parse_after, print_events
+
+    feed_log = logging.getLogger("icefloe.client")  # warnings (a server out of reach) on stderr
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("icefloe: %(message)s"))
+    feed_log.addHandler(handler)
+    feed_log.setLevel(logging.WARNING)
 
     try:
         cursor = parse_after(after)

@@ -101,6 +101,7 @@ def subscribe(
     """
     cursor: int | str = after
     backoff = 0.1
+    failures = 0  # attempts in a row that received nothing
     stall = stall_timeout_s if stall_timeout_s is not None else 5 * heartbeat_ms / 1000 + 2.0
     while stop is None or not stop.is_set():
         request: dict[str, Any] = {"feed": "commits.v1", "after": cursor, "heartbeat_ms": heartbeat_ms}
@@ -110,6 +111,7 @@ def subscribe(
         try:
             for kind, payload in connection.messages():
                 backoff = 0.1  # the connection works; start over if it breaks later
+                failures = -1
                 if kind == "hello":
                     if cursor == "earliest":
                         cursor = int(payload["log_start"]) - 1
@@ -135,6 +137,9 @@ def subscribe(
             return
         if not reconnect:
             raise ConnectionError(f"feed stream broke: {error}") from error
+        failures += 1
+        if failures == 3:  # said once: a wrong address or a server that is down
+            logger.warning("cannot reach the feed at %s (%s); still retrying", location, _first_line(str(error)))
         logger.info("feed stream broke (%s); reconnecting after seq %s in %.1f s", error, cursor, backoff)
         if stop is not None:
             if stop.wait(backoff):

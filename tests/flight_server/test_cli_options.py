@@ -100,3 +100,16 @@ def test_maintain_offline_when_warehouse_is_given_on_the_command_line(tmp_path: 
     result = icefloe("maintain", "ns.t", "--warehouse", str(warehouse), env={"ICEFLOE_URI": "grpc://127.0.0.1:1"})
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["table"] == "ns.t"
+
+
+def test_subscribe_to_a_server_out_of_reach_says_so_and_keeps_trying() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "flight_server.cli", "subscribe", "--uri", "grpc://127.0.0.1:1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # within a few reconnection attempts
+        assert "cannot reach the feed at grpc://127.0.0.1:1" in line and "still retrying" in line, line
+        assert proc.poll() is None  # it goes on trying: the server may come back
+    finally:
+        proc.terminate()
+        proc.wait(30)
