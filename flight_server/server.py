@@ -178,7 +178,6 @@ def serve(config: Config) -> None:
         from flight_server.demo import load_demo
 
         load_demo(server.catalog)
-    logger.info("icefloe listening on %s", config.location)
     stop = threading.Event()
 
     def _on_signal(signum: int, _frame: Any) -> None:
@@ -188,6 +187,8 @@ def serve(config: Config) -> None:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGHUP, lambda _signum, _frame: server.security.reload_users())
+    # Only now ready: a SIGTERM sent as soon as the line appears must stop the server cleanly.
+    logger.info("icefloe listening on %s", config.location)
     # FlightServerBase starts serving in its constructor; serve() would only install Arrow's
     # own signal handlers over ours, so the main thread just waits for a signal instead.
     while not stop.wait(1.0):

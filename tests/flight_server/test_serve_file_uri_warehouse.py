@@ -35,7 +35,7 @@ def test_server_over_a_file_uri_warehouse(tmp_path: Path) -> None:
             for i in range(4):
                 data = pa.table({"id": pa.array(range(i * 5, i * 5 + 5), pa.int64()),
                                  "v": [f"r{j}" for j in range(i * 5, i * 5 + 5)]})
-                do_put(proc.location, ("ns", "t"), data)
+                snapshot = do_put(proc.location, ("ns", "t"), data)["snapshot_id"]  # the last one: 20 rows
             assert _query(conn, "SELECT count(*) AS n FROM ns.t").column("n").to_pylist() == [20]
             plain = _query(conn, "SELECT * FROM ns.t")  # the plain / native Parquet scan
             assert sorted(plain.column("id").to_pylist()) == list(range(20))
@@ -43,7 +43,6 @@ def test_server_over_a_file_uri_warehouse(tmp_path: Path) -> None:
             assert sorted(selective.column("id").to_pylist()) == [17, 18, 19]
             files = _query(conn, 'SELECT path FROM ns."t$files"').column("path").to_pylist()
             assert len(files) == 4
-            snapshot = _query(conn, 'SELECT max(snapshot_id) AS s FROM ns."t$snapshots"').column("s")[0].as_py()
             with conn.cursor() as cur:
                 cur.execute("DELETE FROM ns.t WHERE id < 3")
                 cur.execute("UPDATE ns.t SET v = 'x' WHERE id = 19")
