@@ -2,7 +2,7 @@
 
 from catalog.commit_log import CommitLog, CommitRecord, CursorExpiredError
 from catalog.context import CommitContext, commit_context, current_commit_context
-from catalog.names import InvalidNameError
+from catalog.names import EmptyNamespaceError, InvalidNameError
 from catalog.rocks_catalog import CatalogReadOnlyError, RocksCatalog
 from catalog.subscriptions import CommitHub, Subscription, TooManySubscribersError
 
@@ -13,6 +13,7 @@ __all__ = [
     "CommitLog",
     "CommitRecord",
     "CursorExpiredError",
+    "EmptyNamespaceError",
     "InvalidNameError",
     "RocksCatalog",
     "Subscription",

@@ -7,6 +7,10 @@ escape the warehouse or collide with our key separators is refused up front.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Mapping
+from typing import Any
+
+from pyiceberg.exceptions import NoSuchNamespaceError
 
 MAX_NAME_BYTES = 255
 
@@ -16,6 +20,15 @@ _FORBIDDEN = {"/", "\\", "\x00", "."}
 
 class InvalidNameError(ValueError):
     """A namespace or table name that icefloe refuses to store."""
+
+
+class EmptyNamespaceError(NoSuchNamespaceError, InvalidNameError):
+    """A namespace identifier that is empty, or has an empty or whitespace-only level.
+
+    pyiceberg's reference catalogs answer such an identifier (``create_namespace("")``,
+    ``create_table("tbl")``) with ``NoSuchNamespaceError``; it is also an ``InvalidNameError``
+    (a ``ValueError``) so that callers validating names refuse it like any other bad name.
+    """
 
 
 def check_name(name: str, what: str) -> str:
@@ -57,11 +70,15 @@ def check_namespace(levels: tuple[str, ...]) -> tuple[str, ...]:
     """Validate every level of a namespace tuple.
 
     Raises:
-        InvalidNameError: If the namespace is empty, any level is invalid, or the levels
-            joined with '.' (its folder name) are longer than 255 bytes.
+        EmptyNamespaceError: If the namespace has no level, or an empty or whitespace-only
+            level (a ``NoSuchNamespaceError`` and an ``InvalidNameError``).
+        InvalidNameError: If any level is refused for its characters or length, or the
+            levels joined with '.' (its folder name) are longer than 255 bytes.
     """
     if not levels:
-        raise InvalidNameError("namespace must have at least one level")
+        raise EmptyNamespaceError("empty namespace identifier: a namespace needs at least one level")
+    if any(isinstance(level, str) and level.strip() == "" for level in levels):
+        raise EmptyNamespaceError(f"namespace identifier {levels!r} has an empty or whitespace-only level")
     for level in levels:
         check_name(level, "namespace")
     # The levels joined with '.' name one folder, and file systems cap a name at 255 bytes.
@@ -73,3 +90,33 @@ def check_namespace(levels: tuple[str, ...]) -> tuple[str, ...]:
 def namespace_folder(levels: tuple[str, ...]) -> str:
     """Folder name of a namespace inside the warehouse (levels joined with '.')."""
     return ".".join(levels)
+
+
+def check_properties(properties: Mapping[Any, Any], what: str) -> dict[str, str]:
+    """Namespace or table properties as strings, the way pyiceberg stores table properties.
+
+    Keys must be strings; values may be strings, or numbers and booleans, which are turned
+    into their text (booleans as ``true`` / ``false``, as pyiceberg does).
+
+    Args:
+        properties: The properties a caller passed.
+        what: "namespace" or "table", used in the error message.
+
+    Raises:
+        ValueError: If a key is not a string, or a value is None or of another type.
+    """
+    checked: dict[str, str] = {}
+    for key, value in properties.items():
+        if not isinstance(key, str):
+            raise ValueError(f"{what} property keys must be strings, got {type(key).__name__} {key!r}")
+        if value is None:
+            raise ValueError(f"{what} property {key!r} has no value (None); property values must be strings")
+        if isinstance(value, bool):
+            checked[key] = "true" if value else "false"
+        elif isinstance(value, (str, int, float)):
+            checked[key] = str(value)
+        else:
+            raise ValueError(
+                f"{what} property {key!r} must be a string, got {type(value).__name__}; property values are strings"
+            )
+    return checked

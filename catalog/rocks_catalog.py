@@ -43,7 +43,14 @@ from catalog.commit_log import CommitLog, CommitRecord
 from catalog.context import current_commit_context
 from catalog.idempotency import batch_extras
 from catalog.metadata_ops import apply_updates, describe_commit, expire_snapshots, snapshots_to_retain
-from catalog.names import InvalidNameError, check_name, check_namespace, namespace_folder
+from catalog.names import (
+    EmptyNamespaceError,
+    InvalidNameError,
+    check_name,
+    check_namespace,
+    check_properties,
+    namespace_folder,
+)
 from catalog.pins import SnapshotPins
 from catalog.store import RocksStore, StoreLockedError
 from catalog.subscriptions import CommitHub
@@ -106,7 +113,9 @@ class RocksCatalog(MetastoreCatalog):
         parsed = urlparse(warehouse)
         if parsed.scheme in ("", "file"):
             local = os.path.abspath(parsed.path if parsed.scheme == "file" else warehouse)
-            warehouse = local
+            # Locations keep the form the caller gave (a path, or a file:// URI), so that
+            # tools comparing them with the warehouse agree; readers accept both forms.
+            warehouse = f"file://{local}" if parsed.scheme == "file" else local
             db_path = properties.get(CATALOG_PATH) or os.path.join(local, CATALOG_DIR)
         else:
             db_path = properties.get(CATALOG_PATH) or ""
@@ -182,7 +191,9 @@ class RocksCatalog(MetastoreCatalog):
         """
         parts = Catalog.identifier_to_tuple(identifier)
         if len(parts) < 2:
-            raise err(f"table identifier needs a namespace and a name: {identifier!r}")
+            message = f"table identifier needs a namespace and a name: {identifier!r}"
+            # As pyiceberg's catalogs do: creating "tbl" names no namespace that exists.
+            raise EmptyNamespaceError(message) if err is InvalidNameError else err(message)
         try:
             return check_namespace(parts[:-1]), check_name(parts[-1], "table")
         except InvalidNameError as exc:
@@ -282,7 +293,7 @@ class RocksCatalog(MetastoreCatalog):
         self._check_writable()  # a create-table transaction would fail only at commit otherwise
         ns, table = self._split(identifier, err=InvalidNameError)
         self._require_namespace(ns)
-        properties = {**DEFAULT_TABLE_PROPERTIES, **properties}
+        properties = {**DEFAULT_TABLE_PROPERTIES, **check_properties(properties, "table")}
         format_version = cast(
             "TableVersion", int(properties.get(TableProperties.FORMAT_VERSION, TableProperties.DEFAULT_FORMAT_VERSION))
         )
@@ -554,10 +565,14 @@ class RocksCatalog(MetastoreCatalog):
 
         Raises:
             NamespaceAlreadyExistsError: If it exists.
-            ValueError: If a level name is invalid.
+            NoSuchNamespaceError: If the identifier is empty or has an empty or whitespace-only
+                level (``EmptyNamespaceError``, also an ``InvalidNameError``).
+            InvalidNameError: If a level name is refused for its characters or length.
+            ValueError: If a property key or value is not a string (None included).
         """
         self._check_writable()
         ns = self._namespace(namespace, err=InvalidNameError)
+        checked = check_properties(properties, "namespace")
         with self._commit_lock:
             if self._ns_exists(ns):
                 raise NamespaceAlreadyExistsError(f"Namespace {'.'.join(ns)} already exists")
@@ -566,7 +581,7 @@ class RocksCatalog(MetastoreCatalog):
             puts = {
                 keys.namespace_key(ns[:depth]): b"{}" for depth in range(1, len(ns)) if not self._ns_exists(ns[:depth])
             }
-            puts[keys.namespace_key(ns)] = json.dumps(dict(properties)).encode("utf-8")
+            puts[keys.namespace_key(ns)] = json.dumps(checked).encode("utf-8")
             self._store.write(puts)
 
     def drop_namespace(self, namespace: str | Identifier) -> None:
@@ -649,13 +664,17 @@ class RocksCatalog(MetastoreCatalog):
 
         Raises:
             NoSuchNamespaceError: If it does not exist.
-            ValueError: If a key is both removed and updated.
+            ValueError: If a key is both removed and updated, or a key or value is not a
+                string (None included).
         """
         self._check_writable()
         ns = self._namespace(namespace)
+        checked = check_properties(updates, "namespace")
+        if removals and any(not isinstance(key, str) for key in removals):
+            raise ValueError("namespace property keys to remove must be strings")
         with self._commit_lock:
             current = self.load_namespace_properties(ns)
-            summary, updated = self._get_updated_props_and_update_summary(current, removals, updates)
+            summary, updated = self._get_updated_props_and_update_summary(current, removals, checked)
             self._store.write({keys.namespace_key(ns): json.dumps(updated).encode("utf-8")})
         return summary
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+import sys
+from typing import TextIO
 
 import click
 
 from flight_server import __version__
+from flight_server.cli_connect import Connection, server_options
 from flight_server.config import Config
 from flight_server.logging_config import configure_logging
 
@@ -96,61 +99,84 @@ def passwd() -> None:
 
 
 @main.command()
-@click.option("--server", "server_location", envvar="ICEFLOE_SERVER", default="grpc://127.0.0.1:31337",
-              show_default=True, help="Server location (grpc:// or grpc+tls://).")
-@click.option("--user", envvar="ICEFLOE_USER", required=True, help="User name from the server's --users file.")
-@click.option("--tls-root-certs", envvar="ICEFLOE_TLS_ROOT_CERTS", default=None,
-              help="PEM file of the CA that signed the server's certificate (grpc+tls).")
-def login(server_location: str, user: str, tls_root_certs: str | None) -> None:
+@server_options(login=True)
+def login(conn: Connection) -> None:
     """Read a password on stdin, log in, and print a bearer token (for ICEFLOE_TOKEN / --token)."""
+    from flight_server.cli_connect import read_login_password
     from flight_server.login import login_token
-    from flight_server.users import read_password_from_stdin
 
+    assert conn.user is not None  # --user is required here
     try:
-        click.echo(login_token(server_location, user, read_password_from_stdin(), tls_root_certs))
+        click.echo(login_token(conn.uri, conn.user, read_login_password(conn.user), conn.tls_root_certs))
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
 
 
 @main.command()
-@click.argument("query")
-@click.option("--uri", envvar="ICEFLOE_URI", default="grpc://127.0.0.1:31337", show_default=True,
-              help="Server location.")
+@click.argument("query", required=False)
+@click.option("-f", "--file", "script", type=click.File("r", encoding="utf-8"), default=None,
+              help="Run the statements of this file ('-' for stdin), in order; stop at the first error.")
+@server_options()
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-@click.option("--update", is_flag=True, default=False, help="Send as an update (CommandStatementUpdate).")
-@click.option("--token", envvar="ICEFLOE_TOKEN", default=None, help="Bearer token for a server with --users.")
-def sql(query: str, uri: str, fmt: str, update: bool, token: str | None) -> None:
-    """Run one SQL statement against an icefloe server and print the result."""
-    import pyarrow as pa
-    import pyarrow.flight as flight
+@click.option("--update", is_flag=True, default=False, help="Send as updates (CommandStatementUpdate).")
+def sql(query: str | None, script: TextIO | None, conn: Connection, fmt: str, update: bool) -> None:
+    """Run SQL against an icefloe server and print the results.
 
-    from flight_server.sql_client import print_table, run_query, run_update
+    QUERY may hold several statements separated by ';'. Without QUERY, statements are read
+    from -f FILE, from stdin when it is not a terminal, or at an interactive prompt (with
+    history in ~/.icefloe_history, or ICEFLOE_HISTORY) when it is. With --user and a
+    password on stdin, the password is the first line and the statements follow.
+    """
+    from flight_server.sql_client import (
+        SqlSession,
+        StatementFailed,
+        interactive,
+        run_script,
+        split_statements,
+        statements_of,
+    )
 
-    headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+    if query is not None and script is not None:
+        raise click.UsageError("give QUERY or -f FILE, not both")
+    conn.headers()  # log in first (--user reads the password before any statement)
+    session = SqlSession(conn)
     try:
-        if update:
-            click.echo(f"{run_update(uri, query, headers)} rows affected")
+        if query is not None:
+            done, rest = split_statements(query)
+            run_script(session, done + ([rest] if rest else []), fmt, update, None)
+        elif script is not None:
+            run_script(session, statements_of(script), fmt, update, script.name)
+        elif sys.stdin.isatty():
+            interactive(session, fmt, update)
         else:
-            print_table(run_query(uri, query, headers), fmt)
-    except (flight.FlightError, pa.ArrowException) as exc:
-        raise click.ClickException(str(exc).split(". Detail:", 1)[0]) from None
+            run_script(session, statements_of(sys.stdin), fmt, update, "<stdin>")
+    except StatementFailed as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        session.close()
 
 
 @main.command()
-@click.option("--location", envvar="ICEFLOE_LOCATION", default="grpc://127.0.0.1:31337", show_default=True,
-              help="Server to follow.")
+@server_options()
 @click.option("--after", default="latest", show_default=True,
               help="Start after this commit seq, or 'earliest' (whole retained log) or 'latest'.")
 @click.option("--table", "tables", multiple=True, help="Only these tables: ns.t or ns.* (repeatable).")
 @click.option("--heartbeat-ms", default=1000, show_default=True, type=int)
-@click.option("--token", envvar="ICEFLOE_TOKEN", default=None, help="Bearer token for a server with --users.")
-def subscribe(location: str, after: str, tables: tuple[str, ...], heartbeat_ms: int, token: str | None) -> None:
+def subscribe(conn: Connection, after: str, tables: tuple[str, ...], heartbeat_ms: int) -> None:
     """Follow every commit live, printing one JSON line per event (reconnects by itself)."""
+    import logging
+
     from flight_server.client import FeedError, parse_after, print_events
 
-    headers = [(b"authorization", f"Bearer {token}".encode())] if token else None
+    feed_log = logging.getLogger("icefloe.client")  # warnings (a server out of reach) on stderr
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("icefloe: %(message)s"))
+    feed_log.addHandler(handler)
+    feed_log.setLevel(logging.WARNING)
+
     try:
-        print_events(location, parse_after(after), list(tables) or None, heartbeat_ms, headers)
+        cursor = parse_after(after)
+        print_events(conn.uri, cursor, list(tables) or None, heartbeat_ms, conn.headers() or None, conn.roots())
     except (ValueError, FeedError) as exc:
         raise click.ClickException(str(exc)) from None
     except (KeyboardInterrupt, BrokenPipeError):
@@ -159,20 +185,57 @@ def subscribe(location: str, after: str, tables: tuple[str, ...], heartbeat_ms: 
 
 @main.command()
 @click.argument("table", required=False)
+@server_options(default_uri=None)
 @click.option("--warehouse", envvar="ICEFLOE_WAREHOUSE", default="./warehouse", show_default=True,
-              help="Warehouse to maintain offline (when no server holds it).")
-@click.option("--server", "server_location", envvar="ICEFLOE_SERVER", default=None,
-              help="Ask a running server instead, e.g. grpc://127.0.0.1:31337 (DoAction icefloe.maintain).")
+              help="Warehouse to maintain offline (when no --uri names a server).")
 @click.option("--orphan-grace-s", default=3600.0, show_default=True, type=float, callback=_finite_seconds,
               help="Only files unreferenced and older than this are removed.")
-def maintain(table: str | None, warehouse: str, server_location: str | None, orphan_grace_s: float) -> None:
+def maintain(table: str | None, conn: Connection | None, warehouse: str, orphan_grace_s: float) -> None:
     """Compact small files and manifests, expire old snapshots, remove orphan files.
 
     TABLE is ``ns.t``; without it every table is maintained. One JSON line per table.
+    With --uri (ICEFLOE_URI) a running server does it (DoAction icefloe.maintain, admin
+    role); otherwise it runs offline on --warehouse, which no server may hold.
     """
     from flight_server.maintain_cli import run_maintain
 
-    run_maintain(table, warehouse, server_location, orphan_grace_s)
+    ctx = click.get_current_context()
+    if conn is not None and ctx.get_parameter_source("warehouse") == click.core.ParameterSource.COMMANDLINE:
+        if ctx.get_parameter_source("uri") == click.core.ParameterSource.COMMANDLINE:
+            raise click.UsageError("give --uri (a running server) or --warehouse (offline), not both")
+        conn = None  # --warehouse on the command line wins over ICEFLOE_URI from the environment
+    run_maintain(table, warehouse, conn, orphan_grace_s)
+
+
+@main.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
+@click.argument("table")
+@server_options()
+@click.option("--create", is_flag=True, default=False,
+              help="Create the table (and its namespace) from the file's columns if it does not exist.")
+@click.option("--format", "fmt", type=click.Choice(["parquet", "csv"]), default=None,
+              help="File format (default: from the file name, .parquet / .pq / .csv).")
+@click.option("--batch-rows", default=65536, show_default=True, type=click.IntRange(min=1),
+              help="Rows per batch sent (Parquet).")
+@click.option("--delimiter", default=",", show_default=True, help="CSV field delimiter (one character).")
+@click.option("--idempotency-key", default=None,
+              help="Retry-safe load: a second load with the same key and table commits nothing new.")
+@click.option("--progress/--no-progress", default=None,
+              help="Show progress on stderr (default: when stderr is a terminal).")
+def load(file: str, table: str, conn: Connection, create: bool, fmt: str | None, batch_rows: int, delimiter: str,
+         idempotency_key: str | None, progress: bool | None) -> None:
+    """Stream a Parquet or CSV FILE into TABLE (ns.t) as one append; prints the commit as JSON.
+
+    The table must exist unless --create is given. Nothing is committed if the load fails.
+    """
+    import json
+
+    from flight_server.load_cli import run_load
+
+    if len(delimiter) != 1:
+        raise click.BadParameter("must be one character", param_hint="--delimiter")
+    result = run_load(conn, file, table, fmt, create, batch_rows, delimiter, progress, idempotency_key)
+    click.echo(json.dumps(result))
 
 
 if __name__ == "__main__":

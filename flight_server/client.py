@@ -78,6 +78,7 @@ def subscribe(
     stall_timeout_s: float | None = None,
     headers: Sequence[tuple[bytes, bytes]] | None = None,
     stop: threading.Event | None = None,
+    tls_root_certs: bytes | None = None,
 ) -> Iterator[CommitEvent]:
     """Yield every matching commit after ``after``, following the feed live.
 
@@ -92,6 +93,7 @@ def subscribe(
             while waiting; defaults to five heartbeat intervals plus two seconds.
         headers: Extra call headers (e.g. ``(b"authorization", b"Bearer ...")``).
         stop: When set (from another thread), the generator returns promptly.
+        tls_root_certs: PEM bytes of the CA that signed the server's certificate (grpc+tls).
 
     Raises:
         FeedCursorExpired: ``after`` (or the cursor reached since) is older than the log.
@@ -99,15 +101,17 @@ def subscribe(
     """
     cursor: int | str = after
     backoff = 0.1
+    failures = 0  # attempts in a row that received nothing
     stall = stall_timeout_s if stall_timeout_s is not None else 5 * heartbeat_ms / 1000 + 2.0
     while stop is None or not stop.is_set():
         request: dict[str, Any] = {"feed": "commits.v1", "after": cursor, "heartbeat_ms": heartbeat_ms}
         if tables is not None:
             request["tables"] = list(tables)
-        connection = _Connection(location, request, headers, stall, stop)
+        connection = _Connection(location, request, headers, stall, stop, tls_root_certs)
         try:
             for kind, payload in connection.messages():
                 backoff = 0.1  # the connection works; start over if it breaks later
+                failures = -1
                 if kind == "hello":
                     if cursor == "earliest":
                         cursor = int(payload["log_start"]) - 1
@@ -133,6 +137,9 @@ def subscribe(
             return
         if not reconnect:
             raise ConnectionError(f"feed stream broke: {error}") from error
+        failures += 1
+        if failures == 3:  # said once: a wrong address or a server that is down
+            logger.warning("cannot reach the feed at %s (%s); still retrying", location, _first_line(str(error)))
         logger.info("feed stream broke (%s); reconnecting after seq %s in %.1f s", error, cursor, backoff)
         if stop is not None:
             if stop.wait(backoff):
@@ -171,8 +178,10 @@ class _Connection:
         headers: Sequence[tuple[bytes, bytes]] | None,
         stall_timeout_s: float,
         stop: threading.Event | None,
+        tls_root_certs: bytes | None = None,
     ) -> None:
         self._location = location
+        self._tls_root_certs = tls_root_certs
         self._request = request
         self._options = flight.FlightCallOptions(headers=list(headers) if headers else None)
         self._stall = stall_timeout_s
@@ -186,7 +195,7 @@ class _Connection:
 
     def messages(self) -> Iterator[tuple[str, Any]]:
         """Yield ("hello" | "heartbeat" | "commit", dict) and ("batch", RecordBatch)."""
-        self._client = flight.connect(self._location)
+        self._client = flight.connect(self._location, tls_root_certs=self._tls_root_certs)
         descriptor = flight.FlightDescriptor.for_command(json.dumps(self._request).encode("utf-8"))
         writer, reader = self._client.do_exchange(descriptor, self._options)
         self._reader, self._writer = reader, writer
@@ -243,11 +252,13 @@ def print_events(
     tables: Sequence[str] | None,
     heartbeat_ms: int,
     headers: Sequence[tuple[bytes, bytes]] | None = None,
+    tls_root_certs: bytes | None = None,
 ) -> None:
     """Follow the feed and print one JSON line per event (``icefloe subscribe``)."""
     import sys
 
-    for event in subscribe(location, after=after, tables=tables, heartbeat_ms=heartbeat_ms, headers=headers):
+    for event in subscribe(location, after=after, tables=tables, heartbeat_ms=heartbeat_ms, headers=headers,
+                           tls_root_certs=tls_root_certs):
         sys.stdout.write(json.dumps(event.to_json()) + "\n")
         sys.stdout.flush()
 

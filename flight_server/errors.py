@@ -150,6 +150,10 @@ def classify(exc: BaseException) -> tuple[str, str]:
     from catalog.maintenance_worker import WorkerDied
     from catalog.names import InvalidNameError
 
+    if isinstance(exc, InvalidNameError):
+        # First: an empty namespace (EmptyNamespaceError) is also a NoSuchNamespaceError, as
+        # pyiceberg's catalogs answer; to a client it is a bad name, not a missing one.
+        return "INVALID_ARGUMENT", str(exc)
     if isinstance(exc, (ice.NoSuchTableError, ice.NoSuchNamespaceError, ice.NoSuchViewError)):
         return "NOT_FOUND", str(exc)
     if isinstance(exc, (ice.TableAlreadyExistsError, ice.NamespaceAlreadyExistsError)):
@@ -164,8 +168,6 @@ def classify(exc: BaseException) -> tuple[str, str]:
         return "OUT_OF_RANGE", str(exc)
     if isinstance(exc, TooManySubscribersError):
         return "RESOURCE_EXHAUSTED", str(exc)
-    if isinstance(exc, InvalidNameError):
-        return "INVALID_ARGUMENT", str(exc)
     if isinstance(exc, WorkerDied):
         # Closed at shutdown, or killed: the work is not committed and may be retried.
         return "UNAVAILABLE", f"maintenance did not finish: {exc}; retry"

@@ -7,6 +7,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from flight_server.cli_connect import clean_error
+
 
 def login_token(location: str, user: str, password: str, tls_root_certs: str | None = None,
                 timeout_s: float = 30.0) -> str:
@@ -24,7 +26,7 @@ def login_token(location: str, user: str, password: str, tls_root_certs: str | N
     except pa.ArrowNotImplementedError:
         raise ValueError("the server has no logins (it runs without --users): connect without a token") from None
     except (flight.FlightError, pa.ArrowException) as exc:
-        raise ValueError(f"login failed: {str(exc).split('. Detail:', 1)[0]}") from None
+        raise ValueError(f"login failed: {clean_error(exc, location)}") from None
     finally:
         client.close()
     header = bytes(value).decode("ascii", "replace")

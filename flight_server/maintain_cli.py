@@ -5,26 +5,30 @@ from __future__ import annotations
 import json
 
 import click
+import pyarrow as pa
 import pyarrow.flight as flight
 
 from catalog import CatalogReadOnlyError, RocksCatalog
 from catalog.append import Appender
 from catalog.maintenance import all_tables, maintain
+from flight_server.cli_connect import Connection, clean_error
 
 MAINTAIN_ACTION = "icefloe.maintain"
 
 
-def run_maintain(table: str | None, warehouse: str, server_location: str | None, orphan_grace_s: float) -> None:
+def run_maintain(table: str | None, warehouse: str, conn: Connection | None, orphan_grace_s: float) -> None:
+    """Maintain through the server ``conn`` names (DoAction), or offline on ``warehouse``."""
     body: dict[str, object] = {"orphan_grace_s": orphan_grace_s}
     if table:
         body["table"] = table
-    if server_location:
-        client = flight.FlightClient(server_location)
+    if conn is not None:
+        client = conn.client()
         try:
-            for result in client.do_action(flight.Action(MAINTAIN_ACTION, json.dumps(body).encode("utf-8"))):
+            action = flight.Action(MAINTAIN_ACTION, json.dumps(body).encode("utf-8"))
+            for result in client.do_action(action, conn.options()):
                 click.echo(result.body.to_pybytes().decode("utf-8"))
-        except flight.FlightError as exc:
-            raise click.ClickException(str(exc).split(". Detail:")[0]) from None
+        except (flight.FlightError, pa.ArrowException) as exc:
+            raise click.ClickException(clean_error(exc, conn.uri)) from None
         finally:
             client.close()
         return
@@ -32,7 +36,7 @@ def run_maintain(table: str | None, warehouse: str, server_location: str | None,
         catalog = RocksCatalog("icefloe", warehouse=warehouse, **{"read-only": "false"})
     except CatalogReadOnlyError:
         raise click.ClickException(
-            "a server holds this warehouse; run `icefloe maintain --server grpc://HOST:PORT` instead"
+            "a server holds this warehouse; run `icefloe maintain --uri grpc://HOST:PORT` instead"
         ) from None
     try:
         appender = Appender(catalog)

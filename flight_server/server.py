@@ -57,7 +57,8 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         self.appends = AppendService(self)
         self.feed = FeedService(self)
         # Lineage outbox: registered before serving so no commit is missed; started below.
-        self.lineage = LineageExporter(self.catalog)
+        # A write whose client cancelled or went away mid-stream is an ABORT run, not a FAIL.
+        self.lineage = LineageExporter(self.catalog, abort_errors=(errors.Cancelled,))
         middleware = dict(kwargs.pop("middleware", None) or {})
         middleware.update(self.security.middleware)
         middleware.setdefault(HEADERS_MIDDLEWARE_KEY, HeadersMiddlewareFactory())
@@ -191,7 +192,6 @@ def serve(config: Config) -> None:
         from flight_server.demo import load_demo
 
         load_demo(server.catalog)
-    logger.info("icefloe listening on %s", config.location)
     stop = threading.Event()
 
     def _on_signal(signum: int, _frame: Any) -> None:
@@ -201,6 +201,8 @@ def serve(config: Config) -> None:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGHUP, lambda _signum, _frame: server.security.reload_users())
+    # Only now ready: a SIGTERM sent as soon as the line appears must stop the server cleanly.
+    logger.info("icefloe listening on %s", config.location)
     # FlightServerBase starts serving in its constructor; serve() would only install Arrow's
     # own signal handlers over ours, so the main thread just waits for a signal instead.
     while not stop.wait(1.0):

@@ -3,7 +3,9 @@
 Every commit is one run: a ``START`` and a ``COMPLETE`` event sharing a runId that is a UUIDv7
 derived from the commit itself (its time, sequence and table uuid), so building the events
 again — after a crash, on re-delivery — yields the same run. A write that was refused or
-failed is a run of its own: ``START`` and ``FAIL`` with an ``errorMessage`` run facet.
+failed is a run of its own: ``START`` and ``FAIL`` with an ``errorMessage`` run facet; one the
+client cancelled or abandoned mid-stream ends with ``ABORT`` instead (OpenLineage's "stopped
+abnormally": nothing failed, it stopped being observed), with the same facets.
 
 Keys of ``CommitRecord.extra`` (set by writers through ``catalog.commit_context(extra=...)``)
 that lineage reads:
@@ -356,6 +358,12 @@ def build_commit_events(
     ]
 
 
+def check_unfinished_event_type(event_type: str) -> None:
+    """Raise ValueError unless ``event_type`` ends a write that did not commit (FAIL, ABORT)."""
+    if event_type not in ("FAIL", "ABORT"):
+        raise ValueError(f"a write that did not commit ends with FAIL or ABORT, not {event_type!r}")
+
+
 def build_failure_events(
     settings: LineageSettings,
     *,
@@ -369,8 +377,11 @@ def build_failure_events(
     principal: str | None = None,
     extra: dict[str, Any] | None = None,
     columns_of: Callable[[str], list[str] | None] = lambda _name: None,
+    event_type: str = "FAIL",
 ) -> list[dict[str, Any]]:
-    """The ``START`` and ``FAIL`` events of a write that was refused or failed."""
+    """The ``START`` and ``FAIL`` events of a write that was refused or failed (``event_type``
+    ``ABORT``: of a write the client cancelled or abandoned)."""
+    check_unfinished_event_type(event_type)
     extra = extra or {}
     qualified = ".".join((*namespace, table))
     job = _job(settings, operation, qualified, extra)
@@ -396,5 +407,5 @@ def build_failure_events(
     start_us = min(started_at_us, failed_at_us)
     return [
         _event("START", start_us, run_id, run_facets, job, inputs, outputs),
-        _event("FAIL", failed_at_us, run_id, fail_facets, job, inputs, outputs),
+        _event(event_type, failed_at_us, run_id, fail_facets, job, inputs, outputs),
     ]

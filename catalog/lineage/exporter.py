@@ -15,7 +15,8 @@ Two stages, both off the commit path:
 
 Writers never wait: the commit hub calls ``_on_commit`` (which only sets an Event) after each
 landed commit. Failed writes are stored directly by ``report_failure`` (a write to the outbox;
-a refused write has no commit-log record).
+a refused write has no commit-log record): ``FAIL`` for writes that were refused or failed,
+``ABORT`` for writes the client cancelled or abandoned (exceptions of ``abort_errors``).
 
 Delivery is at least once: an event sent just before a crash, and not yet deleted, is sent
 again on restart with the same runId and content.
@@ -39,7 +40,13 @@ from pyiceberg.table.metadata import TableMetadata
 from catalog import keys
 from catalog.commit_log import CommitRecord, CursorExpiredError
 from catalog.context import commit_context, current_commit_context
-from catalog.lineage.events import LineageSettings, build_commit_events, build_failure_events, new_run_id
+from catalog.lineage.events import (
+    LineageSettings,
+    build_commit_events,
+    build_failure_events,
+    check_unfinished_event_type,
+    new_run_id,
+)
 from catalog.lineage.sender import OK, REJECTED, ChildSender, InProcessSender
 from catalog.lineage.transport import ResolvedClient, resolve_client
 
@@ -96,8 +103,12 @@ class LineageExporter:
         send_in_child: bool = True,
         send_batch: int = 64,
         linger_s: float = 0.05,
+        abort_errors: tuple[type[BaseException], ...] = (),
     ) -> None:
         self.catalog = catalog
+        # What ``track_write`` reports as ABORT (the client cancelled or went away) rather
+        # than FAIL (the write was refused or failed); the front end names its own types.
+        self.abort_errors = abort_errors
         self.store = catalog.store
         self.log = catalog.log
         self.resolved = resolved if resolved is not None else resolve_client()
@@ -234,12 +245,20 @@ class LineageExporter:
         principal: str | None = None,
         extra: dict[str, Any] | None = None,
         started_at_us: int | None = None,
+        event_type: str = "FAIL",
     ) -> str | None:
         """Store the ``START``/``FAIL`` events of a refused or failed write; return its runId.
 
+        ``event_type="ABORT"``: the write did not fail but was cancelled or abandoned by its
+        client (a stream that broke off); it still commits nothing.
+
         Cheap and safe to call from any writer thread: one RocksDB write, no network.
         Returns None when export is off (or the outbox is full).
+
+        Raises:
+            ValueError: If ``event_type`` is neither ``FAIL`` nor ``ABORT``.
         """
+        check_unfinished_event_type(event_type)
         if not self.keeps_outbox or self.store.read_only or self._stop.is_set():
             return None
         settings = self.settings
@@ -266,6 +285,7 @@ class LineageExporter:
             principal=principal,
             extra=extra,
             columns_of=self._columns_of,
+            event_type=event_type,
         )
         entries = {outbox_key(run_id, i): json.dumps(e).encode("utf-8") for i, e in enumerate(events)}
         with self._lock:
@@ -286,6 +306,9 @@ class LineageExporter:
     ) -> Iterator[None]:
         """Run a write; report it as a failed run if the block raises (then re-raise).
 
+        The run ends with ``ABORT`` when the exception is one of ``abort_errors`` (the client
+        cancelled or abandoned the write), otherwise with ``FAIL``.
+
         Also records when the write began (``extra["started_at_us"]``) and ``extra`` in the
         commit context, so the commits it makes carry them into their lineage events.
         """
@@ -304,6 +327,7 @@ class LineageExporter:
                         principal=principal or ctx.principal,
                         extra=ctx.extra,
                         started_at_us=started,
+                        event_type="ABORT" if isinstance(exc, self.abort_errors) else "FAIL",
                     )
                 except Exception:  # reporting must never change the writer's outcome
                     logger.exception("could not record a failed write for lineage")

@@ -6,9 +6,34 @@ import os
 from urllib.parse import urlparse
 
 import pyarrow as pa
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.types import (
+    BooleanType,
+    FloatType,
+    IntegerType,
+    ListType,
+    MapType,
+    NestedField,
+    StringType,
+    StructType,
+)
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.string())])
+
+# An Iceberg schema with every kind of nesting, a required field and an identifier field.
+# Ids are numbered as catalogs assign fresh ones (top-level fields first), so it round-trips.
+NESTED = Schema(
+    NestedField(1, "foo", StringType(), required=False),
+    NestedField(2, "bar", IntegerType(), required=True),
+    NestedField(3, "baz", BooleanType(), required=False),
+    NestedField(4, "tags", ListType(7, StringType(), element_required=True), required=True),
+    NestedField(5, "attrs", MapType(8, StringType(), 9, IntegerType(), value_required=True), required=True),
+    NestedField(
+        6, "where", StructType(NestedField(10, "lat", FloatType()), NestedField(11, "lon", FloatType())), required=False
+    ),
+    identifier_field_ids=[2],
+)
 
 
 def rows(start: int, count: int) -> pa.Table:

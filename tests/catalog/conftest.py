@@ -21,14 +21,26 @@ def rocks(tmp_path: Path) -> Iterator[RocksCatalog]:
         cat.close()
 
 
-@pytest.fixture(params=["rocks", "sql"])
-def any_catalog(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Catalog]:
+@pytest.fixture(params=["rocks", "rocks-file-uri", "sql"])
+def catalog_kind(request: pytest.FixtureRequest) -> str:
+    """RocksCatalog over a plain path, RocksCatalog over a file:// URI, and the SqlCatalog reference."""
+    return str(request.param)
+
+
+@pytest.fixture
+def given_warehouse(catalog_kind: str, tmp_path: Path) -> str:
+    """The warehouse exactly as the test hands it to the catalog."""
+    return str(tmp_path / "warehouse") if catalog_kind == "rocks" else f"file://{tmp_path}/warehouse"
+
+
+@pytest.fixture
+def any_catalog(catalog_kind: str, given_warehouse: str, tmp_path: Path) -> Iterator[Catalog]:
     """The behaviour under test is pyiceberg's Catalog contract; SqlCatalog is the reference."""
     cat: Catalog
-    if request.param == "rocks":
-        cat = RocksCatalog("test", warehouse=str(tmp_path / "warehouse"))
+    if catalog_kind.startswith("rocks"):
+        cat = RocksCatalog("test", warehouse=given_warehouse)
     else:
-        cat = SqlCatalog("test", uri=f"sqlite:///{tmp_path}/sql.db", warehouse=f"file://{tmp_path}/warehouse")
+        cat = SqlCatalog("test", uri=f"sqlite:///{tmp_path}/sql.db", warehouse=given_warehouse)
     try:
         yield cat
     finally:

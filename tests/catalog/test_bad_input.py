@@ -19,7 +19,7 @@ from pyiceberg.exceptions import (
 )
 
 from catalog import RocksCatalog
-from catalog.names import InvalidNameError
+from catalog.names import EmptyNamespaceError, InvalidNameError
 
 BAD_NAMES = [
     "",
@@ -172,4 +172,66 @@ def test_missing_namespace_and_non_empty_drops_write_nothing(populated: tuple[Ro
         cat.drop_namespace("missing")
     assert cat.log.head() == head
     assert snapshot_state(cat, warehouse) == before
+    cat.close()
+
+
+@pytest.mark.parametrize("namespace", ["", (), ("",), ("ns", " "), "ns.", "  "], ids=repr)
+def test_empty_namespace_is_no_such_namespace_and_an_invalid_name(
+    populated: tuple[RocksCatalog, Path], namespace: object
+) -> None:
+    """As pyiceberg's reference catalogs answer; callers that catch InvalidNameError still do."""
+    cat, warehouse = populated
+    before = snapshot_state(cat, warehouse)
+    with pytest.raises(EmptyNamespaceError) as created:
+        cat.create_namespace(namespace)  # type: ignore[arg-type]
+    assert isinstance(created.value, NoSuchNamespaceError) and isinstance(created.value, InvalidNameError)
+    assert "empty" in str(created.value)
+    assert snapshot_state(cat, warehouse) == before
+    cat.close()
+
+
+def test_names_refused_for_their_characters_stay_invalid_names(populated: tuple[RocksCatalog, Path]) -> None:
+    cat, _ = populated
+    for bad in (" leading", "a/b", "tab\there"):
+        with pytest.raises(InvalidNameError) as refused:
+            cat.create_namespace((bad,))
+        assert not isinstance(refused.value, NoSuchNamespaceError)
+    cat.close()
+
+
+@pytest.mark.parametrize(
+    ("properties", "message"),
+    [
+        ({None: "value"}, "namespace property keys must be strings"),
+        ({"key": None}, "namespace property 'key' has no value"),
+        ({"key": ["a"]}, "namespace property 'key' must be a string"),
+    ],
+    ids=["None key", "None value", "list value"],
+)
+def test_namespace_properties_must_be_strings(
+    populated: tuple[RocksCatalog, Path], properties: dict[object, object], message: str
+) -> None:
+    cat, warehouse = populated
+    before = snapshot_state(cat, warehouse)
+    with pytest.raises(ValueError, match=message):
+        cat.create_namespace("fresh", properties)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message):
+        cat.update_namespace_properties("ns", updates=properties)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="must be strings"):
+        cat.update_namespace_properties("ns", removals={None})  # type: ignore[arg-type]
+    assert snapshot_state(cat, warehouse) == before
+    assert cat.load_namespace_properties("ns") == {}
+    cat.close()
+
+
+def test_table_properties_must_be_strings(populated: tuple[RocksCatalog, Path]) -> None:
+    cat, warehouse = populated
+    before = snapshot_state(cat, warehouse)
+    with pytest.raises(ValueError, match="table property 'k' has no value"):
+        cat.create_table("ns.fresh", SCHEMA, properties={"k": None})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="table property keys must be strings"):
+        cat.create_table_transaction("ns.fresh", SCHEMA, properties={None: "v"})  # type: ignore[dict-item]
+    assert snapshot_state(cat, warehouse) == before
+    made = cat.create_table("ns.typed", SCHEMA, properties={"n": 7, "flag": True})  # type: ignore[dict-item]
+    assert (made.properties["n"], made.properties["flag"]) == ("7", "true")
     cat.close()

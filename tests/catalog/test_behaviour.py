@@ -1,107 +1,30 @@
-"""pyiceberg ``Catalog`` contract, run against RocksCatalog and against SqlCatalog (the reference).
+"""pyiceberg's ``Catalog`` contract for tables, run against RocksCatalog (over a path and over
+a file:// URI) and SqlCatalog, the reference.
 
-Every test here takes ``any_catalog`` and so runs twice; a behaviour that passes on SqlCatalog
-and fails on RocksCatalog is our bug. Deliberate differences live in test_rocks_only.py.
+The cases follow the generic ones pyiceberg's own suite (tests/catalog/test_catalog_behaviors.py)
+runs against its reference catalogs, plus our own. Every test takes ``any_catalog`` and so runs
+three times; a behaviour that passes on SqlCatalog and fails on RocksCatalog is our bug.
+Namespaces: test_behaviour_namespaces.py; commits and transactions:
+test_behaviour_commits.py; deliberate differences: test_rocks_only.py.
 """
 
 from __future__ import annotations
 
 import os
 
+import pyarrow as pa
 import pytest
-from catalog_testlib import SCHEMA, ids, local_path, rows
+from catalog_testlib import NESTED, SCHEMA, ids, local_path, rows
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import (
-    CommitFailedException,
-    NamespaceAlreadyExistsError,
-    NamespaceNotEmptyError,
-    NoSuchNamespaceError,
-    NoSuchTableError,
-    TableAlreadyExistsError,
-)
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.expressions import LessThan
-from pyiceberg.table.update import AssertTableUUID
-from pyiceberg.types import LongType
-
-# -- namespaces ----------------------------------------------------------------------------
-
-
-def test_namespace_lifecycle(any_catalog: Catalog) -> None:
-    cat = any_catalog
-    assert cat.list_namespaces() == []
-    assert not cat.namespace_exists("sales")
-    cat.create_namespace("sales", {"owner": "ana", "comment": "orders"})
-    assert cat.namespace_exists("sales")
-    assert cat.namespace_exists(("sales",))
-    assert cat.list_namespaces() == [("sales",)]
-    props = cat.load_namespace_properties("sales")
-    assert props["owner"] == "ana" and props["comment"] == "orders"
-    with pytest.raises(NamespaceAlreadyExistsError):
-        cat.create_namespace("sales")
-    cat.create_namespace_if_not_exists("sales")  # no error
-    cat.drop_namespace("sales")
-    assert not cat.namespace_exists("sales")
-    assert cat.list_namespaces() == []
-    with pytest.raises(NoSuchNamespaceError):
-        cat.drop_namespace("sales")
-
-
-def test_update_namespace_properties(any_catalog: Catalog) -> None:
-    cat = any_catalog
-    cat.create_namespace("ns", {"a": "1", "b": "2"})
-    summary = cat.update_namespace_properties("ns", removals={"a", "missing"}, updates={"c": "3", "b": "20"})
-    assert sorted(summary.removed) == ["a"]
-    assert sorted(summary.updated) == ["b", "c"]
-    assert summary.missing == ["missing"]
-    props = cat.load_namespace_properties("ns")
-    assert props["b"] == "20" and props["c"] == "3" and "a" not in props
-    with pytest.raises(ValueError):
-        cat.update_namespace_properties("ns", removals={"b"}, updates={"b": "x"})
-    assert cat.load_namespace_properties("ns")["b"] == "20"
-
-
-def test_missing_namespace_errors(any_catalog: Catalog) -> None:
-    cat = any_catalog
-    with pytest.raises(NoSuchNamespaceError):
-        cat.load_namespace_properties("nope")
-    with pytest.raises(NoSuchNamespaceError):
-        cat.update_namespace_properties("nope", updates={"a": "b"})
-    with pytest.raises(NoSuchNamespaceError):
-        cat.drop_namespace("nope")
-    with pytest.raises(NoSuchNamespaceError):
-        cat.list_tables("nope")
-    with pytest.raises(NoSuchNamespaceError):
-        cat.list_namespaces("nope")
-    with pytest.raises(NoSuchNamespaceError):
-        cat.create_table("nope.t", SCHEMA)
-    assert not cat.table_exists("nope.t")
-    with pytest.raises(NoSuchTableError):
-        cat.load_table("nope.t")
-
-
-def test_multi_level_namespaces(any_catalog: Catalog) -> None:
-    cat = any_catalog
-    cat.create_namespace(("org",), {"level": "1"})
-    cat.create_namespace(("org", "sales"), {"level": "2"})
-    cat.create_namespace(("org", "sales", "eu"), {"level": "3"})
-    cat.create_namespace(("org", "hr"))
-    cat.create_namespace(("orgs",))  # a prefix of a sibling must not leak into org's children
-    assert sorted(cat.list_namespaces()) == [("org",), ("orgs",)]
-    assert sorted(cat.list_namespaces("org")) == [("org", "hr"), ("org", "sales")]
-    assert cat.list_namespaces(("org", "sales")) == [("org", "sales", "eu")]
-    assert cat.load_namespace_properties("org.sales.eu")["level"] == "3"
-    assert cat.load_namespace_properties(("org", "sales"))["level"] == "2"
-    assert cat.namespace_exists("org.sales.eu")
-    table = cat.create_table(("org", "sales", "eu", "orders"), SCHEMA)
-    table.append(rows(0, 5))
-    assert cat.list_tables(("org", "sales", "eu")) == [("org", "sales", "eu", "orders")]
-    assert cat.list_tables(("org", "sales")) == []
-    assert ids(cat.load_table("org.sales.eu.orders")) == list(range(5))
-    with pytest.raises(NamespaceNotEmptyError):
-        cat.drop_namespace(("org", "sales", "eu"))
-
-
-# -- tables --------------------------------------------------------------------------------
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table, TableProperties
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.sorting import NullOrder, SortDirection, SortField, SortOrder
+from pyiceberg.transforms import BucketTransform, IdentityTransform
+from pyiceberg.types import LongType, NestedField, StringType
 
 
 def test_create_load_list_exists(any_catalog: Catalog) -> None:
@@ -154,121 +77,6 @@ def test_overwrite_and_delete(any_catalog: Catalog) -> None:
     assert ids(cat.load_table("ns.t")) == [100, 101, 102]
 
 
-def test_schema_evolution_and_properties(any_catalog: Catalog) -> None:
-    cat = any_catalog
-    cat.create_namespace("ns")
-    table = cat.create_table("ns.t", SCHEMA)
-    table.append(rows(0, 3))
-    with table.update_schema() as update:
-        update.add_column("score", LongType())
-    with table.transaction() as tx:
-        tx.set_properties(color="blue")
-    loaded = cat.load_table("ns.t")
-    assert loaded.schema().find_field("score").field_type == LongType()
-    assert loaded.properties["color"] == "blue"
-    assert loaded.scan().to_arrow().column("score").to_pylist() == [None, None, None]
-
-
-def test_stale_handle_append_is_retried_without_losing_updates(any_catalog: Catalog) -> None:
-    """pyiceberg retries an append whose snapshot requirement failed; both appends land."""
-    cat = any_catalog
-    cat.create_namespace("ns")
-    cat.create_table("ns.t", SCHEMA, properties={"commit.retry.min-wait-ms": "1"})
-    first = cat.load_table("ns.t")
-    second = cat.load_table("ns.t")
-    first.append(rows(0, 3))
-    second.append(rows(10, 3))
-    loaded = cat.load_table("ns.t")
-    assert ids(loaded) == [0, 1, 2, 10, 11, 12]
-    assert len(loaded.metadata.snapshots) == 2
-
-
-def test_stale_handle_append_conflicts_without_retries(any_catalog: Catalog) -> None:
-    cat = any_catalog
-    cat.create_namespace("ns")
-    cat.create_table("ns.t", SCHEMA, properties={"commit.retry.num-retries": "0"})
-    first = cat.load_table("ns.t")
-    second = cat.load_table("ns.t")
-    first.append(rows(0, 3))
-    with pytest.raises(CommitFailedException):
-        second.append(rows(10, 3))
-    second.refresh()
-    second.append(rows(10, 3))
-    assert ids(cat.load_table("ns.t")) == [0, 1, 2, 10, 11, 12]
-
-
-def test_stale_handle_schema_change_keeps_other_commits(any_catalog: Catalog) -> None:
-    """A schema change whose requirements still hold is applied on top of the latest metadata."""
-    cat = any_catalog
-    cat.create_namespace("ns")
-    cat.create_table("ns.t", SCHEMA)
-    stale = cat.load_table("ns.t")
-    cat.load_table("ns.t").append(rows(0, 4))
-    with stale.update_schema() as update:
-        update.add_column("extra", LongType())
-    loaded = cat.load_table("ns.t")
-    assert ids(loaded) == [0, 1, 2, 3]
-    assert "extra" in loaded.schema().as_arrow().names
-
-
-def test_commit_table_requirement_failure(any_catalog: Catalog) -> None:
-    import uuid
-
-    cat = any_catalog
-    cat.create_namespace("ns")
-    table = cat.create_table("ns.t", SCHEMA)
-    with pytest.raises(CommitFailedException):
-        cat.commit_table(table, (AssertTableUUID(uuid=uuid.uuid4()),), ())
-    before = cat.load_table("ns.t").metadata_location
-    # Requirements that hold and no updates: nothing changes.
-    cat.commit_table(table, (AssertTableUUID(uuid=table.metadata.table_uuid),), ())
-    assert cat.load_table("ns.t").metadata_location == before
-
-
-def test_create_table_transaction(any_catalog: Catalog) -> None:
-    cat = any_catalog
-    cat.create_namespace("ns")
-    tx = cat.create_table_transaction("ns.t", SCHEMA, properties={"k": "v"})
-    tx.append(rows(0, 7))
-    assert not cat.table_exists("ns.t")
-    tx.commit_transaction()
-    loaded = cat.load_table("ns.t")
-    assert ids(loaded) == list(range(7))
-    assert loaded.properties["k"] == "v"
-    assert loaded.metadata.format_version == 2
-    loaded.append(rows(7, 1))
-    assert ids(cat.load_table("ns.t")) == list(range(8))
-
-
-def test_create_table_transaction_loses_to_concurrent_create(any_catalog: Catalog) -> None:
-    cat = any_catalog
-    cat.create_namespace("ns")
-    tx = cat.create_table_transaction("ns.t", SCHEMA)
-    tx.append(rows(0, 2))
-    cat.create_table("ns.t", SCHEMA).append(rows(100, 1))
-    with pytest.raises(CommitFailedException, match="already exists"):
-        tx.commit_transaction()
-    assert ids(cat.load_table("ns.t")) == [100]
-
-
-def test_append_through_handle_of_dropped_table_fails(any_catalog: Catalog) -> None:
-    cat = any_catalog
-    cat.create_namespace("ns")
-    stale = cat.create_table("ns.t", SCHEMA)
-    cat.drop_table("ns.t")
-    with pytest.raises((CommitFailedException, NoSuchTableError)):
-        stale.append(rows(0, 1))
-    assert not cat.table_exists("ns.t")
-    # ... and through a handle of a table dropped and created again under the same name.
-    stale = cat.create_table("ns.t", SCHEMA)
-    cat.drop_table("ns.t")
-    cat.create_table("ns.t", SCHEMA)
-    # pyiceberg: the UUID requirement fails, and its retry refuses the refreshed (other) table.
-    with pytest.raises((CommitFailedException, ValueError), match="UUID"):
-        stale.append(rows(0, 1))
-    assert cat.load_table("ns.t").scan().to_arrow().num_rows == 0
-
-
 def test_drop_table_keeps_files_purge_removes_them(any_catalog: Catalog) -> None:
     cat = any_catalog
     cat.create_namespace("ns")
@@ -294,11 +102,15 @@ def test_drop_table_keeps_files_purge_removes_them(any_catalog: Catalog) -> None
         cat.purge_table("ns.purged")
 
 
-def test_rename_table(any_catalog: Catalog) -> None:
-    cat = any_catalog
+def _table_a_t_and_namespace_b(cat: Catalog) -> Table:
     cat.create_namespace("a")
     cat.create_namespace("b")
-    table = cat.create_table("a.t", SCHEMA)
+    return cat.create_table("a.t", SCHEMA)
+
+
+def test_rename_table(any_catalog: Catalog) -> None:
+    cat = any_catalog
+    table = _table_a_t_and_namespace_b(cat)
     table.append(rows(0, 4))
     renamed = cat.rename_table("a.t", "b.u")
     assert renamed.name() == ("b", "u")
@@ -334,36 +146,7 @@ def test_register_table(any_catalog: Catalog) -> None:
     assert sorted(cat.list_tables("ns")) == [("ns", "copy"), ("ns", "t")]
 
 
-def test_drop_namespace_with_table_refused(any_catalog: Catalog) -> None:
-    cat = any_catalog
-    cat.create_namespace("ns")
-    cat.create_table("ns.t", SCHEMA)
-    with pytest.raises(NamespaceNotEmptyError):
-        cat.drop_namespace("ns")
-    assert cat.namespace_exists("ns") and cat.table_exists("ns.t")
-    cat.drop_table("ns.t")
-    cat.drop_namespace("ns")
-    assert not cat.namespace_exists("ns")
-
-
-def test_child_namespace_implies_parent(any_catalog: Catalog) -> None:
-    cat = any_catalog
-    cat.create_namespace(("a", "b"))
-    assert cat.namespace_exists("a")
-    assert cat.list_namespaces() == [("a",)]
-    assert cat.list_namespaces("a") == [("a", "b")]
-    assert cat.list_tables("a") == []
-    with pytest.raises(NamespaceAlreadyExistsError):
-        cat.create_namespace("a")
-
-
 def test_partitioned_table_with_sort_order(any_catalog: Catalog) -> None:
-    from pyiceberg.partitioning import PartitionField, PartitionSpec
-    from pyiceberg.schema import Schema
-    from pyiceberg.table.sorting import SortField, SortOrder
-    from pyiceberg.transforms import BucketTransform, IdentityTransform
-    from pyiceberg.types import NestedField, StringType
-
     schema = Schema(
         NestedField(1, "id", LongType(), required=False),
         NestedField(2, "name", StringType(), required=False),
@@ -396,3 +179,191 @@ def test_table_locations(any_catalog: Catalog, tmp_path: os.PathLike[str]) -> No
     assert local_path(loaded.metadata_location).startswith(explicit + "/metadata/")
     assert all(local_path(t.file.file_path).startswith(explicit + "/data/") for t in loaded.scan().plan_files())
     assert ids(loaded) == [0, 1]
+
+
+def test_load_table_by_its_own_name(any_catalog: Catalog) -> None:
+    cat = any_catalog
+    cat.create_namespace("ns")
+    table = cat.create_table("ns.t", NESTED)
+    loaded = cat.load_table(table.name())
+    assert loaded == cat.load_table("ns.t")
+    assert loaded.metadata == table.metadata and loaded.metadata_location == table.metadata_location
+    assert loaded.schema() == NESTED
+
+
+def test_sort_orders_and_format_versions(any_catalog: Catalog) -> None:
+    cat = any_catalog
+    cat.create_namespace("ns")
+    default = cat.create_table("ns.default", NESTED)
+    assert default.sort_order().order_id == 0 and default.sort_order().is_unsorted
+    assert default.format_version == 2
+    v1 = cat.create_table("ns.v1", NESTED, properties={"format-version": "1"})
+    assert v1.format_version == 1 and v1.spec() == UNPARTITIONED_PARTITION_SPEC
+    assert v1.sort_order().is_unsorted
+    order = SortOrder(SortField(source_id=2, transform=IdentityTransform(), null_order=NullOrder.NULLS_FIRST))
+    custom = cat.create_table("ns.sorted", NESTED, sort_order=order)
+    got = cat.load_table("ns.sorted").sort_order()
+    assert got.order_id == 1 and len(got.fields) == 1
+    assert got.fields[0].direction == SortDirection.ASC and got.fields[0].null_order == NullOrder.NULLS_FIRST
+    assert isinstance(got.fields[0].transform, IdentityTransform)
+    assert custom.sort_order() == got
+
+
+def test_table_properties_are_strings(any_catalog: Catalog) -> None:
+    cat = any_catalog
+    cat.create_namespace("ns")
+    table = cat.create_table("ns.t", SCHEMA, properties={"answer": 42})  # type: ignore[dict-item]
+    assert cat.load_table("ns.t").properties["answer"] == "42" == table.properties["answer"]
+    for bad in ({"key": None}, {None: "value"}):
+        with pytest.raises(ValueError):
+            cat.create_table("ns.bad", SCHEMA, properties=bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            cat.create_table_transaction("ns.bad", SCHEMA, properties=bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            table.transaction().set_properties(bad).commit_transaction()  # type: ignore[arg-type]
+    assert not cat.table_exists("ns.bad")
+    assert "key" not in cat.load_table("ns.t").properties
+
+
+def test_default_locations_keep_the_warehouse_form(any_catalog: Catalog, given_warehouse: str) -> None:
+    """Tables go to ``<warehouse>/<namespace>/<table>``, in the form the warehouse was given."""
+    cat = any_catalog
+    cat.create_namespace("ns")
+    table = cat.create_table("ns.t", SCHEMA)
+    table.append(rows(0, 2))
+    loaded = cat.load_table("ns.t")
+    assert loaded.location() == f"{given_warehouse}/ns/t"
+    assert loaded.metadata_location.startswith(f"{given_warehouse}/ns/t/metadata/")
+    assert all(t.file.file_path.startswith(f"{given_warehouse}/ns/t/data/") for t in loaded.scan().plan_files())
+    manifests = loaded.current_snapshot().manifests(loaded.io)  # type: ignore[union-attr]
+    assert all(m.manifest_path.startswith(f"{given_warehouse}/ns/t/metadata/") for m in manifests)
+    assert os.path.exists(local_path(loaded.metadata_location))
+
+
+def test_explicit_location_is_kept_as_given(any_catalog: Catalog, tmp_path: os.PathLike[str]) -> None:
+    cat = any_catalog
+    cat.create_namespace("ns")
+    uri = f"file://{tmp_path}/given/location"
+    spec = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=IdentityTransform(), name="x"))
+    table = cat.create_table("ns.t", NESTED, location=uri + "/", partition_spec=spec, properties={"k": "v"})
+    assert table.location() == uri
+    assert cat.load_table("ns.t") == table
+    assert table.metadata_location.startswith(f"{uri}/metadata/")
+
+
+def test_metadata_path_property(any_catalog: Catalog, tmp_path: os.PathLike[str]) -> None:
+    """``write.metadata.path`` moves metadata files and manifests; the table location stays."""
+    cat = any_catalog
+    cat.create_namespace("ns")
+    custom = f"file://{tmp_path}/custom/metadata"
+    table = cat.create_table("ns.t", SCHEMA, properties={TableProperties.WRITE_METADATA_PATH: custom})
+    table.append(rows(0, 1))
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    assert snapshot.manifests(table.io)[0].manifest_path.startswith(custom)
+    assert table.metadata_location.startswith(custom)
+    assert table.location() != custom
+    other = cat.create_table("ns.u", SCHEMA)
+    assert other.location_provider().new_metadata_location("m.json") == f"{other.location()}/metadata/m.json"
+    moved = f"file://{tmp_path}/moved"
+    other.transaction().set_properties({TableProperties.WRITE_METADATA_PATH: moved}).commit_transaction()
+    assert other.location_provider().new_metadata_location("m.json") == f"{moved}/m.json"
+    assert cat.load_table("ns.u").metadata_location.startswith(moved)
+
+
+def test_append_snapshot_summary(any_catalog: Catalog) -> None:
+    cat = any_catalog
+    cat.create_namespace("ns")
+    table = cat.create_table("ns.t", SCHEMA)
+    data = rows(0, 1)
+    table.append(data)
+    [snapshot] = table.metadata.snapshots
+    assert snapshot.snapshot_id == table.metadata.current_snapshot_id
+    assert snapshot.parent_snapshot_id is None and snapshot.sequence_number == 1
+    assert snapshot.summary is not None and snapshot.summary.operation == Operation.APPEND
+    for key in ("added-data-files", "added-records", "total-data-files", "total-records"):
+        assert snapshot.summary[key] == "1"
+    assert len(table.metadata.metadata_log) == 1
+    assert cat.load_table("ns.t").scan().to_arrow() == data
+
+
+def test_list_tables_per_namespace(any_catalog: Catalog) -> None:
+    cat = any_catalog
+    cat.create_namespace("a")
+    cat.create_namespace(("new", "namespace"))
+    cat.create_table("a.t1", SCHEMA)
+    cat.create_table("a.t2", SCHEMA)
+    assert sorted(cat.list_tables("a")) == [("a", "t1"), ("a", "t2")]
+    assert cat.list_tables(("new", "namespace")) == []
+    with pytest.raises(NoSuchNamespaceError):
+        cat.list_tables("missing")
+
+
+def test_rename_and_drop_by_the_table_s_own_name(any_catalog: Catalog) -> None:
+    cat = any_catalog
+    table = _table_a_t_and_namespace_b(cat)
+    renamed = cat.rename_table(table.name(), ("b", "u"))
+    assert renamed.name() == ("b", "u")
+    assert cat.load_table(("b", "u")).metadata_location == table.metadata_location
+    with pytest.raises(NoSuchTableError):
+        cat.load_table(table.name())
+    cat.drop_table(renamed.name())
+    with pytest.raises(NoSuchTableError, match="Table does not exist: b.u"):
+        cat.load_table(("b", "u"))
+    with pytest.raises(NoSuchTableError):
+        cat.drop_table(("b", "u"))
+
+
+def test_purged_table_is_gone(any_catalog: Catalog) -> None:
+    cat = any_catalog
+    cat.create_namespace("ns")
+    cat.create_table("ns.t", SCHEMA)
+    cat.purge_table("ns.t")
+    with pytest.raises(NoSuchTableError, match="Table does not exist: ns.t"):
+        cat.load_table("ns.t")
+
+
+def test_register_table_keeps_the_metadata_location(any_catalog: Catalog) -> None:
+    cat = any_catalog
+    cat.create_namespace("ns")
+    source = cat.create_table("ns.source", NESTED)
+    cat.drop_table("ns.source")
+    registered = cat.register_table(("ns", "again"), source.metadata_location)
+    assert registered.name() == ("ns", "again")
+    assert registered.metadata_location == source.metadata_location
+    assert registered.schema() == NESTED
+    with pytest.raises(TableAlreadyExistsError):
+        cat.register_table(("ns", "again"), source.metadata_location)
+
+
+@pytest.mark.parametrize("format_version", [1, 2])
+def test_merge_manifests_on_append(any_catalog: Catalog, format_version: int) -> None:
+    cat = any_catalog
+    cat.create_namespace("ns")
+    props = {"commit.manifest-merge.enabled": "true", "commit.manifest.min-count-to-merge": "2",
+             "format-version": str(format_version)}
+    table = cat.create_table("ns.t", SCHEMA, properties=props)
+    for i in range(5):
+        table.append(rows(i * 3, 3))
+    assert ids(table) == list(range(15))
+    snapshot = table.current_snapshot()
+    assert snapshot is not None and len(snapshot.manifests(table.io)) == 1
+
+
+def test_pyarrow_schema_with_required_and_large_columns(any_catalog: Catalog) -> None:
+    cat = any_catalog
+    cat.create_namespace("ns")
+    data = pa.table(
+        [pa.array([None, "A", "B", "C"]), pa.array([1, 2, 3, 4], pa.int32()), pa.array([True, None, False, True])],
+        schema=pa.schema([
+            pa.field("foo", pa.large_string(), nullable=True),
+            pa.field("bar", pa.int32(), nullable=False),
+            pa.field("baz", pa.bool_(), nullable=True),
+        ]),
+    )
+    table = cat.create_table("ns.t", data.schema)
+    assert [(f.name, f.required) for f in table.schema().fields] == [("foo", False), ("bar", True), ("baz", False)]
+    table.append(data)
+    back = cat.load_table("ns.t").scan().to_arrow()
+    assert back.column("bar").to_pylist() == [1, 2, 3, 4]
+    assert back.column("foo").to_pylist() == [None, "A", "B", "C"]

@@ -6,6 +6,13 @@
 - drop_namespace with child namespaces: SqlCatalog drops the parent's properties and keeps
   the children reachable (the parent then still "exists" through them); we refuse with
   NamespaceNotEmptyError so that a drop never leaves orphaned children.
+- Namespace levels with leading or trailing whitespace (" a"): SqlCatalog strips them and
+  stores "a"; we refuse them with InvalidNameError (test_bad_input.py). Empty and
+  whitespace-only levels are NoSuchNamespaceError on both (test_behaviour_namespaces.py).
+- Namespace properties that are not text ({None: "v"}, {"k": None}): SqlCatalog fails with
+  its database's IntegrityError; we raise a ValueError naming the key (test_bad_input.py).
+- load_namespace_properties: SqlCatalog adds {"exists": "true"} to every namespace; we return
+  only what was set.
 - The commit log and reopening are ours alone.
 """
 

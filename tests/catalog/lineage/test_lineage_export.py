@@ -210,6 +210,32 @@ def test_failed_write_is_a_start_fail_run_and_commits_nothing(ol_env: Collector,
     assert events[1]["run"]["facets"]["errorMessage"]["message"] == "table ns.t does not exist"
 
 
+
+class _ClientWentAway(Exception):
+    """Stands in for the front end's "the client cancelled or left" error."""
+
+
+def test_abandoned_write_is_a_start_abort_run(ol_env: Collector, opener: Opener) -> None:
+    cat, exporter = opener.open(abort_errors=(_ClientWentAway,))
+    cat.create_namespace("ns")
+    cat.create_table("ns.t", SCHEMA)
+    ol_env.wait_count(2)
+    with pytest.raises(_ClientWentAway):
+        with exporter.track_write(("ns",), "t", "append"):
+            raise _ClientWentAway("the client went away mid-stream")
+    with pytest.raises(ValueError):
+        with exporter.track_write(("ns",), "t", "append"):
+            raise ValueError("refused")
+    events = ol_env.wait_count(6)[2:]
+    for event in events:
+        validate_event(event)
+    assert [e["eventType"] for e in events] == ["START", "ABORT", "START", "FAIL"]
+    assert "went away" in events[1]["run"]["facets"]["errorMessage"]["message"]
+    assert exporter.report_failure("ns", "t", "append", "gone", event_type="ABORT") is not None
+    assert [e["eventType"] for e in ol_env.wait_count(8)[6:]] == ["START", "ABORT"]
+    with pytest.raises(ValueError, match="FAIL or ABORT"):
+        exporter.report_failure("ns", "t", "append", "x", event_type="COMPLETE")
+
 def test_principal_is_recorded(ol_env: Collector, opener: Opener) -> None:
     cat, _ = opener.open()
     cat.create_namespace("ns")

@@ -104,12 +104,12 @@ def test_maintain_action_and_errors(table_server: ServerProcess, warehouse: Path
             list(client.do_action(flight.Action("icefloe.maintain", b"[1")))
     finally:
         client.close()
-    result = _cli("maintain", "ns.t", "--server", table_server.location)
+    result = _cli("maintain", "ns.t", "--uri", table_server.location)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[0])["table"] == "ns.t"
     # offline mode refuses politely while the server holds the warehouse
     held = _cli("maintain", "--warehouse", str(warehouse))
-    assert held.returncode != 0 and "--server" in held.stderr and "Traceback" not in held.stderr
+    assert held.returncode != 0 and "--uri" in held.stderr and "Traceback" not in held.stderr
 
 
 def test_maintain_offline(warehouse: Path) -> None:

@@ -67,7 +67,7 @@ def test_cli_prints_one_json_line_per_event(feed_server: IcefloeServer, location
     table.append(rows(0, 3))
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flight_server.cli", "subscribe", "--location", location, "--after", "0",
+        [sys.executable, "-m", "flight_server.cli", "subscribe", "--uri", location, "--after", "0",
          "--table", "ns.t"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -9,10 +14,11 @@ from typing import Any
 
 import adbc_driver_flightsql.dbapi as flight_sql
 import pyarrow as pa
+import pyarrow.flight as flight
 import pytest
 from doput_client import do_put
 from lineage_collector import Collector, validate_event
-from servers import ServerProcess
+from servers import ROOT, ServerProcess
 
 from catalog import RocksCatalog
 
@@ -156,3 +162,108 @@ def test_server_killed_then_restarted_loses_no_event(ol_env: Collector, warehous
         validate_event(event)
     starts = {e["run"]["runId"] for e in events if e["eventType"] == "START"}
     assert all(e["run"]["runId"] in starts for e in _append_runs(events))  # every run has its START
+
+
+# A client that starts a write, sends part of it and then stops answering (killed by the test).
+_ABANDONING_CLIENT = textwrap.dedent(
+    """
+    import sys, time
+    import pyarrow as pa, pyarrow.flight as flight
+    location, mode = sys.argv[1], sys.argv[2]
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    batch = pa.record_batch([pa.array(range(1000), pa.int64()), pa.array(["x"] * 1000)], schema=schema)
+
+    def batches():
+        for _ in range(3):
+            yield batch
+        print("sent", flush=True)
+        time.sleep(120)
+
+    if mode == "doput":
+        writer, _ = flight.FlightClient(location).do_put(flight.FlightDescriptor.for_path("ns", "t"), schema)
+        for item in batches():
+            writer.write_batch(item)
+    else:
+        import adbc_driver_flightsql.dbapi as flight_sql
+        with flight_sql.connect(location, autocommit=True) as conn, conn.cursor() as cur:
+            cur.adbc_ingest("t", pa.RecordBatchReader.from_batches(schema, batches()), mode="append",
+                            db_schema_name="ns")
+    """
+)
+
+
+def _runs(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        runs.setdefault(e["run"]["runId"], []).append(e)
+    return runs
+
+
+@pytest.mark.parametrize("mode", ["doput", "ingest"])
+def test_abandoned_stream_is_an_abort_run(ol_env: Collector, warehouse: Path, mode: str) -> None:
+    """A client that goes away mid-stream did not fail a write: START then ABORT, nothing committed."""
+    _make_table(warehouse)
+    proc = _server(warehouse, ol_env).start()
+    try:
+        child = subprocess.Popen([sys.executable, "-c", _ABANDONING_CLIENT, proc.location, mode],
+                                 stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline().strip() == "sent"
+            time.sleep(1.0)  # let the batches reach the server
+        finally:
+            child.kill()
+            child.wait()
+        events = ol_env.wait_count(2)
+        do_put(proc.location, ("ns", "t"), _rows(2))  # the server goes on; a refused write is still FAIL
+        with pytest.raises(pa.ArrowInvalid, match="schema mismatch"):
+            do_put(proc.location, ("ns", "t"), pa.table({"id": pa.array(["not a number"])}))
+        events = ol_env.wait_count(6)
+    finally:
+        assert proc.stop() == 0
+    assert "Traceback" not in proc.log
+    for event in events:
+        validate_event(event)
+    runs = list(_runs(events).values())
+    types = sorted(tuple(e["eventType"] for e in run) for run in runs)
+    assert types == [("START", "ABORT"), ("START", "COMPLETE"), ("START", "FAIL")]
+    start, abort = next(run for run in runs if run[-1]["eventType"] == "ABORT")
+    assert start["outputs"][0]["name"] == abort["outputs"][0]["name"] == "ns.t"
+    assert "went away" in abort["run"]["facets"]["errorMessage"]["message"]
+    fail = next(run for run in runs if run[-1]["eventType"] == "FAIL")[-1]
+    assert "schema mismatch" in fail["run"]["facets"]["errorMessage"]["message"]
+    cat = RocksCatalog("check", warehouse=str(warehouse))
+    try:
+        assert cat.log.head() == 2  # the offline create and the one good DoPut
+    finally:
+        cat.close()
+
+
+def test_doput_cancelled_by_its_deadline_is_an_abort_run(ol_env: Collector, warehouse: Path) -> None:
+    _make_table(warehouse)
+    proc = _server(warehouse, ol_env).start()
+    try:
+        client = flight.FlightClient(proc.location)
+        try:
+            data = _rows(100)
+            options = flight.FlightCallOptions(timeout=1.0)
+            writer, reader = client.do_put(flight.FlightDescriptor.for_path("ns", "t"), data.schema, options=options)
+            writer.write_table(data)
+            time.sleep(2.0)  # past the deadline: gRPC cancels the call
+            with pytest.raises(pa.ArrowException):
+                writer.done_writing()
+                reader.read()
+                writer.close()
+        finally:
+            client.close()
+        events = ol_env.wait_count(2)
+    finally:
+        assert proc.stop() == 0
+    for event in events:
+        validate_event(event)
+    assert [e["eventType"] for e in events] == ["START", "ABORT"]
+    cat = RocksCatalog("check", warehouse=str(warehouse))
+    try:
+        assert cat.log.head() == 1
+    finally:
+        cat.close()

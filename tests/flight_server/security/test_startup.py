@@ -95,7 +95,7 @@ def test_bad_users_file_fails_fast_without_leaking(warehouse: Path, tmp_path: Pa
 
 def _login_cli(location: str, user: str, password: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "flight_server.cli", "login", "--server", location, "--user", user],
+    return subprocess.run([sys.executable, "-m", "flight_server.cli", "login", "--uri", location, "--user", user],
                           input=password + "\n", text=True, capture_output=True, env=env, timeout=60)
 
 

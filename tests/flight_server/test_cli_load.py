@@ -1,0 +1,128 @@
+"""``icefloe load FILE ns.t`` against a real server: Parquet and CSV in, one commit, or nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+from cli_runner import clean_failure, icefloe, running
+from servers import ServerProcess
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with running(ServerProcess(tmp_path_factory.mktemp("cli_load") / "warehouse")) as proc:
+        yield proc
+
+
+def _sql(server: ServerProcess, statement: str) -> list[dict[str, object]]:
+    result = icefloe("sql", "--uri", server.location, "--format", "json", statement)
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def _parquet(path: Path, rows: int, start: int = 0) -> Path:
+    ids = range(start, start + rows)
+    table = pa.table({"id": pa.array(ids, pa.int64()), "v": pa.array([f"r{i}" for i in ids], pa.string())})
+    pq.write_table(table, path, row_group_size=max(1, rows // 4))
+    return path
+
+
+def test_parquet_into_an_existing_table_streams_in_batches(server: ServerProcess, tmp_path: Path) -> None:
+    _sql(server, "CREATE SCHEMA p_ns")
+    _sql(server, "CREATE TABLE p_ns.t (id BIGINT, v VARCHAR)")
+    data = _parquet(tmp_path / "data.parquet", 10_000)
+    result = icefloe("load", "--uri", server.location, str(data), "p_ns.t", "--batch-rows", "1000")
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert answer["table"] == "p_ns.t" and answer["rows"] == 10_000 and answer["duplicate"] is False
+    assert answer["commit_seq"] > 0
+    assert result.stderr == ""  # no progress line when stderr is not a terminal
+    assert _sql(server, "SELECT count(*) AS n, count(DISTINCT id) AS d FROM p_ns.t") == [{"n": 10_000, "d": 10_000}]
+    history = _sql(server, 'SELECT count(*) AS n FROM p_ns."t$snapshots"')
+    assert history == [{"n": 1}]  # one append, one snapshot
+
+
+def test_missing_table_needs_create(server: ServerProcess, tmp_path: Path) -> None:
+    data = _parquet(tmp_path / "fresh.parquet", 5)
+    refused = icefloe("load", "--uri", server.location, str(data), "new_ns.fresh")
+    clean_failure(refused, "table new_ns.fresh does not exist")
+    assert "--create" in refused.stderr
+    result = icefloe("load", "--uri", server.location, str(data), "new_ns.fresh", "--create", "--progress")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"table": "new_ns.fresh", "rows": 5, "created": True}
+    assert "loading fresh.parquet into new_ns.fresh" in result.stderr and "(100%)" in result.stderr
+    assert _sql(server, "SELECT CAST(sum(id) AS BIGINT) AS s FROM new_ns.fresh") == [{"s": 10}]
+    again = icefloe("load", "--uri", server.location, str(data), "new_ns.fresh", "--create")  # exists now: appends
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["rows"] == 5 and "commit_seq" in json.loads(again.stdout)
+
+
+def test_csv_columns_read_as_the_table_s_types(server: ServerProcess, tmp_path: Path) -> None:
+    _sql(server, "CREATE SCHEMA c_ns")
+    _sql(server, "CREATE TABLE c_ns.prices (id BIGINT, price DOUBLE, day DATE)")
+    csv = tmp_path / "prices.csv"
+    csv.write_text("id,price,day\n1,10,2024-01-01\n2,11,2024-01-02\n")  # prices look like integers
+    result = icefloe("load", "--uri", server.location, str(csv), "c_ns.prices")
+    assert result.returncode == 0, result.stderr
+    assert _sql(server, "SELECT sum(price) AS total, max(day) AS last FROM c_ns.prices") == [
+        {"total": 21.0, "last": "2024-01-02"}
+    ]
+    tsv = tmp_path / "more.txt"
+    tsv.write_text("id\tprice\tday\n3\t1.5\t2024-02-01\n")
+    clean_failure(icefloe("load", "--uri", server.location, str(tsv), "c_ns.prices"), "--format")
+    result = icefloe("load", "--uri", server.location, str(tsv), "c_ns.prices", "--format", "csv",
+                     "--delimiter", "\t")
+    assert result.returncode == 0, result.stderr
+    assert _sql(server, "SELECT count(*) AS n FROM c_ns.prices") == [{"n": 3}]
+
+
+def test_a_file_that_breaks_mid_stream_commits_nothing(server: ServerProcess, tmp_path: Path) -> None:
+    _sql(server, "CREATE SCHEMA b_ns")
+    _sql(server, "CREATE TABLE b_ns.t (id BIGINT, v VARCHAR)")
+    big = tmp_path / "bad.csv"
+    with big.open("w") as out:  # several 1 MiB blocks of good rows, then a value that is not a number
+        out.write("id,v\n")
+        out.writelines(f"{i},row-{i}\n" for i in range(400_000))
+        out.write("oops,x\n")
+    result = icefloe("load", "--uri", server.location, str(big), "b_ns.t")
+    clean_failure(result, "CSV conversion error")
+    assert "nothing was committed" in result.stderr and "after " in result.stderr
+    assert _sql(server, "SELECT count(*) AS n FROM b_ns.t") == [{"n": 0}]
+    assert _sql(server, 'SELECT count(*) AS n FROM b_ns."t$snapshots"') == [{"n": 0}]
+    # Refused by the server (a column of another type): also nothing, and the server's reason.
+    clash = tmp_path / "clash.parquet"
+    pq.write_table(pa.table({"id": pa.array(["text"]), "v": pa.array(["x"])}), clash)
+    clean_failure(icefloe("load", "--uri", server.location, str(clash), "b_ns.t"), "schema mismatch")
+    assert _sql(server, "SELECT count(*) AS n FROM b_ns.t") == [{"n": 0}]
+
+
+def test_idempotency_key_makes_a_retry_commit_nothing(server: ServerProcess, tmp_path: Path) -> None:
+    _sql(server, "CREATE SCHEMA i_ns")
+    _sql(server, "CREATE TABLE i_ns.t (id BIGINT, v VARCHAR)")
+    data = _parquet(tmp_path / "once.parquet", 7)
+    first = icefloe("load", "--uri", server.location, str(data), "i_ns.t", "--idempotency-key", "load-0001")
+    second = icefloe("load", "--uri", server.location, str(data), "i_ns.t", "--idempotency-key", "load-0001")
+    assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)
+    one, two = json.loads(first.stdout), json.loads(second.stdout)
+    assert (one["duplicate"], two["duplicate"]) == (False, True) and one["commit_seq"] == two["commit_seq"]
+    assert _sql(server, "SELECT count(*) AS n FROM i_ns.t") == [{"n": 7}]
+
+
+def test_bad_arguments(server: ServerProcess, tmp_path: Path) -> None:
+    data = _parquet(tmp_path / "x.parquet", 1)
+    clean_failure(icefloe("load", "--uri", server.location, str(data), "no_namespace"), "qualified name")
+    clean_failure(icefloe("load", "--uri", server.location, str(tmp_path / "none.parquet"), "a.b"), "does not exist")
+    junk = tmp_path / "junk.parquet"
+    junk.write_bytes(b"not parquet at all")
+    _sql(server, "CREATE SCHEMA j_ns")
+    _sql(server, "CREATE TABLE j_ns.t (id BIGINT, v VARCHAR)")
+    clean_failure(icefloe("load", "--uri", server.location, str(junk), "j_ns.t"), "cannot read")
+    clean_failure(icefloe("load", "--uri", server.location, str(data), "j_ns.t", "--delimiter", "ab"), "one character")
+    pacsv.write_csv(pa.table({"id": [1]}), tmp_path / "ok.csv")
+    clean_failure(icefloe("load", "--uri", "grpc://127.0.0.1:1", str(tmp_path / "ok.csv"), "j_ns.t"), "cannot reach")
