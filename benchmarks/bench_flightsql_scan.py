@@ -143,6 +143,36 @@ def fetch(client: flight.FlightClient, command: bytes) -> tuple[int, int]:
     return rows, nbytes
 
 
+def fetch_split(location: str, command: bytes, parts: int) -> tuple[int, int]:
+    """GetFlightInfo asking for ``parts`` endpoints, then one client thread per endpoint."""
+    import threading
+
+    client = flight.FlightClient(location)
+    options = flight.FlightCallOptions(headers=[(b"icefloe.scan.target-partition-bytes", b"1"),
+                                                (b"icefloe.scan.max-partitions", str(parts).encode())])
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(command), options)
+    client.close()
+    totals: list[tuple[int, int]] = []
+    lock = threading.Lock()
+
+    def read(ticket: flight.Ticket) -> None:
+        own = flight.FlightClient(location)
+        rows = nbytes = 0
+        for chunk in own.do_get(ticket):
+            rows += chunk.data.num_rows
+            nbytes += chunk.data.nbytes
+        own.close()
+        with lock:
+            totals.append((rows, nbytes))
+
+    threads = [threading.Thread(target=read, args=(e.ticket,)) for e in info.endpoints]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(r for r, _ in totals), sum(b for _, b in totals)
+
+
 def ticket_check_ms(repeat: int = 5000) -> float:
     """What signed tickets add to one query, measured in-process on the server's own code: seal
     the handle at GetFlightInfo; at DoGet open it (HMAC check, JSON decode), classify the SQL
@@ -211,14 +241,18 @@ def main() -> None:
                 assert rows == args.rows, (name, rows)
                 fetch(*pings[name])
 
-            throughput: dict[str, list[float]] = {"icefloe": [], "bare": []}
+            throughput: dict[str, list[float]] = {"icefloe": [], "bare": [], "icefloe_split4": []}
             size = 0
             for r in range(args.rounds):
-                order = ["icefloe", "bare"] if r % 2 == 0 else ["bare", "icefloe"]
+                order = ["icefloe", "bare", "icefloe_split4"] if r % 2 == 0 else ["icefloe_split4", "bare", "icefloe"]
                 for name in order:
-                    client, cmd = targets[name]
                     start = time.perf_counter()
-                    rows, size = fetch(client, cmd)
+                    if name == "icefloe_split4":
+                        rows, size = fetch_split(icefloe.location, targets["icefloe"][1], 4)
+                        assert rows == args.rows, rows
+                    else:
+                        client, cmd = targets[name]
+                        rows, size = fetch(client, cmd)
                     throughput[name].append(size / (time.perf_counter() - start) / 1e6)
 
             # A selective query: icefloe skips files by manifest bounds, bare DuckDB by footers.
@@ -271,6 +305,8 @@ def main() -> None:
         "scan_mb_s": scan,
         "scan_mb_s_all": throughput,
         "scan_ratio": scan["icefloe"] / scan["bare"],
+        # Four endpoints of one split scan read by four client threads, against one stream.
+        "split4_ratio": scan["icefloe_split4"] / scan["icefloe"],
         # Each round runs both back to back: the median of per-round ratios cancels slow drifts
         # in machine load (the host is shared) better than a ratio of medians.
         "scan_ratio_paired_median": statistics.median(
@@ -296,6 +332,10 @@ def main() -> None:
     print(
         f"{'scan MB/s':10} {scan['icefloe']:10.1f} {scan['bare']:10.1f} {result['scan_ratio']:8.2f} {'>= 0.9':>8}"
         f"   (paired per-round ratio median {result['scan_ratio_paired_median']:.2f})"
+    )
+    print(
+        f"{'split x4':10} {scan['icefloe_split4']:10.1f} {scan['icefloe']:10.1f} {result['split4_ratio']:8.2f}"
+        f" {'>= 1.0':>8}   (4 endpoints in 4 client threads vs icefloe's single stream)"
     )
     print(
         f"{'SELECT 1':10} {p50['icefloe']:8.2f}ms {p50['bare']:8.2f}ms {result['select1_ratio']:8.2f} {'<= 2.0':>8}"
