@@ -119,39 +119,35 @@ def subscriber_main(location: str, streams: int, expected: int, stalled: bool) -
     os._exit(0)
 
 
+def _built(label: str, tool: str, args: list[str], cwd: Path, env: dict[str, str] | None = None) -> bool:
+    """Run a subscriber's build; False, with the reason printed, when it cannot be built."""
+    exe = shutil.which(tool)
+    if exe is None:
+        print(f"{label} subscriber unavailable: `{tool}` is not on PATH")
+        return False
+    build = subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, env=env)
+    if build.returncode != 0:
+        reason = (build.stderr.strip().splitlines() or ["no output"])[-1]
+        print(f"{label} subscriber unavailable: {tool} build failed: {reason}")
+        return False
+    return True
+
+
 @cache
 def go_subscriber_binary() -> Path | None:
     """Build the Go subscriber (once per run); None, with the reason printed, if we cannot."""
-    go = shutil.which("go")
-    if go is None:
-        print("Go subscriber unavailable: `go` is not on PATH")
-        return None
     binary = GO_SUBSCRIBER / "feedsub"
-    build = subprocess.run([go, "build", "-o", str(binary), "."], cwd=GO_SUBSCRIBER, capture_output=True, text=True)
-    if build.returncode != 0:
-        reason = (build.stderr.strip().splitlines() or ["no output"])[-1]
-        print(f"Go subscriber unavailable: go build failed: {reason}")
-        return None
-    return binary
+    return binary if _built("Go", "go", ["build", "-o", str(binary), "."], GO_SUBSCRIBER) else None
 
 
 @cache
 def rust_subscriber_binary() -> Path | None:
     """Build the Rust subscriber (release, once per run); None, with the reason printed, if we cannot."""
-    cargo = shutil.which("cargo")
-    if cargo is None:
-        print("Rust subscriber unavailable: `cargo` is not on PATH")
-        return None
     # The same cached target folder as scripts/test-rust (outside the clone).
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    target = Path(os.environ.get("CARGO_TARGET_DIR", cache / "icefloe" / "cargo-target"))
-    build = subprocess.run(
-        [cargo, "build", "--release", "--locked", "--example", "bench_subscriber"],
-        cwd=RUST_WORKSPACE, capture_output=True, text=True, env={**os.environ, "CARGO_TARGET_DIR": str(target)},
-    )
-    if build.returncode != 0:
-        reason = (build.stderr.strip().splitlines() or ["no output"])[-1]
-        print(f"Rust subscriber unavailable: cargo build failed: {reason}")
+    cache_home = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    target = Path(os.environ.get("CARGO_TARGET_DIR", cache_home / "icefloe" / "cargo-target"))
+    args = ["build", "--release", "--locked", "--example", "bench_subscriber"]
+    if not _built("Rust", "cargo", args, RUST_WORKSPACE, {**os.environ, "CARGO_TARGET_DIR": str(target)}):
         return None
     return target / "release" / "examples" / "bench_subscriber"
 

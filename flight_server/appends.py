@@ -42,9 +42,8 @@ def _validated(batch: pa.RecordBatch) -> pa.RecordBatch:
     try:
         batch.validate(full=True)
     except (pa.ArrowException, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise errors.InvalidArgument(
-            f"the DoPut stream holds an invalid record batch ({first}); nothing was committed"
+            f"the DoPut stream holds an invalid record batch ({errors.first_line(exc)}); nothing was committed"
         ) from None
     return batch
 
@@ -163,9 +162,8 @@ class AppendService:
                     if context is not None and context.is_cancelled():
                         raise errors.Cancelled("the client went away mid-stream; nothing was committed") from None
                     # Bytes that are not a valid Arrow IPC batch: the client's fault, not ours.
-                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                     raise errors.InvalidArgument(
-                        f"the DoPut stream is not valid Arrow data ({first}); nothing was committed"
+                        f"the DoPut stream is not valid Arrow data ({errors.first_line(exc)}); nothing was committed"
                     ) from None
                 if self.server.stopping.is_set():
                     raise errors.Unavailable("the server is shutting down; nothing was committed")

@@ -140,19 +140,19 @@ class ChangeScanService:
         if request.include != "appends":
             raise errors.Unimplemented('change scans with "include": "all" are not supported yet; use "appends"')
         plan = self._plan(request)
-        files = [(f, record) for record, fs, _, _ in plan.appends for f in fs]
-        n = splits.partition_count(sum(f.file_size_in_bytes for f, _ in files), len(files), target_bytes,
-                                   max_partitions)
+        files = [f for _, fs, _, _ in plan.appends for f in fs]
+        n = splits.partition_count(sum(f.file_size_in_bytes for f in files), len(files), target_bytes, max_partitions)
         tickets = [ChangeRequest(request.namespace, request.table, request.after, request.until, request.include,
                                  (k, n) if n > 1 else None) for k in range(n)]
         endpoints = [flight.FlightEndpoint(self._ticket(t), locations) for t in tickets]
-        rows = sum(f.record_count for f, _ in files)
+        rows = sum(f.record_count for f in files)
         meta = {"table": request.qualified, "after": request.after, "until": request.until,
                 "non_appends": [{"seq": r.seq, "operation": r.operation} for r in plan.non_appends]}
         return flight.FlightInfo(output_schema(plan.schema), descriptor, endpoints, rows, -1, ordered=False,
                                  app_metadata=json.dumps(meta).encode())
 
     def _ticket(self, request: ChangeRequest) -> bytes:
+        # Imported here: the flightsql package imports this module (its dispatcher routes here).
         from flight_server.flightsql import protocol as p
 
         return p.TicketStatementQuery(self._signer.seal(PURPOSE, request.body())).pack()

@@ -118,6 +118,13 @@ _APPROXIMATED = {"ALREADY_EXISTS", "OUT_OF_RANGE", "FAILED_PRECONDITION", "ABORT
 _CLEAN_ATTR = "_icefloe_clean"
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's first message line (Arrow appends C++ source locations after it), or
+    its class name when it has no message: what a client may see of a library error."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def to_flight_error(exc: BaseException) -> BaseException:
     """Map any exception to the exception pyarrow.flight should raise for it."""
     if isinstance(exc, flight.FlightError):

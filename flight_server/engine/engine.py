@@ -52,16 +52,14 @@ import duckdb
 import pyarrow as pa
 from duckdb import _seam  # binder access: schema of a statement without running it
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-from sqlglot import exp as sql_exp
 
 from flight_server import errors
 from flight_server.engine import history, messages, policy, splits
 from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
 from flight_server.engine.origins import ColumnOrigin, Source, result_origins
-from flight_server.engine.pushdown import parse, row_filter
+from flight_server.engine.pushdown import row_filter
 from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 from flight_server.engine.slots import CATALOG_NAME, Slot, SlotPool, SpillFolder
-from flight_server.engine.sql_text import split_qualified, without_parameters
 from flight_server.engine.tables import PinnedTable, name_candidates
 from flight_server.engine.watchdog import Running, Watchdog
 
@@ -368,22 +366,6 @@ class Engine:
                 hint = f' (did you mean {".".join((*ns, close[0]))}?)'
         return errors.NotFound(f"table {name} does not exist{hint}")
 
-    def pin(self, sql: str, default_schema: tuple[str, ...] | None) -> list[PinnedTable]:
-        """The catalog tables ``sql`` names, each at its current snapshot."""
-        pins: dict[tuple[tuple[str, ...], str], PinnedTable] = {}
-        for parts in sorted(self.table_references(sql)):
-            for ns, table in name_candidates(parts, default_schema):
-                if (ns, table) in pins:
-                    break
-                if history.parse_at_view_name(table):
-                    break  # a time-travel view planned by ``plan``
-                pin = self._pin_one(ns, table)
-                if pin is None:
-                    continue
-                pins[(ns, table)] = pin
-                break
-        return list(pins.values())
-
     def _pin_one(self, ns: tuple[str, ...], table: str) -> PinnedTable | None:
         try:
             tbl = self.catalog.load_table((*ns, table))
@@ -399,32 +381,6 @@ class Engine:
             kind, view, table = meta[1], table, meta[0]
         snap = tbl.metadata.current_snapshot()
         return PinnedTable(ns, table, snap.snapshot_id if snap else None, tbl.metadata.current_schema_id, view, kind)
-
-    def table_references(self, sql: str) -> set[tuple[str, ...]]:
-        """Every table name the SQL mentions, as its (unquoted) parts.
-
-        Parsed with sqlglot's DuckDB dialect: DuckDB's own ``get_table_names`` binds the query,
-        which fails exactly when the tables are not there yet (JOIN ... USING) and refuses
-        parameters. DuckDB's extraction is the fallback for SQL sqlglot cannot parse.
-        """
-        trees = parse(sql)
-        if trees is not None:
-            refs: set[tuple[str, ...]] = set()
-            for tree in trees:
-                if tree is None:
-                    continue
-                for table in tree.find_all(sql_exp.Table):
-                    if isinstance(table.this, sql_exp.Identifier) and table.name:
-                        refs.add(tuple(part for part in (table.catalog, table.db, table.name) if part))
-            return refs
-        cur = self._parser.cursor()
-        try:
-            names = cur.get_table_names(without_parameters(sql), qualified=True)
-        except duckdb.Error as exc:
-            raise messages.map_duckdb(exc) from None
-        finally:
-            cur.close()
-        return {tuple(split_qualified(name.split(" AS ", 1)[0])) for name in names}
 
     def describe(
         self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None, params: list[Any] | None = None

@@ -17,7 +17,6 @@ existed at the pinned snapshot, so a query sees one consistent state.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -32,7 +31,6 @@ from flight_server.engine import messages, policy
 from flight_server.engine.policy import TableReference
 
 METADATA_KINDS = ("snapshots", "history", "files")
-_AT_VIEW = re.compile(r"^(.*)@(\d+)$")
 
 SNAPSHOTS_SCHEMA = pa.schema([
     pa.field("snapshot_id", pa.int64(), nullable=False),
@@ -73,11 +71,6 @@ class AtReference:
 
 def at_view_name(name: str, snapshot_id: int) -> str:
     return f"{name}@{snapshot_id}"
-
-
-def parse_at_view_name(name: str) -> tuple[str, int] | None:
-    m = _AT_VIEW.match(name)
-    return (m.group(1), int(m.group(2))) if m else None
 
 
 def metadata_table_name(name: str) -> tuple[str, str] | None:

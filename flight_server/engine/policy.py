@@ -78,7 +78,6 @@ class QueryTree:
     """A checked query: the table references it makes (CTE references left out)."""
 
     tables: list[TableReference]
-    explain_offset: int  # where the explained query starts in the text (0 unless EXPLAIN)
     statement: dict[str, Any] | None  # DuckDB's tree of the query (None for EXPLAIN)
 
 
@@ -133,7 +132,7 @@ def check_query(cur: duckdb.DuckDBPyConnection, sql: str, explain: bool) -> Quer
     statement = serialize(cur, text)
     tables: list[TableReference] = []
     _walk(statement, frozenset(), tables, offset)
-    return QueryTree(tables, offset, None if explain else statement)
+    return QueryTree(tables, None if explain else statement)
 
 
 def _walk(node: Any, ctes: frozenset[str], out: list[TableReference], offset: int) -> None:

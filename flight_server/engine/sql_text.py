@@ -1,33 +1,8 @@
-"""Facts about SQL text found with DuckDB's tokenizer: parameter markers, qualified names."""
+"""Facts about SQL text found with DuckDB's tokenizer (parameter markers), and the session schema default."""
 
 from __future__ import annotations
 
 import duckdb
-
-
-def split_qualified(name: str) -> list[str]:
-    """Split a DuckDB qualified name (``"a.b".t``) into unquoted parts."""
-    parts, cur, i, quoted = [], [], 0, False
-    while i < len(name):
-        ch = name[i]
-        if quoted:
-            if ch == '"' and i + 1 < len(name) and name[i + 1] == '"':
-                cur.append('"')
-                i += 1
-            elif ch == '"':
-                quoted = False
-            else:
-                cur.append(ch)
-        elif ch == '"':
-            quoted = True
-        elif ch == ".":
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-        i += 1
-    parts.append("".join(cur))
-    return parts
 
 
 def parameter_markers(sql: str) -> int:
@@ -52,18 +27,6 @@ def marker_spans(sql: str) -> tuple[list[tuple[int, int]], list[str]]:
             if name not in names:
                 names.append(name)
     return edits, names
-
-
-def without_parameters(sql: str) -> str:
-    """``sql`` with every parameter marker (``?``, ``$1``, ``$name``) replaced by NULL.
-
-    DuckDB's table-name extraction refuses statements with parameters; the tokenizer tells
-    markers apart from the same characters inside strings, identifiers and comments.
-    """
-    edits, _ = marker_spans(sql)
-    for start, end in reversed(edits):
-        sql = sql[:start] + "NULL" + sql[end:]
-    return sql
 
 
 # Every Flight SQL session's current schema until it sets another: unqualified names resolve

@@ -29,6 +29,7 @@ from flight_server.flightsql.statements import (
     HandleCodec,
     PreparedHandle,
     StatementHandle,
+    bound_rows,
     param_rows,
     read_parameters,
 )
@@ -238,7 +239,7 @@ class FlightSqlService:
         principal = self.server.authorize(context, "write")
         if default_schema is None:
             default_schema = self.default_schema(context)
-        rows = _parameter_rows(params)
+        rows = bound_rows(params)
         if rows is not None and not rows:
             return 0  # a batch of zero parameter rows runs nothing
         return self.writer.run(sql, default_schema, rows[0] if rows else None, principal,
@@ -532,14 +533,6 @@ def _check_parameter_count(sql: str, params: pa.RecordBatch | None) -> None:
         raise errors.InvalidArgument(
             f"the statement has {expected} parameter(s) but {params.num_columns} value(s) per row were bound"
         )
-
-
-def _parameter_rows(params: pa.RecordBatch | None) -> list[list[Any]] | None:
-    """Every bound parameter row as values (JDBC executeBatch / ADBC executemany bind several)."""
-    if params is None or params.num_columns == 0:
-        return None
-    columns = [params.column(i).to_pylist() for i in range(params.num_columns)]
-    return [list(row) for row in zip(*columns, strict=True)]
 
 
 def ingest_mode(if_not_exist: int, if_exists: int) -> str:

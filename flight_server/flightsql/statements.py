@@ -53,6 +53,15 @@ def _decode_params(raw: str | None) -> pa.RecordBatch | None:
 MAX_QUERY_PARAM_ROWS = 1000
 
 
+def bound_rows(batch: pa.RecordBatch | None) -> list[list[Any]] | None:
+    """Every bound parameter row as values, in order (None when nothing is bound; writes: JDBC
+    executeBatch / ADBC executemany bind several)."""
+    if batch is None or batch.num_columns == 0:
+        return None
+    columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+    return [list(row) for row in zip(*columns, strict=True)]
+
+
 def param_rows(batch: pa.RecordBatch | None) -> list[list[Any]] | None:
     """Every bound parameter row of a query, in order (None when nothing is bound).
 
@@ -67,8 +76,7 @@ def param_rows(batch: pa.RecordBatch | None) -> list[list[Any]] | None:
         raise errors.InvalidArgument(
             f"{batch.num_rows} parameter rows bound to a query; at most {MAX_QUERY_PARAM_ROWS} run as one result"
         )
-    columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-    return [list(row) for row in zip(*columns, strict=True)]
+    return bound_rows(batch)
 
 
 def _load(body: bytes, what: str) -> dict[str, Any]:
@@ -208,14 +216,10 @@ def read_parameters(reader: Any) -> pa.RecordBatch | None:
                 )
             batches.append(batch)
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise errors.InvalidArgument(f"could not read parameters: {_first_line(exc)}") from None
+        raise errors.InvalidArgument(f"could not read parameters: {errors.first_line(exc)}") from None
     if len(schema) == 0:
         return None
     table = pa.Table.from_batches(batches, schema).combine_chunks()
     out = table.to_batches()
     return out[0] if out else pa.RecordBatch.from_pylist([], schema)
 
-
-def _first_line(exc: BaseException) -> str:
-    """An Arrow error's first line: pyarrow may append C++ source locations after it."""
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
