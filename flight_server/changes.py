@@ -27,7 +27,10 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Iterator
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +52,7 @@ from flight_server.feed.rows import (
     RowsUnavailable,
     commit_changes,
     commit_files,
+    live_commit_files,
     live_files_by_snapshot,
     load_commit_metadata,
     output_schema,
@@ -61,6 +65,7 @@ logger = logging.getLogger("icefloe.changes")
 
 PURPOSE = "chg"
 _APPEND = "append"
+_APPEND_CACHE_SIZE = 10_000  # commits (each a few DataFile records)
 # Commits that leave every row as it was (no snapshot, or not a data change).
 _NO_DATA_CHANGE = frozenset({"schema", "expire", "properties"})
 # Commits whose snapshot a changelog can express as delete / insert rows.
@@ -164,6 +169,9 @@ class ChangeScanService:
     def __init__(self, catalog: Any, signer: HandleSigner) -> None:
         self.catalog = catalog
         self._signer = signer
+        # (table uuid, seq) -> what that append wrote (see _appended); shared by every scan.
+        self._appends: OrderedDict[tuple[str | None, int], tuple[Schema, list[DataFile], Any, Any]] = OrderedDict()
+        self._lock = threading.Lock()
 
     # -- GetFlightInfo ------------------------------------------------------------------
 
@@ -172,6 +180,12 @@ class ChangeScanService:
         locations: list[flight.Location],
     ) -> flight.FlightInfo:
         plan = self._plan(request)
+        # Planning reads metadata only; a file that compaction replaced and snapshot expiry
+        # then deleted would fail the DoGet midway. Say so now (one stat per file).
+        for unit in plan.units:
+            for data_file in (*unit.added, *unit.removed):
+                if not unit.io.new_input(data_file.file_path).exists():
+                    raise errors.OutOfRange(_expired(request, unit.record.seq))
         n = splits.partition_count(sum(u.bytes for u in plan.units), len(plan.units), target_bytes, max_partitions)
         tickets = [ChangeRequest(request.namespace, request.table, request.after, request.until, request.include,
                                  (k, n) if n > 1 else None) for k in range(n)]
@@ -203,18 +217,29 @@ class ChangeScanService:
             dealt = splits.assign([u.bytes for u in units], n)
             units = [unit for unit, part in zip(units, dealt, strict=True) if part == k]
 
+        # One reader setup per commit metadata (building one reads configuration); the
+        # metadata objects live as long as the plan, so their ids stay unique meanwhile.
+        scans: dict[int, ArrowScan] = {}
+
+        def scan_of(unit: _Unit) -> ArrowScan:
+            found = scans.get(id(unit.metadata))
+            if found is None:
+                found = scans[id(unit.metadata)] = ArrowScan(unit.metadata, unit.io, plan.schema, AlwaysTrue())
+            return found
+
         def batches() -> Iterator[pa.RecordBatch]:
-            for unit in units:
+            for unit, read in zip(
+                units, _prefetched(units, lambda u: self._unit_batches(u, scan_of(u), target)), strict=True
+            ):
                 try:
-                    yield from self._unit_batches(unit, plan.schema, target)
+                    yield from read()
                 except FileNotFoundError:
                     raise errors.OutOfRange(_expired(request, unit.record.seq)) from None
 
         return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(target, batches()))
 
     @staticmethod
-    def _unit_batches(unit: _Unit, schema: Schema, target: pa.Schema) -> Iterator[pa.RecordBatch]:
-        scan = ArrowScan(unit.metadata, unit.io, schema, AlwaysTrue())
+    def _unit_batches(unit: _Unit, scan: ArrowScan, target: pa.Schema) -> Iterator[pa.RecordBatch]:
         if not unit.changelog:
             for batch in scan.to_record_batches([FileScanTask(f) for f in unit.added]):
                 if batch.num_rows:
@@ -242,18 +267,18 @@ class ChangeScanService:
         except CursorExpiredError as exc:
             raise errors.OutOfRange(f"cursor expired: log starts at {exc.log_start}") from None
         schema: Schema | None = None
+        current = _Current(self.catalog, request) if records else None
         try:
             for record in records:
                 if record.snapshot_id is None or record.operation in _NO_DATA_CHANGE:
                     non_appends.append((record, record.snapshot_id is None and record.operation not in _NO_DATA_CHANGE))
                     continue
-                metadata, io = load_commit_metadata(self.catalog, record)
                 if record.operation == _APPEND:
-                    live = functools.partial(live_files_by_snapshot, metadata, io)
-                    written, files = commit_files(metadata, io, record, live)
+                    written, files, metadata, io = self._appended(record, current)
                     units.extend(_Unit(record, metadata, io, [f]) for f in files)
                     schema = _latest(schema, written)
                     continue
+                metadata, io = load_commit_metadata(self.catalog, record)
                 kind = snapshot_operation(metadata, record)
                 if request.include == "all" and kind in _ROW_CHANGES and record.operation in _ROW_CHANGES:
                     change = commit_changes(metadata, io, record)
@@ -271,6 +296,34 @@ class ChangeScanService:
             schema = self._current_schema(request)
         return _Plan(schema, units, non_appends)
 
+    def _appended(self, record: CommitRecord, current: _Current | None) -> tuple[Schema, list[DataFile], Any, Any]:
+        """The schema and files an append wrote, with the metadata and io to read them.
+
+        What a commit added never changes, so the answer is cached by commit. The current
+        snapshot's live-file index answers every commit whose files are all still live in one
+        pass over its manifests; the others (compacted since) read their own snapshot's.
+        """
+        key = (record.table_uuid, record.seq)
+        cached = self._appends.get(key)
+        if cached is not None:
+            return cached
+        found = None
+        if current is not None and current.table is not None and str(current.table.metadata.table_uuid) == (
+            record.table_uuid
+        ):
+            answer = live_commit_files(current.table.metadata, record, current.live())
+            if answer is not None:
+                found = (*answer, current.table.metadata, current.table.io)
+        if found is None:
+            metadata, io = load_commit_metadata(self.catalog, record)
+            live = functools.partial(live_files_by_snapshot, metadata, io)
+            found = (*commit_files(metadata, io, record, live), metadata, io)
+        with self._lock:
+            self._appends[key] = found
+            while len(self._appends) > _APPEND_CACHE_SIZE:
+                self._appends.popitem(last=False)
+        return found
+
     def _current_schema(self, request: ChangeRequest) -> Schema:
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
@@ -279,6 +332,64 @@ class ChangeScanService:
             return schema
         except (NoSuchTableError, NoSuchNamespaceError):
             raise errors.NotFound(f"table {request.qualified} does not exist") from None
+
+
+_PREFETCH_UNITS = 8
+_PREFETCH_MAX_BYTES = 16 * 1024 * 1024
+_prefetch_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="icefloe-changes")
+
+
+def _prefetched(units: list[_Unit], read: Callable[[_Unit], Iterator[pa.RecordBatch]]
+                ) -> Iterator[Callable[[], Iterator[pa.RecordBatch]]]:
+    """For each unit in order, a function giving its batches. Small units (the many tiny
+    files of small appends) are read up to ``_PREFETCH_UNITS`` ahead on a pool, so their file
+    opens overlap instead of queueing one after another; large ones stream when their turn
+    comes, never held in memory whole."""
+    ahead: deque[tuple[_Unit, Future[list[pa.RecordBatch]] | None]] = deque()
+    position = 0
+
+    def fill() -> None:
+        nonlocal position
+        while position < len(units) and len(ahead) < _PREFETCH_UNITS:
+            unit = units[position]
+            position += 1
+            small = unit.bytes <= _PREFETCH_MAX_BYTES
+            ahead.append((unit, _prefetch_pool.submit(_read_all, read, unit) if small else None))
+
+    fill()
+    while ahead:
+        unit, future = ahead.popleft()
+        fill()
+        if future is None:
+            yield functools.partial(read, unit)
+        else:
+            yield functools.partial(_result, future)
+
+
+def _read_all(read: Callable[[_Unit], Iterator[pa.RecordBatch]], unit: _Unit) -> list[pa.RecordBatch]:
+    return list(read(unit))
+
+
+def _result(future: Future[list[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
+    return iter(future.result())
+
+
+class _Current:
+    """The table as it is now and its live-file index, loaded once per plan when first needed."""
+
+    def __init__(self, catalog: Any, request: ChangeRequest) -> None:
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+        try:
+            self.table: Any = catalog.load_table((*request.namespace, request.table))
+        except (NoSuchTableError, NoSuchNamespaceError):
+            self.table = None
+        self._live: dict[int, list[DataFile]] | None = None
+
+    def live(self) -> dict[int, list[DataFile]]:
+        if self._live is None:
+            self._live = live_files_by_snapshot(self.table.metadata, self.table.io)
+        return self._live
 
 
 def _latest(current: Schema | None, written: Schema) -> Schema:
@@ -291,4 +402,5 @@ def _latest(current: Schema | None, written: Schema) -> Schema:
 
 def _expired(request: ChangeRequest, seq: int) -> str:
     return (f"cursor expired: the rows of seq {seq} of {request.qualified} are no longer kept "
-            f"(expired or compacted away); scan from after={seq}")
+            f"(compacted, then their snapshots expired; a table keeps them as long as its snapshot "
+            f"retention, history.expire.max-snapshot-age-ms / icefloe.snapshots.retain); scan from after={seq}")

@@ -206,6 +206,24 @@ def _snapshot_schema(metadata: TableMetadata, snapshot: Any) -> Schema:
     return found or metadata.schema()
 
 
+def live_commit_files(
+    metadata: TableMetadata, record: CommitRecord, live: dict[int, list[DataFile]]
+) -> tuple[Schema, list[DataFile]] | None:
+    """An append's files from the live-file index of the table's current snapshot (one pass
+    over its manifests serves every commit of a range, where ``commit_files`` reads one
+    manifest list per commit); None unless all of them are still live."""
+    assert record.snapshot_id is not None
+    snapshot = metadata.snapshot_by_id(record.snapshot_id)
+    if snapshot is None:
+        return None
+    files = [f for snapshot_id in _commit_snapshot_ids(metadata, record) for f in live.get(snapshot_id, [])]
+    try:
+        _check_complete(record, files)
+    except RowsUnavailable:
+        return None
+    return _snapshot_schema(metadata, snapshot), files
+
+
 def live_files_by_snapshot(metadata: TableMetadata, io: FileIO) -> dict[int, list[DataFile]]:
     """Live data files of the current snapshot, by the id of the snapshot that added them."""
     current = metadata.current_snapshot()
