@@ -20,7 +20,6 @@ from urllib.parse import urlparse
 
 from pyiceberg.catalog import Catalog, MetastoreCatalog, PropertiesUpdateSummary
 from pyiceberg.exceptions import (
-    CommitFailedException,
     ForbiddenError,
     NamespaceAlreadyExistsError,
     NamespaceNotEmptyError,
@@ -36,14 +35,12 @@ from pyiceberg.table import CommitTableResponse, StagedTable, Table, TableProper
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
-from pyiceberg.table.update import AddSnapshotUpdate
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 
 from catalog import avro_cache, keys, table_commits
 from catalog.commit_log import CommitLog, CommitRecord
 from catalog.context import current_commit_context
 from catalog.idempotency import batch_extras
-from catalog.metadata_ops import apply_updates, describe_commit, expire_snapshots, snapshots_to_retain
 from catalog.names import (
     EmptyNamespaceError,
     InvalidNameError,
