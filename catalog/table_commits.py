@@ -20,7 +20,7 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table import CommitTableResponse
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.update import AddSnapshotUpdate, TableRequirement, TableUpdate
+from pyiceberg.table.update import AddSnapshotUpdate, AssertCreate, TableRequirement, TableUpdate
 from pyiceberg.typedef import Identifier
 
 from catalog import keys
@@ -71,6 +71,9 @@ def stage(
     pointer = catalog._pointer(ns, name)
     base_location = pointer["metadata_location"] if pointer else None
     base = catalog._read_metadata(ns, name, base_location) if base_location else None
+    if base is None and requirements and not any(isinstance(r, AssertCreate) for r in requirements):
+        # Requirements on a table that is not there: it is missing, not a lost race.
+        raise NoSuchTableError(f"Table does not exist: {'.'.join((*ns, name))}")
     for requirement in requirements:
         requirement.validate(base)
     if base is None and not updates:

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote
 
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import Headers
+from starlette.datastructures import Headers, URLPath
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Mount
-from starlette.types import Receive, Scope, Send
+from starlette.routing import BaseRoute, Match, NoMatchFound
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from catalog.context import commit_context
 from flight_server.http.rest import namespaces, tables
@@ -133,11 +133,7 @@ class RestCatalogApp:
             text = raw_path.decode("ascii")
         except UnicodeDecodeError:
             raise bad_request("request path must be ASCII (percent-encode names)") from None
-        mounted = scope.get("root_path", "")
-        if mounted and text.startswith(mounted):
-            text = text[len(mounted):]
-        elif text.startswith("/v1"):
-            text = text[3:]
+        text = text[len("/v1"):] if text.startswith("/v1") else text
         segments = text.strip("/").split("/") if text.strip("/") else []
         method = scope["method"]
         allowed: list[str] = []
@@ -236,7 +232,31 @@ def _client_details(headers: Headers) -> dict[str, Any]:
     return extra
 
 
+class PrefixRoute(BaseRoute):
+    """Everything under ``/v1`` to one ASGI app, whatever bytes the names hold.
+
+    Starlette's ``Mount`` matches with a regular expression whose ``.`` stops at a newline,
+    so a name holding ``%0A`` would miss the app and get a bare 404; this matches by prefix.
+    """
+
+    def __init__(self, prefix: str, app: ASGIApp) -> None:
+        self.prefix = prefix
+        self.app = app
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and (path == self.prefix or path.startswith(self.prefix + "/")):
+            return Match.FULL, {}
+        return Match.NONE, {}
+
+    def url_path_for(self, name: str, /, **path_params: Any) -> URLPath:
+        raise NoMatchFound(name, path_params)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
 def routes(server: IcefloeServer) -> list[BaseRoute]:
     """The REST catalog's routes for ``flight_server.http.apps.REST_PROVIDERS``."""
     auth = RestAuth(server.security.auth, server.config.token_ttl_s)
-    return [Mount("/v1", app=RestCatalogApp(server.catalog, auth))]
+    return [PrefixRoute("/v1", RestCatalogApp(server.catalog, auth))]

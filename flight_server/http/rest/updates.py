@@ -59,6 +59,8 @@ def _parse(adapter: TypeAdapter[Any], item: dict[str, Any], what: str, index: in
         return adapter.validate_python(item)
     except ValidationError as exc:
         raise bad_request(validation_message(exc, f"{what}[{index}]", skip=1)) from None
+    except (AttributeError, TypeError):  # a model's own validator tripped over a wrong JSON type
+        raise bad_request(f"{what}[{index}] is invalid: a field has the wrong JSON type") from None
 
 
 def parse_updates(raw: Any) -> tuple[TableUpdate, ...]:

@@ -188,7 +188,7 @@ def test_concurrent_commits_one_wins_the_other_retries(rest: RestCatalog, server
 
     def writer(n: int) -> None:
         catalog = RestCatalog(f"w{n}", uri=rest_url(server))
-        for attempt in range(50):
+        for _attempt in range(50):
             try:
                 catalog.load_table("race.t").append(rows(1000 + n, 1))
                 return
