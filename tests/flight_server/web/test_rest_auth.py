@@ -5,6 +5,7 @@ principal is on every REST commit."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pyarrow as pa
@@ -14,7 +15,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import ForbiddenError, OAuthError, UnauthorizedError
 
 from tests.flight_server.feed.feed_helpers import FeedReader
-from tests.flight_server.security.security_support import PASSWORDS, write_users_file
+from tests.flight_server.security.security_support import PASSWORDS, make_pki, write_users_file
 from tests.flight_server.web.rest_support import rest_server, rest_url
 from tests.servers import ServerProcess
 
@@ -117,3 +118,22 @@ def test_errors_carry_no_server_path(server: ServerProcess) -> None:
                        headers={"authorization": f"Bearer {bearer}"})
     assert answer.status_code == 404 and answer.json()["error"]["type"] == "NoSuchNamespaceException"
     assert str(server.warehouse) not in answer.text
+
+
+def test_rest_over_tls_with_a_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "pki").mkdir()
+    pki = make_pki(tmp_path / "pki")
+    users = write_users_file(tmp_path / "users.toml")
+    users.chmod(0o600)
+    tls = ["--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key), "--users", str(users)]
+    with rest_server(tmp_path / "wh", tls) as proc:
+        url = rest_url(proc)
+        assert url.startswith("https://")
+        # pyiceberg's token request does not use its ssl.cabundle: requests' own variable does.
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(pki.ca_cert))
+        rest = RestCatalog("tls", uri=url, credential=f"wendy:{PASSWORDS['wendy']}")
+        rest.create_namespace("sec")
+        rest.create_table("sec.t", SCHEMA).append(pa.table({"id": [1]}, schema=SCHEMA))
+        assert rest.load_table("sec.t").scan().to_arrow().num_rows == 1
+        with pytest.raises(httpx.ConnectError):  # an unknown CA is refused by the client
+            httpx.get(f"{url}/v1/config", timeout=10)

@@ -250,3 +250,51 @@ def test_metrics_reports_are_accepted(rest: RestCatalog, server: ServerProcess) 
               "schema-id": 0, "projected-field-ids": [1], "projected-field-names": ["id"], "metrics": {}}
     assert httpx.post(url, json=report, timeout=10).status_code == 204
     assert httpx.post(url, content=b"{", timeout=10).status_code == 400
+
+
+def test_rest_appends_reach_rows_v1_and_change_scans(rest: RestCatalog, server: ServerProcess) -> None:
+    import json
+
+    import pyarrow.flight as flight
+
+    rest.create_namespace("rows")
+    table = rest.create_table("rows.t", SCHEMA)
+    table.append(rows(0, 2))
+    table.append(rows(2, 1))
+    seqs = [r.seq for r in commit_records(server.warehouse) if r.namespace == ("rows",)]
+    with FeedReader(server.location, {"feed": "rows.v1", "after": seqs[0], "until": seqs[2], "tables": ["rows.t"]}
+                    ) as feed:
+        got: list[dict[str, object]] = []
+        while True:
+            message = feed.next()
+            if message.batch is not None:
+                got.extend(message.batch.to_pylist())
+            if message.metadata is not None and "end" in message.metadata:
+                break
+            if message.metadata is not None and "commit" in message.metadata \
+                    and message.metadata["commit"]["seq"] == seqs[2]:
+                break
+    assert [(r["id"], r["_seq"], r["_operation"]) for r in got] == [
+        (0, seqs[1], "append"), (1, seqs[1], "append"), (2, seqs[2], "append")]
+
+    client = flight.FlightClient(server.location)
+    try:
+        descriptor = flight.FlightDescriptor.for_command(
+            json.dumps({"changes": "rows.t", "after": seqs[1], "until": seqs[2]}).encode())
+        info = client.get_flight_info(descriptor)
+        changed = [row for e in info.endpoints for row in client.do_get(e.ticket).read_all().to_pylist()]
+    finally:
+        client.close()
+    assert [(r["id"], r["_seq"]) for r in changed] == [(2, seqs[2])]
+
+
+def test_strict_schema_policy_refuses_schema_changes(rest: RestCatalog) -> None:
+    from pyiceberg.exceptions import BadRequestError
+
+    rest.create_namespace("strict")
+    table = rest.create_table("strict.t", SCHEMA, properties={"icefloe.schema-policy": "strict"})
+    with pytest.raises(BadRequestError, match="schema policy strict"):
+        with table.update_schema() as update:
+            update.add_column("extra", LongType())
+    assert [f.name for f in rest.load_table("strict.t").schema().fields] == ["id", "name"]
+    table.append(rows(0, 1))  # data commits are not schema changes
