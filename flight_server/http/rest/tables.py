@@ -10,6 +10,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
+from pyiceberg.exceptions import TableAlreadyExistsError
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
@@ -125,8 +126,6 @@ class TableHandlers:
             raise bad_request("stage-create must be true or false")
         if stage:
             if self._catalog.table_exists((*ns, name)):
-                from pyiceberg.exceptions import TableAlreadyExistsError
-
                 raise TableAlreadyExistsError(f"Table {'.'.join((*ns, name))} already exists")
             staged = self._catalog._create_staged_table((*ns, name), schema, location, spec, order, properties)
             return _metadata_body(None, staged.metadata)
