@@ -6,6 +6,7 @@ One Spark session for the whole module (starting one costs tens of seconds)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -86,33 +87,38 @@ def test_snapshot_reads_and_ctas(spark: Any, server: ServerProcess) -> None:
 
 
 def test_doput_racing_spark_loses_neither(spark: Any, server: ServerProcess) -> None:
-    spark.sql("CREATE TABLE ice.sp.race (id bigint, name string) USING iceberg "
-              "TBLPROPERTIES ('commit.retry.num-retries' = '20', 'commit.retry.min-wait-ms' = '20')")
+    # Spark retries a commit that lost the race; short waits keep it from backing off for long.
+    spark.sql("CREATE TABLE ice.sp.race (id bigint, name string) USING iceberg TBLPROPERTIES ("
+              "'commit.retry.num-retries' = '50', 'commit.retry.min-wait-ms' = '10', "
+              "'commit.retry.max-wait-ms' = '200')")
     errors: list[BaseException] = []
-    stop = threading.Event()
     put_ids: list[int] = []
+    started = threading.Event()
 
     def putter() -> None:
-        n = 0
         try:
-            while not stop.is_set() or n < 5:
-                do_put(server.location, ("sp", "race"),
-                       pa.table({"id": [100_000 + n], "name": [f"p{n}"]}))
+            for n in range(15):
+                do_put(server.location, ("sp", "race"), pa.table({"id": [100_000 + n], "name": [f"p{n}"]}))
                 put_ids.append(100_000 + n)
-                n += 1
+                started.set()
+                time.sleep(0.03)
         except BaseException as exc:  # noqa: BLE001 - handed to the test thread
             errors.append(exc)
+            started.set()
 
     thread = threading.Thread(target=putter)
     thread.start()
+    started.wait(60)
     try:
-        for batch in range(3):
-            spark.sql(f"INSERT INTO ice.sp.race SELECT id, 's' FROM range({batch * 1000}, {batch * 1000 + 1000})")
+        for batch in range(2):
+            spark.sql(f"INSERT INTO ice.sp.race SELECT id, 's' FROM range({batch * 500}, {batch * 500 + 500})")
     finally:
-        stop.set()
         thread.join(120)
     assert not errors, errors
-    expected = sorted(list(range(3000)) + put_ids)
+    expected = sorted(list(range(1000)) + put_ids)
+    assert len(put_ids) == 15
     assert ids(server, "sp.race") == expected
     spark.sql("REFRESH TABLE ice.sp.race")  # Spark's catalog caches the table it last loaded
     assert spark.sql("SELECT count(*) AS n FROM ice.sp.race").collect()[0].n == len(expected)
+    appends = [r for r in commit_records(server.warehouse) if r.table == "race" and r.operation == "append"]
+    assert len(appends) == 17 and sum(1 for r in appends if r.extra.get("engine") == "spark") == 2
