@@ -181,6 +181,28 @@ def classify(exc: BaseException) -> tuple[str, str]:
     return "INTERNAL", str(exc)
 
 
+_FLIGHT_CODES: tuple[tuple[type[Exception], str], ...] = (
+    (flight.FlightUnauthenticatedError, "UNAUTHENTICATED"),
+    (flight.FlightUnauthorizedError, "PERMISSION_DENIED"),
+    (flight.FlightCancelledError, "CANCELLED"),
+    (flight.FlightTimedOutError, "DEADLINE_EXCEEDED"),
+    (flight.FlightUnavailableError, "UNAVAILABLE"),
+)
+
+
+def status_of(exc: BaseException) -> str:
+    """The gRPC status name an exception stands for (as ``to_flight_error`` maps it), for
+    metrics and the query log."""
+    if isinstance(exc, IcefloeError):
+        return exc.code
+    if isinstance(exc, flight.FlightError):
+        for cls, code in _FLIGHT_CODES:
+            if isinstance(exc, cls):
+                return code
+        return "INTERNAL"
+    return classify(exc)[0]
+
+
 def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Decorator for RPC entry points: every exception leaves through ``to_flight_error``."""
 

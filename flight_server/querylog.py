@@ -1,0 +1,143 @@
+"""The query log: one structured line per SQL statement on the logger ``icefloe.querylog``.
+
+Each line carries the principal, the statement kind, the SQL *normalised* (every string and
+number literal replaced by ``?``, comments dropped, whitespace collapsed), the duration, rows,
+bytes and the gRPC status. Literals are found by DuckDB's own tokenizer (``duckdb.tokenize``,
+the engine's parser, microseconds per statement), so quoting tricks cannot slip a literal
+through: a string, dollar-quoted string, blob or number literal is one token whatever it holds,
+and an unterminated string is one token to the end. Nothing else a client sends (parameters,
+tokens, passwords) is ever logged.
+
+A statement slower than ``--slow-query-ms`` is logged at WARNING with ``slow=true``.
+``--log-format json`` turns every line into one JSON object (``logging_config``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from flight_server import errors
+from flight_server.metrics import Metrics
+
+logger = logging.getLogger("icefloe.querylog")
+
+_LITERALS = {duckdb.token_type.string_const, duckdb.token_type.numeric_const}
+_COMMENT = duckdb.token_type.comment
+# Longest normalised text logged; past it the line says how much was cut.
+MAX_SQL_CHARS = 2000
+
+
+@functools.lru_cache(maxsize=1024)
+def normalise(sql: str) -> tuple[str, str]:
+    """(statement kind, SQL with literals redacted) of ``sql``.
+
+    The kind is the first keyword, upper-cased (``SELECT``, ``INSERT``, ``WITH``...).
+    """
+    try:
+        tokens = duckdb.tokenize(sql)
+    except Exception:  # the tokenizer refused the text: log nothing of it
+        return "UNKNOWN", "<not tokenizable>"
+    parts: list[str] = []
+    kind = "UNKNOWN"
+    for i, (start, token) in enumerate(tokens):
+        end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
+        segment = sql[start:end]  # the token and the whitespace after it
+        text = segment.rstrip()
+        spaced = len(text) < len(segment)
+        glued = i > 0 and tokens[i - 1][1] == duckdb.token_type.numeric_const and parts and parts[-1] == "?"
+        if token == _COMMENT:
+            text, spaced = "", True
+        elif token == duckdb.token_type.numeric_const and parts and parts[-1] == "$":
+            pass  # a positional parameter ($1) is no literal
+        elif token in _LITERALS or (glued and token == duckdb.token_type.identifier):
+            # ``0x1F`` tokenizes as the number 0 and the name x1F: the rest of a literal
+            text = "" if glued else "?"
+        elif kind == "UNKNOWN" and token == duckdb.token_type.keyword:
+            kind = text.upper()
+        parts.append(text + " " if spaced else text)
+    out = " ".join("".join(parts).split())
+    if len(out) > MAX_SQL_CHARS:
+        out = out[:MAX_SQL_CHARS] + f"... ({len(out) - MAX_SQL_CHARS} more chars)"
+    return kind, out
+
+
+class QueryLog:
+    """Writes the statement lines and counts statements in the metrics.
+
+    Args:
+        metrics: Where statement counts go.
+        slow_query_ms: Statements at or above this duration are logged at WARNING (None: never).
+    """
+
+    def __init__(self, metrics: Metrics, slow_query_ms: float | None = None) -> None:
+        self.metrics = metrics
+        self.slow_s = slow_query_ms / 1000.0 if slow_query_ms is not None else None
+
+    def record(self, sql: str, principal: str | None, started: float, status: str, rows: int | None = None,
+               nbytes: int | None = None) -> None:
+        """Log one statement that began at ``started`` (``time.perf_counter()``) and ended now."""
+        seconds = time.perf_counter() - started
+        kind, text = normalise(sql)
+        self.metrics.statement(kind, status)
+        slow = self.slow_s is not None and seconds >= self.slow_s
+        level = logging.WARNING if slow or status == "INTERNAL" else logging.INFO
+        if not logger.isEnabledFor(level):
+            return
+        fields: dict[str, Any] = {
+            "principal": principal, "kind": kind, "status": status, "duration_ms": round(seconds * 1000, 3),
+            "rows": rows, "bytes": nbytes, "slow": slow, "sql": text,
+        }
+        logger.log(level, "%s", _Line(fields), extra={"fields": fields})
+
+    def streamed(self, reader: pa.RecordBatchReader, sql: str, principal: str | None,
+                 started: float) -> pa.RecordBatchReader:
+        """``reader`` counted batch by batch; the statement is logged when it ends (read to the
+        end, failed, or dropped by gRPC when the client went away)."""
+        tally = _Tally()
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            status = "CANCELLED"  # dropped before its end: the client went away
+            try:
+                for batch in reader:
+                    tally.rows += batch.num_rows
+                    tally.nbytes += batch.nbytes
+                    yield batch
+                status = "OK"
+            except Exception as exc:
+                status = errors.status_of(exc)
+                raise
+            finally:
+                self.metrics.streamed(tally.rows, tally.nbytes)
+                self.record(sql, principal, started, status, tally.rows, tally.nbytes)
+
+        return pa.RecordBatchReader.from_batches(reader.schema, batches())
+
+
+@dataclass
+class _Tally:
+    rows: int = 0
+    nbytes: int = 0
+
+
+class _Line:
+    """The text form of a line, rendered only if a handler formats it."""
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.fields = fields
+
+    def __str__(self) -> str:
+        f = self.fields
+        out = [f"{key}={f[key]}" for key in ("kind", "status", "duration_ms", "rows", "bytes", "principal")
+               if f[key] is not None]
+        if f["slow"]:
+            out.append("slow=true")
+        out.append(f"sql={f['sql']}")
+        return " ".join(out)
