@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -65,6 +65,7 @@ _ACTIONS = [
 SCAN_TARGET_BYTES = "icefloe.scan.target-partition-bytes"
 SCAN_MAX_PARTITIONS = "icefloe.scan.max-partitions"
 SESSION_OPTIONS = ("catalog", "schema", SCAN_TARGET_BYTES, SCAN_MAX_PARTITIONS)
+T = TypeVar("T")
 # Set on an exception already written to the query log (a write that failed inside planning).
 _LOGGED = "_icefloe_querylogged"
 # What a write statement sent as a query returns: the number of rows it affected.
@@ -240,9 +241,13 @@ class FlightSqlService:
     ) -> StatementHandle:
         """``_plan``, with a query refused at planning in the query log (writes log themselves;
         a query that plans is logged when its DoGet stream ends)."""
+        return self._refusals_logged(context, sql, lambda: self._plan(context, sql, default_schema, params))
+
+    def _refusals_logged(self, context: flight.ServerCallContext, sql: str, step: Callable[[], T]) -> T:
+        """Run ``step`` for statement ``sql``; if it fails, the statement goes to the query log."""
         started = time.perf_counter()
         try:
-            return self._plan(context, sql, default_schema, params)
+            return step()
         except Exception as exc:
             if not getattr(exc, _LOGGED, False):
                 self.server.querylog.record(sql, self.server.principal_name(context), started, errors.status_of(exc))
@@ -461,7 +466,9 @@ class FlightSqlService:
             raise errors.Unimplemented(_UNSUPPORTED_ACTIONS[kind])
         try:
             if kind == "CreatePreparedStatement":
-                return iter([self._create_prepared(context, p.ActionCreatePreparedStatementRequest.unpack(body))])
+                prepare = p.ActionCreatePreparedStatementRequest.unpack(body)
+                return iter([self._refusals_logged(context, prepare.query,
+                                                   lambda: self._create_prepared(context, prepare))])
             if kind == "ClosePreparedStatement":
                 self.server.authorize(context, "read")
                 req = p.ActionClosePreparedStatementRequest.unpack(body)
