@@ -105,6 +105,8 @@ class RocksStore:
         self._db.delete_range(begin, end, self._sync)
 
     def close(self) -> None:
+        if self.closed:
+            return  # idempotent: the server closes it at shutdown whoever closed it first
         self.closed = True
         try:
             self._db.close()
