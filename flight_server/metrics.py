@@ -78,18 +78,21 @@ class Metrics:
                                   "Commit to commits.v1 write, per event batch sent", buckets=LAG_BUCKETS, registry=r)
         self.maintenance_runs = Counter("icefloe_maintenance_runs", "Maintenance runs of one table, by status",
                                         ["status"], registry=r)
-        # Label children cached: ``labels()`` hashes and locks on every call.
-        self._rpc_children: dict[tuple[str, str], Any] = {}
+        # Label children cached: ``labels()`` validates, hashes and locks on every call.
+        self._children: dict[tuple[Any, ...], Any] = {}
 
     # -- events -----------------------------------------------------------------------------
 
-    def observe_rpc(self, method: str, status: str, seconds: float) -> None:
-        if not self.enabled:
-            return
-        child = self._rpc_children.get((method, status))
+    def _child(self, family: Any, *labels: str) -> Any:
+        key = (id(family), *labels)
+        child = self._children.get(key)
         if child is None:
-            child = self._rpc_children[(method, status)] = self.rpc_seconds.labels(method, status)
-        child.observe(seconds)
+            child = self._children[key] = family.labels(*labels)
+        return child
+
+    def observe_rpc(self, method: str, status: str, seconds: float) -> None:
+        if self.enabled:
+            self._child(self.rpc_seconds, method, status).observe(seconds)
 
     def streamed(self, rows: int, nbytes: int) -> None:
         if self.enabled:
@@ -98,12 +101,12 @@ class Metrics:
 
     def statement(self, kind: str, status: str) -> None:
         if self.enabled:
-            self.statements.labels(kind, status).inc()
+            self._child(self.statements, kind, status).inc()
 
     def appended(self, status: str, rows: int = 0, nbytes: int = 0, seconds: float | None = None) -> None:
         if not self.enabled:
             return
-        self.append_requests.labels(status).inc()
+        self._child(self.append_requests, status).inc()
         if status == "OK":
             self.append_rows.inc(rows)
             self.append_bytes.inc(nbytes)
@@ -114,7 +117,7 @@ class Metrics:
         """A commit-hub listener (runs under the commit lock: counters only)."""
         if not self.enabled:
             return
-        self.commits.labels(record.operation).inc()
+        self._child(self.commits, record.operation).inc()
         if record.operation == "append":
             self.group_size.observe(int(record.extra.get("group_size", 1) or 1))
 

@@ -84,6 +84,8 @@ class QueryLog:
     def record(self, sql: str, principal: str | None, started: float, status: str, rows: int | None = None,
                nbytes: int | None = None) -> None:
         """Log one statement that began at ``started`` (``time.perf_counter()``) and ended now."""
+        if not self.metrics.enabled:
+            return  # ICEFLOE_INSTRUMENTATION=off: the benchmark baseline
         seconds = time.perf_counter() - started
         kind, text = normalise(sql)
         self.metrics.statement(kind, status)
@@ -101,6 +103,8 @@ class QueryLog:
                  started: float) -> pa.RecordBatchReader:
         """``reader`` counted batch by batch; the statement is logged when it ends (read to the
         end, failed, or dropped by gRPC when the client went away)."""
+        if not self.metrics.enabled:
+            return reader
         tally = _Tally()
 
         def batches() -> Iterator[pa.RecordBatch]:

@@ -27,7 +27,8 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
 if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
-    pytest.skip("Debian's chromium / chromium-driver are not installed (scripts/fetch-browser)", allow_module_level=True)
+    pytest.skip("Debian's chromium / chromium-driver are not installed (scripts/fetch-browser)",
+                allow_module_level=True)
 
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
