@@ -7,31 +7,13 @@ lines (the query log), their fields, so a log shipper needs no parsing rules.
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import logging.config
-import logging.handlers
-import queue
 import time
 from typing import Any
 
 LOG_FORMATS = ("text", "json")
-# Loggers whose lines are formatted and written by a background thread: the query log writes
-# one line per statement, and formatting it on the RPC thread cost ~50 us of a ~3 ms SELECT 1.
-DEFERRED_LOGGERS = ("icefloe.querylog",)
-
-
-class _DeferredHandler(logging.handlers.QueueHandler):
-    """Hands records to the writer thread as they are: formatting happens there (the stock
-    QueueHandler formats on the caller's thread). Records of deferred loggers carry no
-    mutable arguments, so passing them unformatted is safe."""
-
-    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
-        return record
-
-
-_listener: logging.handlers.QueueListener | None = None
 
 
 class JsonFormatter(logging.Formatter):
@@ -80,27 +62,4 @@ def configure_logging(level: str = "info", fmt: str = "text") -> None:
             },
         }
     )
-    _defer(logging.getLogger("icefloe").handlers[0])
 
-
-def _defer(target: logging.Handler) -> None:
-    """Route ``DEFERRED_LOGGERS`` through a queue to a thread writing to ``target``; the queue
-    is drained at exit, so no line is lost when the server stops."""
-    global _listener
-    if _listener is not None:
-        _listener.stop()
-    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-    _listener = logging.handlers.QueueListener(records, target, respect_handler_level=True)
-    _listener.start()
-    for name in DEFERRED_LOGGERS:
-        deferred = logging.getLogger(name)
-        deferred.handlers = [_DeferredHandler(records)]
-        deferred.propagate = False
-    atexit.register(_stop_listener)
-
-
-def _stop_listener() -> None:
-    global _listener
-    if _listener is not None:
-        _listener.stop()
-        _listener = None

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -70,16 +72,33 @@ def normalise(sql: str) -> tuple[str, str]:
 
 
 class QueryLog:
-    """Writes the statement lines and counts statements in the metrics.
+    """Counts statements in the metrics and writes their lines from a background thread.
+
+    The RPC thread only counts the statement and appends a tuple to a deque; the writer
+    thread wakes every ``FLUSH_S`` (half a second), normalises and logs what piled up. Formatting and writing
+    a line on the RPC thread (and waking a writer per line) cost ~0.2 ms of a ~4 ms SELECT 1
+    end to end (bench_ops_overhead), mostly GIL hand-offs.
 
     Args:
         metrics: Where statement counts go.
         slow_query_ms: Statements at or above this duration are logged at WARNING (None: never).
+        background: Start the writer thread; False leaves the writing to ``flush`` calls.
     """
 
-    def __init__(self, metrics: Metrics, slow_query_ms: float | None = None) -> None:
+    FLUSH_S = 0.5
+    # Lines waiting beyond this are dropped (and counted): a log that cannot keep up must not
+    # grow the server's memory without bound.
+    MAX_PENDING = 100_000
+
+    def __init__(self, metrics: Metrics, slow_query_ms: float | None = None, background: bool = True) -> None:
         self.metrics = metrics
+        self.background = background
         self.slow_s = slow_query_ms / 1000.0 if slow_query_ms is not None else None
+        self._pending: deque[tuple[str, str | None, float, str, int | None, int | None]] = deque()
+        self.dropped = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
 
     def record(self, sql: str, principal: str | None, started: float, status: str, rows: int | None = None,
                nbytes: int | None = None) -> None:
@@ -87,8 +106,39 @@ class QueryLog:
         if not self.metrics.enabled:
             return  # ICEFLOE_INSTRUMENTATION=off: the benchmark baseline
         seconds = time.perf_counter() - started
+        self.metrics.statement(normalise(sql)[0], status)
+        if len(self._pending) >= self.MAX_PENDING:
+            self.dropped += 1
+            return
+        self._pending.append((sql, principal, seconds, status, rows, nbytes))
+        if self._thread is None and self.background:
+            self._start()
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._run, name="icefloe-querylog", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.FLUSH_S):
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every pending line (the writer thread, and ``close``)."""
+        while self._pending:
+            try:
+                sql, principal, seconds, status, rows, nbytes = self._pending.popleft()
+            except IndexError:
+                return
+            self._write(sql, principal, seconds, status, rows, nbytes)
+        if self.dropped:
+            logger.warning("the query log fell behind: %d lines dropped", self.dropped)
+            self.dropped = 0
+
+    def _write(self, sql: str, principal: str | None, seconds: float, status: str, rows: int | None,
+               nbytes: int | None) -> None:
         kind, text = normalise(sql)
-        self.metrics.statement(kind, status)
         slow = self.slow_s is not None and seconds >= self.slow_s
         level = logging.WARNING if slow or status == "INTERNAL" else logging.INFO
         if not logger.isEnabledFor(level):
@@ -98,6 +148,14 @@ class QueryLog:
             "rows": rows, "bytes": nbytes, "slow": slow, "sql": text,
         }
         logger.log(level, "%s", _Line(fields), extra={"fields": fields})
+
+    def close(self) -> None:
+        """Stop the writer thread and write what is left (at server shutdown)."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(5.0)
+        self.flush()
 
     def streamed(self, reader: pa.RecordBatchReader, sql: str, principal: str | None,
                  started: float) -> pa.RecordBatchReader:

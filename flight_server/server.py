@@ -211,6 +211,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         self.appends.close()
         self.flightsql.close()
         self.lineage.stop()
+        self.querylog.close()
         self.catalog.close()
         return not stopper.is_alive()
 
