@@ -59,7 +59,7 @@ def test_the_log_has_one_json_line_per_statement_and_no_secret(tmp_path: Path) -
         ]
         for sql in statements:
             _run(uri, sql, token)
-        log = server.log
+    log = server.log  # after the stop: the query log is written by a thread, flushed at shutdown
     for secret in [*SECRETS, *PASSWORDS.values(), token]:
         assert secret not in log, secret
     lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
@@ -80,7 +80,7 @@ def test_the_log_has_one_json_line_per_statement_and_no_secret(tmp_path: Path) -
 def test_slow_statements_are_warnings_in_text_format(tmp_path: Path) -> None:
     with serving(tmp_path / "wh", ["--slow-query-ms", "0"]) as server:
         _run(server.location, "SELECT 42 AS answer")
-        log = server.log
+    log = server.log
     lines = [line for line in log.splitlines() if "icefloe.querylog" in line]
     assert len(lines) == 1, log
     assert " WARNING icefloe.querylog: kind=SELECT status=OK " in lines[0]
