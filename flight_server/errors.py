@@ -118,6 +118,18 @@ _APPROXIMATED = {"ALREADY_EXISTS", "OUT_OF_RANGE", "FAILED_PRECONDITION", "ABORT
 _CLEAN_ATTR = "_icefloe_clean"
 
 
+def clean_copy(exc: BaseException, message: str) -> BaseException:
+    """An exception of ``exc``'s own type with ``message``, whose traceback "detail" shows only
+    the class name (for Arrow errors re-raised from Python, e.g. by a wrapping generator).
+    ``exc`` itself when its type cannot be built from a message."""
+    try:
+        copy = type(exc)(message)
+    except Exception:  # an exception type with another constructor: keep the original
+        return exc
+    setattr(copy, _CLEAN_ATTR, True)
+    return copy
+
+
 def first_line(exc: BaseException) -> str:
     """An exception's first message line (Arrow appends C++ source locations after it), or
     its class name when it has no message: what a client may see of a library error."""

@@ -78,6 +78,8 @@ class Metrics:
                                   "Commit to commits.v1 write, per event batch sent", buckets=LAG_BUCKETS, registry=r)
         self.maintenance_runs = Counter("icefloe_maintenance_runs", "Maintenance runs of one table, by status",
                                         ["status"], registry=r)
+        # Called before each exposition (the query log writes its pending lines and counts).
+        self.before_scrape: list[Callable[[], None]] = []
         # Label children cached: ``labels()`` validates, hashes and locks on every call.
         self._children: dict[tuple[Any, ...], Any] = {}
 
@@ -136,6 +138,8 @@ class Metrics:
 
     def exposition(self) -> bytes:
         """The Prometheus text exposition of every family."""
+        for hook in self.before_scrape:
+            hook()
         return bytes(generate_latest(self.registry))
 
 

@@ -27,6 +27,7 @@ import duckdb
 import pyarrow as pa
 
 from flight_server import errors
+from flight_server.engine import messages
 from flight_server.metrics import Metrics
 
 logger = logging.getLogger("icefloe.querylog")
@@ -37,12 +38,33 @@ _COMMENT = duckdb.token_type.comment
 MAX_SQL_CHARS = 2000
 
 
-@functools.lru_cache(maxsize=1024)
+# Only this much of a statement is tokenized (a 1 MB IN list must not cost the log seconds);
+# the rest is left out, which is safe: a literal cut in two is still one literal token.
+MAX_TOKENIZED_CHARS = 16 * 1024
+# Statements up to this long are remembered (prepared statements repeat); longer ones are not
+# kept in memory.
+MAX_CACHED_CHARS = 4096
+
+
 def normalise(sql: str) -> tuple[str, str]:
     """(statement kind, SQL with literals redacted) of ``sql``.
 
     The kind is the first keyword, upper-cased (``SELECT``, ``INSERT``, ``WITH``...).
     """
+    if len(sql) <= MAX_CACHED_CHARS:
+        return _normalise_cached(sql)
+    kind, text = _normalise(sql[:MAX_TOKENIZED_CHARS])
+    if len(sql) > MAX_TOKENIZED_CHARS:
+        text += f" ... ({len(sql) - MAX_TOKENIZED_CHARS} more chars not logged)"
+    return kind, text
+
+
+@functools.lru_cache(maxsize=1024)
+def _normalise_cached(sql: str) -> tuple[str, str]:
+    return _normalise(sql)
+
+
+def _normalise(sql: str) -> tuple[str, str]:
     try:
         tokens = duckdb.tokenize(sql)
     except Exception:  # the tokenizer refused the text: log nothing of it
@@ -74,7 +96,7 @@ def normalise(sql: str) -> tuple[str, str]:
 class QueryLog:
     """Counts statements in the metrics and writes their lines from a background thread.
 
-    The RPC thread only counts the statement and appends a tuple to a deque; the writer
+    The RPC thread only appends a tuple to a deque; the writer
     thread wakes every ``FLUSH_S`` (half a second), normalises and logs what piled up. Formatting and writing
     a line on the RPC thread (and waking a writer per line) cost ~0.2 ms of a ~4 ms SELECT 1
     end to end (bench_ops_overhead), mostly GIL hand-offs.
@@ -99,6 +121,8 @@ class QueryLog:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        # Statement counts are kept by the writer: a scrape writes what is pending first.
+        metrics.before_scrape.append(self.flush)
 
     def record(self, sql: str, principal: str | None, started: float, status: str, rows: int | None = None,
                nbytes: int | None = None) -> None:
@@ -106,7 +130,6 @@ class QueryLog:
         if not self.metrics.enabled:
             return  # ICEFLOE_INSTRUMENTATION=off: the benchmark baseline
         seconds = time.perf_counter() - started
-        self.metrics.statement(normalise(sql)[0], status)
         if len(self._pending) >= self.MAX_PENDING:
             self.dropped += 1
             return
@@ -125,7 +148,7 @@ class QueryLog:
             self.flush()
 
     def flush(self) -> None:
-        """Write every pending line (the writer thread, and ``close``)."""
+        """Write every pending line (the writer thread, a metrics scrape, and ``close``)."""
         while self._pending:
             try:
                 sql, principal, seconds, status, rows, nbytes = self._pending.popleft()
@@ -139,6 +162,7 @@ class QueryLog:
     def _write(self, sql: str, principal: str | None, seconds: float, status: str, rows: int | None,
                nbytes: int | None) -> None:
         kind, text = normalise(sql)
+        self.metrics.statement(kind, status)
         slow = self.slow_s is not None and seconds >= self.slow_s
         level = logging.WARNING if slow or status == "INTERNAL" else logging.INFO
         if not logger.isEnabledFor(level):
@@ -173,9 +197,18 @@ class QueryLog:
                     tally.nbytes += batch.nbytes
                     yield batch
                 status = "OK"
+            except (pa.ArrowException, OSError) as exc:
+                # DuckDB failed mid-stream (it reaches Python through Arrow's C stream): the
+                # client gets what it got without this wrapper, the same error type (UNKNOWN)
+                # and message, and no Python traceback (see errors.install_clean_tracebacks).
+                status = "UNKNOWN"
+                raise errors.clean_copy(exc, messages.clean(exc)) from None
             except Exception as exc:
                 status = errors.status_of(exc)
-                raise
+                mapped = errors.to_flight_error(exc)
+                if mapped is exc:
+                    raise
+                raise mapped from None
             finally:
                 self.metrics.streamed(tally.rows, tally.nbytes)
                 self.record(sql, principal, started, status, tally.rows, tally.nbytes)

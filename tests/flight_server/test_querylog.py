@@ -86,3 +86,16 @@ def test_slow_statements_are_warnings_in_text_format(tmp_path: Path) -> None:
     assert " WARNING icefloe.querylog: kind=SELECT status=OK " in lines[0]
     assert "slow=true" in lines[0] and lines[0].endswith("sql=SELECT ? AS answer")
     assert "42" not in lines[0].split("sql=")[1]
+
+
+def test_a_huge_statement_is_cut_and_still_redacted() -> None:
+    """A 1 MB IN list (the trust-boundary test's) ran the tokenizer over all of it on the RPC
+    thread, pushing that query past its timeout bound: now only the start is tokenized."""
+    sql = "SELECT * FROM t WHERE id IN (" + ",".join(str(10_000 + i) for i in range(150_000)) + ")"
+    kind, text = normalise(sql)
+    assert kind == "SELECT"
+    assert text.startswith("SELECT * FROM t WHERE id IN (?,?,?")
+    assert len(text) < 20_000 and "more chars not logged" in text
+    assert not any(ch.isdigit() for ch in text.split("... (")[0])
+    secret = "SELECT '" + "k3y-" * 10_000 + "'"
+    assert "k3y" not in normalise(secret)[1]
