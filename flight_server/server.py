@@ -43,6 +43,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         from flight_server.appends import AppendService
         from flight_server.feed import FeedService
         from flight_server.flightsql import FlightSqlService
+        from flight_server.staged_appends import StagedAppendService
 
         errors.install_clean_tracebacks()
         self.config = config
@@ -64,6 +65,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         # Lineage outbox: registered before serving so no commit is missed; started below.
         # A write whose client cancelled or went away mid-stream is an ABORT run, not a FAIL.
         self.lineage = LineageExporter(self.catalog, abort_errors=(errors.Cancelled,))
+        self.staged = StagedAppendService(self.appends.appender, self.handle_signer, self.lineage)
         from flight_server.operations import Operations
 
         self.ops = Operations(self.catalog, self.lineage, self.flightsql.engine, self.feed.fanout, self.metrics,
@@ -178,7 +180,9 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
 
     @rpc
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
-        self.authorize(context, action_floor(action.type))  # deny-by-default floor; handlers may ask more
+        principal = self.authorize(context, action_floor(action.type))  # deny-by-default floor; handlers may ask more
+        if action.type in self.staged.ACTIONS:
+            return self.staged.do_action(context, action, principal)
         if action.type in self.appends.ACTIONS:
             return self.appends.do_action(context, action)
         if action.type in self.ops.ACTIONS:
@@ -186,7 +190,8 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         return self.flightsql.do_action(context, action)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
-        return self.flightsql.list_actions(context) + self.appends.list_actions(context) + self.ops.list_actions()
+        return (self.flightsql.list_actions(context) + self.appends.list_actions(context)
+                + self.staged.list_actions() + self.ops.list_actions())
 
     def list_flights(self, context: flight.ServerCallContext, criteria: bytes) -> Iterator[flight.FlightInfo]:
         return iter(())
