@@ -199,3 +199,27 @@ def test_icefloe_status_prints_the_server(ops_server: ServerProcess) -> None:
     down = subprocess.run([sys.executable, "-m", "flight_server.cli", "status", "--uri", "grpc://127.0.0.1:1"],
                           capture_output=True, text=True, timeout=60, cwd=root)
     assert down.returncode != 0 and "cannot reach the server" in down.stderr and "Traceback" not in down.stderr
+
+
+def test_icefloe_status_needs_admin(tmp_path: Path) -> None:
+    from tests.flight_server.security.security_support import PASSWORDS, write_users_file
+
+    users = write_users_file(tmp_path / "users.toml")
+    root = Path(__file__).resolve().parents[3]
+    with serving(tmp_path / "wh", ["--users", str(users)]) as server:
+        def status(user: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "flight_server.cli", "status", "--uri", server.location,
+                                   "--user", user], input=PASSWORDS[user] + "\n", capture_output=True, text=True,
+                                  timeout=60, cwd=root)
+
+        refused = status("rita")
+        assert refused.returncode != 0 and "needs role admin" in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+        allowed = status("alice")
+        assert allowed.returncode == 0 and "commit head:" in allowed.stdout, allowed.stderr
+        client = flight.FlightClient(server.location)
+        try:
+            with pytest.raises(flight.FlightUnauthenticatedError):
+                list(client.do_action(flight.Action("icefloe.health", b"")))
+        finally:
+            client.close()
