@@ -49,6 +49,21 @@ def event_json(record: CommitRecord) -> dict[str, Any]:
     }
 
 
+# Integers JavaScript cannot hold exactly (snapshot ids are random 63-bit numbers).
+_JS_SAFE = 2**53 - 1
+
+
+def for_browser(body: Any) -> Any:
+    """``body`` with every integer beyond JavaScript's exact range as a string, for the page."""
+    if isinstance(body, dict):
+        return {key: for_browser(value) for key, value in body.items()}
+    if isinstance(body, list):
+        return [for_browser(value) for value in body]
+    if isinstance(body, int) and not isinstance(body, bool) and abs(body) > _JS_SAFE:
+        return str(body)
+    return body
+
+
 class Operations:
     """Health, status and the watch page's views, over the components they read.
 

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 
 from catalog.commit_log import CommitRecord
 from catalog.subscriptions import CommitHub
-from flight_server.operations import event_json
+from flight_server.operations import event_json, for_browser
 
 logger = logging.getLogger("icefloe.http.events")
 
@@ -65,7 +65,7 @@ class CommitBroadcaster:
             self._loop = None
 
     def _fan_out(self, record: CommitRecord) -> None:
-        data = json.dumps(event_json(record), separators=(",", ":"))
+        data = json.dumps(for_browser(event_json(record)), separators=(",", ":"))
         message = f"id: {record.seq}\nevent: commit\ndata: {data}\n\n"
         for client in self._clients:
             if client.overflowed:

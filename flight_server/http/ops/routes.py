@@ -27,7 +27,7 @@ from catalog.names import InvalidNameError, check_name, check_namespace
 from flight_server import errors
 from flight_server.http.ops.events import CommitBroadcaster, TooManyWatchers
 from flight_server.metrics import CONTENT_TYPE, Metrics
-from flight_server.operations import Operations
+from flight_server.operations import Operations, for_browser
 
 if TYPE_CHECKING:
     from flight_server.server import IcefloeServer
@@ -125,7 +125,8 @@ def ops_routes(ops: Operations, metrics: Metrics, broadcaster: CommitBroadcaster
         return JSONResponse(body, status_code=200 if health["ready"] else 503, headers={"cache-control": "no-store"})
 
     def tables(_params: dict[str, str]) -> Response:
-        return JSONResponse({"head": ops.head(), "tables": ops.tables()}, headers={"cache-control": "no-store"})
+        body = for_browser({"head": ops.head(), "tables": ops.tables()})
+        return JSONResponse(body, headers={"cache-control": "no-store"})
 
     def lineage(params: dict[str, str]) -> Response:
         return JSONResponse(ops.lineage_graph(table_param(params.get("table"))), headers={"cache-control": "no-store"})

@@ -96,8 +96,12 @@ def test_the_page_shows_tables_and_a_doput_within_a_second(page_server: ServerPr
     assert arrived_ms - acked_ms < 1000, f"the commit row appeared {arrived_ms - acked_ms:.0f} ms after the ack"
     row = browser.find_element(By.CSS_SELECTOR, f'#commits tbody tr[data-seq="{seq}"]')
     assert "demo.cities" in row.text and "append" in row.text
-    # The tables reload after a commit: the new row count shows.
+    # The tables reload after a commit: the new row count shows, and the snapshot id exactly
+    # (a 63-bit number: sent as text, JavaScript numbers would round it).
     wait.until(lambda d: _table_rows(d).get("demo.cities") == "11")
+    shown = browser.execute_script(
+        "return document.querySelector('#tables tr[data-table=\"demo.cities\"]').children[2].textContent")
+    assert shown == str(answer["snapshot_id"])
 
 
 def test_the_page_draws_a_tables_lineage(page_server: ServerProcess, browser: Any) -> None:
