@@ -8,23 +8,29 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 READY = re.compile(r"icefloe listening on (\S+)")
+REST = re.compile(r"icefloe REST catalog on (\S+)")
 
 
 class ServeProcess:
     """Starts the server over ``warehouse``; ``location`` is where it listens."""
 
-    def __init__(self, warehouse: Path, start_timeout_s: float = 60.0) -> None:
+    def __init__(self, warehouse: Path, start_timeout_s: float = 60.0, extra_args: Sequence[str] = ()) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "ICEFLOE_LOG_LEVEL": "info"}
-        cmd = [sys.executable, "-m", "flight_server.cli", "serve", "--warehouse", str(warehouse), "--port", "0"]
+        cmd = [sys.executable, "-m", "flight_server.cli", "serve", "--warehouse", str(warehouse), "--port", "0",
+               *extra_args]
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
         assert self.proc.stderr is not None
         deadline = time.monotonic() + start_timeout_s
         self.location = ""
+        self.rest_url = ""  # with --rest-port: the REST catalog's base URL
         for line in self.proc.stderr:
+            if rest := REST.search(line):
+                self.rest_url = rest.group(1)
             if found := READY.search(line):
                 self.location = found.group(1)
                 break

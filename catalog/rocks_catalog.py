@@ -14,12 +14,12 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlparse
 
 from pyiceberg.catalog import Catalog, MetastoreCatalog, PropertiesUpdateSummary
 from pyiceberg.exceptions import (
-    CommitFailedException,
     ForbiddenError,
     NamespaceAlreadyExistsError,
     NamespaceNotEmptyError,
@@ -35,14 +35,12 @@ from pyiceberg.table import CommitTableResponse, StagedTable, Table, TableProper
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
-from pyiceberg.table.update import AddSnapshotUpdate
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 
-from catalog import avro_cache, keys
+from catalog import avro_cache, keys, table_commits
 from catalog.commit_log import CommitLog, CommitRecord
 from catalog.context import current_commit_context
 from catalog.idempotency import batch_extras
-from catalog.metadata_ops import apply_updates, describe_commit, expire_snapshots, snapshots_to_retain
 from catalog.names import (
     EmptyNamespaceError,
     InvalidNameError,
@@ -240,29 +238,47 @@ class RocksCatalog(MetastoreCatalog):
 
         The record is published on ``hub`` once the batch is durable.
         """
+        return self._land_many([(record_fields, puts, deletes)])[0]
+
+    def _land_many(
+        self, commits: list[tuple[dict[str, Any], dict[bytes, bytes], tuple[bytes, ...]]]
+    ) -> list[CommitRecord]:
+        """Write several table commits as ONE batch (caller holds ``_commit_lock``).
+
+        Each commit gets its own log record and the next seq; the head moves to the last. The
+        records are published on ``hub`` once the batch is durable.
+        """
         ctx = current_commit_context()
-        seq = self.log.head() + 1
-        fields = dict(record_fields)
-        if ctx.operation and fields.get("operation") not in ("create", "drop", "rename", "register", "replace"):
-            fields["operation"] = ctx.operation
-        extra = {**ctx.extra, **fields.pop("extra", {})}
-        record = CommitRecord(
-            seq=seq,
-            committed_at_us=_now_us(),
-            principal=ctx.principal,
-            extra=extra,
-            **fields,
-        )
-        batch = dict(puts)
-        # Writes that must land atomically with this commit (idempotency keys of appends).
-        batch.update(batch_extras(record))
+        seq = self.log.head()
+        batch: dict[bytes, bytes] = {}
+        all_deletes: list[bytes] = []
+        records: list[CommitRecord] = []
+        for record_fields, puts, deletes in commits:
+            seq += 1
+            fields = dict(record_fields)
+            if ctx.operation and fields.get("operation") not in ("create", "drop", "rename", "register", "replace"):
+                fields["operation"] = ctx.operation
+            extra = {**ctx.extra, **fields.pop("extra", {})}
+            record = CommitRecord(
+                seq=seq,
+                committed_at_us=_now_us(),
+                principal=ctx.principal,
+                extra=extra,
+                **fields,
+            )
+            batch.update(puts)
+            # Writes that must land atomically with this commit (idempotency keys of appends).
+            batch.update(batch_extras(record))
+            batch[keys.log_key(seq)] = record.to_bytes()
+            all_deletes.extend(deletes)
+            records.append(record)
         batch[keys.HEAD_SEQ] = keys.encode_u64(seq)
-        batch[keys.log_key(seq)] = record.to_bytes()
-        self._store.write(batch, deletes)
+        self._store.write(batch, tuple(all_deletes))
         # Published while the commit lock is still held, so subscribers and listeners (the
         # feed, lineage) receive records in sequence order. Publishing never blocks.
-        self.hub.publish(record)
-        return record
+        for record in records:
+            self.hub.publish(record)
+        return records
 
     @staticmethod
     def _pointer_value(location: str, previous: str | None, table_uuid: str) -> bytes:
@@ -488,61 +504,25 @@ class RocksCatalog(MetastoreCatalog):
             CommitFailedException: A requirement is not met, or a concurrent commit won.
             CatalogReadOnlyError: If the catalog is open read-only.
         """
-        self._check_writable()
-        ns, name = self._split(table.name())
-        pointer = self._pointer(ns, name)
-        base_location = pointer["metadata_location"] if pointer else None
-        base = self._read_metadata(ns, name, base_location) if base_location else None
-        for requirement in requirements:
-            requirement.validate(base)
-        if base is None and not updates:
-            raise NoSuchTableError(f"Table does not exist: {'.'.join((*ns, name))}")
-        new = apply_updates(
-            base if base is not None else self._empty_table_metadata(), updates, base_location, creating=base is None
-        )
-        if base is not None and new == base:
-            return CommitTableResponse(metadata=base, metadata_location=base_location)  # type: ignore[call-arg]
-        if any(isinstance(update, AddSnapshotUpdate) for update in updates):
-            # Bounded metadata keeps the cost of every later commit flat.
-            new = expire_snapshots(new, snapshots_to_retain(new), self.pins.pinned(ns, name))
-        version = self._parse_metadata_version(base_location) + 1 if base_location else 0
-        provider = load_location_provider(new.location, new.properties)
-        new_location = provider.new_table_metadata_file_location(version)
-        io = self._load_file_io(new.properties, new_location)
-        self._write_metadata(new, io, new_location)
+        return table_commits.commit_tables(self, [(table.name(), requirements, updates)])[0]
 
-        info = describe_commit(updates, new)
-        if base is None:
-            info["operation"] = "create"
-        with self._commit_lock:
-            current = self._pointer(ns, name)
-            current_location = current["metadata_location"] if current else None
-            if current_location != base_location:
-                self._discard(io, new_location)
-                raise CommitFailedException(
-                    f"Table {'.'.join((*ns, name))} was changed by a concurrent commit; reload and retry"
-                )
-            if base is None:
-                self._require_namespace(ns)
-            self._land(
-                {
-                    "namespace": ns,
-                    "table": name,
-                    "table_uuid": str(new.table_uuid),
-                    "metadata_location": new_location,
-                    **info,
-                },
-                {keys.table_key(ns, name): self._pointer_value(new_location, base_location, str(new.table_uuid))},
-            )
-            self._metadata_cache[(ns, name)] = (new_location, new)
-        if base is not None:
-            # Honour write.metadata.delete-after-commit.enabled (on by default for our tables):
-            # remove metadata files that dropped out of the metadata log, against the real base.
-            try:
-                MetastoreCatalog._delete_old_metadata(io, base, new)
-            except Exception:
-                logger.warning("could not remove old metadata files of %s", ".".join((*ns, name)))
-        return CommitTableResponse(metadata=new, metadata_location=new_location)  # type: ignore[call-arg]
+    def commit_tables(self, changes: Sequence[table_commits.TableChange]) -> list[CommitTableResponse]:
+        """Commit changes to several tables atomically: one write batch for all, or nothing.
+
+        Args:
+            changes: (identifier, requirements, updates) per table; each table at most once.
+
+        Returns:
+            The new metadata and its location, per change, in order.
+
+        Raises:
+            ValueError: No change, or a table named twice.
+            NoSuchTableError: A table does not exist (and its change does not create it).
+            CommitFailedException: A requirement is not met or a concurrent commit won; no
+                table changed.
+            CatalogReadOnlyError: If the catalog is open read-only.
+        """
+        return table_commits.commit_tables(self, changes)
 
     @staticmethod
     def _delete_old_metadata(io: FileIO, base: TableMetadata, metadata: TableMetadata) -> None:
@@ -550,13 +530,6 @@ class RocksCatalog(MetastoreCatalog):
         metadata as base (stale for a stale handle), deleting files a second time. The catalog
         already removed them in ``commit_table``, which also covers callers of
         ``commit_table`` that do not go through a ``Table``."""
-
-    @staticmethod
-    def _discard(io: Any, location: str) -> None:
-        try:
-            io.delete(location)
-        except Exception:  # best effort: maintenance removes what is left
-            logger.warning("could not remove unreferenced metadata file after a lost commit race")
 
     # -- namespaces --------------------------------------------------------------------
 

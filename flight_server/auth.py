@@ -209,6 +209,18 @@ class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[mis
             )
         return AuthMiddleware(principal, issued, lambda: self.limiter.release(principal.name))
 
+    def issue_token(self, user: User) -> str:
+        """A bearer token for ``user``, the same kind Handshake hands out."""
+        return self.signer.issue(user.name, user.password_hash)
+
+    def principal_for(self, authorization: str | None) -> Principal:
+        """The caller named by an ``authorization`` header value (Bearer or Basic).
+
+        Raises:
+            flight.FlightUnauthenticatedError: Missing, malformed, bad or expired credentials.
+        """
+        return self._authenticate({"authorization": [authorization]} if authorization is not None else {})[0]
+
     def _authenticate(self, headers: dict[str, list[Any]]) -> tuple[Principal, str | None]:
         value = _first_header(headers, "authorization")
         if value is None:
@@ -237,6 +249,14 @@ class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[mis
         name, sep, password = decoded.partition(":")
         if not sep:
             raise flight.FlightUnauthenticatedError("malformed Basic credentials")
+        return self.check_password(name, password)
+
+    def check_password(self, name: str, password: str) -> User:
+        """The user with this name and password (what Basic and OAuth2 client credentials send).
+
+        Raises:
+            flight.FlightUnauthenticatedError: Unknown user or wrong password (one message).
+        """
         user = self.users.get(name)
         if user is not None and self.verified.hit(user, password):
             return user

@@ -10,9 +10,16 @@ files are kept. The files are dealt into endpoints by bytes (``engine.splits``);
 only the range and "part k of n", and any server recomputes its files.
 
 Non-append commits of the table in the range are listed in the FlightInfo's ``app_metadata``
-(``{"non_appends": [{"seq": N, "operation": "..."}], ...}``) so a client can fail, skip or
-re-read. ``"include": "all"`` (overwrites and deletes as ``delete`` / ``insert`` rows) is not
-implemented yet and answers UNIMPLEMENTED.
+(``{"non_appends": [{"seq": N, "operation": "...", "data_change": bool}], ...}``) so a client
+can fail, skip or re-read. ``data_change`` is false for commits that leave the rows as they
+were: compaction (an Iceberg ``replace`` snapshot), snapshot expiry, schema changes; a client
+following appends can skip those.
+
+With ``"include": "all"``, overwrites and deletes are rows too (Iceberg's changelog view, the
+Delta CDF equivalent): each such copy-on-write commit answers the rows it removed as
+``_operation`` ``delete`` and the rows it added as ``insert``, carry-overs cancelled
+(``changelog``). Those commits are then not listed in ``non_appends``. A commit that wrote
+merge-on-read delete files, or replaced the whole table, stays listed (it has no row form here).
 """
 
 from __future__ import annotations
@@ -20,8 +27,11 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Iterator
-from dataclasses import dataclass
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -36,13 +46,17 @@ from catalog import CursorExpiredError
 from catalog.commit_log import CommitRecord
 from catalog.names import InvalidNameError, check_name, check_namespace
 from flight_server import errors
+from flight_server.changelog import net_changes
 from flight_server.engine import splits
 from flight_server.feed.rows import (
     RowsUnavailable,
+    commit_changes,
     commit_files,
+    live_commit_files,
     live_files_by_snapshot,
     load_commit_metadata,
     output_schema,
+    snapshot_operation,
     with_commit_columns,
 )
 from flight_server.handles import HandleSigner
@@ -51,6 +65,11 @@ logger = logging.getLogger("icefloe.changes")
 
 PURPOSE = "chg"
 _APPEND = "append"
+_APPEND_CACHE_SIZE = 10_000  # commits (each a few DataFile records)
+# Commits that leave every row as it was (no snapshot, or not a data change).
+_NO_DATA_CHANGE = frozenset({"schema", "expire", "properties"})
+# Commits whose snapshot a changelog can express as delete / insert rows.
+_ROW_CHANGES = frozenset({"overwrite", "delete"})
 MAX_REQUEST_BYTES = 4096
 
 
@@ -117,11 +136,31 @@ class ChangeRequest:
         return cls(namespace, table, after, until, str(include), split)
 
 
+@dataclass(frozen=True)
+class _Unit:
+    """One piece of work for an endpoint: one appended file, or one commit's changelog."""
+
+    record: CommitRecord
+    metadata: Any
+    io: Any
+    added: list[DataFile]
+    removed: list[DataFile] = field(default_factory=list)
+    changelog: bool = False
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.file_size_in_bytes for f in (*self.added, *self.removed))
+
+    @property
+    def rows(self) -> int:
+        return sum(f.record_count for f in (*self.added, *self.removed))
+
+
 @dataclass
 class _Plan:
     schema: Schema
-    appends: list[tuple[CommitRecord, list[DataFile], Any, Any]]  # record, files, metadata, io
-    non_appends: list[CommitRecord]
+    units: list[_Unit]
+    non_appends: list[tuple[CommitRecord, bool]]  # record, data_change
 
 
 class ChangeScanService:
@@ -130,6 +169,9 @@ class ChangeScanService:
     def __init__(self, catalog: Any, signer: HandleSigner) -> None:
         self.catalog = catalog
         self._signer = signer
+        # (table uuid, seq) -> what that append wrote (see _appended); shared by every scan.
+        self._appends: OrderedDict[tuple[str | None, int], tuple[Schema, list[DataFile], Any, Any]] = OrderedDict()
+        self._lock = threading.Lock()
 
     # -- GetFlightInfo ------------------------------------------------------------------
 
@@ -137,18 +179,24 @@ class ChangeScanService:
         self, descriptor: flight.FlightDescriptor, request: ChangeRequest, target_bytes: int, max_partitions: int,
         locations: list[flight.Location],
     ) -> flight.FlightInfo:
-        if request.include != "appends":
-            raise errors.Unimplemented('change scans with "include": "all" are not supported yet; use "appends"')
         plan = self._plan(request)
-        files = [f for _, fs, _, _ in plan.appends for f in fs]
-        n = splits.partition_count(sum(f.file_size_in_bytes for f in files), len(files), target_bytes, max_partitions)
+        # Planning reads metadata only; a file that compaction replaced and snapshot expiry
+        # then deleted would fail the DoGet midway. Say so now (one stat per file).
+        for unit in plan.units:
+            for data_file in (*unit.added, *unit.removed):
+                if not unit.io.new_input(data_file.file_path).exists():
+                    raise errors.OutOfRange(_expired(request, unit.record.seq))
+        n = splits.partition_count(sum(u.bytes for u in plan.units), len(plan.units), target_bytes, max_partitions)
         tickets = [ChangeRequest(request.namespace, request.table, request.after, request.until, request.include,
                                  (k, n) if n > 1 else None) for k in range(n)]
         endpoints = [flight.FlightEndpoint(self._ticket(t), locations) for t in tickets]
-        rows = sum(f.record_count for f in files)
+        # Exact for appends; for changelog commits an upper bound (carry-overs cancel out).
+        rows = sum(u.rows for u in plan.units)
         meta = {"table": request.qualified, "after": request.after, "until": request.until,
-                "non_appends": [{"seq": r.seq, "operation": r.operation} for r in plan.non_appends]}
-        return flight.FlightInfo(output_schema(plan.schema), descriptor, endpoints, rows, -1, ordered=False,
+                "non_appends": [{"seq": r.seq, "operation": r.operation, "data_change": change}
+                                for r, change in plan.non_appends]}
+        return flight.FlightInfo(output_schema(plan.schema), descriptor, endpoints,
+                                 rows if request.include == "appends" else -1, -1, ordered=False,
                                  app_metadata=json.dumps(meta).encode())
 
     def _ticket(self, request: ChangeRequest) -> bytes:
@@ -163,23 +211,47 @@ class ChangeScanService:
         request = ChangeRequest.parse(self._signer.open(PURPOSE, sealed, "change scan ticket"))
         plan = self._plan(request)
         target = output_schema(plan.schema)
-        files = [(record, f, metadata, io) for record, fs, metadata, io in plan.appends for f in fs]
+        units = plan.units
         if request.split is not None:
             k, n = request.split
-            dealt = splits.assign([f.file_size_in_bytes for _, f, _, _ in files], n)
-            files = [item for item, part in zip(files, dealt, strict=True) if part == k]
+            dealt = splits.assign([u.bytes for u in units], n)
+            units = [unit for unit, part in zip(units, dealt, strict=True) if part == k]
+
+        # One reader setup per commit metadata (building one reads configuration); the
+        # metadata objects live as long as the plan, so their ids stay unique meanwhile.
+        scans: dict[int, ArrowScan] = {}
+
+        def scan_of(unit: _Unit) -> ArrowScan:
+            found = scans.get(id(unit.metadata))
+            if found is None:
+                found = scans[id(unit.metadata)] = ArrowScan(unit.metadata, unit.io, plan.schema, AlwaysTrue())
+            return found
 
         def batches() -> Iterator[pa.RecordBatch]:
-            for record, data_file, metadata, io in files:
-                scan = ArrowScan(metadata, io, plan.schema, AlwaysTrue())
+            for unit, read in zip(
+                units, _prefetched(units, lambda u: self._unit_batches(u, scan_of(u), target)), strict=True
+            ):
                 try:
-                    for batch in scan.to_record_batches([FileScanTask(data_file)]):
-                        if batch.num_rows:
-                            yield with_commit_columns(batch, target, record)
+                    yield from read()
                 except FileNotFoundError:
-                    raise errors.OutOfRange(_expired(request, record.seq)) from None
+                    raise errors.OutOfRange(_expired(request, unit.record.seq)) from None
 
         return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(target, batches()))
+
+    @staticmethod
+    def _unit_batches(unit: _Unit, scan: ArrowScan, target: pa.Schema) -> Iterator[pa.RecordBatch]:
+        if not unit.changelog:
+            for batch in scan.to_record_batches([FileScanTask(f) for f in unit.added]):
+                if batch.num_rows:
+                    yield with_commit_columns(batch, target, unit.record)
+            return
+        deleted, inserted = net_changes(
+            scan.to_table([FileScanTask(f) for f in unit.removed]), scan.to_table([FileScanTask(f) for f in unit.added])
+        )
+        for rows, operation in ((deleted, "delete"), (inserted, "insert")):
+            for batch in rows.to_batches():
+                if batch.num_rows:
+                    yield with_commit_columns(batch, target, unit.record, operation)
 
     # -- planning ------------------------------------------------------------------------
 
@@ -187,30 +259,70 @@ class ChangeScanService:
         head = self.catalog.log.head()
         if request.until > head:
             raise errors.InvalidArgument(f"change scan until {request.until} is beyond the commit head {head}")
-        appends: list[tuple[CommitRecord, list[DataFile], Any, Any]] = []
-        non_appends: list[CommitRecord] = []
+        units: list[_Unit] = []
+        non_appends: list[tuple[CommitRecord, bool]] = []
         try:
             records = [r for r in self.catalog.log.read(request.after, limit=request.until - request.after)
                        if r.seq <= request.until and r.namespace == request.namespace and r.table == request.table]
         except CursorExpiredError as exc:
             raise errors.OutOfRange(f"cursor expired: log starts at {exc.log_start}") from None
         schema: Schema | None = None
+        current = _Current(self.catalog, request) if records else None
         try:
             for record in records:
-                if record.operation != _APPEND or record.snapshot_id is None:
-                    non_appends.append(record)
+                if record.snapshot_id is None or record.operation in _NO_DATA_CHANGE:
+                    non_appends.append((record, record.snapshot_id is None and record.operation not in _NO_DATA_CHANGE))
+                    continue
+                if record.operation == _APPEND:
+                    written, files, metadata, io = self._appended(record, current)
+                    units.extend(_Unit(record, metadata, io, [f]) for f in files)
+                    schema = _latest(schema, written)
                     continue
                 metadata, io = load_commit_metadata(self.catalog, record)
-                live = functools.partial(live_files_by_snapshot, metadata, io)
-                written, files = commit_files(metadata, io, record, live)
-                appends.append((record, files, metadata, io))
-                schema = _latest(schema, written)
+                kind = snapshot_operation(metadata, record)
+                if request.include == "all" and kind in _ROW_CHANGES and record.operation in _ROW_CHANGES:
+                    change = commit_changes(metadata, io, record)
+                    if change is not None:
+                        written, added, removed = change
+                        units.append(_Unit(record, metadata, io, added, removed, changelog=True))
+                        schema = _latest(schema, written)
+                        continue
+                data_change = kind != "replace" and not record.extra.get("maintenance")
+                non_appends.append((record, data_change))
         except (FileNotFoundError, RowsUnavailable) as exc:
             logger.info("change scan of %s: %s", request.qualified, exc)
             raise errors.OutOfRange(_expired(request, record.seq)) from None
         if schema is None:
             schema = self._current_schema(request)
-        return _Plan(schema, appends, non_appends)
+        return _Plan(schema, units, non_appends)
+
+    def _appended(self, record: CommitRecord, current: _Current | None) -> tuple[Schema, list[DataFile], Any, Any]:
+        """The schema and files an append wrote, with the metadata and io to read them.
+
+        What a commit added never changes, so the answer is cached by commit. The current
+        snapshot's live-file index answers every commit whose files are all still live in one
+        pass over its manifests; the others (compacted since) read their own snapshot's.
+        """
+        key = (record.table_uuid, record.seq)
+        cached = self._appends.get(key)
+        if cached is not None:
+            return cached
+        found = None
+        if current is not None and current.table is not None and str(current.table.metadata.table_uuid) == (
+            record.table_uuid
+        ):
+            answer = live_commit_files(current.table.metadata, record, current.live())
+            if answer is not None:
+                found = (*answer, current.table.metadata, current.table.io)
+        if found is None:
+            metadata, io = load_commit_metadata(self.catalog, record)
+            live = functools.partial(live_files_by_snapshot, metadata, io)
+            found = (*commit_files(metadata, io, record, live), metadata, io)
+        with self._lock:
+            self._appends[key] = found
+            while len(self._appends) > _APPEND_CACHE_SIZE:
+                self._appends.popitem(last=False)
+        return found
 
     def _current_schema(self, request: ChangeRequest) -> Schema:
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
@@ -220,6 +332,64 @@ class ChangeScanService:
             return schema
         except (NoSuchTableError, NoSuchNamespaceError):
             raise errors.NotFound(f"table {request.qualified} does not exist") from None
+
+
+_PREFETCH_UNITS = 8
+_PREFETCH_MAX_BYTES = 16 * 1024 * 1024
+_prefetch_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="icefloe-changes")
+
+
+def _prefetched(units: list[_Unit], read: Callable[[_Unit], Iterator[pa.RecordBatch]]
+                ) -> Iterator[Callable[[], Iterator[pa.RecordBatch]]]:
+    """For each unit in order, a function giving its batches. Small units (the many tiny
+    files of small appends) are read up to ``_PREFETCH_UNITS`` ahead on a pool, so their file
+    opens overlap instead of queueing one after another; large ones stream when their turn
+    comes, never held in memory whole."""
+    ahead: deque[tuple[_Unit, Future[list[pa.RecordBatch]] | None]] = deque()
+    position = 0
+
+    def fill() -> None:
+        nonlocal position
+        while position < len(units) and len(ahead) < _PREFETCH_UNITS:
+            unit = units[position]
+            position += 1
+            small = unit.bytes <= _PREFETCH_MAX_BYTES
+            ahead.append((unit, _prefetch_pool.submit(_read_all, read, unit) if small else None))
+
+    fill()
+    while ahead:
+        unit, future = ahead.popleft()
+        fill()
+        if future is None:
+            yield functools.partial(read, unit)
+        else:
+            yield functools.partial(_result, future)
+
+
+def _read_all(read: Callable[[_Unit], Iterator[pa.RecordBatch]], unit: _Unit) -> list[pa.RecordBatch]:
+    return list(read(unit))
+
+
+def _result(future: Future[list[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
+    return iter(future.result())
+
+
+class _Current:
+    """The table as it is now and its live-file index, loaded once per plan when first needed."""
+
+    def __init__(self, catalog: Any, request: ChangeRequest) -> None:
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+        try:
+            self.table: Any = catalog.load_table((*request.namespace, request.table))
+        except (NoSuchTableError, NoSuchNamespaceError):
+            self.table = None
+        self._live: dict[int, list[DataFile]] | None = None
+
+    def live(self) -> dict[int, list[DataFile]]:
+        if self._live is None:
+            self._live = live_files_by_snapshot(self.table.metadata, self.table.io)
+        return self._live
 
 
 def _latest(current: Schema | None, written: Schema) -> Schema:
@@ -232,4 +402,5 @@ def _latest(current: Schema | None, written: Schema) -> Schema:
 
 def _expired(request: ChangeRequest, seq: int) -> str:
     return (f"cursor expired: the rows of seq {seq} of {request.qualified} are no longer kept "
-            f"(expired or compacted away); scan from after={seq}")
+            f"(compacted, then their snapshots expired; a table keeps them as long as its snapshot "
+            f"retention, history.expire.max-snapshot-age-ms / icefloe.snapshots.retain); scan from after={seq}")

@@ -342,8 +342,8 @@ class Engine:
         assert snapshot_id is not None  # checked above
         table = self.catalog.load_table((*pin.namespace, pin.name))
         schema = table.schemas().get(pin.schema_id) or table.schema()
-        files = self.sources.data_files(table, snapshot_id, row_filter(sql, schema))
-        n = splits.partition_count(sum(size for _, size in files), len(files), target_bytes, max_partitions)
+        units = splits.scan_units(self.sources.data_files(table, snapshot_id, row_filter(sql, schema)))
+        n = splits.partition_count(sum(u.bytes for u in units), len(units), target_bytes, max_partitions)
         if n <= 1:
             return [pins]
         return [[dataclasses.replace(pin, split=(k, n))] for k in range(n)]

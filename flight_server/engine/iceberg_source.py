@@ -28,7 +28,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
-from flight_server.engine.splits import assign
+from flight_server.engine.splits import ScanUnit, assign, scan_units
 
 logger = logging.getLogger("icefloe.engine.iceberg")
 
@@ -42,6 +42,9 @@ class SourcePart:
     data: Any  # pyarrow Dataset or Table
     select_list: str
     columns: tuple[tuple[str, str], ...] = ()  # (column name in data, table column name), in order
+    # Some files are read in part (row groups of a split scan): a reader of whole files
+    # (scans.native_reader) cannot stand in for this dataset.
+    partial_files: bool = False
 
 
 def quote(name: str) -> str:
@@ -75,33 +78,41 @@ class IcebergSources:
     def __init__(self) -> None:
         self._files = _LRU(512)  # (table uuid, snapshot id) -> list of data file paths
         self._footers = _LRU(65536)  # file path -> {field id: physical column name}
+        self._row_groups = _LRU(65536)  # file path -> row groups in its footer
 
     def parts(
         self, table: Table, snapshot_id: int | None, schema: Schema, row_filter: BooleanExpression | None = None,
         split: tuple[int, int] | None = None,
     ) -> list[SourcePart]:
         """The sources of one table at one snapshot; ``split`` = (k, n): only part k of the
-        data files dealt into n parts by bytes (``splits.assign``)."""
+        scan units (data files, or row groups of files that have several) dealt into n parts
+        by bytes (``splits.scan_units``, ``splits.assign``)."""
         # Regular (32-bit offset) strings and lists, as DuckDB returns them: no cast later on.
         arrow_schema = schema_to_pyarrow(schema, include_field_ids=False)
         arrow_schema = pa.schema([f.with_type(small_types(f.type)) for f in arrow_schema])
         if snapshot_id is None:
             return [_identity_part(arrow_schema.empty_table())]
         files = self.data_files(table, snapshot_id, row_filter)
-        if split is not None:
-            k, n = split
-            dealt = assign([size for _, size in files], n)
-            files = [f for f, part in zip(files, dealt, strict=True) if part == k]
-        paths = [path for path, _ in files]
-        if not paths:  # an empty table, or every file pruned by the row filter
+        if not files:  # an empty table, or every file pruned by the row filter
             return [_identity_part(arrow_schema.empty_table())]
-        fs, _ = pafs.FileSystem.from_uri(paths[0])
-        local = [_fs_path(p) for p in paths]
-        groups: dict[tuple[tuple[int, str], ...], list[str]] = {}
-        for path, lpath in zip(paths, local, strict=True):
-            ids = self._footer_ids(path, fs, lpath, schema)
+        fs, _ = pafs.FileSystem.from_uri(files[0][0])
+        # path -> row groups to read (None: the whole file), in manifest order.
+        chosen: dict[str, list[int] | None] = {}
+        if split is None:
+            chosen = {path: None for path, _, _ in files}
+        else:
+            k, n = split
+            units = scan_units(files)
+            for unit, part in zip(units, assign([u.bytes for u in units], n), strict=True):
+                if part == k:
+                    self._choose(chosen, unit, fs)
+        if not chosen:
+            return [_identity_part(arrow_schema.empty_table())]
+        groups: dict[tuple[tuple[int, str], ...], list[tuple[str, list[int] | None]]] = {}
+        for path, row_groups in chosen.items():
+            ids = self._footer_ids(path, fs, _fs_path(path), schema)
             key = tuple(sorted(ids.items()))
-            groups.setdefault(key, []).append(lpath)
+            groups.setdefault(key, []).append((_fs_path(path), row_groups))
         parts = []
         for key, group in groups.items():
             id_to_phys = dict(key)
@@ -111,9 +122,41 @@ class IcebergSources:
                 fields.append(pa.field(phys, af.type, nullable=True))
                 select.append(f"{quote(phys)} AS {quote(f.name)}")
                 columns.append((phys, f.name))
-            dataset = ds.dataset(group, schema=pa.schema(fields), format="parquet", filesystem=fs)
-            parts.append(SourcePart(dataset, ", ".join(select), tuple(columns)))
+            physical = pa.schema(fields)
+            partial = any(row_groups is not None for _, row_groups in group)
+            if not partial:
+                dataset = ds.dataset([p for p, _ in group], schema=physical, format="parquet", filesystem=fs)
+            else:
+                parquet = ds.ParquetFileFormat()
+                fragments = [parquet.make_fragment(p, filesystem=fs, row_groups=row_groups) for p, row_groups in group]
+                dataset = ds.FileSystemDataset(fragments, schema=physical, format=parquet, filesystem=fs)
+            parts.append(SourcePart(dataset, ", ".join(select), tuple(columns), partial))
         return parts
+
+    def _choose(self, chosen: dict[str, list[int] | None], unit: ScanUnit, fs: pafs.FileSystem) -> None:
+        """Add ``unit`` to the files and row groups one part reads.
+
+        A file whose footer does not have the row groups its manifest entry promised (a writer
+        that set split_offsets otherwise) is read whole by the part holding its first unit, so
+        every row is still read exactly once.
+        """
+        if unit.row_group is None:
+            chosen[unit.path] = None
+            return
+        if self._row_group_count(unit.path, fs) != unit.row_groups:
+            if unit.row_group == 0:
+                chosen[unit.path] = None
+            return
+        wanted = chosen.setdefault(unit.path, [])
+        if wanted is not None:
+            wanted.append(unit.row_group)
+
+    def _row_group_count(self, path: str, fs: pafs.FileSystem) -> int:
+        cached = self._row_groups.get(path)
+        if cached is None:
+            cached = pq.read_metadata(_fs_path(path), filesystem=fs).num_row_groups
+            self._row_groups.put(path, cached)
+        return int(cached)
 
     def file_parts(self, table: Table, paths: list[str], schema: Schema) -> list[SourcePart]:
         """One part per data file, tagged with its index in ``paths`` as ``__icefloe_file``
@@ -141,9 +184,9 @@ class IcebergSources:
 
     def data_files(
         self, table: Table, snapshot_id: int, row_filter: BooleanExpression | None = None
-    ) -> list[tuple[str, int]]:
-        """(path, size in bytes) of the snapshot's data files the row filter may match, in
-        manifest order (from manifests only: no data file is opened)."""
+    ) -> list[tuple[str, int, tuple[int, ...]]]:
+        """(path, size in bytes, split offsets) of the snapshot's data files the row filter may
+        match, in manifest order (from manifests only: no data file is opened)."""
         row_filter = row_filter or AlwaysTrue()
         key = (str(table.metadata.table_uuid), snapshot_id, repr(row_filter))
         cached = self._files.get(key)
@@ -156,7 +199,8 @@ class IcebergSources:
                 from flight_server import errors
 
                 raise errors.Unimplemented("tables with row-level delete files cannot be queried yet")
-            files.append((task.file.file_path, int(task.file.file_size_in_bytes)))
+            offsets = tuple(int(o) for o in (task.file.split_offsets or ()))
+            files.append((task.file.file_path, int(task.file.file_size_in_bytes), offsets))
         self._files.put(key, tuple(files))
         return files
 

@@ -86,6 +86,8 @@ class ScanPaths:
             part.data.filesystem, pafs.LocalFileSystem
         ):
             return None  # object stores would need DuckDB's httpfs; the dataset path reads them
+        if part.partial_files:
+            return None  # read_parquet reads whole files; the dataset reads the chosen row groups
         if any(p.startswith("__icefloe_missing_") for p in physical):
             return None
         if any(not _SIMPLE_TYPE.fullmatch(t) for t in type_names):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -63,8 +64,36 @@ def _row_wise(expr: Any) -> bool:
     return all(_row_wise(v) for v in expr.values() if isinstance(v, (dict, list)))
 
 
+@dataclass(frozen=True)
+class ScanUnit:
+    """The smallest piece a split scan deals out: a whole data file, or one row group of a
+    file that has several (Iceberg's ``split_offsets`` give their byte ranges from the
+    manifest, so planning opens no data file)."""
+
+    path: str
+    bytes: int
+    row_group: int | None = None  # None: the whole file
+    row_groups: int = 1  # how many row groups the manifest says the file has
+
+
+def scan_units(files: list[tuple[str, int, tuple[int, ...]]]) -> list[ScanUnit]:
+    """Units of ``(path, size, split_offsets)`` files: one per row group where a file lists
+    several, else one per file. Depends on the files only, so every server derives the same."""
+    units: list[ScanUnit] = []
+    for path, size, offsets in files:
+        bounds = sorted(offsets)
+        if len(bounds) < 2 or bounds[0] < 0 or bounds[-1] >= size:
+            units.append(ScanUnit(path, size))
+            continue
+        ends = [*bounds[1:], size]
+        units.extend(ScanUnit(path, max(end - start, 1), i, len(bounds))
+                     for i, (start, end) in enumerate(zip(bounds, ends, strict=True)))
+    return units
+
+
 def partition_count(total_bytes: int, files: int, target_bytes: int, max_partitions: int) -> int:
-    """How many endpoints a scan of ``files`` data files holding ``total_bytes`` gets."""
+    """How many endpoints a scan of ``files`` units (data files or row groups) holding
+    ``total_bytes`` gets."""
     if files <= 1 or max_partitions <= 1:
         return 1
     return max(1, min(files, max_partitions, math.ceil(total_bytes / max(target_bytes, 1))))

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 RouteProvider = Callable[["IcefloeServer"], Sequence[BaseRoute]]
 
-REST_PROVIDERS: tuple[str, ...] = ()
+REST_PROVIDERS: tuple[str, ...] = ("flight_server.http.rest.routes:routes",)
 OPS_PROVIDERS: tuple[str, ...] = ("flight_server.http.ops.routes:routes",)
 
 

@@ -41,12 +41,14 @@ class FeedReader:
     request: dict[str, Any]
     generic_options: Sequence[tuple[str, Any]] = ()
     read: bool = True  # False: open the stream but do not read until resume() is called
+    headers: Sequence[tuple[bytes, bytes]] = ()  # call headers, e.g. a bearer token
     messages: queue.Queue[Message | BaseException] = field(default_factory=queue.Queue)
 
     def __post_init__(self) -> None:
         self.client = flight.FlightClient(self.location, generic_options=list(self.generic_options))
         descriptor = flight.FlightDescriptor.for_command(json.dumps(self.request).encode())
-        self.writer, self.reader = self.client.do_exchange(descriptor)
+        options = flight.FlightCallOptions(headers=list(self.headers))
+        self.writer, self.reader = self.client.do_exchange(descriptor, options)
         self.writer.done_writing()
         self._go = threading.Event()
         if self.read:

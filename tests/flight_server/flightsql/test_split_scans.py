@@ -32,6 +32,19 @@ def _make(warehouse: Path) -> None:
             table = cat.load_table("ns.plain")
             table.append(pa.table({"x": pa.array(range(i * 100, i * 100 + 100), pa.int64()),
                                    "s": [f"r{i}-{j}" for j in range(100)]}))
+        # One data file of 10 row groups: split by row group (split_offsets from the manifest).
+        big = cat.create_table("ns.big", schema, properties={"write.parquet.row-group-limit": "1000"})
+        big.append(pa.table({"x": pa.array(range(10_000), pa.int64()), "s": [f"b{j % 97}" for j in range(10_000)]}))
+        from pyiceberg.transforms import BucketTransform
+
+        parted = cat.create_table("ns.parted", schema)
+        with parted.update_spec() as update:
+            update.add_identity("s")
+            update.add_field("x", BucketTransform(4), "x_bucket")
+        for i in range(3):
+            parted = cat.load_table("ns.parted")
+            parted.append(pa.table({"x": pa.array(range(i * 50, i * 50 + 50), pa.int64()),
+                                    "s": [f"p{j % 3}" for j in range(50)]}))
         evolved = cat.create_table("ns.evolved", schema)
         evolved.append(pa.table({"x": pa.array([1, 2], pa.int64()), "s": ["a", "b"]}))
         evolved = cat.load_table("ns.evolved")
@@ -84,6 +97,10 @@ def _rows(client: flight.FlightClient, info: flight.FlightInfo) -> list[dict[str
     "SELECT s FROM ns.plain WHERE x BETWEEN 150 AND 420",
     "SELECT * FROM ns.evolved",
     "SELECT label, y FROM ns.evolved WHERE x > 1",
+    "SELECT * FROM ns.big",
+    "SELECT x FROM ns.big WHERE s = 'b5'",
+    "SELECT * FROM ns.parted",
+    "SELECT x FROM ns.parted WHERE s = 'p1'",
 ])
 def test_split_scan_returns_exactly_the_single_stream_rows(client: flight.FlightClient, sql: str) -> None:
     single = _split(client, sql, most=b"1")
@@ -192,3 +209,20 @@ def test_split_after_compaction_reads_the_pinned_snapshot(client: flight.FlightC
     assert _rows(client, info) == before
     after = _split(client, "SELECT x FROM ns.plain")
     assert _rows(client, after) == before
+
+
+def test_one_large_file_splits_by_row_group(client: flight.FlightClient) -> None:
+    split = _split(client, "SELECT * FROM ns.big")
+    assert _live_file_count(client, "big") == 1
+    assert len(split.endpoints) == 10, "one endpoint per row group of the one file"
+    counts = [client.do_get(e.ticket).read_all().num_rows for e in split.endpoints]
+    assert counts == [1000] * 10
+    capped = _split(client, "SELECT * FROM ns.big", most=b"3")
+    assert len(capped.endpoints) == 3
+    assert sorted(r["x"] for r in _rows(client, capped)) == list(range(10_000))
+
+
+def _live_file_count(client: flight.FlightClient, table: str) -> int:
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(
+        statement_query(f'SELECT count(*) AS n FROM ns."{table}$files"')))
+    return int(client.do_get(info.endpoints[0].ticket).read_all().column("n")[0].as_py())

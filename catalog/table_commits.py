@@ -1,0 +1,191 @@
+"""Table commits of ``RocksCatalog``: one table, or several tables atomically.
+
+A commit is staged first, outside the commit lock (requirements checked against the current
+metadata, updates applied, the new metadata file written durably), then landed under the lock:
+the compare-and-swap on each table's metadata location, and one fsync'd RocksDB write batch
+holding every new table pointer, the commit sequence and one commit-log record per table. A
+multi-table commit therefore lands completely or not at all; a lost race on any table
+discards every staged metadata file and lands nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.catalog import MetastoreCatalog
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.table import CommitTableResponse
+from pyiceberg.table.locations import load_location_provider
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.update import AddSnapshotUpdate, AssertCreate, TableRequirement, TableUpdate
+from pyiceberg.typedef import Identifier
+
+from catalog import keys
+from catalog.metadata_ops import apply_updates, describe_commit, expire_snapshots, snapshots_to_retain
+
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+
+    from catalog.rocks_catalog import RocksCatalog
+
+logger = logging.getLogger("icefloe.catalog")
+
+TableChange = tuple["str | Identifier", Sequence[TableRequirement], Sequence[TableUpdate]]
+
+
+@dataclass
+class StagedCommit:
+    """A table change whose new metadata file is written but not yet pointed at."""
+
+    ns: tuple[str, ...]
+    name: str
+    base_location: str | None
+    base: TableMetadata | None
+    new: TableMetadata
+    new_location: str | None  # None: the change is a no-op, nothing to land
+    io: FileIO | None
+    info: dict[str, Any]
+
+    @property
+    def qualified(self) -> str:
+        return ".".join((*self.ns, self.name))
+
+
+def stage(
+    catalog: RocksCatalog,
+    identifier: str | Identifier,
+    requirements: Sequence[TableRequirement],
+    updates: Sequence[TableUpdate],
+) -> StagedCommit:
+    """Check requirements and write the new metadata file of one table change.
+
+    Raises:
+        NoSuchTableError: The table does not exist and the change does not create it.
+        CommitFailedException: A requirement is not met.
+        ValueError: An update cannot be applied (pyiceberg's own validation).
+    """
+    ns, name = catalog._split(identifier)
+    pointer = catalog._pointer(ns, name)
+    base_location = pointer["metadata_location"] if pointer else None
+    base = catalog._read_metadata(ns, name, base_location) if base_location else None
+    if base is None and requirements and not any(isinstance(r, AssertCreate) for r in requirements):
+        # Requirements on a table that is not there: it is missing, not a lost race.
+        raise NoSuchTableError(f"Table does not exist: {'.'.join((*ns, name))}")
+    for requirement in requirements:
+        requirement.validate(base)
+    if base is None and not updates:
+        raise NoSuchTableError(f"Table does not exist: {'.'.join((*ns, name))}")
+    new = apply_updates(
+        base if base is not None else catalog._empty_table_metadata(),
+        tuple(updates),
+        base_location,
+        creating=base is None,
+    )
+    if base is not None and new == base:
+        return StagedCommit(ns, name, base_location, base, base, None, None, {})
+    if any(isinstance(update, AddSnapshotUpdate) for update in updates):
+        # Bounded metadata keeps the cost of every later commit flat.
+        new = expire_snapshots(new, snapshots_to_retain(new), catalog.pins.pinned(ns, name))
+    version = catalog._parse_metadata_version(base_location) + 1 if base_location else 0
+    provider = load_location_provider(new.location, new.properties)
+    new_location = provider.new_table_metadata_file_location(version)
+    io = catalog._load_file_io(new.properties, new_location)
+    catalog._write_metadata(new, io, new_location)
+    info = describe_commit(tuple(updates), new)
+    if base is None:
+        info["operation"] = "create"
+    return StagedCommit(ns, name, base_location, base, new, new_location, io, info)
+
+
+def _discard(staged: Sequence[StagedCommit]) -> None:
+    for commit in staged:
+        if commit.io is not None and commit.new_location is not None:
+            try:
+                commit.io.delete(commit.new_location)
+            except Exception:  # best effort: maintenance removes what is left
+                logger.warning("could not remove unreferenced metadata file after a refused commit")
+
+
+def commit_tables(catalog: RocksCatalog, changes: Sequence[TableChange]) -> list[CommitTableResponse]:
+    """Commit changes to several tables atomically: all land in one write batch, or none.
+
+    Args:
+        catalog: The catalog to commit to.
+        changes: (identifier, requirements, updates) per table; each table at most once.
+
+    Returns:
+        The new metadata and its location, per change, in order.
+
+    Raises:
+        ValueError: No change, or a table named twice.
+        NoSuchTableError: A table does not exist (and its change does not create it).
+        NoSuchNamespaceError: A table to create has no namespace.
+        CommitFailedException: A requirement is not met or a concurrent commit won; nothing
+            of any table landed.
+        CatalogReadOnlyError: The catalog is open read-only.
+    """
+    catalog._check_writable()
+    if not changes:
+        raise ValueError("a transaction needs at least one table change")
+    seen: set[tuple[tuple[str, ...], str]] = set()
+    for identifier, _, _ in changes:
+        parts = catalog._split(identifier)
+        if parts in seen:
+            raise ValueError(f"table {'.'.join((*parts[0], parts[1]))} appears more than once in one transaction")
+        seen.add(parts)
+    staged: list[StagedCommit] = []
+    try:
+        for identifier, requirements, updates in changes:
+            staged.append(stage(catalog, identifier, requirements, updates))
+    except BaseException:
+        _discard(staged)
+        raise
+    landing = [commit for commit in staged if commit.new_location is not None]
+    if landing:
+        with catalog._commit_lock:
+            try:
+                for commit in landing:
+                    current = catalog._pointer(commit.ns, commit.name)
+                    if (current["metadata_location"] if current else None) != commit.base_location:
+                        raise CommitFailedException(
+                            f"Table {commit.qualified} was changed by a concurrent commit; reload and retry"
+                        )
+                    if commit.base is None:
+                        catalog._require_namespace(commit.ns)
+            except BaseException:
+                _discard(landing)
+                raise
+            catalog._land_many([_record(catalog, commit) for commit in landing])
+            for commit in landing:
+                catalog._metadata_cache[(commit.ns, commit.name)] = (str(commit.new_location), commit.new)
+        for commit in landing:
+            _delete_dropped_metadata(commit)
+    return [
+        CommitTableResponse(metadata=c.new, metadata_location=c.new_location or c.base_location)  # type: ignore[call-arg]
+        for c in staged
+    ]
+
+
+def _record(
+    catalog: RocksCatalog, commit: StagedCommit
+) -> tuple[dict[str, Any], dict[bytes, bytes], tuple[bytes, ...]]:
+    location = str(commit.new_location)
+    uuid = str(commit.new.table_uuid)
+    fields = {"namespace": commit.ns, "table": commit.name, "table_uuid": uuid, "metadata_location": location,
+              **commit.info}
+    pointer = catalog._pointer_value(location, commit.base_location, uuid)
+    return fields, {keys.table_key(commit.ns, commit.name): pointer}, ()
+
+
+def _delete_dropped_metadata(commit: StagedCommit) -> None:
+    # Honour write.metadata.delete-after-commit.enabled (on by default for our tables): remove
+    # metadata files that dropped out of the metadata log, against the real base.
+    if commit.base is None or commit.io is None:
+        return
+    try:
+        MetastoreCatalog._delete_old_metadata(commit.io, commit.base, commit.new)
+    except Exception:
+        logger.warning("could not remove old metadata files of %s", commit.qualified)

@@ -1,0 +1,262 @@
+"""The REST catalog's router: raw-path matching, body bounds, auth and the error envelope.
+
+``routes(server)`` is the provider ``flight_server.http.apps`` loads; it mounts one ASGI app
+under ``/v1``. Matching is done here on the raw (still percent-encoded) path, because a
+decoded path has lost the difference between a ``/`` between segments and a ``%2F`` inside
+a name. Handlers are plain functions run on a worker thread (the catalog blocks on fsync),
+inside a commit context naming the principal and the client, so every commit they make
+records who made it and with which engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, unquote
+
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers, URLPath
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Match, NoMatchFound
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from catalog.context import commit_context
+from flight_server.http.rest import namespaces, tables
+from flight_server.http.rest.auth import RestAuth
+from flight_server.http.rest.errors import RestError, bad_request, error_response, from_exception
+from flight_server.http.rest.updates import Locations
+from flight_server.http.rest.wire import Call
+
+if TYPE_CHECKING:
+    from catalog import RocksCatalog
+    from flight_server.server import IcefloeServer
+
+logger = logging.getLogger("icefloe.http.rest")
+
+MAX_BODY_BYTES = 16 * 1024 * 1024  # a commit's JSON (new snapshots, schemas) is far smaller
+MAX_QUERY_BYTES = 8 * 1024
+MAX_HEADER_CHARS = 256  # of a client header copied into the commit log
+
+Handler = Callable[[Call], Response]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    method: str
+    pattern: tuple[str, ...]  # literal segments, or "{name}" for a decoded parameter
+    handler: Handler
+    role: str  # least role of the caller: "read", "write" or "admin"
+    form: bool = False  # the token endpoint: no auth, a form body
+
+
+class RestCatalogApp:
+    """The ASGI app serving ``/v1/...`` of the Iceberg REST catalog API.
+
+    Args:
+        catalog: The server's catalog (shared with Flight).
+        auth: Authentication and roles.
+    """
+
+    def __init__(self, catalog: RocksCatalog, auth: RestAuth) -> None:
+        self.catalog = catalog
+        self.auth = auth
+        locations = Locations(catalog.warehouse)
+        ns = namespaces.NamespaceHandlers(catalog)
+        tb = tables.TableHandlers(catalog, locations)
+        self.endpoints: list[Endpoint] = [
+            Endpoint("GET", ("config",), self.config, "read"),
+            Endpoint("POST", ("oauth", "tokens"), lambda call: self.auth.token(call.body), "read", form=True),
+            Endpoint("GET", ("namespaces",), ns.list, "read"),
+            Endpoint("POST", ("namespaces",), ns.create, "write"),
+            Endpoint("GET", ("namespaces", "{namespace}"), ns.load, "read"),
+            Endpoint("HEAD", ("namespaces", "{namespace}"), ns.exists, "read"),
+            Endpoint("DELETE", ("namespaces", "{namespace}"), ns.drop, "write"),
+            Endpoint("POST", ("namespaces", "{namespace}", "properties"), ns.update_properties, "admin"),
+            Endpoint("GET", ("namespaces", "{namespace}", "tables"), tb.list, "read"),
+            Endpoint("POST", ("namespaces", "{namespace}", "tables"), tb.create, "write"),
+            Endpoint("POST", ("namespaces", "{namespace}", "register"), tb.register, "write"),
+            Endpoint("GET", ("namespaces", "{namespace}", "tables", "{table}"), tb.load, "read"),
+            Endpoint("HEAD", ("namespaces", "{namespace}", "tables", "{table}"), tb.exists, "read"),
+            Endpoint("POST", ("namespaces", "{namespace}", "tables", "{table}"), tb.commit, "write"),
+            Endpoint("DELETE", ("namespaces", "{namespace}", "tables", "{table}"), tb.drop, "write"),
+            Endpoint("POST", ("namespaces", "{namespace}", "tables", "{table}", "metrics"), tb.metrics, "read"),
+            Endpoint("POST", ("tables", "rename"), tb.rename, "write"),
+            Endpoint("POST", ("transactions", "commit"), tb.commit_transaction, "write"),
+        ]
+
+    # -- the config endpoint -------------------------------------------------------------
+
+    def config(self, call: Call) -> Response:
+        """``GET /v1/config``: the warehouse location and the endpoints this server serves."""
+        asked = call.query.get("warehouse")
+        if asked is not None and not self._is_our_warehouse(asked):
+            raise bad_request("unknown warehouse: this server serves one warehouse (omit the parameter)")
+        served = sorted({f"{e.method} /v1/{{prefix}}/{'/'.join(e.pattern)}" for e in self.endpoints
+                         if e.pattern[0] not in ("config", "oauth")})
+        return JSONResponse({
+            "defaults": {},
+            "overrides": {"warehouse": self.catalog.warehouse},
+            "endpoints": served,
+        })
+
+    def _is_our_warehouse(self, asked: str) -> bool:
+        if asked in (self.catalog.name, self.catalog.warehouse):
+            return True
+        try:
+            Locations(self.catalog.warehouse).check(asked, "warehouse")
+        except RestError:
+            return False
+        return asked.rstrip("/").removeprefix("file://") == self.catalog.warehouse.rstrip("/").removeprefix("file://")
+
+    # -- ASGI --------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        request = Request(scope, receive)
+        head = request.method == "HEAD"
+        try:
+            endpoint, params = self._match(scope)
+            response = await self._serve(request, endpoint, params)
+        except RestError as exc:
+            response = error_response(exc, head)
+        await response(scope, receive, send)
+
+    def _match(self, scope: Scope) -> tuple[Endpoint, dict[str, str]]:
+        raw = scope.get("raw_path") or scope["path"].encode("utf-8")
+        raw_path = raw.split(b"?", 1)[0]
+        try:
+            text = raw_path.decode("ascii")
+        except UnicodeDecodeError:
+            raise bad_request("request path must be ASCII (percent-encode names)") from None
+        text = text[len("/v1"):] if text.startswith("/v1") else text
+        segments = text.strip("/").split("/") if text.strip("/") else []
+        method = scope["method"]
+        allowed: list[str] = []
+        for endpoint in self.endpoints:
+            params = _bind(endpoint.pattern, segments)
+            if params is None:
+                continue
+            if endpoint.method == method:
+                return endpoint, params
+            allowed.append(endpoint.method)
+        if allowed:
+            raise RestError(405, "MethodNotAllowedException", f"method {method} is not allowed here "
+                            f"(allowed: {', '.join(sorted(set(allowed)))})")
+        raise RestError(404, "NotFoundException", "no such REST catalog endpoint")
+
+    async def _serve(self, request: Request, endpoint: Endpoint, params: dict[str, str]) -> Response:
+        if len(request.scope.get("query_string", b"")) > MAX_QUERY_BYTES:
+            raise bad_request("query string too long")
+        principal = None
+        if not endpoint.form:
+            principal = self.auth.principal(request.headers.get("authorization"))
+            self.auth.require(principal, endpoint.role)
+        body = await _read_body(request)
+        query = dict(parse_qsl(request.url.query, keep_blank_values=True))
+        call = Call(request.method, params, query, request.headers, body, principal, _client_details(request.headers))
+        return await run_in_threadpool(self._run, endpoint, call)
+
+    @staticmethod
+    def _run(endpoint: Endpoint, call: Call) -> Response:
+        try:
+            with commit_context(principal=call.principal.name if call.principal else None, extra=call.extra):
+                return endpoint.handler(call)
+        except Exception as exc:  # noqa: BLE001 - every error gets a status; unknown ones are bugs
+            error = from_exception(exc)
+            if error is None:
+                logger.exception("REST %s %s failed", endpoint.method, "/".join(endpoint.pattern))
+                error = RestError(500, "ServiceFailureException", "internal error (logged on the server)")
+            return error_response(error, call.method == "HEAD")
+
+
+def _bind(pattern: tuple[str, ...], segments: Sequence[str]) -> dict[str, str] | None:
+    if len(pattern) != len(segments):
+        return None
+    params: dict[str, str] = {}
+    for want, got in zip(pattern, segments, strict=True):
+        if want.startswith("{"):
+            try:
+                params[want[1:-1]] = unquote(got, errors="strict")
+            except UnicodeDecodeError:
+                raise bad_request("a name in the path is not valid UTF-8 once percent-decoded") from None
+        elif want != got:
+            return None
+    return params
+
+
+async def _read_body(request: Request) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared[:20]) > MAX_BODY_BYTES):
+        raise RestError(413, "BadRequestException", f"request body larger than {MAX_BODY_BYTES} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise RestError(413, "BadRequestException", f"request body larger than {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+_PRINTABLE = re.compile(r"[^\x20-\x7e]")
+
+
+def _clean(value: str) -> str:
+    return _PRINTABLE.sub("?", value)[:MAX_HEADER_CHARS]
+
+
+def engine_of(headers: Headers) -> str | None:
+    """The client library named by the request headers, when it says."""
+    agent = headers.get("user-agent", "").lower()
+    version = headers.get("x-client-version", "")
+    if "pyiceberg" in agent:
+        return "pyiceberg"
+    if version.startswith("Apache Iceberg"):
+        return "iceberg-java"
+    return None
+
+
+def _client_details(headers: Headers) -> dict[str, Any]:
+    extra: dict[str, Any] = {"via": "rest"}
+    if engine := engine_of(headers):
+        extra["engine"] = engine
+    if agent := headers.get("user-agent"):
+        extra["user_agent"] = _clean(agent)
+    if version := headers.get("x-client-version"):
+        extra["client_version"] = _clean(version)
+    return extra
+
+
+class PrefixRoute(BaseRoute):
+    """Everything under ``/v1`` to one ASGI app, whatever bytes the names hold.
+
+    Starlette's ``Mount`` matches with a regular expression whose ``.`` stops at a newline,
+    so a name holding ``%0A`` would miss the app and get a bare 404; this matches by prefix.
+    """
+
+    def __init__(self, prefix: str, app: ASGIApp) -> None:
+        self.prefix = prefix
+        self.app = app
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and (path == self.prefix or path.startswith(self.prefix + "/")):
+            return Match.FULL, {}
+        return Match.NONE, {}
+
+    def url_path_for(self, name: str, /, **path_params: Any) -> URLPath:
+        raise NoMatchFound(name, path_params)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
+def routes(server: IcefloeServer) -> list[BaseRoute]:
+    """The REST catalog's routes for ``flight_server.http.apps.REST_PROVIDERS``."""
+    auth = RestAuth(server.security.auth, server.config.token_ttl_s)
+    return [PrefixRoute("/v1", RestCatalogApp(server.catalog, auth))]
