@@ -223,3 +223,15 @@ def test_icefloe_status_needs_admin(tmp_path: Path) -> None:
                 list(client.do_action(flight.Action("icefloe.health", b"")))
         finally:
             client.close()
+
+
+def test_the_rest_port_serves_the_operator_endpoints_too(tmp_path: Path) -> None:
+    import re
+
+    with serving(tmp_path / "wh", ["--rest-port", "0"]) as server:
+        found = re.search(r"icefloe REST catalog on (http://\S+)", server.log)
+        assert found, server.log
+        base = found.group(1)
+        assert httpx.get(f"{base}/readyz", timeout=10).status_code == 200
+        assert value(scrape(base), "icefloe_ready") == 1
+        assert httpx.get(f"{base}/v1/config", timeout=10).status_code == 200  # the REST catalog still first
