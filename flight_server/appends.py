@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import math
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -156,19 +157,39 @@ class AppendService:
     def _append(
         self, identifier: tuple[str, ...], reader: Any, key: str | None, context: flight.ServerCallContext | None
     ) -> AppendResult:
+        """Append the stream (see ``_append_stream``), counted in the metrics: one call per append."""
+        started = time.perf_counter()
+        received = [0]  # Arrow bytes read, counted by _batches
+        try:
+            result = self._append_stream(identifier, reader, key, context, received)
+        except Exception as exc:
+            self.server.metrics.appended(errors.status_of(exc))
+            raise
+        self.server.metrics.appended("OK", result.rows, received[0], time.perf_counter() - started)
+        return result
+
+    def _append_stream(
+        self, identifier: tuple[str, ...], reader: Any, key: str | None, context: flight.ServerCallContext | None,
+        received: list[int],
+    ) -> AppendResult:
         try:
             schema = reader.schema
         except Exception:
             raise errors.InvalidArgument("the DoPut stream carries no schema") from None
         with client_errors(identifier, "idempotency key"):
-            return self.appender.append_stream(identifier, schema, self._batches(reader, context), idempotency_key=key)
+            return self.appender.append_stream(identifier, schema, self._batches(reader, context, received),
+                                               idempotency_key=key)
 
-    def _batches(self, reader: Any, context: flight.ServerCallContext | None) -> Iterator[pa.RecordBatch]:
-        """Batches of a Flight or plain Arrow reader; ends the append if the server stops.
+    def _batches(
+        self, reader: Any, context: flight.ServerCallContext | None, received: list[int] | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """Batches of a Flight or plain Arrow reader (their bytes added to ``received[0]``); ends
+        the append if the server stops.
 
         A client that dies mid-stream looks like an ordinary end of stream to the reader;
         only the call's cancelled flag tells them apart, so it is checked at the end.
         """
+        received = received if received is not None else [0]
         if hasattr(reader, "read_chunk"):
             while True:
                 try:
@@ -187,11 +208,13 @@ class AppendService:
                 if self.server.stopping.is_set():
                     raise errors.Unavailable("the server is shutting down; nothing was committed")
                 if chunk.data is not None:
+                    received[0] += chunk.data.nbytes
                     yield _validated(chunk.data)
         else:
             for batch in reader:
                 if self.server.stopping.is_set():
                     raise errors.Unavailable("the server is shutting down; nothing was committed")
+                received[0] += batch.nbytes
                 yield batch
 
     # -- DoAction "icefloe.maintain" ------------------------------------------------------
@@ -216,9 +239,13 @@ class AppendService:
         reports = []
         with commit_context(principal=principal):
             for identifier in targets:
-                reports.append(
-                    maintain(self.appender, identifier, orphan_grace_s=grace, worker=self.maintainer.worker).to_json()
-                )
+                try:
+                    report = maintain(self.appender, identifier, orphan_grace_s=grace, worker=self.maintainer.worker)
+                except Exception as exc:
+                    self.server.metrics.maintained(errors.status_of(exc))
+                    raise
+                self.server.metrics.maintained("OK")
+                reports.append(report.to_json())
         return iter([json.dumps(r).encode("utf-8") for r in reports])
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
