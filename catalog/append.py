@@ -93,6 +93,10 @@ class _Request:
     key: str | None
     principal: str | None
     staged_schema: _StagedSchema | None = None
+    # Set by pipes (catalog.pipes): summary properties of the snapshot and extra commit-log
+    # fields. A request with either lands in a commit of its own, never coalesced.
+    snapshot_properties: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
     result: AppendResult | None = None
     error: BaseException | None = None
     done: bool = False
@@ -200,11 +204,15 @@ class Appender:
         schema: pa.Schema,
         batches: Iterable[pa.RecordBatch],
         idempotency_key: str | None = None,
+        snapshot_properties: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> AppendResult:
         """Append a stream of batches to an existing table; return once the commit is durable.
 
         ``batches`` may raise (the client went away): then nothing is committed and every
-        file written so far is deleted.
+        file written so far is deleted. ``snapshot_properties`` go into the new snapshot's
+        summary and ``extra`` into the commit record, in a commit of its own (a pipe's
+        checkpoint and lineage, see ``catalog.pipes``).
 
         Raises:
             NoSuchTableError: The table does not exist.
@@ -231,7 +239,9 @@ class Appender:
         self.track_writer(writer)
         try:
             files = self._write_all(writer, schema, batches)  # not yet fsync'd: see _land_append
-            return self._commit_files(table, identifier, files, writer.rows, idempotency_key, staged)
+            request = _Request(files, writer.rows, idempotency_key, current_commit_context().principal, staged,
+                               dict(snapshot_properties or {}), dict(extra or {}))
+            return self._commit_files(table, identifier, request)
         finally:
             self.untrack_writer(writer)
 
@@ -326,22 +336,14 @@ class Appender:
             writer.abort()
             raise
 
-    def _commit_files(
-        self,
-        table: Table,
-        identifier: tuple[str, ...],
-        files: list[DataFile],
-        rows: int,
-        idempotency_key: str | None,
-        staged: _StagedSchema | None,
-    ) -> AppendResult:
+    def _commit_files(self, table: Table, identifier: tuple[str, ...], request: _Request) -> AppendResult:
         namespace, name = tuple(identifier[:-1]), identifier[-1]
         qualified = ".".join(identifier)
+        files = request.data_files
         if not files:
             # Nothing to commit: answer with the table's current state.
             snapshot = table.current_snapshot()
             return AppendResult(qualified, self.catalog.log.head(), snapshot.snapshot_id if snapshot else None, 0)
-        request = _Request(files, rows, idempotency_key, current_commit_context().principal, staged)
         try:
             result = self.committer(namespace, name).submit(request)
         except BaseException:
@@ -391,7 +393,7 @@ class Appender:
                     continue
                 first_by_key[req.key] = req
             to_commit.append(req)
-        plain = [r for r in to_commit if r.staged_schema is None]
+        plain = [r for r in to_commit if not _alone(r)]
         if plain:
             try:
                 self._commit_batch(namespace, name, plain)
@@ -399,7 +401,7 @@ class Appender:
                 for req in plain:
                     req.error, req.done = exc, True
         for req in to_commit:
-            if req.staged_schema is not None:
+            if _alone(req):
                 try:
                     self._commit_batch(namespace, name, [req])
                 except Exception as exc:  # this writer's failure only
@@ -421,7 +423,7 @@ class Appender:
             return _key_writes(namespace, name, record, [(req.key, req.rows) for req in to_commit])
 
         principals = sorted({r.principal for r in to_commit if r.principal})
-        extra = {"group_size": len(to_commit)} if len(to_commit) > 1 else {}
+        extra = {"group_size": len(to_commit)} if len(to_commit) > 1 else dict(to_commit[0].extra)
         self._retry(
             lambda: self._land_append(namespace, name, to_commit, idempotency_writes),
             principal=",".join(principals) or None,
@@ -446,7 +448,8 @@ class Appender:
         staged = requests[0].staged_schema if len(requests) == 1 else None
         if staged is not None:
             self._restage_schema(table, tx, staged)
-        with tx.update_snapshot().fast_append() as append:
+        properties = requests[0].snapshot_properties if len(requests) == 1 else {}
+        with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
             for req in requests:
                 for data_file in req.data_files:
                     append.append_data_file(data_file)
@@ -495,6 +498,11 @@ class Appender:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.2)
         raise AssertionError("unreachable")
+
+
+def _alone(request: _Request) -> bool:
+    """Whether a request must land in a commit of its own (nothing shared with other writers)."""
+    return request.staged_schema is not None or bool(request.snapshot_properties) or bool(request.extra)
 
 
 def _has_field(schema: Schema, wanted: NestedField) -> bool:

@@ -22,10 +22,11 @@ from catalog.append import Appender, AppendResult
 from catalog.context import commit_context
 from catalog.maintenance import DEFAULT_ORPHAN_GRACE_S, BackgroundMaintainer, all_tables, maintain
 from catalog.names import InvalidNameError, check_name, check_namespace
+from catalog.pipes import InvalidPipeCommit, PipeCommit
 from catalog.schema_policy import SchemaMismatchError
 from flight_server import errors
 from flight_server.engine.sql_text import DEFAULT_SCHEMA
-from flight_server.headers import IDEMPOTENCY_HEADER, call_headers
+from flight_server.headers import IDEMPOTENCY_HEADER, PIPE_HEADER, call_headers
 
 if TYPE_CHECKING:
     from flight_server.server import IcefloeServer
@@ -90,10 +91,11 @@ class AppendService:
         principal = self.server.authorize(context, "write")
         identifier = self._identifier(descriptor)
         key = self._idempotency_key(context)
+        pipe = self._pipe_commit(context)
         # track_write: a refused or failed append becomes a FAIL run in lineage.
         with self.server.lineage.track_write(identifier[:-1], identifier[-1], "append", principal=principal):
             with commit_context(principal=principal):
-                result = self._append(identifier, reader, key, context)
+                result = self._append(identifier, reader, key, context, pipe)
         try:
             writer.write(pa.py_buffer(json.dumps(result.to_json()).encode("utf-8")))
         except OSError:
@@ -126,15 +128,33 @@ class AppendService:
             raise errors.InvalidArgument(f"header {IDEMPOTENCY_HEADER} was sent more than once with different values")
         return values[0]
 
+    @staticmethod
+    def _pipe_commit(context: flight.ServerCallContext) -> PipeCommit | None:
+        """The ``x-icefloe-pipe`` header: a pipe step whose checkpoint lands with this append."""
+        values = call_headers(context, PIPE_HEADER)
+        if not values:
+            return None
+        if len(values) > 1:
+            raise errors.InvalidArgument(f"header {PIPE_HEADER} was sent more than once")
+        try:
+            return PipeCommit.parse(values[0])
+        except InvalidPipeCommit as exc:
+            raise errors.InvalidArgument(f"header {PIPE_HEADER}: {exc}") from None
+
     def _append(
-        self, identifier: tuple[str, ...], reader: Any, key: str | None, context: flight.ServerCallContext | None
+        self, identifier: tuple[str, ...], reader: Any, key: str | None, context: flight.ServerCallContext | None,
+        pipe: PipeCommit | None = None,
     ) -> AppendResult:
         try:
             schema = reader.schema
         except Exception:
             raise errors.InvalidArgument("the DoPut stream carries no schema") from None
         try:
-            return self.appender.append_stream(identifier, schema, self._batches(reader, context), idempotency_key=key)
+            return self.appender.append_stream(
+                identifier, schema, self._batches(reader, context), idempotency_key=key,
+                snapshot_properties=pipe.snapshot_properties() if pipe else None,
+                extra=pipe.commit_extra() if pipe else None,
+            )
         except NoSuchTableError:
             raise errors.NotFound(f"table {'.'.join(identifier)} does not exist") from None
         except SchemaMismatchError as exc:

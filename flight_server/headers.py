@@ -12,6 +12,8 @@ import pyarrow.flight as flight
 
 MIDDLEWARE_KEY = "icefloe-headers"
 IDEMPOTENCY_HEADER = "x-icefloe-idempotency-key"
+# A pipe step (catalog.pipes.PipeCommit as JSON): checkpoint and lineage land with the append.
+PIPE_HEADER = "x-icefloe-pipe"
 
 
 class HeadersMiddleware(flight.ServerMiddleware):  # type: ignore[misc]
