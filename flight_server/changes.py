@@ -139,7 +139,7 @@ class ChangeScanService:
     ) -> flight.FlightInfo:
         if request.include != "appends":
             raise errors.Unimplemented('change scans with "include": "all" are not supported yet; use "appends"')
-        plan = self._plan(request)
+        plan = plan_changes(self.catalog, request)
         files = [f for _, fs, _, _ in plan.appends for f in fs]
         n = splits.partition_count(sum(f.file_size_in_bytes for f in files), len(files), target_bytes, max_partitions)
         tickets = [ChangeRequest(request.namespace, request.table, request.after, request.until, request.include,
@@ -161,65 +161,79 @@ class ChangeScanService:
 
     def do_get(self, sealed: bytes) -> flight.RecordBatchStream:
         request = ChangeRequest.parse(self._signer.open(PURPOSE, sealed, "change scan ticket"))
-        plan = self._plan(request)
-        target = output_schema(plan.schema)
-        files = [(record, f, metadata, io) for record, fs, metadata, io in plan.appends for f in fs]
-        if request.split is not None:
-            k, n = request.split
-            dealt = splits.assign([f.file_size_in_bytes for _, f, _, _ in files], n)
-            files = [item for item, part in zip(files, dealt, strict=True) if part == k]
+        return flight.RecordBatchStream(read_changes(self.catalog, request))
 
-        def batches() -> Iterator[pa.RecordBatch]:
-            for record, data_file, metadata, io in files:
-                scan = ArrowScan(metadata, io, plan.schema, AlwaysTrue())
-                try:
-                    for batch in scan.to_record_batches([FileScanTask(data_file)]):
-                        if batch.num_rows:
-                            yield with_commit_columns(batch, target, record)
-                except FileNotFoundError:
-                    raise errors.OutOfRange(_expired(request, record.seq)) from None
 
-        return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(target, batches()))
+def read_changes(catalog: Any, request: ChangeRequest) -> pa.RecordBatchReader:
+    """The rows of a change scan (only part k of n with ``request.split``), streamed.
 
-    # -- planning ------------------------------------------------------------------------
+    Also the in-process API's change scans (``icefloe.open(...).table(t).changes()``).
 
-    def _plan(self, request: ChangeRequest) -> _Plan:
-        head = self.catalog.log.head()
-        if request.until > head:
-            raise errors.InvalidArgument(f"change scan until {request.until} is beyond the commit head {head}")
-        appends: list[tuple[CommitRecord, list[DataFile], Any, Any]] = []
-        non_appends: list[CommitRecord] = []
-        try:
-            records = [r for r in self.catalog.log.read(request.after, limit=request.until - request.after)
-                       if r.seq <= request.until and r.namespace == request.namespace and r.table == request.table]
-        except CursorExpiredError as exc:
-            raise errors.OutOfRange(f"cursor expired: log starts at {exc.log_start}") from None
-        schema: Schema | None = None
-        try:
-            for record in records:
-                if record.operation != _APPEND or record.snapshot_id is None:
-                    non_appends.append(record)
-                    continue
-                metadata, io = load_commit_metadata(self.catalog, record)
-                live = functools.partial(live_files_by_snapshot, metadata, io)
-                written, files = commit_files(metadata, io, record, live)
-                appends.append((record, files, metadata, io))
-                schema = _latest(schema, written)
-        except (FileNotFoundError, RowsUnavailable) as exc:
-            logger.info("change scan of %s: %s", request.qualified, exc)
-            raise errors.OutOfRange(_expired(request, record.seq)) from None
-        if schema is None:
-            schema = self._current_schema(request)
-        return _Plan(schema, appends, non_appends)
+    Raises:
+        errors.InvalidArgument: ``until`` is past the commit head.
+        errors.OutOfRange: The range's log records or rows are no longer kept.
+        errors.NotFound: The table does not exist.
+    """
+    plan = plan_changes(catalog, request)
+    target = output_schema(plan.schema)
+    files = [(record, f, metadata, io) for record, fs, metadata, io in plan.appends for f in fs]
+    if request.split is not None:
+        k, n = request.split
+        dealt = splits.assign([f.file_size_in_bytes for _, f, _, _ in files], n)
+        files = [item for item, part in zip(files, dealt, strict=True) if part == k]
 
-    def _current_schema(self, request: ChangeRequest) -> Schema:
-        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+    def batches() -> Iterator[pa.RecordBatch]:
+        for record, data_file, metadata, io in files:
+            scan = ArrowScan(metadata, io, plan.schema, AlwaysTrue())
+            try:
+                for batch in scan.to_record_batches([FileScanTask(data_file)]):
+                    if batch.num_rows:
+                        yield with_commit_columns(batch, target, record)
+            except FileNotFoundError:
+                raise errors.OutOfRange(_expired(request, record.seq)) from None
 
-        try:
-            schema: Schema = self.catalog.load_table((*request.namespace, request.table)).schema()
-            return schema
-        except (NoSuchTableError, NoSuchNamespaceError):
-            raise errors.NotFound(f"table {request.qualified} does not exist") from None
+    return pa.RecordBatchReader.from_batches(target, batches())
+
+
+def plan_changes(catalog: Any, request: ChangeRequest) -> _Plan:
+    """Which commits of the range are appends, and the files each added."""
+    head = catalog.log.head()
+    if request.until > head:
+        raise errors.InvalidArgument(f"change scan until {request.until} is beyond the commit head {head}")
+    appends: list[tuple[CommitRecord, list[DataFile], Any, Any]] = []
+    non_appends: list[CommitRecord] = []
+    try:
+        records = [r for r in catalog.log.read(request.after, limit=request.until - request.after)
+                   if r.seq <= request.until and r.namespace == request.namespace and r.table == request.table]
+    except CursorExpiredError as exc:
+        raise errors.OutOfRange(f"cursor expired: log starts at {exc.log_start}") from None
+    schema: Schema | None = None
+    try:
+        for record in records:
+            if record.operation != _APPEND or record.snapshot_id is None:
+                non_appends.append(record)
+                continue
+            metadata, io = load_commit_metadata(catalog, record)
+            live = functools.partial(live_files_by_snapshot, metadata, io)
+            written, files = commit_files(metadata, io, record, live)
+            appends.append((record, files, metadata, io))
+            schema = _latest(schema, written)
+    except (FileNotFoundError, RowsUnavailable) as exc:
+        logger.info("change scan of %s: %s", request.qualified, exc)
+        raise errors.OutOfRange(_expired(request, record.seq)) from None
+    if schema is None:
+        schema = _current_schema(catalog, request)
+    return _Plan(schema, appends, non_appends)
+
+
+def _current_schema(catalog: Any, request: ChangeRequest) -> Schema:
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    try:
+        schema: Schema = catalog.load_table((*request.namespace, request.table)).schema()
+        return schema
+    except (NoSuchTableError, NoSuchNamespaceError):
+        raise errors.NotFound(f"table {request.qualified} does not exist") from None
 
 
 def _latest(current: Schema | None, written: Schema) -> Schema:
