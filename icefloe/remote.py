@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from catalog.idempotency import check_key
 from catalog.pipes import PipeCommit
 from flight_server.client import CommitEvent, FeedCursorExpired, FeedError, feed_head, subscribe
 from flight_server.engine.iceberg_source import quote
@@ -230,6 +231,10 @@ class RemoteBackend(Backend):
         _table_sql(name)
         headers: list[tuple[bytes, bytes]] = []
         if idempotency_key is not None:
+            try:
+                check_key(idempotency_key)  # the server's rule, checked before gRPC refuses the header
+            except ValueError as exc:
+                raise InvalidArgument(str(exc)) from None
             headers.append((IDEMPOTENCY_HEADER.encode(), idempotency_key.encode("utf-8")))
         if pipe is not None:
             headers.append((PIPE_HEADER.encode(), pipe.to_json().encode("utf-8")))
