@@ -91,25 +91,37 @@ class LocalScan(ScanSource):
     @property
     def schema(self) -> pa.Schema:
         if self._schema is None:
-            self._schema = self.open().schema
+            if self._plain():
+                part = self._parts[0]
+                phys_of = {name: phys for phys, name in part.columns}
+                self._schema = pa.schema([part.data.schema.field(phys_of[c]).with_name(c) for c in self._columns])
+            else:
+                connection, reader = self._duckdb()
+                self._schema = reader.schema
+                connection.close()
         return self._schema
 
+    def _plain(self) -> bool:
+        return self._filter is None and len(self._parts) == 1
+
     def open(self) -> pa.RecordBatchReader:
-        if self._filter is None and len(self._parts) == 1:
+        # Nothing is read until the first batch is asked for: consumers such as DuckDB open a
+        # stream once just for its schema, and a scanner started eagerly would read ahead.
+        return pa.RecordBatchReader.from_batches(self.schema, self._batches())
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
+        if self._plain():
             # A plain scan needs no engine: the dataset streams the files, renamed by field id.
             part = self._parts[0]
             phys_of = {name: phys for phys, name in part.columns}
             scanner = ds.Scanner.from_dataset(
                 part.data, columns={c: ds.field(phys_of[c]) for c in self._columns}, batch_size=BATCH_ROWS
             )
-            return scanner.to_reader()
+            yield from scanner.to_batches()
+            return
         connection, reader = self._duckdb()
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            with connection:  # the connection lives as long as its stream
-                yield from reader
-
-        return pa.RecordBatchReader.from_batches(reader.schema, batches())
+        with connection:  # the connection lives as long as its stream
+            yield from reader
 
     def _duckdb(self) -> tuple[duckdb.DuckDBPyConnection, pa.RecordBatchReader]:
         connection = duckdb.connect(":memory:")
