@@ -37,6 +37,10 @@ from icefloe.errors import InvalidArgument, NotFound, from_local
 
 T = TypeVar("T")
 BATCH_ROWS = 122_880  # DuckDB's natural multiple of its 2048-row vectors
+# Plain scans: big batches and more files in flight read 10M rows into polars ~1.8x faster than
+# the dataset defaults (bench_embedded), at the cost of more read-ahead memory.
+PLAIN_BATCH_ROWS = 1 << 20
+PLAIN_FRAGMENT_READAHEAD = 8
 POLL_S = 0.2  # how long a subscription waits for an in-process publish before re-reading the log
 
 
@@ -115,7 +119,8 @@ class LocalScan(ScanSource):
             part = self._parts[0]
             phys_of = {name: phys for phys, name in part.columns}
             scanner = ds.Scanner.from_dataset(
-                part.data, columns={c: ds.field(phys_of[c]) for c in self._columns}, batch_size=BATCH_ROWS
+                part.data, columns={c: ds.field(phys_of[c]) for c in self._columns}, batch_size=PLAIN_BATCH_ROWS,
+                fragment_readahead=PLAIN_FRAGMENT_READAHEAD,
             )
             yield from scanner.to_batches()
             return

@@ -104,3 +104,35 @@ def table_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
     finally:
         server.stop()
         assert "Traceback" not in server.log
+
+
+def test_an_expired_cursor_is_cursor_expired_on_both_backends(tmp_path: Path) -> None:
+    from catalog import RocksCatalog
+
+    warehouse = tmp_path / "warehouse"
+    with icefloe.open(warehouse) as lake:
+        lake.create_namespace("ns")
+        t = lake.create_table("ns.t", schema=SCHEMA)
+        for i in range(5):
+            t.append(pa.table({"id": [i]}, schema=SCHEMA))
+        head = lake.head()
+    trimmer = RocksCatalog("trim", warehouse=str(warehouse), **{"commit-log.retain-count": "2"})
+    trimmer.trim_commit_log()
+    trimmer.close()
+
+    def check(lake: icefloe.Lake) -> None:
+        table = lake.table("ns.t")
+        with pytest.raises(icefloe.CursorExpired):
+            table.changes(after=1, until=head).read_all()
+        with pytest.raises(icefloe.CursorExpired):
+            next(iter(table.subscribe(after=1)))
+        assert table.changes(after=head - 1, until=head).read_all().num_rows == 1  # retained: fine
+
+    with icefloe.open(warehouse) as local:
+        check(local)
+    server = ServerProcess(warehouse).start()
+    try:
+        with icefloe.connect(server.location) as remote:
+            check(remote)
+    finally:
+        server.stop()

@@ -73,7 +73,7 @@ def test_duckdb_streams_the_scan(tmp_path: Path) -> None:
     result: list[object] = []
 
     def aggregate() -> None:
-        stream = scan  # DuckDB finds the scan by its name among the caller's locals
+        stream = scan  # noqa: F841 - DuckDB finds the scan by its name among the caller's locals
         result.extend(duckdb.sql("SELECT count(*), sum(v) FROM stream").fetchall())
 
     in_duckdb = _peak(aggregate)
