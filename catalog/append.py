@@ -239,9 +239,8 @@ class Appender:
         self.track_writer(writer)
         try:
             files = self._write_all(writer, schema, batches)  # not yet fsync'd: see _land_append
-            request = _Request(files, writer.rows, idempotency_key, current_commit_context().principal, staged,
-                               dict(snapshot_properties or {}), dict(extra or {}))
-            return self._commit_files(table, identifier, request)
+            return self._commit_files(table, identifier, files, writer.rows, idempotency_key, staged,
+                                      snapshot_properties, extra)
         finally:
             self.untrack_writer(writer)
 
@@ -336,14 +335,25 @@ class Appender:
             writer.abort()
             raise
 
-    def _commit_files(self, table: Table, identifier: tuple[str, ...], request: _Request) -> AppendResult:
+    def _commit_files(
+        self,
+        table: Table,
+        identifier: tuple[str, ...],
+        files: list[DataFile],
+        rows: int,
+        idempotency_key: str | None,
+        staged: _StagedSchema | None,
+        snapshot_properties: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> AppendResult:
         namespace, name = tuple(identifier[:-1]), identifier[-1]
         qualified = ".".join(identifier)
-        files = request.data_files
         if not files:
             # Nothing to commit: answer with the table's current state.
             snapshot = table.current_snapshot()
             return AppendResult(qualified, self.catalog.log.head(), snapshot.snapshot_id if snapshot else None, 0)
+        request = _Request(files, rows, idempotency_key, current_commit_context().principal, staged,
+                           dict(snapshot_properties or {}), dict(extra or {}))
         try:
             result = self.committer(namespace, name).submit(request)
         except BaseException:

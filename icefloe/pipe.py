@@ -101,8 +101,10 @@ def pipe(
     _commit(checkpoint, source, committed + 1, committed, columns)  # validates the arguments now
     stats = PipeStats(committed)
     logger.info("pipe %s: %s -> %s from seq %d", checkpoint, source.name, sink.name, committed)
+    # Once: up to the head as it is now (the pipe's own sink commits move the head on).
+    target = source.backend.head() if once else None
     while stop is None or not stop.is_set():
-        head = source.backend.head()
+        head = target if target is not None else source.backend.head()
         if head > stats.checkpoint:
             until = min(head, stats.checkpoint + max_commits)
             _step(source, sink, checkpoint, transform, columns, stats, until)
