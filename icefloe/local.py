@@ -16,6 +16,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import duckdb
@@ -255,8 +256,6 @@ def append_event(name: str, result: Mapping[str, Any], event: CommitEvent | None
     rows, duplicate = int(result["rows"]), bool(result.get("duplicate"))
     if event is None:
         namespace, _, table = name.rpartition(".")
-        from datetime import UTC, datetime
-
         return AppendEvent(
             seq=int(result["commit_seq"]), committed_at=datetime.now(UTC), namespace=namespace, table=table,
             table_uuid=None, operation="none", snapshot_id=result.get("snapshot_id"), parent_snapshot_id=None,

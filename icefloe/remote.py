@@ -84,6 +84,8 @@ class RemoteBackend(Backend):
                 raise from_remote(exc) from None
             token = bytes(value).decode("ascii", "replace").partition(" ")[2]
         self.headers: list[tuple[bytes, bytes]] = [(b"authorization", f"Bearer {token}".encode())] if token else []
+        self._fleet: dict[str, flight.FlightClient] = {}
+        self._fleet_lock = threading.Lock()
 
     def _options(self, extra: Sequence[tuple[bytes, bytes]] = ()) -> flight.FlightCallOptions:
         return flight.FlightCallOptions(headers=[*self.headers, *extra])
@@ -171,7 +173,11 @@ class RemoteBackend(Backend):
     def _client_for(self, endpoint: flight.FlightEndpoint) -> flight.FlightClient:
         if not endpoint.locations:
             return self._client  # "this server"
-        return flight.FlightClient(endpoint.locations[0], tls_root_certs=self._roots)
+        location = endpoint.locations[0].uri.decode()
+        with self._fleet_lock:
+            if location not in self._fleet:  # --advertise-uri: another server of the fleet
+                self._fleet[location] = flight.FlightClient(location, tls_root_certs=self._roots)
+            return self._fleet[location]
 
     # -- Backend ----------------------------------------------------------------------------
 
@@ -306,4 +312,5 @@ class RemoteBackend(Backend):
         return [dict(summary or []) for summary in rows.column("summary").to_pylist()]
 
     def close(self) -> None:
-        self._client.close()
+        for client in [self._client, *self._fleet.values()]:
+            client.close()

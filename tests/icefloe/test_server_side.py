@@ -136,3 +136,38 @@ def test_an_expired_cursor_is_cursor_expired_on_both_backends(tmp_path: Path) ->
             check(remote)
     finally:
         server.stop()
+
+
+def test_logins_tokens_and_roles_over_connect(tmp_path: Path) -> None:
+    from flight_server.users import hash_password
+
+    users = tmp_path / "users.toml"
+    users.write_text("\n".join([
+        "[users.wendy]", 'role = "write"', f'password_hash = "{hash_password("w-pass")}"', "",
+        "[users.rita]", 'role = "read"', f'password_hash = "{hash_password("r-pass")}"', "",
+    ]))
+    warehouse = tmp_path / "warehouse"
+    with icefloe.open(warehouse) as lake:
+        lake.create_namespace("ns")
+        lake.create_table("ns.t", schema=SCHEMA)
+    server = ServerProcess(warehouse, ["--users", str(users)]).start()
+    try:
+        with pytest.raises(icefloe.Unauthenticated):
+            icefloe.connect(server.location, user="wendy", password="wrong")
+        with pytest.raises(icefloe.Unauthenticated):
+            icefloe.connect(server.location).table("ns.t")
+        writer = icefloe.connect(server.location, user="wendy", password="w-pass")
+        event = writer.table("ns.t").append(pa.table({"id": [1]}, schema=SCHEMA))
+        assert event.principal == "wendy"
+        token = writer.backend.headers[0][1].decode().removeprefix("Bearer ")  # type: ignore[attr-defined]
+        with icefloe.connect(server.location, token=token) as again:
+            assert again.table("ns.t").scan().to_table().num_rows == 1
+        reader = icefloe.connect(server.location, user="rita", password="r-pass")
+        assert reader.table("ns.t").scan().to_table().num_rows == 1
+        with pytest.raises(icefloe.PermissionDenied):
+            reader.table("ns.t").append(pa.table({"id": [2]}, schema=SCHEMA))
+        writer.close()
+        reader.close()
+    finally:
+        server.stop()
+    assert "Traceback" not in server.log
