@@ -68,3 +68,28 @@ def test_pipe_commits_carry_input_and_column_lineage(collector: Collector, tmp_p
     [copy] = _complete(events, "icefloe.pipe.copy-job")
     assert [(i["namespace"], i["name"]) for i in copy["inputs"]] == [("prod", "sales.orders")]
     assert "columnLineage" not in copy["outputs"][0]["facets"]  # not declared: never guessed
+
+
+def test_an_in_process_pipe_commit_records_the_same_lineage(tmp_path: Path) -> None:
+    from catalog.lineage import LineageSettings, build_commit_events
+    from flight_server.feed.rows import load_commit_metadata
+
+    with icefloe.open(tmp_path / "warehouse") as lake:
+        lake.create_namespace("sales")
+        orders = lake.create_table("sales.orders", schema=SCHEMA)
+        daily = lake.create_table("sales.daily", schema=pa.schema([("total", pa.int64())]))
+        orders.append(pa.table({"id": [1, 2], "v": [10, 20]}, schema=SCHEMA))
+        icefloe.pipe(source=orders, sink=daily, checkpoint="daily-job", columns={"total": ["v"]}, once=True,
+                     transform=lambda rows: pa.table({"total": [pa.compute.sum(rows["v"]).as_py()]}))
+        catalog = lake.backend.catalog  # type: ignore[attr-defined]
+        record = catalog.log.get(catalog.log.head())
+        assert record.qualified_name == "sales.daily" and record.extra["pipe"]["source_seq"] == record.seq - 1
+        metadata, _ = load_commit_metadata(catalog, record)
+        events = build_commit_events(record, metadata, LineageSettings(namespace="local"))
+    for event in events:
+        validate_event(event)
+    complete = events[-1]
+    assert complete["job"]["name"] == "icefloe.pipe.daily-job"
+    assert [i["name"] for i in complete["inputs"]] == ["sales.orders"]
+    fields = complete["outputs"][0]["facets"]["columnLineage"]["fields"]
+    assert fields == {"total": {"inputFields": [{"namespace": "local", "name": "sales.orders", "field": "v"}]}}
