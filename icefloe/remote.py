@@ -54,7 +54,11 @@ class RemoteScan(ScanSource):
         return schema
 
     def open(self) -> pa.RecordBatchReader:
-        return self._backend.read_endpoints(self._info)
+        # Lazy, as in-process: a stream opened only for its schema starts no DoGet.
+        def batches() -> Iterator[pa.RecordBatch]:
+            yield from self._backend.read_endpoints(self._info)
+
+        return pa.RecordBatchReader.from_batches(self.schema, batches())
 
 
 class RemoteBackend(Backend):
