@@ -171,3 +171,16 @@ def test_logins_tokens_and_roles_over_connect(tmp_path: Path) -> None:
     finally:
         server.stop()
     assert "Traceback" not in server.log
+
+
+def test_a_staged_doput_refuses_a_pipe_header(table_server: ServerProcess) -> None:
+    client = flight.FlightClient(table_server.location)
+    header = PipeCommit("job", "ns.src", 3, 0).to_json().encode()
+    options = flight.FlightCallOptions(headers=[(b"x-icefloe-pipe", header), (b"x-icefloe-stage", b"job-1")])
+    writer, reader = client.do_put(flight.FlightDescriptor.for_path("ns", "t"), SCHEMA, options)
+    writer.write_table(pa.table({"id": [7]}, schema=SCHEMA))
+    writer.done_writing()
+    with pytest.raises(pa.ArrowInvalid, match="x-icefloe-pipe"):
+        reader.read()
+        writer.close()
+    client.close()
