@@ -208,13 +208,25 @@ def plan_changes(catalog: Any, request: ChangeRequest) -> _Plan:
     except CursorExpiredError as exc:
         raise errors.OutOfRange(f"cursor expired: log starts at {exc.log_start}") from None
     schema: Schema | None = None
+    # Appends whose snapshot was expired find their files among the live ones of the current
+    # snapshot: index those once per plan, not once per such append (a range of 1,000 old
+    # appends read every manifest 1,000 times).
+    live_index: dict[int, dict[int, list[DataFile]]] = {}
+
+    def live_files(metadata: Any, io: Any) -> dict[int, list[DataFile]]:
+        current = metadata.current_snapshot()
+        key = current.snapshot_id if current is not None else 0
+        if key not in live_index:
+            live_index[key] = live_files_by_snapshot(metadata, io)
+        return live_index[key]
+
     try:
         for record in records:
             if record.operation != _APPEND or record.snapshot_id is None:
                 non_appends.append(record)
                 continue
             metadata, io = load_commit_metadata(catalog, record)
-            live = functools.partial(live_files_by_snapshot, metadata, io)
+            live = functools.partial(live_files, metadata, io)
             written, files = commit_files(metadata, io, record, live)
             appends.append((record, files, metadata, io))
             schema = _latest(schema, written)
