@@ -128,3 +128,98 @@ def test_every_type_reads_as_select_star_answers_it(spark: Any, server: ServerPr
     assert [{k: _norm(v) for k, v in r.items()} for r in got] == [{k: _norm(v) for k, v in r.items()}
                                                                   for r in expected]
     assert got[0]["u"] == "6ba7b810-9dad-11d1-80b4-00c04fd430c8"
+
+
+def test_one_partition_per_endpoint_and_same_rows(spark: Any, server: ServerProcess) -> None:
+    split = _read(spark, server, table="ns.plain", targetPartitionBytes="1", maxPartitions="4")
+    parts = split.rdd.glom().map(lambda rows: sorted(r.x for r in rows)).collect()
+    assert len(parts) == 4 and all(parts), "one non-empty Spark partition per endpoint"
+    assert sorted(x for part in parts for x in part) == list(range(600))
+    assert _read(spark, server, table="ns.plain", maxPartitions="1").rdd.getNumPartitions() == 1
+
+
+def test_columns_and_query_options(spark: Any, server: ServerProcess) -> None:
+    df = _read(spark, server, table="ns.plain", columns="s, x")
+    assert df.columns == ["s", "x"] and df.count() == 600
+    q = _read(spark, server, query="SELECT x * 2 AS y FROM ns.plain WHERE x < 3")
+    assert sorted(r.y for r in q.collect()) == [0, 2, 4]
+
+
+FILTERS = [
+    "x >= 150 AND x < 420",
+    "x IN (1, 5, 999, 230)",
+    "s LIKE 'r3-1%' OR s LIKE '%-99'",
+    "NOT (x > 10) AND s LIKE '%-1%'",
+    "x <=> 42 OR s = 'it''s'",
+]
+
+
+def test_pushdown_on_and_off_answer_the_same(spark: Any, server: ServerProcess) -> None:
+    union = " OR ".join(f"({w})" for w in FILTERS)
+    expected = {w: sorted(sql(server.location, "SELECT x FROM ns.plain WHERE "
+                              + w.replace("<=>", "IS NOT DISTINCT FROM")).column("x").to_pylist())
+                for w in [*FILTERS, union]}
+    # off: Spark filters every row itself
+    df = _read(spark, server, table="ns.plain").where(union)
+    assert sorted(r.x for r in df.collect()) == expected[union]
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    try:
+        frames = [_read(spark, server, table="ns.plain", targetPartitionBytes="1").where(w) for w in FILTERS]
+        for where, frame in zip(FILTERS, frames, strict=True):
+            plan = frame._jdf.queryExecution().optimizedPlan().toString()
+            if "OR" not in where:
+                assert "Filter" not in plan, f"{where} was pushed, Spark keeps no filter: {plan}"
+        tagged = frames[0].selectExpr("x", "0 AS k")
+        for k, frame in enumerate(frames[1:], 1):
+            tagged = tagged.unionByName(frame.selectExpr("x", f"{k} AS k"))
+        got: dict[int, list[int]] = {}
+        for row in tagged.collect():
+            got.setdefault(row.k, []).append(row.x)
+        for k, where in enumerate(FILTERS):
+            assert sorted(got.get(k, [])) == expected[where], where
+    finally:
+        spark.conf.unset("spark.sql.python.filterPushdown.enabled")
+
+
+def test_one_snapshot_per_dataframe_under_concurrent_appends(spark: Any, server: ServerProcess) -> None:
+    def rows(start: int) -> pa.Table:
+        return pa.table({"x": pa.array(range(start, start + 10), pa.int64())})
+
+    first = do_put(server.location, "ns.moving", rows(0))
+    df = _read(spark, server, table="ns.moving")
+    empty = _read(spark, server, table="ns.empty")
+    stop = threading.Event()
+    appended = [10]
+
+    def keep_appending() -> None:
+        while not stop.is_set():
+            do_put(server.location, "ns.moving", rows(appended[0]))
+            appended[0] += 10
+
+    writer = threading.Thread(target=keep_appending)
+    writer.start()
+    try:
+        counts = [df.count(), df.agg({"x": "max"}).collect()[0][0]]
+        do_put(server.location, "ns.empty", pa.table({"x": pa.array([1], pa.int64())}))
+        counts += [df.count(), empty.count()]
+    finally:
+        stop.set()
+        writer.join()
+    assert appended[0] > 10, "appends ran during the actions"
+    assert counts == [10, 9, 10, 0], "every action read the snapshot pinned at load()"
+    later = _read(spark, server, table="ns.moving")
+    again = _read(spark, server, table="ns.moving", snapshotId=str(first["snapshot_id"]))
+    assert (later.count(), again.count()) == (appended[0], 10)
+
+
+def test_bad_options_fail_with_a_precise_message(spark: Any, server: ServerProcess) -> None:
+    from pyspark.errors import PySparkException
+
+    with pytest.raises(PySparkException, match="option uri is required"):
+        spark.read.format("icefloe").option("table", "ns.plain").load()
+    with pytest.raises(PySparkException, match="exactly one of the options table"):
+        _read(spark, server)
+    with pytest.raises(PySparkException, match="(?i)not found|does not exist"):
+        _read(spark, server, table="ns.nope")
+    with pytest.raises(PySparkException, match="maxPartitions must be >= 1"):
+        _read(spark, server, table="ns.plain", maxPartitions="0").collect()
