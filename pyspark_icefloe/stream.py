@@ -33,6 +33,7 @@ from pyspark.sql.types import StructType
 
 from pyspark_icefloe.batch import EndpointPartition, endpoint_partitions, read_endpoint, scan_headers
 from pyspark_icefloe.connection import IcefloeSparkError, Settings, bool_option, clean, int_option, option
+from flight_server.client import FeedCursorExpired
 from pyspark_icefloe.feed import Commit, FeedWatcher
 from pyspark_icefloe.types import target_schema
 
@@ -52,6 +53,10 @@ logger = logging.getLogger("icefloe.spark")
 
 CHANGE_COLUMNS = (("_seq", "bigint"), ("_snapshot_id", "bigint"), ("_operation", "string"))
 ON_NON_APPEND = ("fail", "skip", "changes")
+# Commits that leave the table's rows as they were: compaction is "replace", snapshot expiry
+# "expire"; a schema change is read right by the change scan (columns by field id).
+ROWS_UNCHANGED = frozenset({"create", "schema", "replace", "expire", "register", "properties"})
+DATA_LOSS_HINT = "; set option failOnDataLoss to false to go on from the oldest commit the server keeps"
 _EXPIRED_AT = (re.compile(r"log starts at (\d+)"), re.compile(r"scan from after=(\d+)"))
 
 
@@ -119,7 +124,17 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
     def _feed(self, after: int | str) -> FeedWatcher:
         if self._watcher is None:
             self._watcher = FeedWatcher(self.settings, [self.table], after)
-            self._watcher.ready(60)
+            try:
+                self._watcher.ready(60)
+            except FeedCursorExpired as exc:
+                self._watcher.close()
+                if self.fail_on_data_loss:
+                    self._watcher = None
+                    raise IcefloeSparkError(f"{self.table}: {exc}{DATA_LOSS_HINT}") from None
+                logger.warning("icefloe stream of %s: the feed no longer has seq %s; following it from its "
+                               "earliest commit because failOnDataLoss is false", self.table, after)
+                self._watcher = FeedWatcher(self.settings, [self.table], "earliest")
+                self._watcher.ready(60)
         return self._watcher
 
     def initialOffset(self) -> dict[str, int]:  # noqa: N802 (Spark's names)
@@ -222,16 +237,19 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         descriptor = flight.FlightDescriptor.for_command(json.dumps(body).encode())
         try:
             info = client.flight_info(descriptor, self.headers)
-        except flight.FlightError as exc:
-            if "cursor expired" not in str(exc) or self.fail_on_data_loss:
+        except pa.ArrowException as exc:  # OUT_OF_RANGE arrives as ArrowInvalid
+            if "cursor expired" not in str(exc):
                 raise
+            if self.fail_on_data_loss:
+                raise IcefloeSparkError(f"{self.table}: {clean(exc)}{DATA_LOSS_HINT}") from None
             resume = _resume_after(str(exc))
             if resume is None or resume >= until or resume <= after:
                 raise
             logger.warning("icefloe stream of %s: rows in (%d, %d] are gone (%s); going on from %d because "
                            "failOnDataLoss is false", self.table, after, resume, clean(exc), resume)
             return self._change_scan(client, resume, until)
-        non_appends = json.loads(info.app_metadata or b"{}").get("non_appends", [])
+        non_appends = [c for c in json.loads(info.app_metadata or b"{}").get("non_appends", [])
+                       if c.get("operation") not in ROWS_UNCHANGED]
         if non_appends and self.on_non_append == "fail":
             first = non_appends[0]
             raise IcefloeSparkError(
