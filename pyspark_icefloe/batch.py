@@ -123,7 +123,7 @@ def read_all(client: Client, sql: str) -> pa.Table:
 
 
 @dataclass
-class EndpointPartition(InputPartition):  # type: ignore[misc]
+class EndpointPartition(InputPartition):
     """One endpoint: its signed ticket (and the server to ask, when the endpoint names one)."""
 
     ticket: bytes
@@ -172,7 +172,7 @@ def pushdown_planning() -> bool:
     return False
 
 
-class BatchReader(DataSourceReader):  # type: ignore[misc]
+class BatchReader(DataSourceReader):
     """``spark.read.format("icefloe")``: partitions are endpoints of one pinned split scan."""
 
     def __init__(self, settings: Settings, source: Source, schema: StructType, options: Mapping[str, str]) -> None:

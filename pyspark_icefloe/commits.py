@@ -31,12 +31,12 @@ EVENT_SCHEMA = (
 
 
 @dataclass
-class CommitRange(InputPartition):  # type: ignore[misc]
+class CommitRange(InputPartition):
     after: int
     until: int
 
 
-class CommitsStreamReader(DataSourceStreamReader):  # type: ignore[misc]
+class CommitsStreamReader(DataSourceStreamReader):
     """Commit events of the matching tables, in seq order."""
 
     def __init__(self, settings: Settings, schema: StructType, options: Mapping[str, str]) -> None:

@@ -114,7 +114,7 @@ class Settings:
         try:
             call_timeout = float(timeout) if timeout is not None else None
         except ValueError:
-            raise IcefloeSparkError(f"option timeout.call must be seconds, got {timeout[:40]!r}") from None
+            raise IcefloeSparkError(f"option timeout.call must be seconds, got {str(timeout)[:40]!r}") from None
         if option(options, "user") and not option(options, "passwordEnv"):
             raise IcefloeSparkError("option user needs passwordEnv (the environment variable holding the password)")
         return cls(
@@ -198,7 +198,8 @@ class Client:
             password = _env(s.password_env, "passwordEnv")
             pair = self.retrying(lambda: self.flight.authenticate_basic_token(
                 s.user, password, flight.FlightCallOptions(timeout=s.call_timeout_s)))
-            return pair[1].decode().removeprefix("Bearer ")
+            value: bytes = pair[1]
+            return value.decode().removeprefix("Bearer ")
         return None
 
     def options(self, extra: list[tuple[bytes, bytes]] | None = None, timeout_s: float | None = None

@@ -15,7 +15,7 @@ from pyspark_icefloe.stream import CHANGE_COLUMNS, TableStreamReader
 from pyspark_icefloe.types import spark_schema
 
 
-class IcefloeDataSource(DataSource):  # type: ignore[misc]
+class IcefloeDataSource(DataSource):
     """``format("icefloe")``: options ``uri``, ``table`` (``ns.t``) or ``query``, and the rest.
 
     ``schema()`` runs once per ``load()`` on the driver and pins the table's current snapshot
@@ -51,7 +51,7 @@ class IcefloeDataSource(DataSource):  # type: ignore[misc]
         if bool_option(self.options, "includeChangeColumns", False) or (
                 (option(self.options, "onNonAppend") or "").lower() == "changes"):
             for name, kind in CHANGE_COLUMNS:
-                schema = schema.add(StructField(name, StructType.fromDDL(f"x {kind}")[0].dataType, True))
+                schema = schema.add(StructField(name, kind, True))
         return schema
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -83,7 +83,7 @@ class IcefloeDataSource(DataSource):  # type: ignore[misc]
         return table
 
 
-class IcefloeCommitsDataSource(DataSource):  # type: ignore[misc]
+class IcefloeCommitsDataSource(DataSource):
     """``format("icefloe-commits")``: one row per commit (options ``uri``, ``tables``, ``startingOffsets``)."""
 
     @classmethod

@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.types import StructType
+from pyspark.sql.types import LongType, StringType, StructType
 
 from pyspark_icefloe.batch import EndpointPartition, endpoint_partitions, read_endpoint, scan_headers
 from pyspark_icefloe.connection import IcefloeSparkError, Settings, bool_option, clean, int_option, option
@@ -46,12 +46,12 @@ try:  # pyspark 4.2+
         SupportsTriggerAvailableNow,
     )
 except ImportError:  # pyspark 4.1: latestOffset() without a start or a limit
-    SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
-    ReadAllAvailable = ReadMaxFiles = ReadMaxRows = ReadMinRows = None  # type: ignore[assignment,misc]
+    SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc,unused-ignore]
+    ReadAllAvailable = ReadMaxFiles = ReadMaxRows = ReadMinRows = None  # type: ignore[assignment,misc,unused-ignore]
 
 logger = logging.getLogger("icefloe.spark")
 
-CHANGE_COLUMNS = (("_seq", "bigint"), ("_snapshot_id", "bigint"), ("_operation", "string"))
+CHANGE_COLUMNS = (("_seq", LongType()), ("_snapshot_id", LongType()), ("_operation", StringType()))
 ON_NON_APPEND = ("fail", "skip", "changes")
 # Commits that leave the table's rows as they were: compaction is "replace", snapshot expiry
 # "expire"; a schema change is read right by the change scan (columns by field id).
