@@ -84,8 +84,10 @@ class Caps:
             return latest
         rows = 0
         for n, commit in enumerate(pending, 1):
+            if n > 1 and self.rows is not None and rows + commit.added_rows > self.rows:
+                return pending[n - 2].seq  # a commit is never split: at least one per batch
             rows += commit.added_rows
-            if (self.commits is not None and n >= self.commits) or (self.rows is not None and rows >= self.rows):
+            if self.commits is not None and n >= self.commits:
                 return commit.seq if n < len(pending) else latest
         return latest
 
@@ -138,6 +140,11 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         return self._watcher
 
     def initialOffset(self) -> dict[str, int]:  # noqa: N802 (Spark's names)
+        initial = self._initial()
+        self._previous_end = seq_of(initial)  # pyspark 4.1 caps the first batch from here
+        return initial
+
+    def _initial(self) -> dict[str, int]:
         if self.starting_timestamp is not None:
             return offset(self._seq_at(self.starting_timestamp))
         if self.starting == "earliest":
@@ -184,6 +191,8 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
             latest = min(latest, self._target_end)
         if begin is None:
             return latest  # 4.1, first call of this process: no known start to cap from
+        if caps.commits is not None or caps.rows is not None or caps.min_rows is not None:
+            feed.wait_until_covered(feed.ready(60), 60)  # the commits up to the head, to count them
         pending = [c for c in feed.commits_after(begin) if c.seq <= latest]
         return max(begin, caps.end(begin, pending, latest))
 
