@@ -36,6 +36,7 @@ from catalog.context import commit_context, current_commit_context
 from catalog.durable_io import DurableFileIO, deferred_fsync, fsync_all
 from catalog.idempotency import IdempotencyStore, check_key, encode_result, extra_batch_writes, idempotency_key
 from catalog.schema_policy import SchemaMismatchError, SchemaPlan, check_unique_names, plan, policy_of, strip_field_ids
+from catalog.staging import StagingStore
 from catalog.table import FastTransaction
 from catalog.writer import DataFileWriter, _local, delete_files
 
@@ -93,9 +94,19 @@ class _Request:
     key: str | None
     principal: str | None
     staged_schema: _StagedSchema | None = None
+    # A commit of staged appends (two_phase.py) lands alone: ``prepare`` runs in the table's
+    # commit slot first (it checks the stagings and fills ``data_files``), ``batch_writes``
+    # adds its records to the commit's RocksDB batch, ``extra`` to its commit-log record.
+    prepare: Callable[[], None] | None = None
+    batch_writes: Callable[[CommitRecord], dict[bytes, bytes]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
     result: AppendResult | None = None
     error: BaseException | None = None
     done: bool = False
+
+    @property
+    def alone(self) -> bool:
+        return self.staged_schema is not None or self.prepare is not None
 
 
 @dataclass
@@ -147,6 +158,7 @@ class Appender:
         self.idempotency = IdempotencyStore(
             catalog.store, *(() if idempotency_retention_s is None else (idempotency_retention_s,))
         )
+        self.staging = StagingStore(catalog.store)  # two-phase appends' records (two_phase.py)
         self._committers: dict[tuple[tuple[str, ...], str], TableCommitter] = {}
         self._registry_lock = threading.Lock()
         # Writers whose files are not committed yet: orphan removal must not touch them.
@@ -391,7 +403,7 @@ class Appender:
                     continue
                 first_by_key[req.key] = req
             to_commit.append(req)
-        plain = [r for r in to_commit if r.staged_schema is None]
+        plain = [r for r in to_commit if not r.alone]
         if plain:
             try:
                 self._commit_batch(namespace, name, plain)
@@ -399,8 +411,10 @@ class Appender:
                 for req in plain:
                     req.error, req.done = exc, True
         for req in to_commit:
-            if req.staged_schema is not None:
+            if req.alone:
                 try:
+                    if req.prepare is not None:
+                        req.prepare()
                     self._commit_batch(namespace, name, [req])
                 except Exception as exc:  # this writer's failure only
                     req.error, req.done = exc, True
@@ -418,10 +432,16 @@ class Appender:
 
         def idempotency_writes(record: CommitRecord) -> dict[bytes, bytes]:
             landed.append(record)
-            return _key_writes(namespace, name, record, [(req.key, req.rows) for req in to_commit])
+            writes = _key_writes(namespace, name, record, [(req.key, req.rows) for req in to_commit])
+            for req in to_commit:
+                if req.batch_writes is not None:
+                    writes.update(req.batch_writes(record))
+            return writes
 
         principals = sorted({r.principal for r in to_commit if r.principal})
         extra = {"group_size": len(to_commit)} if len(to_commit) > 1 else {}
+        for req in to_commit:
+            extra.update(req.extra)
         self._retry(
             lambda: self._land_append(namespace, name, to_commit, idempotency_writes),
             principal=",".join(principals) or None,

@@ -16,6 +16,8 @@ TABLE = b"tb/"
 LOG = b"log/"
 META = b"meta/"
 IDEMPOTENCY = b"idem/"
+# Two-phase appends: one record per staging, "staged" until its commit lands (staging.py).
+STAGED = b"stg/"
 HOLD = b"hold/"  # commit-log holds: name -> last processed seq (trim keeps everything after)
 # Lineage outbox: built OpenLineage events waiting for delivery (commit runs and failed
 # writes), keyed by runId (UUIDv7, so time ordered) + event index; undeliverable ones move to

@@ -334,6 +334,9 @@ def remove_orphans(
             lambda: worker.run(referenced_files, _tables_sharing(appender, root)), ".".join(identifier)
         )
         in_flight = {local_path(p) for p in appender.active_paths()}
+        # Stagings younger than the cutoff keep their files; older ones are dropped here, in
+        # the commit slot, so no commit of them can land while their files are deleted.
+        in_flight |= {local_path(p) for p in appender.staging.expire_before(namespace, name, cutoff)}
         candidates = []
         for path in _walk(root):
             if path in referenced or path in in_flight:
@@ -448,6 +451,7 @@ class BackgroundMaintainer:
                 self._last_key_expiry = time.monotonic()
                 try:
                     self._appender.idempotency.expire()
+                    self._appender.staging.expire_committed(retention_s=self._appender.idempotency.retention_s)
                 except Exception:
                     logger.warning("idempotency key expiry failed", exc_info=True)
                 try:

@@ -8,6 +8,7 @@ commit's RocksDB batch is fsync'd. A stream that breaks off commits nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -25,7 +26,7 @@ from catalog.names import InvalidNameError, check_name, check_namespace
 from catalog.schema_policy import SchemaMismatchError
 from flight_server import errors
 from flight_server.engine.sql_text import DEFAULT_SCHEMA
-from flight_server.headers import IDEMPOTENCY_HEADER, call_headers
+from flight_server.headers import IDEMPOTENCY_HEADER, STAGE_HEADER, single_header
 
 if TYPE_CHECKING:
     from flight_server.server import IcefloeServer
@@ -46,6 +47,23 @@ def _validated(batch: pa.RecordBatch) -> pa.RecordBatch:
             f"the DoPut stream holds an invalid record batch ({errors.first_line(exc)}); nothing was committed"
         ) from None
     return batch
+
+
+@contextlib.contextmanager
+def client_errors(identifier: tuple[str, ...], checked: str, suffix: str = "") -> Iterator[None]:
+    """Map what an append refuses to the client's status: a missing table, input that does not
+    fit, and the ValueErrors of the ``checked`` client value (an idempotency key, a job id)."""
+    qualified = ".".join(identifier)
+    try:
+        yield
+    except NoSuchTableError:
+        raise errors.NotFound(f"table {qualified} does not exist") from None
+    except SchemaMismatchError as exc:
+        raise errors.InvalidArgument(f"schema mismatch for {qualified}: {exc}{suffix}") from None
+    except ValueError as exc:
+        if checked in str(exc):
+            raise errors.InvalidArgument(str(exc)) from None
+        raise
 
 
 def orphan_grace(value: object) -> float:
@@ -90,15 +108,29 @@ class AppendService:
         principal = self.server.authorize(context, "write")
         identifier = self._identifier(descriptor)
         key = self._idempotency_key(context)
+        job = single_header(context, STAGE_HEADER)
+        if job is not None:
+            if key is not None:
+                raise errors.InvalidArgument(
+                    f"a staged DoPut ({STAGE_HEADER}) takes no {IDEMPOTENCY_HEADER}: "
+                    "give the key to icefloe.commit-staged, which commits exactly once per key"
+                )
+            answer = self.server.staged.stage(identifier, reader, self._batches(reader, context), job, principal)
+            self._answer(writer, answer, f"staged {answer['rows']} rows for {answer['table']}")
+            return
         # track_write: a refused or failed append becomes a FAIL run in lineage.
         with self.server.lineage.track_write(identifier[:-1], identifier[-1], "append", principal=principal):
             with commit_context(principal=principal):
                 result = self._append(identifier, reader, key, context)
+        # Committed, but the client may be gone: a retry with its idempotency key gets this result.
+        self._answer(writer, result.to_json(), f"appended to {result.table} at seq {result.commit_seq}")
+
+    @staticmethod
+    def _answer(writer: flight.FlightMetadataWriter, answer: dict[str, Any], what: str) -> None:
         try:
-            writer.write(pa.py_buffer(json.dumps(result.to_json()).encode("utf-8")))
+            writer.write(pa.py_buffer(json.dumps(answer).encode("utf-8")))
         except OSError:
-            # Committed, but the client is gone: a retry with its idempotency key gets this result.
-            logger.info("client left before its append result (%s seq %d) was sent", result.table, result.commit_seq)
+            logger.info("client left before its PutResult was sent (%s)", what)
 
     @staticmethod
     def _identifier(descriptor: flight.FlightDescriptor) -> tuple[str, ...]:
@@ -119,12 +151,7 @@ class AppendService:
 
     @staticmethod
     def _idempotency_key(context: flight.ServerCallContext) -> str | None:
-        values = call_headers(context, IDEMPOTENCY_HEADER)
-        if not values:
-            return None
-        if len(values) > 1 and len(set(values)) > 1:
-            raise errors.InvalidArgument(f"header {IDEMPOTENCY_HEADER} was sent more than once with different values")
-        return values[0]
+        return single_header(context, IDEMPOTENCY_HEADER)
 
     def _append(
         self, identifier: tuple[str, ...], reader: Any, key: str | None, context: flight.ServerCallContext | None
@@ -133,16 +160,8 @@ class AppendService:
             schema = reader.schema
         except Exception:
             raise errors.InvalidArgument("the DoPut stream carries no schema") from None
-        try:
+        with client_errors(identifier, "idempotency key"):
             return self.appender.append_stream(identifier, schema, self._batches(reader, context), idempotency_key=key)
-        except NoSuchTableError:
-            raise errors.NotFound(f"table {'.'.join(identifier)} does not exist") from None
-        except SchemaMismatchError as exc:
-            raise errors.InvalidArgument(f"schema mismatch for {'.'.join(identifier)}: {exc}") from None
-        except ValueError as exc:  # idempotency key checks
-            if "idempotency key" in str(exc):
-                raise errors.InvalidArgument(str(exc)) from None
-            raise
 
     def _batches(self, reader: Any, context: flight.ServerCallContext | None) -> Iterator[pa.RecordBatch]:
         """Batches of a Flight or plain Arrow reader; ends the append if the server stops.

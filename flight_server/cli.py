@@ -57,6 +57,10 @@ def main() -> None:
               help="A URI endpoints name (repeat for a fleet of servers over one warehouse); default: none.")
 @click.option("--memory-limit", envvar="ICEFLOE_MEMORY_LIMIT", default=None,
               help="DuckDB memory per running query (e.g. 2GB); beyond it sorts and joins spill to disk.")
+@click.option("--rest-port", envvar="ICEFLOE_REST_PORT", default=None, type=click.IntRange(0, 65535),
+              help="Serve the Iceberg REST catalog API on this HTTP port (0 = a free port); default: off.")
+@click.option("--metrics-port", envvar="ICEFLOE_METRICS_PORT", default=None, type=click.IntRange(0, 65535),
+              help="Serve /metrics, /healthz, /readyz and the watch page on this HTTP port (0 = a free port).")
 @click.option("--log-level", envvar="ICEFLOE_LOG_LEVEL", default="info", show_default=True)
 def serve(**options: object) -> None:
     """Serve the warehouse over Arrow Flight SQL."""

@@ -27,6 +27,10 @@ class Config:
     # URIs the endpoints of split scans name (every server of a fleet over one warehouse can
     # run any ticket); none: endpoints name no location, meaning "this server".
     advertise_uris: tuple[str, ...] = ()
+    # HTTP side, off unless asked for (None): the Iceberg REST catalog (0 = a free port) and
+    # the operator endpoints (metrics, health, watch page; also on the REST port when it is on).
+    rest_port: int | None = None
+    metrics_port: int | None = None
     max_subscribers: int = 1000
     allow_remote_without_auth: bool = False
     # Lifetime of bearer tokens issued at login (a working day by default).

@@ -10,8 +10,12 @@ from typing import Any
 
 import pyarrow.flight as flight
 
+from flight_server import errors
+
 MIDDLEWARE_KEY = "icefloe-headers"
 IDEMPOTENCY_HEADER = "x-icefloe-idempotency-key"
+# Two-phase appends: a DoPut with this header (the job id) stages its files, commits nothing.
+STAGE_HEADER = "x-icefloe-stage"
 
 
 class HeadersMiddleware(flight.ServerMiddleware):  # type: ignore[misc]
@@ -34,3 +38,17 @@ def call_headers(context: flight.ServerCallContext, name: str) -> list[str]:
         return []
     values: list[str] = middleware.headers.get(name.lower(), [])
     return values
+
+
+def single_header(context: flight.ServerCallContext, name: str) -> str | None:
+    """The value of header ``name`` (None when absent); one value, however often it is sent.
+
+    Raises:
+        errors.InvalidArgument: The header was sent several times with different values.
+    """
+    values = call_headers(context, name)
+    if not values:
+        return None
+    if len(set(values)) > 1:
+        raise errors.InvalidArgument(f"header {name} was sent more than once with different values")
+    return values[0]

@@ -41,6 +41,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         from flight_server.appends import AppendService
         from flight_server.feed import FeedService
         from flight_server.flightsql import FlightSqlService
+        from flight_server.staged_appends import StagedAppendService
 
         errors.install_clean_tracebacks()
         self.config = config
@@ -59,6 +60,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         # Lineage outbox: registered before serving so no commit is missed; started below.
         # A write whose client cancelled or went away mid-stream is an ABORT run, not a FAIL.
         self.lineage = LineageExporter(self.catalog, abort_errors=(errors.Cancelled,))
+        self.staged = StagedAppendService(self.appends.appender, self.handle_signer, self.lineage)
         middleware = dict(kwargs.pop("middleware", None) or {})
         middleware.update(self.security.middleware)
         middleware.setdefault(HEADERS_MIDDLEWARE_KEY, HeadersMiddlewareFactory())
@@ -67,6 +69,37 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         # --port 0 asks the OS for a port; keep the one we got.
         self.config.port = self.port
         self.lineage.start(lineage_settings(config))
+        self.http_hosts: list[Any] = []  # flight_server.http.host.HttpHost, started by start_http
+
+    def start_http(self) -> list[str]:
+        """Start the HTTP side that the config asks for; return the lines to log for it.
+
+        Raises:
+            RuntimeError: An HTTP port could not be bound or served.
+            OSError: The port is taken.
+        """
+        config = self.config
+        if config.rest_port is None and config.metrics_port is None:
+            return []
+        from flight_server.http import apps
+        from flight_server.http.host import HttpHost, TlsFiles
+
+        tls = None
+        if config.tls_cert and config.tls_key:
+            tls = TlsFiles(config.tls_cert, config.tls_key, config.tls_client_ca)
+        lines: list[str] = []
+        for name, port, app, line in (
+            ("rest", config.rest_port, apps.rest_app, "icefloe REST catalog on {url}"),
+            ("metrics", config.metrics_port, apps.ops_app, "icefloe metrics on {url}/metrics"),
+        ):
+            if port is None:
+                continue
+            host = HttpHost(app(self), config.host, port, tls, name=name)
+            host.start()
+            self.http_hosts.append(host)
+            setattr(config, f"{name}_port", host.port)  # --*-port 0: keep the port we got
+            lines.append(line.format(url=host.url))
+        return lines
 
     # -- access control ----------------------------------------------------------------
 
@@ -133,13 +166,15 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
 
     @errors.guard
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
-        self.authorize(context, action_floor(action.type))  # deny-by-default floor; handlers may ask more
+        principal = self.authorize(context, action_floor(action.type))  # deny-by-default floor; handlers may ask more
+        if action.type in self.staged.ACTIONS:
+            return self.staged.do_action(context, action, principal)
         if action.type in self.appends.ACTIONS:
             return self.appends.do_action(context, action)
         return self.flightsql.do_action(context, action)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
-        return self.flightsql.list_actions(context) + self.appends.list_actions(context)
+        return self.flightsql.list_actions(context) + self.appends.list_actions(context) + self.staged.list_actions()
 
     def list_flights(self, context: flight.ServerCallContext, criteria: bytes) -> Iterator[flight.FlightInfo]:
         return iter(())
@@ -153,6 +188,8 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         ``stopping``, and gRPC's shutdown waits for every call, so the wait is bounded.
         """
         self.stopping.set()
+        for host in self.http_hosts:
+            host.stop()
         stopper = threading.Thread(target=self.shutdown, name="icefloe-shutdown", daemon=True)
         stopper.start()
         stopper.join(grace_s)
@@ -201,6 +238,13 @@ def serve(config: Config) -> None:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGHUP, lambda _signum, _frame: server.security.reload_users())
+    try:
+        http_lines = server.start_http()
+    except (OSError, RuntimeError) as exc:
+        server.shutdown_and_close()
+        raise SystemExit(f"icefloe: cannot serve HTTP: {exc}") from None
+    for line in http_lines:
+        logger.info("%s", line)
     # Only now ready: a SIGTERM sent as soon as the line appears must stop the server cleanly.
     logger.info("icefloe listening on %s", config.location)
     # FlightServerBase starts serving in its constructor; serve() would only install Arrow's

@@ -9,15 +9,24 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 IDEMPOTENCY_HEADER = b"x-icefloe-idempotency-key"
+STAGE_HEADER = b"x-icefloe-stage"
 
 
 def do_put(
-    location: str, path: tuple[str, ...], data: pa.Table, key: str | None = None, batch_rows: int | None = None
+    location: str,
+    path: tuple[str, ...],
+    data: pa.Table,
+    key: str | None = None,
+    batch_rows: int | None = None,
+    stage: str | None = None,
 ) -> dict[str, Any]:
-    """Append ``data`` to the table at ``path``; return the server's PutResult JSON."""
+    """Append ``data`` to the table at ``path`` (or stage it for job ``stage``); return the
+    server's PutResult JSON."""
     client = flight.FlightClient(location)
     try:
         headers = [(IDEMPOTENCY_HEADER, key.encode())] if key is not None else []
+        if stage is not None:
+            headers.append((STAGE_HEADER, stage.encode()))
         writer, reader = client.do_put(
             flight.FlightDescriptor.for_path(*path), data.schema, options=flight.FlightCallOptions(headers=headers)
         )

@@ -1,0 +1,232 @@
+"""Two-phase appends over the group committer: stage, then commit many stagings at once.
+
+See ``staging`` for the records and files; this module drives them through the table's
+commit slot (``append.TableCommitter``), so a commit of stagings is an ordinary icefloe
+append commit: one snapshot, one catalog commit, one feed event, one lineage run.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from catalog.append import Appender, AppendResult, _Request
+from catalog.commit_log import CommitRecord
+from catalog.context import current_commit_context
+from catalog.durable_io import fsync_all
+from catalog.idempotency import check_key
+from catalog.schema_policy import SchemaMismatchError, plan, policy_of
+from catalog.staging import (
+    StagedAlreadyCommitted,
+    StagedAppend,
+    StagedNotFound,
+    StagingError,
+    check_fits,
+    check_job,
+    read_staging_manifest,
+    remove_staged_files,
+    write_staging_manifest,
+)
+from catalog.writer import DataFileWriter, _local, delete_files
+
+if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import Table
+
+MAX_STAGINGS_PER_COMMIT = 10_000
+
+
+class TwoPhaseAppends:
+    """Stage, commit and abort appends of one warehouse (shares the ``Appender``'s slots)."""
+
+    def __init__(self, appender: Appender) -> None:
+        self._appender = appender
+        self._catalog = appender.catalog
+        self.records = appender.staging
+
+    def stage_stream(
+        self, identifier: tuple[str, ...], schema: pa.Schema, batches: Iterable[pa.RecordBatch], job: str
+    ) -> StagedAppend:
+        """Write the stream into fsync'd files and record them as staged; commit nothing.
+
+        Args:
+            identifier: The table (it must exist).
+            schema: The stream's schema; it must fit the table without changing it.
+            batches: The rows; if iterating raises, every file written is deleted.
+            job: The writer's job id (a Spark write's UUID), kept with the staging.
+
+        Returns:
+            The staging, to be sealed into the client's token.
+
+        Raises:
+            NoSuchTableError: The table does not exist.
+            SchemaMismatchError: The input does not fit, or would change the table's schema.
+            ValueError: A malformed job id.
+        """
+        check_job(job)
+        namespace, name = tuple(identifier[:-1]), identifier[-1]
+        table = self._catalog.load_table(identifier)
+        metadata = table.metadata
+        policy_plan = plan(table.schema(), schema, policy_of(table.properties), metadata.format_version)
+        if policy_plan.changes_table:
+            raise SchemaMismatchError(
+                "a staged append cannot change the table's schema (the input adds or widens columns); "
+                "change the table first (ALTER TABLE) or append without staging"
+            )
+        writer = DataFileWriter(metadata, table.io, schema, policy_plan.required_columns)
+        manifest: str | None = None
+        self._appender.track_writer(writer)
+        try:
+            files = Appender._write_all(writer, schema, batches)
+            try:
+                fsync_all([p for p in (_local(f.file_path) for f in files) if p])
+                staged = StagedAppend(
+                    id=uuid.uuid4().hex,
+                    table=".".join(identifier),
+                    table_uuid=str(metadata.table_uuid),
+                    job=job,
+                    rows=writer.rows,
+                    files=len(files),
+                    bytes=sum(f.file_size_in_bytes for f in files),
+                    schema_id=metadata.current_schema_id,
+                    spec_id=metadata.default_spec_id,
+                    principal=current_commit_context().principal,
+                    staged_at=time.time(),
+                )
+                # In the commit slot: orphan removal, which sweeps in that slot too, sees
+                # either no manifest yet or the manifest with its record.
+                with self._appender.committer(namespace, name).exclusive():
+                    manifest = write_staging_manifest(table, files, staged.spec_id)
+                    self.records.put_staged(namespace, name, staged, manifest, [f.file_path for f in files])
+            except BaseException:
+                delete_files(table.io, [f.file_path for f in files] + ([manifest] if manifest else []))
+                raise
+        finally:
+            self._appender.untrack_writer(writer)
+        self._appender.mark_dirty(tuple(identifier), 0)  # so background orphan removal visits it
+        return staged
+
+    def commit_staged(
+        self, identifier: tuple[str, ...], stagings: list[StagedAppend], idempotency_key: str | None = None
+    ) -> AppendResult:
+        """Commit every staging's files as one snapshot in one catalog commit.
+
+        Args:
+            identifier: The table the stagings were made for.
+            stagings: The stagings (from verified tokens), each at most once.
+            idempotency_key: A retry with this key answers the first result (``duplicate``).
+
+        Returns:
+            The commit, with the stagings' total row count.
+
+        Raises:
+            NoSuchTableError: The table does not exist.
+            StagingError: A staging repeats, belongs to another table, or does not match its record.
+            StagedNotFound: A staging was aborted or removed after the orphan grace period.
+            StagedAlreadyCommitted: A staging was committed already (not under this key).
+            StagedIncompatible: The table's schema or spec changed so that the files no longer fit.
+            CommitFailedException: The commit kept losing races.
+        """
+        namespace, name = tuple(identifier[:-1]), identifier[-1]
+        if idempotency_key is not None:
+            check_key(idempotency_key)
+        table = self._catalog.load_table(identifier)
+        self._check_belong(table, identifier, stagings)
+        if idempotency_key is not None:
+            first = self._appender.idempotency.get(namespace, name, idempotency_key)
+            if first is not None:
+                return AppendResult(**{**first, "duplicate": True})
+        records: dict[str, dict[str, Any]] = {}
+        request = _Request(
+            [], sum(s.rows for s in stagings), idempotency_key, current_commit_context().principal,
+            extra={"staged": {"stagings": len(stagings), "jobs": sorted({s.job for s in stagings})}},
+        )
+
+        def prepare() -> None:  # in the table's commit slot
+            current = self._catalog.load_table(identifier)
+            files: list[DataFile] = []
+            for staged in stagings:
+                record = self._record(namespace, name, staged)
+                check_fits(current, staged)
+                files.extend(read_staging_manifest(current, record["manifest"], staged.spec_id))
+                records[staged.id] = record
+            request.data_files = files
+
+        def batch_writes(record: CommitRecord) -> dict[bytes, bytes]:
+            return self.records.committed_writes(
+                namespace, name, records, idempotency_key, record.seq, record.snapshot_id
+            )
+
+        request.prepare, request.batch_writes = prepare, batch_writes
+        result = self._appender.committer(namespace, name).submit(request)
+        if not result.duplicate:
+            # The manifests only carried the files here; the snapshot references the files.
+            delete_files(table.io, [r["manifest"] for r in records.values()])
+            self._appender.mark_dirty(tuple(identifier), len(request.data_files))
+        return result
+
+    def abort_staged(self, identifier: tuple[str, ...], stagings: list[StagedAppend]) -> dict[str, Any]:
+        """Forget the stagings and delete their files; aborting twice is not an error.
+
+        Returns:
+            ``{"table", "aborted", "files"}``: stagings removed now and their data files.
+
+        Raises:
+            NoSuchTableError: The table does not exist.
+            StagingError: A staging belongs to another table or does not match its record.
+            StagedAlreadyCommitted: A staging was committed: it cannot be aborted.
+        """
+        namespace, name = tuple(identifier[:-1]), identifier[-1]
+        table = self._catalog.load_table(identifier)
+        self._check_belong(table, identifier, stagings)
+        removed: list[dict[str, Any]] = []
+        with self._appender.committer(namespace, name).exclusive():
+            for staged in stagings:
+                try:
+                    removed.append(self._record(namespace, name, staged))
+                except StagedNotFound:
+                    continue  # aborted or swept already
+            self.records.delete(namespace, name, [r["append"]["id"] for r in removed])
+        for record in removed:
+            remove_staged_files(table, record)
+        return {
+            "table": ".".join(identifier),
+            "aborted": len(removed),
+            "files": sum(len(r["data_files"]) for r in removed),
+        }
+
+    # -- checks -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_belong(table: Table, identifier: tuple[str, ...], stagings: list[StagedAppend]) -> None:
+        qualified = ".".join(identifier)
+        if not stagings:
+            raise StagingError("no staging tokens were given")
+        if len(stagings) > MAX_STAGINGS_PER_COMMIT:
+            raise StagingError(f"at most {MAX_STAGINGS_PER_COMMIT} staging tokens per call")
+        if len({s.id for s in stagings}) != len(stagings):
+            raise StagingError("a staging token appears more than once")
+        uuid_now = str(table.metadata.table_uuid)
+        for staged in stagings:
+            if staged.table != qualified or staged.table_uuid != uuid_now:
+                raise StagingError(f"a staging token was issued for another table than {qualified}")
+
+    def _record(self, namespace: tuple[str, ...], name: str, staged: StagedAppend) -> dict[str, Any]:
+        record = self.records.get(namespace, name, staged.id)
+        if record is None:
+            raise StagedNotFound(
+                f"staging {staged.id} of job {staged.job!r} no longer exists: it was aborted, or orphan removal "
+                "took its files after the grace period; stage the rows again"
+            )
+        if record["append"] != staged.to_json():
+            raise StagingError("a staging token does not match what was staged")
+        if record["state"] == "committed":
+            raise StagedAlreadyCommitted(
+                f"staging {staged.id} of job {staged.job!r} was committed already (commit seq {record['commit_seq']}"
+                + (", under another idempotency key)" if record.get("idempotency_key") else ")")
+            )
+        return record
