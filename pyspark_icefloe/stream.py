@@ -31,9 +31,9 @@ import pyarrow.flight as flight
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import LongType, StringType, StructType
 
+from flight_server.client import FeedCursorExpired
 from pyspark_icefloe.batch import EndpointPartition, endpoint_partitions, read_endpoint, scan_headers
 from pyspark_icefloe.connection import IcefloeSparkError, Settings, bool_option, clean, int_option, option
-from flight_server.client import FeedCursorExpired
 from pyspark_icefloe.feed import Commit, FeedWatcher
 from pyspark_icefloe.types import target_schema
 

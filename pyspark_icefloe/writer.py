@@ -30,7 +30,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from pyspark_icefloe.connection import IcefloeSparkError, Settings, option, quote_table
+from pyspark_icefloe.connection import IcefloeSparkError, Settings, option, quote_table, statement_descriptor
 
 logger = logging.getLogger("icefloe.spark")
 
@@ -93,11 +93,21 @@ def _tokens(messages: list[WriterCommitMessage | None]) -> list[str]:
 
 
 def commit_tokens(settings: Settings, table: str, tokens: list[str], key: str, overwrite: bool) -> dict[str, Any]:
-    """One ``icefloe.commit-staged`` call (retried safely: the key makes it exactly once)."""
-    body: dict[str, Any] = {"table": table, "tokens": tokens, "idempotency_key": key}
+    """One ``icefloe.commit-staged`` call (retried safely: the key makes it exactly once).
+
+    ``overwrite`` first deletes the table's rows with SQL ``DELETE``: the server's
+    ``commit-staged`` only appends, so an overwrite is two commits (a reader between them sees
+    the table empty).
+    """
     if overwrite:
-        body["mode"] = "overwrite"
-    return _action(settings, COMMIT_STAGED, body)
+        client = settings.connect()
+        try:
+            client.flight_info(statement_descriptor(f"DELETE FROM {quote_table(table)}"))
+        finally:
+            client.close()
+        if not tokens:
+            return {"table": table, "rows": 0}
+    return _action(settings, COMMIT_STAGED, {"table": table, "tokens": tokens, "idempotency_key": key})
 
 
 def abort_tokens(settings: Settings, table: str, tokens: list[str]) -> None:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.flight as flight
 
 QUIET_LOG4J = """rootLogger.level = error
 rootLogger.appenderRef.stdout.ref = console
@@ -36,15 +36,16 @@ def spark_conf() -> dict[str, str]:
     }
 
 
-def make_session(remote: bool = False) -> Any:
-    """A local[2] session (classic, or Spark Connect with ``remote``) with both formats registered."""
+def make_session(remote: bool = False, master: str = "local[2]") -> Any:
+    """A local[2] session (classic, or Spark Connect with ``remote``) with both formats registered;
+    ``local[2,3]`` retries a failed task up to twice."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     from pyspark_icefloe import register
 
-    builder = SparkSession.builder.remote("local[2]") if remote else SparkSession.builder.master("local[2]")
+    builder = SparkSession.builder.remote(master) if remote else SparkSession.builder.master(master)
     for key, value in spark_conf().items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
@@ -53,20 +54,11 @@ def make_session(remote: bool = False) -> Any:
 
 
 def do_put(location: str, table: str, data: pa.Table) -> dict[str, Any]:
-    """A plain DoPut append; returns the server's commit JSON."""
+    """A plain DoPut append of ``data`` to ``ns.t``; returns the server's commit JSON."""
+    from doput_client import do_put as put
+
     namespace, _, name = table.rpartition(".")
-    client = flight.FlightClient(location)
-    try:
-        writer, reader = client.do_put(flight.FlightDescriptor.for_path(namespace, name), data.schema)
-        writer.write_table(data)
-        writer.done_writing()
-        buf = reader.read()
-        writer.close()
-        assert buf is not None
-        result: dict[str, Any] = json.loads(buf.to_pybytes())
-        return result
-    finally:
-        client.close()
+    return put(location, (namespace, name), data)
 
 
 def sql(location: str, statement: str) -> pa.Table:
@@ -79,3 +71,16 @@ def sql(location: str, statement: str) -> pa.Table:
             return cur.fetch_arrow_table()
         except Exception:  # a write has no result set
             return pa.table({})
+
+
+XS_SCHEMA = pa.schema([pa.field("x", pa.int64()), pa.field("s", pa.string())])
+
+
+@contextmanager
+def serving_tables(warehouse: Path, tables: Sequence[str], schema: pa.Schema = XS_SCHEMA) -> Iterator[Any]:
+    """A real server on a new warehouse holding empty ``tables`` (namespace ``ns``)."""
+    from servers import make_tables, serving
+
+    make_tables(warehouse, tables, schema)
+    with serving(warehouse) as proc:
+        yield proc

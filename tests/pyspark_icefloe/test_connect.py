@@ -11,8 +11,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from servers import ServerProcess, serving
-from spark_support import do_put, make_session
+from servers import ServerProcess
+from spark_support import do_put, make_session, serving_tables
 
 
 @pytest.fixture(scope="module")
@@ -24,20 +24,13 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    from catalog import RocksCatalog
-
-    warehouse = tmp_path_factory.mktemp("spark-connect") / "warehouse"
-    cat = RocksCatalog("t", warehouse=str(warehouse))
-    cat.create_namespace("ns")
-    for name in ("ns.r", "ns.w"):
-        cat.create_table(name, pa.schema([pa.field("x", pa.int64()), pa.field("s", pa.string())]))
-    cat.close()
-    with serving(warehouse) as proc:
+    with serving_tables(tmp_path_factory.mktemp("spark-connect") / "warehouse", ("ns.r", "ns.w")) as proc:
         yield proc
 
 
 def _rows(start: int, n: int) -> pa.Table:
-    return pa.table({"x": pa.array(range(start, start + n), pa.int64()), "s": [f"v{i}" for i in range(start, start + n)]})
+    values = range(start, start + n)
+    return pa.table({"x": pa.array(values, pa.int64()), "s": [f"v{i}" for i in values]})
 
 
 def test_connect_batch_read_and_stream(spark: Any, server: ServerProcess, tmp_path: Path) -> None:

@@ -10,20 +10,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from servers import ServerProcess, serving
+from servers import ServerProcess, make_tables, serving
 from spark_support import do_put, sql
 
 
 def _make(warehouse: Path, tables: tuple[str, ...]) -> None:
-    from catalog import RocksCatalog
-
-    cat = RocksCatalog("t", warehouse=str(warehouse))
-    try:
-        cat.create_namespace("ns")
-        for name in tables:
-            cat.create_table(name, pa.schema([pa.field("x", pa.int64())]))
-    finally:
-        cat.close()
+    make_tables(warehouse, tables, pa.schema([pa.field("x", pa.int64())]))
 
 
 @pytest.fixture(scope="module")
@@ -160,3 +152,25 @@ def test_expired_cursor_fails_unless_failOnDataLoss_is_false(spark: Any, tmp_pat
         finally:
             query.stop()
         assert lossy.rows() == [2, 3], "the rows still kept, after the trimmed ones"
+
+
+def test_commit_events_stream(spark: Any, server: ServerProcess, tmp_path: Path) -> None:
+    seen: list[tuple[int, str, str]] = []
+
+    def collect(frame: Any, batch_id: int) -> None:
+        seen.extend((r.seq, r.table, r.operation) for r in frame.collect())
+
+    first = append(server, "ns.other", [1])
+    query = (spark.readStream.format("icefloe-commits").option("uri", server.location)
+             .option("tables", "ns.other, ns.s").option("startingOffsets", str(first - 1)).load()
+             .writeStream.foreachBatch(collect).option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(processingTime="0 seconds").start())
+    try:
+        second = append(server, "ns.s", [5])
+        append(server, "ns.na_skip", [5])  # not subscribed
+        third = append(server, "ns.other", [2])
+        wait_for(query, lambda: len(seen) >= 3)
+        time.sleep(1.0)
+    finally:
+        query.stop()
+    assert seen == [(first, "other", "append"), (second, "s", "append"), (third, "other", "append")]
