@@ -10,9 +10,16 @@ files are kept. The files are dealt into endpoints by bytes (``engine.splits``);
 only the range and "part k of n", and any server recomputes its files.
 
 Non-append commits of the table in the range are listed in the FlightInfo's ``app_metadata``
-(``{"non_appends": [{"seq": N, "operation": "..."}], ...}``) so a client can fail, skip or
-re-read. ``"include": "all"`` (overwrites and deletes as ``delete`` / ``insert`` rows) is not
-implemented yet and answers UNIMPLEMENTED.
+(``{"non_appends": [{"seq": N, "operation": "...", "data_change": bool}], ...}``) so a client
+can fail, skip or re-read. ``data_change`` is false for commits that leave the rows as they
+were: compaction (an Iceberg ``replace`` snapshot), snapshot expiry, schema changes; a client
+following appends can skip those.
+
+With ``"include": "all"``, overwrites and deletes are rows too (Iceberg's changelog view, the
+Delta CDF equivalent): each such copy-on-write commit answers the rows it removed as
+``_operation`` ``delete`` and the rows it added as ``insert``, carry-overs cancelled
+(``changelog``). Those commits are then not listed in ``non_appends``. A commit that wrote
+merge-on-read delete files, or replaced the whole table, stays listed (it has no row form here).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import functools
 import json
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -36,13 +43,16 @@ from catalog import CursorExpiredError
 from catalog.commit_log import CommitRecord
 from catalog.names import InvalidNameError, check_name, check_namespace
 from flight_server import errors
+from flight_server.changelog import net_changes
 from flight_server.engine import splits
 from flight_server.feed.rows import (
     RowsUnavailable,
+    commit_changes,
     commit_files,
     live_files_by_snapshot,
     load_commit_metadata,
     output_schema,
+    snapshot_operation,
     with_commit_columns,
 )
 from flight_server.handles import HandleSigner
@@ -51,6 +61,10 @@ logger = logging.getLogger("icefloe.changes")
 
 PURPOSE = "chg"
 _APPEND = "append"
+# Commits that leave every row as it was (no snapshot, or not a data change).
+_NO_DATA_CHANGE = frozenset({"schema", "expire", "properties"})
+# Commits whose snapshot a changelog can express as delete / insert rows.
+_ROW_CHANGES = frozenset({"overwrite", "delete"})
 MAX_REQUEST_BYTES = 4096
 
 
@@ -117,11 +131,31 @@ class ChangeRequest:
         return cls(namespace, table, after, until, str(include), split)
 
 
+@dataclass(frozen=True)
+class _Unit:
+    """One piece of work for an endpoint: one appended file, or one commit's changelog."""
+
+    record: CommitRecord
+    metadata: Any
+    io: Any
+    added: list[DataFile]
+    removed: list[DataFile] = field(default_factory=list)
+    changelog: bool = False
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.file_size_in_bytes for f in (*self.added, *self.removed))
+
+    @property
+    def rows(self) -> int:
+        return sum(f.record_count for f in (*self.added, *self.removed))
+
+
 @dataclass
 class _Plan:
     schema: Schema
-    appends: list[tuple[CommitRecord, list[DataFile], Any, Any]]  # record, files, metadata, io
-    non_appends: list[CommitRecord]
+    units: list[_Unit]
+    non_appends: list[tuple[CommitRecord, bool]]  # record, data_change
 
 
 class ChangeScanService:
@@ -137,18 +171,18 @@ class ChangeScanService:
         self, descriptor: flight.FlightDescriptor, request: ChangeRequest, target_bytes: int, max_partitions: int,
         locations: list[flight.Location],
     ) -> flight.FlightInfo:
-        if request.include != "appends":
-            raise errors.Unimplemented('change scans with "include": "all" are not supported yet; use "appends"')
         plan = self._plan(request)
-        files = [f for _, fs, _, _ in plan.appends for f in fs]
-        n = splits.partition_count(sum(f.file_size_in_bytes for f in files), len(files), target_bytes, max_partitions)
+        n = splits.partition_count(sum(u.bytes for u in plan.units), len(plan.units), target_bytes, max_partitions)
         tickets = [ChangeRequest(request.namespace, request.table, request.after, request.until, request.include,
                                  (k, n) if n > 1 else None) for k in range(n)]
         endpoints = [flight.FlightEndpoint(self._ticket(t), locations) for t in tickets]
-        rows = sum(f.record_count for f in files)
+        # Exact for appends; for changelog commits an upper bound (carry-overs cancel out).
+        rows = sum(u.rows for u in plan.units)
         meta = {"table": request.qualified, "after": request.after, "until": request.until,
-                "non_appends": [{"seq": r.seq, "operation": r.operation} for r in plan.non_appends]}
-        return flight.FlightInfo(output_schema(plan.schema), descriptor, endpoints, rows, -1, ordered=False,
+                "non_appends": [{"seq": r.seq, "operation": r.operation, "data_change": change}
+                                for r, change in plan.non_appends]}
+        return flight.FlightInfo(output_schema(plan.schema), descriptor, endpoints,
+                                 rows if request.include == "appends" else -1, -1, ordered=False,
                                  app_metadata=json.dumps(meta).encode())
 
     def _ticket(self, request: ChangeRequest) -> bytes:
@@ -163,23 +197,36 @@ class ChangeScanService:
         request = ChangeRequest.parse(self._signer.open(PURPOSE, sealed, "change scan ticket"))
         plan = self._plan(request)
         target = output_schema(plan.schema)
-        files = [(record, f, metadata, io) for record, fs, metadata, io in plan.appends for f in fs]
+        units = plan.units
         if request.split is not None:
             k, n = request.split
-            dealt = splits.assign([f.file_size_in_bytes for _, f, _, _ in files], n)
-            files = [item for item, part in zip(files, dealt, strict=True) if part == k]
+            dealt = splits.assign([u.bytes for u in units], n)
+            units = [unit for unit, part in zip(units, dealt, strict=True) if part == k]
 
         def batches() -> Iterator[pa.RecordBatch]:
-            for record, data_file, metadata, io in files:
-                scan = ArrowScan(metadata, io, plan.schema, AlwaysTrue())
+            for unit in units:
                 try:
-                    for batch in scan.to_record_batches([FileScanTask(data_file)]):
-                        if batch.num_rows:
-                            yield with_commit_columns(batch, target, record)
+                    yield from self._unit_batches(unit, plan.schema, target)
                 except FileNotFoundError:
-                    raise errors.OutOfRange(_expired(request, record.seq)) from None
+                    raise errors.OutOfRange(_expired(request, unit.record.seq)) from None
 
         return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(target, batches()))
+
+    @staticmethod
+    def _unit_batches(unit: _Unit, schema: Schema, target: pa.Schema) -> Iterator[pa.RecordBatch]:
+        scan = ArrowScan(unit.metadata, unit.io, schema, AlwaysTrue())
+        if not unit.changelog:
+            for batch in scan.to_record_batches([FileScanTask(f) for f in unit.added]):
+                if batch.num_rows:
+                    yield with_commit_columns(batch, target, unit.record)
+            return
+        deleted, inserted = net_changes(
+            scan.to_table([FileScanTask(f) for f in unit.removed]), scan.to_table([FileScanTask(f) for f in unit.added])
+        )
+        for rows, operation in ((deleted, "delete"), (inserted, "insert")):
+            for batch in rows.to_batches():
+                if batch.num_rows:
+                    yield with_commit_columns(batch, target, unit.record, operation)
 
     # -- planning ------------------------------------------------------------------------
 
@@ -187,8 +234,8 @@ class ChangeScanService:
         head = self.catalog.log.head()
         if request.until > head:
             raise errors.InvalidArgument(f"change scan until {request.until} is beyond the commit head {head}")
-        appends: list[tuple[CommitRecord, list[DataFile], Any, Any]] = []
-        non_appends: list[CommitRecord] = []
+        units: list[_Unit] = []
+        non_appends: list[tuple[CommitRecord, bool]] = []
         try:
             records = [r for r in self.catalog.log.read(request.after, limit=request.until - request.after)
                        if r.seq <= request.until and r.namespace == request.namespace and r.table == request.table]
@@ -197,20 +244,32 @@ class ChangeScanService:
         schema: Schema | None = None
         try:
             for record in records:
-                if record.operation != _APPEND or record.snapshot_id is None:
-                    non_appends.append(record)
+                if record.snapshot_id is None or record.operation in _NO_DATA_CHANGE:
+                    non_appends.append((record, record.snapshot_id is None and record.operation not in _NO_DATA_CHANGE))
                     continue
                 metadata, io = load_commit_metadata(self.catalog, record)
-                live = functools.partial(live_files_by_snapshot, metadata, io)
-                written, files = commit_files(metadata, io, record, live)
-                appends.append((record, files, metadata, io))
-                schema = _latest(schema, written)
+                if record.operation == _APPEND:
+                    live = functools.partial(live_files_by_snapshot, metadata, io)
+                    written, files = commit_files(metadata, io, record, live)
+                    units.extend(_Unit(record, metadata, io, [f]) for f in files)
+                    schema = _latest(schema, written)
+                    continue
+                kind = snapshot_operation(metadata, record)
+                if request.include == "all" and kind in _ROW_CHANGES and record.operation in _ROW_CHANGES:
+                    change = commit_changes(metadata, io, record)
+                    if change is not None:
+                        written, added, removed = change
+                        units.append(_Unit(record, metadata, io, added, removed, changelog=True))
+                        schema = _latest(schema, written)
+                        continue
+                data_change = kind != "replace" and not record.extra.get("maintenance")
+                non_appends.append((record, data_change))
         except (FileNotFoundError, RowsUnavailable) as exc:
             logger.info("change scan of %s: %s", request.qualified, exc)
             raise errors.OutOfRange(_expired(request, record.seq)) from None
         if schema is None:
             schema = self._current_schema(request)
-        return _Plan(schema, appends, non_appends)
+        return _Plan(schema, units, non_appends)
 
     def _current_schema(self, request: ChangeRequest) -> Schema:
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError

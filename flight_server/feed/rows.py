@@ -185,8 +185,7 @@ def commit_files(
     assert record.snapshot_id is not None
     snapshot = metadata.snapshot_by_id(record.snapshot_id)
     if snapshot is not None:
-        schema = metadata.schema_by_id(snapshot.schema_id) if snapshot.schema_id is not None else None
-        schema = schema or metadata.schema()
+        schema = _snapshot_schema(metadata, snapshot)
         files = [
             data_file
             for snapshot_id in _commit_snapshot_ids(metadata, record)
@@ -200,6 +199,11 @@ def commit_files(
         files = live_files().get(record.snapshot_id, [])
     _check_complete(record, files)
     return schema, files
+
+
+def _snapshot_schema(metadata: TableMetadata, snapshot: Any) -> Schema:
+    found = metadata.schema_by_id(snapshot.schema_id) if snapshot.schema_id is not None else None
+    return found or metadata.schema()
 
 
 def live_files_by_snapshot(metadata: TableMetadata, io: FileIO) -> dict[int, list[DataFile]]:
@@ -248,24 +252,65 @@ def _commit_snapshot_ids(metadata: TableMetadata, record: CommitRecord) -> list[
 
 
 def _added_data_files(metadata: TableMetadata, io: FileIO, snapshot_id: int) -> list[DataFile]:
+    return [e.data_file for e in _own_entries(metadata, io, snapshot_id, ManifestEntryStatus.ADDED)
+            if e.data_file.content == DataFileContent.DATA]
+
+
+def _own_entries(metadata: TableMetadata, io: FileIO, snapshot_id: int, status: ManifestEntryStatus) -> list[Any]:
+    """The manifest entries with ``status`` that snapshot ``snapshot_id`` itself wrote."""
     snapshot = metadata.snapshot_by_id(snapshot_id)
     assert snapshot is not None
-    files = []
+    entries = []
     for manifest in snapshot.manifests(io):
-        # Entries added by a snapshot live only in manifests that snapshot wrote.
-        if manifest.added_snapshot_id != snapshot_id or not manifest.has_added_files():
+        # Entries a snapshot adds or deletes live only in manifests that snapshot wrote.
+        if manifest.added_snapshot_id != snapshot_id:
             continue
-        for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
-            if (
-                entry.status == ManifestEntryStatus.ADDED
-                and entry.snapshot_id == snapshot_id
-                and entry.data_file.content == DataFileContent.DATA
-            ):
+        if status == ManifestEntryStatus.ADDED and not manifest.has_added_files():
+            continue
+        for entry in manifest.fetch_manifest_entry(io, discard_deleted=status != ManifestEntryStatus.DELETED):
+            if entry.status == status and entry.snapshot_id == snapshot_id:
+                entries.append(entry)
+    return entries
+
+
+def snapshot_operation(metadata: TableMetadata, record: CommitRecord) -> str | None:
+    """The Iceberg operation (``append``, ``overwrite``, ``delete``, ``replace``) of the
+    snapshot ``record`` committed, or None when that snapshot is no longer in ``metadata``."""
+    snapshot = metadata.snapshot_by_id(record.snapshot_id) if record.snapshot_id is not None else None
+    if snapshot is None or snapshot.summary is None:
+        return None
+    return str(snapshot.summary.operation.value)
+
+
+def commit_changes(
+    metadata: TableMetadata, io: FileIO, record: CommitRecord
+) -> tuple[Schema, list[DataFile], list[DataFile]] | None:
+    """The schema, added data files and removed data files of a copy-on-write commit; None
+    when it wrote delete files (merge-on-read), which have no row form here.
+
+    Raises:
+        RowsUnavailable: The commit's snapshot is no longer in the metadata.
+    """
+    assert record.snapshot_id is not None
+    snapshot = metadata.snapshot_by_id(record.snapshot_id)
+    if snapshot is None:
+        raise RowsUnavailable("the commit's snapshot was expired")
+    schema = _snapshot_schema(metadata, snapshot)
+    added: list[DataFile] = []
+    removed: list[DataFile] = []
+    for snapshot_id in _commit_snapshot_ids(metadata, record):
+        for status, files in ((ManifestEntryStatus.ADDED, added), (ManifestEntryStatus.DELETED, removed)):
+            for entry in _own_entries(metadata, io, snapshot_id, status):
+                if entry.data_file.content != DataFileContent.DATA:
+                    return None
                 files.append(entry.data_file)
-    return files
+    return schema, added, removed
 
 
-def with_commit_columns(batch: pa.RecordBatch, target: pa.Schema, record: CommitRecord) -> pa.RecordBatch:
+def with_commit_columns(
+    batch: pa.RecordBatch, target: pa.Schema, record: CommitRecord, operation: str | None = None
+) -> pa.RecordBatch:
+    """``batch`` with the commit columns, ``_operation`` being ``operation`` or the commit's."""
     n = batch.num_rows
     arrays: list[Any] = []
     for field in target:
@@ -274,7 +319,7 @@ def with_commit_columns(batch: pa.RecordBatch, target: pa.Schema, record: Commit
         elif field.name == "_snapshot_id":
             arrays.append(pa.repeat(pa.scalar(record.snapshot_id, pa.int64()), n))
         elif field.name == "_operation":
-            arrays.append(pa.repeat(pa.scalar(record.operation, pa.utf8()), n))
+            arrays.append(pa.repeat(pa.scalar(operation or record.operation, pa.utf8()), n))
         else:
             arrays.append(batch.column(field.name).cast(field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=target)

@@ -22,9 +22,9 @@ def _descriptor(**request: Any) -> flight.FlightDescriptor:
     return flight.FlightDescriptor.for_command(json.dumps({"changes": "ns.t", **request}).encode())
 
 
-def _scan(client: flight.FlightClient, after: int, until: int, headers: list[tuple[bytes, bytes]] | None = None
-          ) -> tuple[flight.FlightInfo, list[dict[str, Any]]]:
-    info = client.get_flight_info(_descriptor(after=after, until=until),
+def _scan(client: flight.FlightClient, after: int, until: int, headers: list[tuple[bytes, bytes]] | None = None,
+          include: str = "appends") -> tuple[flight.FlightInfo, list[dict[str, Any]]]:
+    info = client.get_flight_info(_descriptor(after=after, until=until, include=include),
                                   flight.FlightCallOptions(headers=headers or []))
     rows: list[dict[str, Any]] = []
     for endpoint in info.endpoints:
@@ -105,7 +105,7 @@ def test_non_append_commits_are_listed_and_schema_changes_read_right(server: Ser
     head = first + 3
     info, rows = _scan(client, first - 1, head)
     meta = json.loads(info.app_metadata)
-    assert [c["operation"] for c in meta["non_appends"]] == ["delete", "schema"], meta
+    assert [(c["operation"], c["data_change"]) for c in meta["non_appends"]] == [("delete", True), ("schema", False)]
     # the rows each append added, read with the newest schema among them (by field id)
     assert info.schema.names == ["x", "label", "_seq", "_snapshot_id", "_operation"]
     assert [(r["x"], r["label"]) for r in rows] == [(1, None), (2, None), (3, None), (4, "four")]
@@ -131,8 +131,6 @@ def test_range_limits_and_bad_requests(server: ServerProcess) -> None:
                 b'{"changes": "ns.t", "after": 0, "until": 1, "split": [0, 2]}x'):
         with pytest.raises(pa.ArrowInvalid):
             client.get_flight_info(flight.FlightDescriptor.for_command(raw))
-    with pytest.raises(pa.ArrowNotImplementedError, match="include"):
-        client.get_flight_info(_descriptor(after=0, until=seq, include="all"))
     with pytest.raises(pa.ArrowKeyError, match="does not exist"):
         client.get_flight_info(flight.FlightDescriptor.for_command(
             json.dumps({"changes": "ns.nope", "after": seq, "until": seq}).encode()))
@@ -162,3 +160,57 @@ def test_expired_range_is_cursor_expired(tmp_path: Path) -> None:
             client.get_flight_info(_descriptor(after=0, until=head))
         assert [r["x"] for r in _scan(client, head - 2, head)[1]] == [2, 3]
         client.close()
+
+
+def _changes(rows: list[dict[str, Any]]) -> list[tuple[int, str, int]]:
+    return sorted((r["_seq"], r["_operation"], r["x"]) for r in rows)
+
+
+def test_include_all_reads_deletes_and_updates_as_rows(server: ServerProcess) -> None:
+    first = _append(server, [1, 2, 3, 4])
+    second = _append(server, [5, 6])
+    with flight_sql.connect(server.location, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("DELETE FROM ns.t WHERE x = 2")
+        cur.execute("UPDATE ns.t SET x = 30 WHERE x = 3")
+        cur.execute("DELETE FROM ns.t WHERE x > 100")  # touches nothing
+    client = flight.FlightClient(server.location)
+    body = json.dumps({"table": "ns.t", "orphan_grace_s": 3600, "min_input_files": 2}).encode()
+    list(client.do_action(flight.Action("icefloe.maintain", body)))  # compaction: a replace commit
+    head = _head(server)
+    info, rows = _scan(client, first - 1, head, include="all")
+    deleted_seq, updated_seq = second + 1, second + 2
+    assert _changes(rows) == sorted([
+        (first, "append", 1), (first, "append", 2), (first, "append", 3), (first, "append", 4),
+        (second, "append", 5), (second, "append", 6),
+        (deleted_seq, "delete", 2),
+        (updated_seq, "delete", 3), (updated_seq, "insert", 30),
+    ]), "carry-over rows (the survivors of each rewritten file) cancel out"
+    meta = json.loads(info.app_metadata)
+    listed = {c["seq"]: c for c in meta["non_appends"]}
+    assert deleted_seq not in listed and updated_seq not in listed, "expressed as rows, not listed"
+    assert all(not c["data_change"] for c in listed.values() if c["operation"] in ("replace", "expire")), listed
+    assert info.total_records == -1
+    # The same range split per commit / file, after a restart: the same rows.
+    client.close()
+    server.restart()
+    client = flight.FlightClient(server.location)
+    split, again = _scan(client, first - 1, head, SPLIT, include="all")
+    assert len(split.endpoints) > 1 and _changes(again) == _changes(rows)
+    # With "appends" the same commits are listed, as data changes.
+    _, appended = _scan(client, first - 1, head)
+    assert _changes(appended) == [r for r in _changes(rows) if r[1] == "append"]
+    info = client.get_flight_info(_descriptor(after=first - 1, until=head))
+    listed = {c["seq"]: c for c in json.loads(info.app_metadata)["non_appends"]}
+    assert listed[deleted_seq] == {"seq": deleted_seq, "operation": "delete", "data_change": True}
+    assert listed[updated_seq]["data_change"] is True
+    client.close()
+
+
+def _head(server: ServerProcess) -> int:
+    from catalog import RocksCatalog
+
+    cat = RocksCatalog("reader", warehouse=str(server.warehouse), **{"read-only": "true"})
+    try:
+        return cat.log.head()
+    finally:
+        cat.close()
