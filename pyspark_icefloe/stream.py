@@ -53,8 +53,9 @@ logger = logging.getLogger("icefloe.spark")
 
 CHANGE_COLUMNS = (("_seq", LongType()), ("_snapshot_id", LongType()), ("_operation", StringType()))
 ON_NON_APPEND = ("fail", "skip", "changes")
-# Commits that leave the table's rows as they were: compaction is "replace", snapshot expiry
-# "expire"; a schema change is read right by the change scan (columns by field id).
+# Commits that leave the table's rows as they were, for servers whose change scans do not say
+# "data_change": compaction is "replace", snapshot expiry "expire"; a schema change is read
+# right by the change scan (columns by field id).
 ROWS_UNCHANGED = frozenset({"create", "schema", "replace", "expire", "register", "properties"})
 DATA_LOSS_HINT = "; set option failOnDataLoss to false to go on from the oldest commit the server keeps"
 _EXPIRED_AT = (re.compile(r"log starts at (\d+)"), re.compile(r"scan from after=(\d+)"))
@@ -257,8 +258,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
             logger.warning("icefloe stream of %s: rows in (%d, %d] are gone (%s); going on from %d because "
                            "failOnDataLoss is false", self.table, after, resume, clean(exc), resume)
             return self._change_scan(client, resume, until)
-        non_appends = [c for c in json.loads(info.app_metadata or b"{}").get("non_appends", [])
-                       if c.get("operation") not in ROWS_UNCHANGED]
+        non_appends = [c for c in json.loads(info.app_metadata or b"{}").get("non_appends", []) if _changes_rows(c)]
         if non_appends and self.on_non_append == "fail":
             first = non_appends[0]
             raise IcefloeSparkError(
@@ -278,6 +278,16 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         if self._watcher is not None:
             self._watcher.close()
             self._watcher = None
+
+
+def _changes_rows(commit: Mapping[str, Any]) -> bool:
+    """Whether a listed non-append commit changed rows (the server says so in "data_change";
+    a table's creation counts as none: the stream starts on an empty table)."""
+    if commit.get("operation") == "create":
+        return False
+    if isinstance(commit.get("data_change"), bool):
+        return bool(commit["data_change"])
+    return commit.get("operation") not in ROWS_UNCHANGED
 
 
 def _resume_after(message: str) -> int | None:

@@ -21,7 +21,7 @@ def _make(warehouse: Path, tables: tuple[str, ...]) -> None:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     warehouse = tmp_path_factory.mktemp("spark-stream") / "warehouse"
-    _make(warehouse, ("ns.s", "ns.other", "ns.na_fail", "ns.na_skip"))
+    _make(warehouse, ("ns.s", "ns.other", "ns.na_fail", "ns.na_skip", "ns.na_changes"))
     with serving(warehouse) as proc:
         yield proc
 
@@ -104,8 +104,8 @@ def test_every_row_once_while_running_and_after_a_restart(spark: Any, server: Se
     assert sink.rows() == expected, "every appended row exactly once, none twice"
 
 
-def test_on_non_append_fail_and_skip(spark: Any, server: ServerProcess, tmp_path: Path) -> None:
-    for table in ("ns.na_fail", "ns.na_skip"):
+def test_on_non_append_fail_skip_and_changes(spark: Any, server: ServerProcess, tmp_path: Path) -> None:
+    for table in ("ns.na_fail", "ns.na_skip", "ns.na_changes"):
         append(server, table, [1, 2])
         sql(server.location, f"DELETE FROM {table} WHERE x = 1")
         append(server, table, [3])
@@ -124,6 +124,20 @@ def test_on_non_append_fail_and_skip(spark: Any, server: ServerProcess, tmp_path
     finally:
         query.stop()
     assert skipping.rows() == [1, 2, 3], "the appends' rows; the delete is skipped"
+    changes: list[tuple[int, str]] = []
+
+    def collect(frame: Any, batch_id: int) -> None:
+        changes.extend((r.x, r._operation) for r in frame.collect())
+
+    query = (spark.readStream.format("icefloe").option("uri", server.location).option("table", "ns.na_changes")
+             .option("startingOffsets", "earliest").option("onNonAppend", "changes").load()
+             .writeStream.foreachBatch(collect).option("checkpointLocation", str(tmp_path / "c"))
+             .trigger(processingTime="0 seconds").start())
+    try:
+        wait_for(query, lambda: len(changes) == 4)
+    finally:
+        query.stop()
+    assert sorted(changes) == [(1, "append"), (1, "delete"), (2, "append"), (3, "append")]
 
 
 def test_expired_cursor_fails_unless_failOnDataLoss_is_false(spark: Any, tmp_path: Path) -> None:  # noqa: N802
