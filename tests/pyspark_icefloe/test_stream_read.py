@@ -37,10 +37,12 @@ class Sink:
         self.batches: dict[int, list[int]] = {}
         self.replays = 0
         self.first_batch_s = first_batch_s  # a slow first batch: commits pile up behind it
+        self.busy = False
 
     def __call__(self, frame: Any, batch_id: int) -> None:
         rows = sorted(r.x for r in frame.collect())
-        if not self.batches and rows:
+        if not self.busy and rows and not any(self.batches.values()):
+            self.busy = True  # the first batch with rows is running
             time.sleep(self.first_batch_s)
         if batch_id in self.batches:
             self.replays += 1
