@@ -175,6 +175,43 @@ def feed_head(
     raise ConnectionError("the feed sent no hello")
 
 
+def feed_messages(
+    location: str,
+    request: dict[str, Any],
+    *,
+    headers: Sequence[tuple[bytes, bytes]] | None = None,
+    stall_timeout_s: float = 7.0,
+    stop: threading.Event | None = None,
+    tls_root_certs: bytes | None = None,
+) -> Iterator[tuple[str, Any]]:
+    """One feed connection's messages, for clients that need the hello and heartbeats too (the
+    Spark source answers offsets from the head): ``("hello" | "heartbeat", dict)`` and
+    ``("batch", RecordBatch)``. No reconnection; the call is cancelled when it stalls or ``stop``
+    is set (the iterator then ends).
+
+    Args:
+        location: Server location.
+        request: The subscription (``{"feed": "commits.v1", "after": ..., ...}``).
+        headers: Extra call headers.
+        stall_timeout_s: Cancel when no message arrives for this long.
+        stop: When set, the call is cancelled.
+        tls_root_certs: PEM bytes of the server's CA.
+
+    Raises:
+        FeedCursorExpired: ``after`` is older than the retained log.
+        FeedError: The server refused the subscription.
+        pyarrow.ArrowException: The stream broke (retrying may help).
+    """
+    connection = _Connection(location, request, headers, stall_timeout_s, stop, tls_root_certs)
+    try:
+        yield from connection.messages()
+    except pa.ArrowException as exc:
+        _raise_if_final(exc)
+        raise
+    finally:
+        connection.close()
+
+
 def _raise_if_final(exc: pa.ArrowException) -> None:
     text = str(exc)
     if "cursor expired" in text:

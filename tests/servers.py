@@ -90,3 +90,16 @@ def serving(warehouse: Path, extra_args: Sequence[str] = (), **kwargs: object) -
         yield proc
     finally:
         proc.stop()
+
+
+def make_tables(warehouse: Path, names: Sequence[str], schema: object) -> None:
+    """Create namespace ``ns`` and the empty tables ``names`` (``ns.t``) with ``schema`` offline."""
+    from catalog import RocksCatalog
+
+    cat = RocksCatalog("setup", warehouse=str(warehouse), **{"read-only": "false"})
+    try:
+        cat.create_namespace("ns")
+        for name in names:
+            cat.create_table(name, schema)
+    finally:
+        cat.close()

@@ -10,23 +10,16 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
+import servers
 from doput_client import do_put as put
 from feed_helpers import FeedReader
 from servers import ServerProcess
-
-from catalog import RocksCatalog
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 
 
 def make_tables(warehouse: Path, names: list[str]) -> None:
-    cat = RocksCatalog("setup", warehouse=str(warehouse), **{"read-only": "false"})
-    try:
-        cat.create_namespace("ns")
-        for name in names:
-            cat.create_table(name, SCHEMA)
-    finally:
-        cat.close()
+    servers.make_tables(warehouse, names, SCHEMA)
 
 
 def do_put(location: str, table: str, data: pa.Table) -> dict[str, Any]:
