@@ -56,6 +56,7 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
 
+mod changes;
 mod client;
 mod error;
 mod event;
@@ -64,6 +65,7 @@ mod rows;
 mod subscription;
 mod wire;
 
+pub use changes::{ChangeScan, ChangeStream, DEFAULT_PARALLELISM, Include, NonAppend};
 pub use client::{Client, ClientOptions, Credentials, TlsOptions};
 pub use error::{Error, Result};
 pub use event::{CommitEvent, Operation};

@@ -186,15 +186,27 @@ impl Server {
 
     /// Run Python in the server's virtualenv (for offline catalog work such as a log trim).
     pub fn python(&self, code: &str) -> String {
-        let python = self.bin.with_file_name("python");
-        let out = Command::new(python).args(["-c", code]).output().expect("run python");
-        assert!(
-            out.status.success(),
-            "python failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        python(&self.bin, code)
     }
+
+    /// Restart (same warehouse and port) with these flags instead of the first ones.
+    pub fn restart_with(&mut self, args: &[&str]) {
+        self.args = args.iter().map(|a| a.to_string()).collect();
+        self.restart();
+    }
+}
+
+/// Run Python in the virtualenv of the `icefloe` executable `bin` (offline catalog work
+/// before a server starts); returns its stripped stdout.
+pub fn python(bin: &Path, code: &str) -> String {
+    let python = bin.with_file_name("python");
+    let out = Command::new(python).args(["-c", code]).output().expect("run python");
+    assert!(
+        out.status.success(),
+        "python failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 impl Drop for Server {
