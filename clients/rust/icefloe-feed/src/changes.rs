@@ -6,7 +6,7 @@
 //! answer, each a signed ticket read with `DoGet`, and its `app_metadata` lists the
 //! commits of the range that are not appends.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -296,7 +296,16 @@ async fn flight_info(client: &Client, scan: &ChangeScan) -> Result<FlightInfo> {
 /// endpoint (connected on first use, shared by the endpoints that name it).
 struct Connections {
     home: Client,
-    others: tokio::sync::Mutex<HashMap<String, Client>>,
+    others: tokio::sync::Mutex<Others>,
+}
+
+#[derive(Default)]
+struct Others {
+    clients: HashMap<String, Client>,
+    /// Locations that refused a connection in this scan: tried last by the next endpoints,
+    /// so a dead server among several locations costs one connection attempt, not one
+    /// per endpoint.
+    failed: HashSet<String>,
 }
 
 impl Connections {
@@ -310,22 +319,29 @@ impl Connections {
     /// The client for an endpoint: this server when it names no location, otherwise the
     /// first of its locations that accepts a connection.
     async fn for_endpoint(&self, endpoint: &FlightEndpoint) -> Result<Client> {
-        let uris: Vec<&str> = endpoint.location.iter().map(|l| l.uri.as_str()).collect();
+        let mut uris: Vec<&str> = endpoint.location.iter().map(|l| l.uri.as_str()).collect();
         if uris.is_empty() || uris.iter().any(|uri| uri.starts_with(REUSE_CONNECTION)) {
             return Ok(self.home.clone());
         }
+        // One connection attempt at a time: endpoints naming the same location wait for
+        // the first one's connection instead of opening their own.
         let mut others = self.others.lock().await;
+        if let Some(client) = uris.iter().find_map(|uri| others.clients.get(*uri)) {
+            return Ok(client.clone());
+        }
+        uris.sort_by_key(|uri| others.failed.contains(*uri)); // stable: the server's order otherwise
         let mut last = None;
         for uri in uris {
-            if let Some(client) = others.get(uri) {
-                return Ok(client.clone());
-            }
             match self.home.connect_like(uri).await {
                 Ok(client) => {
-                    others.insert(uri.to_string(), client.clone());
+                    others.failed.remove(uri);
+                    others.clients.insert(uri.to_string(), client.clone());
                     return Ok(client);
                 }
-                Err(e) => last = Some(e),
+                Err(e) => {
+                    others.failed.insert(uri.to_string());
+                    last = Some(e);
+                }
             }
         }
         Err(last.unwrap_or_else(|| Error::protocol("endpoint without a usable location")))

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use icefloe_feed::{ChangeScan, ChangeStream, Client, ClientOptions, Error, Include, NonAppend, Operation};
 use tonic::Code;
 
-use crate::common::{Server, TempDir, Writer, python, require_icefloe};
+use crate::common::{Server, TempDir, Writer, offline_appends, require_icefloe};
 
 /// `(seq, id, operation)` of every row, sorted (endpoints arrive in no particular order).
 fn rows(batches: &[RecordBatch]) -> Vec<(i64, i64, String)> {
@@ -177,27 +177,10 @@ async fn an_expired_range_is_cursor_expired() {
     let dir = TempDir::new("changes-expired");
     let warehouse = dir.path().join("wh");
     // Four appends offline, then the log is trimmed to its two newest records.
-    let head: i64 = python(
-        &bin,
-        &format!(
-            r#"
-import pyarrow as pa
-from catalog import RocksCatalog
-cat = RocksCatalog("icefloe", warehouse={:?})
-cat.create_namespace("ns")
-cat.create_table("ns.t", pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())]))
-for i in range(4):
-    cat.load_table("ns.t").append(pa.table({{"id": pa.array([i], pa.int64()), "v": ["x"]}}))
-head = cat.log.head()
-cat.log.trim(head - 2)
-cat.close()
-print(head)
-"#,
-            warehouse.display().to_string()
-        ),
-    )
-    .parse()
-    .expect("head seq");
+    let trim = "head = cat.log.head()\ncat.log.trim(head - 2)\nprint(head)";
+    let head: i64 = offline_appends(&bin, &warehouse, "ns.t", &[&[0], &[1], &[2], &[3]], trim)
+        .parse()
+        .expect("head seq");
     let mut server = Server::start(&bin, &warehouse, &[]);
     let client = Client::connect(&server.uri, ClientOptions::default()).await.unwrap();
     match client.changes(ChangeScan::new("ns.t", 0, head)).await {

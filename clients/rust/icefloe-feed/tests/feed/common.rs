@@ -215,6 +215,30 @@ impl Drop for Server {
     }
 }
 
+/// Create `table` (`ns.t`: columns `id BIGINT, v VARCHAR`) in a new warehouse with the
+/// Python catalog, offline, and append one commit per entry of `appends`; then run `then`
+/// (Python with the catalog as `cat`, e.g. a log trim) and return what it printed.
+pub fn offline_appends(bin: &Path, warehouse: &Path, table: &str, appends: &[&[i64]], then: &str) -> String {
+    let (namespace, _) = table.rsplit_once('.').expect("ns.t");
+    python(
+        bin,
+        &format!(
+            r#"
+import pyarrow as pa
+from catalog import RocksCatalog
+cat = RocksCatalog("icefloe", warehouse={warehouse:?})
+cat.create_namespace({namespace:?})
+cat.create_table({table:?}, pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())]))
+for ids in {appends:?}:
+    cat.load_table({table:?}).append(pa.table({{"id": pa.array(ids, pa.int64()), "v": ["x"] * len(ids)}}))
+{then}
+cat.close()
+"#,
+            warehouse = warehouse.display().to_string(),
+        ),
+    )
+}
+
 /// Commits through the server's Flight endpoint: DoPut appends and SQL statements.
 pub struct Writer {
     client: FlightClient,
