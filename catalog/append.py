@@ -94,6 +94,9 @@ class _Request:
     key: str | None
     principal: str | None
     staged_schema: _StagedSchema | None = None
+    # Set by pipes (catalog.pipes): summary properties of the new snapshot; such a request
+    # lands in a commit of its own, never coalesced.
+    snapshot_properties: dict[str, str] = field(default_factory=dict)
     # A commit of staged appends (two_phase.py) lands alone: ``prepare`` runs in the table's
     # commit slot first (it checks the stagings and fills ``data_files``), ``batch_writes``
     # adds its records to the commit's RocksDB batch, ``extra`` to its commit-log record.
@@ -106,7 +109,7 @@ class _Request:
 
     @property
     def alone(self) -> bool:
-        return self.staged_schema is not None or self.prepare is not None
+        return self.staged_schema is not None or self.prepare is not None or bool(self.snapshot_properties)
 
 
 @dataclass
@@ -212,11 +215,15 @@ class Appender:
         schema: pa.Schema,
         batches: Iterable[pa.RecordBatch],
         idempotency_key: str | None = None,
+        snapshot_properties: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> AppendResult:
         """Append a stream of batches to an existing table; return once the commit is durable.
 
         ``batches`` may raise (the client went away): then nothing is committed and every
-        file written so far is deleted.
+        file written so far is deleted. ``snapshot_properties`` go into the new snapshot's
+        summary and ``extra`` into the commit record, in a commit of its own (a pipe's
+        checkpoint and lineage, see ``catalog.pipes``).
 
         Raises:
             NoSuchTableError: The table does not exist.
@@ -243,7 +250,8 @@ class Appender:
         self.track_writer(writer)
         try:
             files = self._write_all(writer, schema, batches)  # not yet fsync'd: see _land_append
-            return self._commit_files(table, identifier, files, writer.rows, idempotency_key, staged)
+            return self._commit_files(table, identifier, files, writer.rows, idempotency_key, staged,
+                                      snapshot_properties, extra)
         finally:
             self.untrack_writer(writer)
 
@@ -346,6 +354,8 @@ class Appender:
         rows: int,
         idempotency_key: str | None,
         staged: _StagedSchema | None,
+        snapshot_properties: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> AppendResult:
         namespace, name = tuple(identifier[:-1]), identifier[-1]
         qualified = ".".join(identifier)
@@ -353,7 +363,8 @@ class Appender:
             # Nothing to commit: answer with the table's current state.
             snapshot = table.current_snapshot()
             return AppendResult(qualified, self.catalog.log.head(), snapshot.snapshot_id if snapshot else None, 0)
-        request = _Request(files, rows, idempotency_key, current_commit_context().principal, staged)
+        request = _Request(files, rows, idempotency_key, current_commit_context().principal, staged,
+                           snapshot_properties=dict(snapshot_properties or {}), extra=dict(extra or {}))
         try:
             result = self.committer(namespace, name).submit(request)
         except BaseException:
@@ -466,7 +477,8 @@ class Appender:
         staged = requests[0].staged_schema if len(requests) == 1 else None
         if staged is not None:
             self._restage_schema(table, tx, staged)
-        with tx.update_snapshot().fast_append() as append:
+        properties = requests[0].snapshot_properties if len(requests) == 1 else {}
+        with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
             for req in requests:
                 for data_file in req.data_files:
                     append.append_data_file(data_file)

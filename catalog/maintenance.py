@@ -378,7 +378,11 @@ def maintain(
 
 
 def all_tables(appender: Appender) -> list[tuple[str, ...]]:
-    catalog = appender.catalog
+    return catalog_tables(appender.catalog)
+
+
+def catalog_tables(catalog: Any) -> list[tuple[str, ...]]:
+    """Every table of the catalog, in every namespace (nested ones too), sorted."""
     found: list[tuple[str, ...]] = []
     pending: list[tuple[str, ...]] = [tuple(ns) for ns in catalog.list_namespaces()]
     while pending:

@@ -54,6 +54,7 @@ class RocksStore:
                 raise
         self._sync = rocksdict.WriteOptions()
         self._sync.sync = True
+        self.closed = False  # set by close(): readiness checks read it, never a closed handle
 
     # -- reads -------------------------------------------------------------------------
 
@@ -104,6 +105,9 @@ class RocksStore:
         self._db.delete_range(begin, end, self._sync)
 
     def close(self) -> None:
+        if self.closed:
+            return  # idempotent: the server closes it at shutdown whoever closed it first
+        self.closed = True
         try:
             self._db.close()
         finally:

@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import math
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -23,10 +24,11 @@ from catalog.append import Appender, AppendResult
 from catalog.context import commit_context
 from catalog.maintenance import DEFAULT_ORPHAN_GRACE_S, BackgroundMaintainer, all_tables, maintain
 from catalog.names import InvalidNameError, check_name, check_namespace
+from catalog.pipes import InvalidPipeCommit, PipeCommit
 from catalog.schema_policy import SchemaMismatchError
 from flight_server import errors
 from flight_server.engine.sql_text import DEFAULT_SCHEMA
-from flight_server.headers import IDEMPOTENCY_HEADER, STAGE_HEADER, single_header
+from flight_server.headers import IDEMPOTENCY_HEADER, PIPE_HEADER, STAGE_HEADER, single_header
 
 if TYPE_CHECKING:
     from flight_server.server import IcefloeServer
@@ -108,11 +110,12 @@ class AppendService:
         principal = self.server.authorize(context, "write")
         identifier = self._identifier(descriptor)
         key = self._idempotency_key(context)
+        pipe = self._pipe_commit(context)
         job = single_header(context, STAGE_HEADER)
         if job is not None:
-            if key is not None:
+            if key is not None or pipe is not None:
                 raise errors.InvalidArgument(
-                    f"a staged DoPut ({STAGE_HEADER}) takes no {IDEMPOTENCY_HEADER}: "
+                    f"a staged DoPut ({STAGE_HEADER}) takes no {IDEMPOTENCY_HEADER} or {PIPE_HEADER}: "
                     "give the key to icefloe.commit-staged, which commits exactly once per key"
                 )
             answer = self.server.staged.stage(identifier, reader, self._batches(reader, context), job, principal)
@@ -121,7 +124,7 @@ class AppendService:
         # track_write: a refused or failed append becomes a FAIL run in lineage.
         with self.server.lineage.track_write(identifier[:-1], identifier[-1], "append", principal=principal):
             with commit_context(principal=principal):
-                result = self._append(identifier, reader, key, context)
+                result = self._append(identifier, reader, key, context, pipe)
         # Committed, but the client may be gone: a retry with its idempotency key gets this result.
         self._answer(writer, result.to_json(), f"appended to {result.table} at seq {result.commit_seq}")
 
@@ -153,22 +156,57 @@ class AppendService:
     def _idempotency_key(context: flight.ServerCallContext) -> str | None:
         return single_header(context, IDEMPOTENCY_HEADER)
 
+    @staticmethod
+    def _pipe_commit(context: flight.ServerCallContext) -> PipeCommit | None:
+        """The ``x-icefloe-pipe`` header: a pipe step whose checkpoint lands with this append."""
+        value = single_header(context, PIPE_HEADER)
+        if value is None:
+            return None
+        try:
+            return PipeCommit.parse(value)
+        except InvalidPipeCommit as exc:
+            raise errors.InvalidArgument(f"header {PIPE_HEADER}: {exc}") from None
+
     def _append(
-        self, identifier: tuple[str, ...], reader: Any, key: str | None, context: flight.ServerCallContext | None
+        self, identifier: tuple[str, ...], reader: Any, key: str | None, context: flight.ServerCallContext | None,
+        pipe: PipeCommit | None = None,
+    ) -> AppendResult:
+        """Append the stream (see ``_append_stream``), counted in the metrics: one call per append."""
+        started = time.perf_counter()
+        received = [0]  # Arrow bytes read, counted by _batches
+        try:
+            result = self._append_stream(identifier, reader, key, context, received, pipe)
+        except Exception as exc:
+            self.server.metrics.appended(errors.status_of(exc))
+            raise
+        self.server.metrics.appended("OK", result.rows, received[0], time.perf_counter() - started)
+        return result
+
+    def _append_stream(
+        self, identifier: tuple[str, ...], reader: Any, key: str | None, context: flight.ServerCallContext | None,
+        received: list[int], pipe: PipeCommit | None = None,
     ) -> AppendResult:
         try:
             schema = reader.schema
         except Exception:
             raise errors.InvalidArgument("the DoPut stream carries no schema") from None
         with client_errors(identifier, "idempotency key"):
-            return self.appender.append_stream(identifier, schema, self._batches(reader, context), idempotency_key=key)
+            return self.appender.append_stream(
+                identifier, schema, self._batches(reader, context, received), idempotency_key=key,
+                snapshot_properties=pipe.snapshot_properties() if pipe else None,
+                extra=pipe.commit_extra() if pipe else None,
+            )
 
-    def _batches(self, reader: Any, context: flight.ServerCallContext | None) -> Iterator[pa.RecordBatch]:
-        """Batches of a Flight or plain Arrow reader; ends the append if the server stops.
+    def _batches(
+        self, reader: Any, context: flight.ServerCallContext | None, received: list[int] | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """Batches of a Flight or plain Arrow reader (their bytes added to ``received[0]``); ends
+        the append if the server stops.
 
         A client that dies mid-stream looks like an ordinary end of stream to the reader;
         only the call's cancelled flag tells them apart, so it is checked at the end.
         """
+        received = received if received is not None else [0]
         if hasattr(reader, "read_chunk"):
             while True:
                 try:
@@ -187,11 +225,13 @@ class AppendService:
                 if self.server.stopping.is_set():
                     raise errors.Unavailable("the server is shutting down; nothing was committed")
                 if chunk.data is not None:
+                    received[0] += chunk.data.nbytes
                     yield _validated(chunk.data)
         else:
             for batch in reader:
                 if self.server.stopping.is_set():
                     raise errors.Unavailable("the server is shutting down; nothing was committed")
+                received[0] += batch.nbytes
                 yield batch
 
     # -- DoAction "icefloe.maintain" ------------------------------------------------------
@@ -216,9 +256,13 @@ class AppendService:
         reports = []
         with commit_context(principal=principal):
             for identifier in targets:
-                reports.append(
-                    maintain(self.appender, identifier, orphan_grace_s=grace, worker=self.maintainer.worker).to_json()
-                )
+                try:
+                    report = maintain(self.appender, identifier, orphan_grace_s=grace, worker=self.maintainer.worker)
+                except Exception as exc:
+                    self.server.metrics.maintained(errors.status_of(exc))
+                    raise
+                self.server.metrics.maintained("OK")
+                reports.append(report.to_json())
         return iter([json.dumps(r).encode("utf-8") for r in reports])
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:

@@ -62,7 +62,10 @@ _READ_ACTIONS = frozenset({
     "CancelQuery", "CancelFlightInfo", "RenewFlightEndpoint", "SetSessionOptions",
     "GetSessionOptions", "CloseSession", "BeginTransaction", "EndTransaction",
     "BeginSavepoint", "EndSavepoint",
+    "icefloe.health",
 })
+# Actions whose floor is admin, so a lesser role is told the role it actually needs.
+_ADMIN_ACTIONS = frozenset({"icefloe.status"})
 
 
 def any_type_url(command: bytes) -> str | None:
@@ -94,6 +97,8 @@ def put_floor(descriptor: flight.FlightDescriptor) -> str:
 
 
 def action_floor(action_type: str) -> str:
+    if action_type in _ADMIN_ACTIONS:
+        return "admin"
     return "read" if action_type in _READ_ACTIONS else "write"
 
 

@@ -28,6 +28,7 @@ import functools
 import json
 import logging
 import threading
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -166,7 +167,7 @@ class _Plan:
 class ChangeScanService:
     """Plans change scans (GetFlightInfo) and streams their endpoints (DoGet)."""
 
-    def __init__(self, catalog: Any, signer: HandleSigner) -> None:
+    def __init__(self, catalog: Any, signer: HandleSigner | None) -> None:
         self.catalog = catalog
         self._signer = signer
         # (table uuid, seq) -> what that append wrote (see _appended); shared by every scan.
@@ -203,12 +204,24 @@ class ChangeScanService:
         # Imported here: the flightsql package imports this module (its dispatcher routes here).
         from flight_server.flightsql import protocol as p
 
+        assert self._signer is not None, "a service that issues tickets has a signer"
         return p.TicketStatementQuery(self._signer.seal(PURPOSE, request.body())).pack()
 
     # -- DoGet ---------------------------------------------------------------------------
 
     def do_get(self, sealed: bytes) -> flight.RecordBatchStream:
+        assert self._signer is not None, "a service that reads tickets has a signer"
         request = ChangeRequest.parse(self._signer.open(PURPOSE, sealed, "change scan ticket"))
+        return flight.RecordBatchStream(self.read(request))
+
+    def read(self, request: ChangeRequest) -> pa.RecordBatchReader:
+        """The rows of a change scan (only part k of n with ``request.split``), streamed.
+
+        Raises:
+            errors.InvalidArgument: ``until`` is past the commit head.
+            errors.OutOfRange: The range's log records or rows are no longer kept.
+            errors.NotFound: The table does not exist.
+        """
         plan = self._plan(request)
         target = output_schema(plan.schema)
         units = plan.units
@@ -236,7 +249,7 @@ class ChangeScanService:
                 except FileNotFoundError:
                     raise errors.OutOfRange(_expired(request, unit.record.seq)) from None
 
-        return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(target, batches()))
+        return pa.RecordBatchReader.from_batches(target, batches())
 
     @staticmethod
     def _unit_batches(unit: _Unit, scan: ArrowScan, target: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -372,6 +385,26 @@ def _read_all(read: Callable[[_Unit], Iterator[pa.RecordBatch]], unit: _Unit) ->
 
 def _result(future: Future[list[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
     return iter(future.result())
+
+
+_in_process: weakref.WeakKeyDictionary[Any, ChangeScanService] = weakref.WeakKeyDictionary()
+_in_process_lock = threading.Lock()
+
+
+def read_changes(catalog: Any, request: ChangeRequest) -> pa.RecordBatchReader:
+    """A change scan of ``catalog`` read in this process (the ``icefloe`` API's in-process
+    ``Table.changes``): the same plan and rows as the Flight endpoints, no tickets.
+
+    Raises:
+        errors.InvalidArgument: ``until`` is past the commit head.
+        errors.OutOfRange: The range's log records or rows are no longer kept.
+        errors.NotFound: The table does not exist.
+    """
+    with _in_process_lock:
+        service = _in_process.get(catalog)
+        if service is None:
+            service = _in_process[catalog] = ChangeScanService(catalog, None)
+    return service.read(request)
 
 
 class _Current:

@@ -62,10 +62,14 @@ def main() -> None:
 @click.option("--metrics-port", envvar="ICEFLOE_METRICS_PORT", default=None, type=click.IntRange(0, 65535),
               help="Serve /metrics, /healthz, /readyz and the watch page on this HTTP port (0 = a free port).")
 @click.option("--log-level", envvar="ICEFLOE_LOG_LEVEL", default="info", show_default=True)
+@click.option("--log-format", envvar="ICEFLOE_LOG_FORMAT", default="text", show_default=True,
+              type=click.Choice(["text", "json"]), help="json: one JSON object per log line.")
+@click.option("--slow-query-ms", envvar="ICEFLOE_SLOW_QUERY_MS", default=1000.0, show_default=True,
+              type=click.FloatRange(min=0), help="Statements this slow are logged at WARNING in the query log.")
 def serve(**options: object) -> None:
     """Serve the warehouse over Arrow Flight SQL."""
     config = Config(**options)  # type: ignore[arg-type]
-    configure_logging(config.log_level)
+    configure_logging(config.log_level, config.log_format)
     from flight_server.server import serve as run
     from flight_server.users import SecurityConfigError
 
@@ -185,6 +189,20 @@ def subscribe(conn: Connection, after: str, tables: tuple[str, ...], heartbeat_m
         raise click.ClickException(str(exc)) from None
     except (KeyboardInterrupt, BrokenPipeError):
         pass
+
+
+@main.command()
+@server_options()
+@click.option("--json", "as_json", is_flag=True, default=False, help="Print the status as one JSON object.")
+def status(conn: Connection, as_json: bool) -> None:
+    """Print a running server's version, uptime, tables, commit head, feed subscribers and
+    lineage outbox (needs role admin when the server has --users)."""
+    import json
+
+    from flight_server.status_cli import fetch_status, render
+
+    body = fetch_status(conn)
+    click.echo(json.dumps(body, indent=2) if as_json else render(body))
 
 
 @main.command()

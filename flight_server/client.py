@@ -122,7 +122,7 @@ def subscribe(
                     if isinstance(cursor, int) and head > cursor:
                         cursor = head  # nothing matched up to head: resume after it
                 elif kind == "batch":
-                    for event in _events(payload):
+                    for event in events_of(payload):
                         if isinstance(cursor, int) and event.seq <= cursor:
                             continue  # already yielded before a reconnect
                         yield event
@@ -149,6 +149,32 @@ def subscribe(
         backoff = min(max_backoff_s, backoff * 2)
 
 
+def feed_head(
+    location: str,
+    headers: Sequence[tuple[bytes, bytes]] | None = None,
+    tls_root_certs: bytes | None = None,
+    timeout_s: float = 30.0,
+) -> int:
+    """The seq of the latest commit, from the feed's hello (one short DoExchange).
+
+    Raises:
+        FeedError: The server refused the call (auth).
+        pyarrow.ArrowException: The server cannot be reached.
+    """
+    connection = _Connection(location, {"feed": "commits.v1", "after": "latest"}, headers, timeout_s, None,
+                             tls_root_certs)
+    try:
+        for kind, payload in connection.messages():
+            if kind == "hello":
+                return int(payload["head"])
+    except pa.ArrowException as exc:
+        _raise_if_final(exc)
+        raise
+    finally:
+        connection.close()
+    raise ConnectionError("the feed sent no hello")
+
+
 def _raise_if_final(exc: pa.ArrowException) -> None:
     text = str(exc)
     if "cursor expired" in text:
@@ -163,7 +189,8 @@ def _first_line(text: str) -> str:
     return text.split(". Detail:")[0].split(". gRPC client debug context")[0]
 
 
-def _events(batch: pa.RecordBatch) -> Iterator[CommitEvent]:
+def events_of(batch: pa.RecordBatch) -> Iterator[CommitEvent]:
+    """The commit events of one ``commits.v1`` record batch."""
     for row in batch.to_pylist():
         yield CommitEvent(**row)
 

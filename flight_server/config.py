@@ -19,6 +19,10 @@ class Config:
     lineage_hash_names: bool = False
     demo: bool = False
     log_level: str = "info"
+    # "text" or "json" (one object per line, query-log fields included).
+    log_format: str = "text"
+    # Statements at least this slow are logged at WARNING in the query log (None: never).
+    slow_query_ms: float | None = 1000.0
     query_timeout_s: float = 300.0
     max_concurrent_queries: int = 16
     # DuckDB memory per running query (e.g. "2GB"); beyond it sorts and joins spill to a private

@@ -118,6 +118,18 @@ _APPROXIMATED = {"ALREADY_EXISTS", "OUT_OF_RANGE", "FAILED_PRECONDITION", "ABORT
 _CLEAN_ATTR = "_icefloe_clean"
 
 
+def clean_copy(exc: BaseException, message: str) -> BaseException:
+    """An exception of ``exc``'s own type with ``message``, whose traceback "detail" shows only
+    the class name (for Arrow errors re-raised from Python, e.g. by a wrapping generator).
+    ``exc`` itself when its type cannot be built from a message."""
+    try:
+        copy = type(exc)(message)
+    except Exception:  # an exception type with another constructor: keep the original
+        return exc
+    setattr(copy, _CLEAN_ATTR, True)
+    return copy
+
+
 def first_line(exc: BaseException) -> str:
     """An exception's first message line (Arrow appends C++ source locations after it), or
     its class name when it has no message: what a client may see of a library error."""
@@ -179,6 +191,28 @@ def classify(exc: BaseException) -> tuple[str, str]:
         # Closed at shutdown, or killed: the work is not committed and may be retried.
         return "UNAVAILABLE", f"maintenance did not finish: {exc}; retry"
     return "INTERNAL", str(exc)
+
+
+_FLIGHT_CODES: tuple[tuple[type[Exception], str], ...] = (
+    (flight.FlightUnauthenticatedError, "UNAUTHENTICATED"),
+    (flight.FlightUnauthorizedError, "PERMISSION_DENIED"),
+    (flight.FlightCancelledError, "CANCELLED"),
+    (flight.FlightTimedOutError, "DEADLINE_EXCEEDED"),
+    (flight.FlightUnavailableError, "UNAVAILABLE"),
+)
+
+
+def status_of(exc: BaseException) -> str:
+    """The gRPC status name an exception stands for (as ``to_flight_error`` maps it), for
+    metrics and the query log."""
+    if isinstance(exc, IcefloeError):
+        return exc.code
+    if isinstance(exc, flight.FlightError):
+        for cls, code in _FLIGHT_CODES:
+            if isinstance(exc, cls):
+                return code
+        return "INTERNAL"
+    return classify(exc)[0]
 
 
 def guard(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -14,6 +14,8 @@ from flight_server import errors
 
 MIDDLEWARE_KEY = "icefloe-headers"
 IDEMPOTENCY_HEADER = "x-icefloe-idempotency-key"
+# A pipe step (catalog.pipes.PipeCommit as JSON): checkpoint and lineage land with the append.
+PIPE_HEADER = "x-icefloe-pipe"
 # Two-phase appends: a DoPut with this header (the job id) stages its files, commits nothing.
 STAGE_HEADER = "x-icefloe-stage"
 

@@ -29,6 +29,8 @@ from flight_server.handles import HandleSigner
 from flight_server.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
 from flight_server.headers import HeadersMiddlewareFactory
 from flight_server.lineage_setup import lineage_settings
+from flight_server.metrics import Metrics, rpc
+from flight_server.querylog import QueryLog
 from flight_server.tokens import load_or_create_keys
 
 logger = logging.getLogger("icefloe.server")
@@ -45,6 +47,9 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
 
         errors.install_clean_tracebacks()
         self.config = config
+        # First: every service records into them from its first call on.
+        self.metrics = Metrics()
+        self.querylog = QueryLog(self.metrics, config.slow_query_ms)
         # Validate security flags before opening anything (a bad flag must not hold the catalog).
         self.security = build_security(config)
         # Every ticket and handle given to clients is sealed with the warehouse's keys, so any
@@ -61,6 +66,10 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         # A write whose client cancelled or went away mid-stream is an ABORT run, not a FAIL.
         self.lineage = LineageExporter(self.catalog, abort_errors=(errors.Cancelled,))
         self.staged = StagedAppendService(self.appends.appender, self.handle_signer, self.lineage)
+        from flight_server.operations import Operations
+
+        self.ops = Operations(self.catalog, self.lineage, self.flightsql.engine, self.feed.fanout, self.metrics,
+                              self.authorize)
         middleware = dict(kwargs.pop("middleware", None) or {})
         middleware.update(self.security.middleware)
         middleware.setdefault(HEADERS_MIDDLEWARE_KEY, HeadersMiddlewareFactory())
@@ -125,23 +134,28 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
             )
         return principal.name
 
+    def principal_name(self, context: flight.ServerCallContext) -> str | None:
+        """The authenticated caller's name, without checking anything (for the query log)."""
+        session = context.get_middleware(MIDDLEWARE_KEY) if self.security.auth is not None else None
+        return session.principal.name if session is not None else None
+
     # -- RPC routing ---------------------------------------------------------------------
 
-    @errors.guard
+    @rpc
     def get_flight_info(
         self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
     ) -> flight.FlightInfo:
         return self.flightsql.get_flight_info(context, descriptor)
 
-    @errors.guard
+    @rpc
     def get_schema(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor) -> flight.SchemaResult:
         return self.flightsql.get_schema(context, descriptor)
 
-    @errors.guard
+    @rpc
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
         return self.flightsql.do_get(context, ticket)
 
-    @errors.guard
+    @rpc
     def do_put(
         self,
         context: flight.ServerCallContext,
@@ -154,7 +168,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
             return self.appends.do_put(context, descriptor, reader, writer)
         return self.flightsql.do_put(context, descriptor, reader, writer)
 
-    @errors.guard
+    @rpc
     def do_exchange(
         self,
         context: flight.ServerCallContext,
@@ -164,17 +178,20 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
     ) -> None:
         return self.feed.do_exchange(context, descriptor, reader, writer)
 
-    @errors.guard
+    @rpc
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
         principal = self.authorize(context, action_floor(action.type))  # deny-by-default floor; handlers may ask more
         if action.type in self.staged.ACTIONS:
             return self.staged.do_action(context, action, principal)
         if action.type in self.appends.ACTIONS:
             return self.appends.do_action(context, action)
+        if action.type in self.ops.ACTIONS:
+            return self.ops.do_action(context, action)
         return self.flightsql.do_action(context, action)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
-        return self.flightsql.list_actions(context) + self.appends.list_actions(context) + self.staged.list_actions()
+        return (self.flightsql.list_actions(context) + self.appends.list_actions(context)
+                + self.staged.list_actions() + self.ops.list_actions())
 
     def list_flights(self, context: flight.ServerCallContext, criteria: bytes) -> Iterator[flight.FlightInfo]:
         return iter(())
@@ -199,6 +216,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         self.appends.close()
         self.flightsql.close()
         self.lineage.stop()
+        self.querylog.close()
         self.catalog.close()
         return not stopper.is_alive()
 

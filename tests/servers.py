@@ -13,7 +13,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-READY = re.compile(r"icefloe listening on (\S+)")
+# The location ends at whitespace, or at the quote closing the message of a --log-format json line.
+READY = re.compile(r"icefloe listening on ([^\s\"]+)")
 ROOT = Path(__file__).resolve().parent.parent
 
 

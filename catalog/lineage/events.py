@@ -24,6 +24,10 @@ that lineage reads:
     A job name chosen by the writer instead of ``icefloe.<operation>.<ns.table>``.
 ``renamed_from`` (str)
     Set by the catalog on a rename: the previous ``ns.table``.
+``column_lineage`` (dict[str, list[[str, str]]])
+    Column lineage a writer declared (``icefloe.pipe``'s ``columns``): output column ->
+    ``[input table, input column]`` pairs. Becomes the ``columnLineage`` facet when the SQL
+    gave none; never guessed, so it is absent when not declared.
 
 The builders return plain JSON-ready dicts that follow the OpenLineage 2-0-2 spec; every facet
 carries the ``_schemaURL`` of the facet schema version it follows.
@@ -276,6 +280,22 @@ def _column_lineage(settings: LineageSettings, found: sql_lineage.SqlLineage) ->
     return facet("columnLineage", **body)
 
 
+def _declared_column_lineage(settings: LineageSettings, declared: Any) -> dict[str, Any] | None:
+    """The ``columnLineage`` facet of ``extra["column_lineage"]`` (transformations unknown, so
+    none are claimed)."""
+    if not isinstance(declared, dict) or not declared:
+        return None
+    fields: dict[str, Any] = {}
+    for target, refs in declared.items():
+        inputs = [
+            {"namespace": settings.namespace, "name": settings.dataset_name(ref[0]), "field": ref[1]}
+            for ref in refs if isinstance(ref, list) and len(ref) == 2 and all(isinstance(p, str) for p in ref)
+        ]
+        if isinstance(target, str) and inputs:
+            fields[target] = {"inputFields": inputs}
+    return facet("columnLineage", fields=fields) if fields else None
+
+
 def build_commit_events(
     record: CommitRecord,
     metadata: TableMetadata | None,
@@ -326,7 +346,7 @@ def build_commit_events(
     ]
 
     dataset_facets = _dataset_facets(settings, record, metadata)
-    lineage_facet = _column_lineage(settings, found)
+    lineage_facet = _column_lineage(settings, found) or _declared_column_lineage(settings, extra.get("column_lineage"))
     if lineage_facet is not None:
         dataset_facets["columnLineage"] = lineage_facet
     output: dict[str, Any] = {

@@ -168,6 +168,20 @@ class LineageExporter:
         raw = self.store.get(keys.LINEAGE_CURSOR)
         return keys.decode_u64(raw) if raw is not None else None
 
+    @property
+    def outbox_depth(self) -> int:
+        """Events waiting in the outbox, as counted in memory (no scan: for metrics)."""
+        return self._outbox_size
+
+    def dead_letters(self) -> int:
+        """Events the collector rejected for good (kept under dead letters)."""
+        return sum(1 for _ in self.store.scan(keys.LINEAGE_DEAD))
+
+    @property
+    def worker_alive(self) -> bool | None:
+        """Whether the export worker runs; None when export is off (there is no worker)."""
+        return None if self._thread is None else self._thread.is_alive()
+
     def pending(self) -> int:
         """Events waiting in the outbox."""
         return sum(1 for _ in self.store.scan(keys.LINEAGE_OUTBOX))

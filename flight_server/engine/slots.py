@@ -164,6 +164,7 @@ class SlotPool:
         self._free: queue.LifoQueue[Slot] = queue.LifoQueue()
         self._made = 0
         self._lock = threading.Lock()
+        self.waiting = 0  # queries queued for a slot (for metrics; updated under the lock)
 
     def take(self, wait_s: float = 5.0) -> Slot:
         """A clean slot; a new one while fewer than ``size`` exist, else wait for one.
@@ -186,10 +187,15 @@ class SlotPool:
                 with self._lock:
                     self._made -= 1
                 raise
+        with self._lock:
+            self.waiting += 1
         try:
             return self._free.get(timeout=wait_s)
         except queue.Empty:
             raise errors.ResourceExhausted(f"too many concurrent queries (limit {self.size}); retry later") from None
+        finally:
+            with self._lock:
+                self.waiting -= 1
 
     def give_back(self, slot: Slot, views: list[str], suspect: bool) -> None:
         """Return a slot a query used (its cursors closed). ``suspect``: the query changed

@@ -54,6 +54,11 @@ class Watchdog:
     def is_alive(self) -> bool:
         return self._thread.is_alive()
 
+    def running_count(self) -> int:
+        """Queries executing now (planning steps not counted)."""
+        with self._lock:
+            return sum(1 for run in self._running if run.pooled)
+
     def add(self, run: Running) -> None:
         with self._lock:
             self._running.add(run)

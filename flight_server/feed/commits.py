@@ -19,4 +19,5 @@ class CommitStream(FeedStream):
         if not matched:
             return False
         self.send_batch(self._batches.get(matched))
+        self.server.metrics.delivered(matched[-1].committed_at_us)
         return True

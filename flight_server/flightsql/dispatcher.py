@@ -8,9 +8,11 @@ Unknown or malformed commands are INVALID_ARGUMENT; known ones icefloe does not 
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -63,6 +65,9 @@ _ACTIONS = [
 SCAN_TARGET_BYTES = "icefloe.scan.target-partition-bytes"
 SCAN_MAX_PARTITIONS = "icefloe.scan.max-partitions"
 SESSION_OPTIONS = ("catalog", "schema", SCAN_TARGET_BYTES, SCAN_MAX_PARTITIONS)
+T = TypeVar("T")
+# Set on an exception already written to the query log (a write that failed inside planning).
+_LOGGED = "_icefloe_querylogged"
 # What a write statement sent as a query returns: the number of rows it affected.
 WRITE_RESULT_SCHEMA = pa.schema([pa.field("count", pa.int64())])
 
@@ -150,7 +155,7 @@ class FlightSqlService:
             else:
                 prepared = self.handles.open_prepared(cmd.prepared_statement_handle)
                 sql, default_schema, params = prepared.sql, prepared.default_schema, prepared.params
-            handle = self._plan(context, sql, default_schema, params)
+            handle = self._logged_plan(context, sql, default_schema, params)
             if handle.written is not None:
                 # A write sent as a query ran here, at GetFlightInfo; the result is its row count.
                 total_records = handle.written
@@ -230,12 +235,45 @@ class FlightSqlService:
         sql, pins = self.engine.plan(sql, default_schema, context)
         return StatementHandle(sql, default_schema, pins, params)
 
+    def _logged_plan(
+        self, context: flight.ServerCallContext, sql: str, default_schema: tuple[str, ...] | None,
+        params: pa.RecordBatch | None,
+    ) -> StatementHandle:
+        """``_plan``, with a query refused at planning in the query log (writes log themselves;
+        a query that plans is logged when its DoGet stream ends)."""
+        return self._refusals_logged(context, sql, lambda: self._plan(context, sql, default_schema, params))
+
+    def _refusals_logged(self, context: flight.ServerCallContext, sql: str, step: Callable[[], T]) -> T:
+        """Run ``step`` for statement ``sql``; if it fails, the statement goes to the query log."""
+        started = time.perf_counter()
+        try:
+            return step()
+        except Exception as exc:
+            if not getattr(exc, _LOGGED, False):
+                self.server.querylog.record(sql, self.server.principal_name(context), started, errors.status_of(exc))
+            raise
+
     def _write(
         self, context: flight.ServerCallContext, sql: str, default_schema: tuple[str, ...] | None,
         params: pa.RecordBatch | None,
     ) -> int:
-        """Run a write statement (DDL / DML) through the SQL writer: at most one commit per
-        parameter row (an INSERT with several rows is one commit)."""
+        """Run a write statement (DDL / DML) through the SQL writer (at most one commit per
+        parameter row; an INSERT with several rows is one commit), and log it."""
+        started = time.perf_counter()
+        try:
+            count = self._run_write(context, sql, default_schema, params)
+        except Exception as exc:
+            self.server.querylog.record(sql, self.server.principal_name(context), started, errors.status_of(exc))
+            with contextlib.suppress(AttributeError, TypeError):  # a few built-in exceptions take no attributes
+                setattr(exc, _LOGGED, True)
+            raise
+        self.server.querylog.record(sql, self.server.principal_name(context), started, "OK", rows=count)
+        return count
+
+    def _run_write(
+        self, context: flight.ServerCallContext, sql: str, default_schema: tuple[str, ...] | None,
+        params: pa.RecordBatch | None,
+    ) -> int:
         principal = self.server.authorize(context, "write")
         if default_schema is None:
             default_schema = self.default_schema(context)
@@ -271,7 +309,8 @@ class FlightSqlService:
         cmd = self._command(ticket.ticket)
         if not isinstance(cmd, p.TicketStatementQuery):
             raise errors.InvalidArgument("DoGet takes a ticket from GetFlightInfo, not a command")
-        self.server.authorize(context, "read")
+        principal = self.server.authorize(context, "read")
+        started = time.perf_counter()
         sealed = cmd.statement_handle
         if sealed.startswith(f"icefloe.{CHANGES_PURPOSE}.".encode()):
             return self.changes.do_get(sealed)
@@ -285,15 +324,22 @@ class FlightSqlService:
         if self.engine.classify(handle.sql) != Kind.QUERY:
             raise errors.InvalidArgument("this ticket does not hold a query")
         rows = param_rows(handle.params)
-        reader = self.engine.execute(
-            handle.sql, handle.pins, handle.default_schema, rows[0] if rows else None, context=context
-        )
+        try:
+            reader = self.engine.execute(
+                handle.sql, handle.pins, handle.default_schema, rows[0] if rows else None, context=context
+            )
+        except Exception as exc:
+            self.server.querylog.record(handle.sql, principal, started, errors.status_of(exc))
+            raise
         if rows is not None and len(rows) > 1:
             reader = self._each_row(reader, handle, rows, context)
         annotated = self._annotated(reader.schema, handle)
         if not annotated.equals(reader.schema, check_metadata=True):
             reader = reader.cast(annotated)  # in C++, per batch: metadata and NOT NULL flags only
-        return flight.RecordBatchStream(reader)
+        if handle.readback:
+            return flight.RecordBatchStream(reader)  # a write's count: the write is logged already
+        # Counted per batch (rows, bytes) and logged once the stream ends.
+        return flight.RecordBatchStream(self.server.querylog.streamed(reader, handle.sql, principal, started))
 
     def _each_row(
         self, first: pa.RecordBatchReader, handle: StatementHandle, rows: list[list[Any]],
@@ -420,7 +466,9 @@ class FlightSqlService:
             raise errors.Unimplemented(_UNSUPPORTED_ACTIONS[kind])
         try:
             if kind == "CreatePreparedStatement":
-                return iter([self._create_prepared(context, p.ActionCreatePreparedStatementRequest.unpack(body))])
+                prepare = p.ActionCreatePreparedStatementRequest.unpack(body)
+                return iter([self._refusals_logged(context, prepare.query,
+                                                   lambda: self._create_prepared(context, prepare))])
             if kind == "ClosePreparedStatement":
                 self.server.authorize(context, "read")
                 req = p.ActionClosePreparedStatementRequest.unpack(body)

@@ -97,14 +97,18 @@ class StatementHandle:
     params: pa.RecordBatch | None = None
     # Rows a write statement affected when it ran at GetFlightInfo (not part of the handle).
     written: int | None = None
+    # The handle reads back a write's count (the write is in the query log already, this is not).
+    readback: bool = False
 
     def body(self) -> bytes:
-        body = {
+        body: dict[str, Any] = {
             "q": self.sql,
             "s": list(self.default_schema) if self.default_schema else None,
             "t": [p.to_json() for p in self.pins],
             "v": _encode_params(self.params),
         }
+        if self.readback or self.written is not None:
+            body["w"] = 1
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -116,6 +120,7 @@ class StatementHandle:
                 tuple(raw["s"]) if raw.get("s") else None,
                 [PinnedTable.from_json(p) for p in raw.get("t", [])],
                 _decode_params(raw.get("v")),
+                readback=raw.get("w") == 1,
             )
         except (KeyError, TypeError, ValueError, pa.ArrowException):
             raise errors.InvalidArgument("malformed statement handle") from None

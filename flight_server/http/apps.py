@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 RouteProvider = Callable[["IcefloeServer"], Sequence[BaseRoute]]
 
 REST_PROVIDERS: tuple[str, ...] = ("flight_server.http.rest.routes:routes",)
-OPS_PROVIDERS: tuple[str, ...] = ()
+OPS_PROVIDERS: tuple[str, ...] = ("flight_server.http.ops.routes:routes",)
 
 
 def _routes(server: IcefloeServer, providers: Sequence[str]) -> list[BaseRoute]:

@@ -1,0 +1,169 @@
+"""Routes of the operator endpoints (provider ``flight_server.http.ops.routes:routes``).
+
+- ``GET /metrics``: Prometheus text (families ``icefloe_*``);
+- ``GET /healthz``: 200 while the process serves; ``GET /readyz``: 200 when ready (catalog
+  open, lineage worker alive), else 503, with the checks as JSON either way;
+- ``GET /``: the watch page (package data, no CDN), ``/static/watch.js`` its script;
+- ``GET /api/tables``, ``GET /api/lineage?table=ns.t``, ``GET /api/events`` (server-sent
+  events): what the page shows.
+
+Every handler checks its request before it reads anything: a bad one gets a 4xx with a JSON
+``{"error": ...}`` and never reaches the catalog. Handlers that read the catalog are plain
+functions, which Starlette runs on its thread pool, so the event loop never blocks on RocksDB.
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from catalog.names import InvalidNameError, check_name, check_namespace
+from flight_server import errors
+from flight_server.http.ops.events import CommitBroadcaster, TooManyWatchers
+from flight_server.metrics import CONTENT_TYPE, Metrics
+from flight_server.operations import Operations, for_browser
+
+if TYPE_CHECKING:
+    from flight_server.server import IcefloeServer
+
+logger = logging.getLogger("icefloe.http.ops")
+
+_STATIC = {
+    "index.html": "text/html; charset=utf-8",
+    "watch.js": "text/javascript; charset=utf-8",
+    "watch.css": "text/css; charset=utf-8",
+}
+# The page's own script and style only: no inline script, nothing from elsewhere.
+_PAGE_HEADERS = {
+    "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self'; object-src 'none'; "
+                               "frame-ancestors 'none'; base-uri 'none'",
+    "x-content-type-options": "nosniff",
+    "cache-control": "no-store",
+}
+_HTTP_STATUS = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "UNAVAILABLE": 503, "RESOURCE_EXHAUSTED": 503}
+MAX_TABLE_PARAM = 1024
+
+
+def routes(server: IcefloeServer) -> list[BaseRoute]:
+    """The provider: takes the server's operations view, metrics, commit hub and stopping flag."""
+    return ops_routes(server.ops, server.metrics, CommitBroadcaster(server.catalog.hub, server.stopping))
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers={"cache-control": "no-store"})
+
+
+def _only(request: Request, allowed: tuple[str, ...]) -> dict[str, str]:
+    """The request's query parameters, each at most once and each one of ``allowed``.
+
+    Raises:
+        errors.InvalidArgument: An unknown or repeated parameter.
+    """
+    items = request.query_params.multi_items()
+    names = [name for name, _ in items]
+    for name in names:
+        if name not in allowed:
+            raise errors.InvalidArgument(f"unknown query parameter {name[:40]!r}")
+        if names.count(name) > 1:
+            raise errors.InvalidArgument(f"query parameter {name!r} given more than once")
+    return dict(items)
+
+
+def table_param(raw: str | None) -> str:
+    """A ``ns.t`` table name from a query parameter, checked without reading the catalog.
+
+    Raises:
+        errors.InvalidArgument: Missing, too long, or not a valid ``namespace.table`` name.
+    """
+    if not raw:
+        raise errors.InvalidArgument("give ?table=namespace.table")
+    if len(raw) > MAX_TABLE_PARAM:
+        raise errors.InvalidArgument("table name too long")
+    *namespace, table = raw.split(".")
+    try:
+        check_namespace(tuple(namespace))
+        check_name(table, "table")
+    except InvalidNameError as exc:
+        raise errors.InvalidArgument(f"not a table name (namespace.table): {exc}") from None
+    return raw
+
+
+def ops_routes(ops: Operations, metrics: Metrics, broadcaster: CommitBroadcaster) -> list[BaseRoute]:
+    """The routes over these collaborators (see the module docstring)."""
+
+    def guarded(handler: Any, *allowed: str) -> Any:
+        """Refuse unknown parameters, map our errors to HTTP statuses, never leak an internal."""
+
+        def endpoint(request: Request) -> Response:
+            try:
+                params = _only(request, allowed)
+                result: Response = handler(params)
+                return result
+            except errors.IcefloeError as exc:
+                return _error(_HTTP_STATUS.get(exc.code, 400), str(exc))
+            except Exception:
+                logger.exception("operator endpoint %s failed", request.url.path)
+                return _error(500, "internal error (see the server log)")
+
+        return endpoint
+
+    def metrics_text(_params: dict[str, str]) -> Response:
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE, headers={"cache-control": "no-store"})
+
+    def healthz(_params: dict[str, str]) -> Response:
+        return JSONResponse({"status": "alive"}, headers={"cache-control": "no-store"})
+
+    def readyz(_params: dict[str, str]) -> Response:
+        health = ops.health()
+        body = {"status": "ready" if health["ready"] else "not ready", "checks": health["checks"]}
+        return JSONResponse(body, status_code=200 if health["ready"] else 503, headers={"cache-control": "no-store"})
+
+    def tables(_params: dict[str, str]) -> Response:
+        body = for_browser({"head": ops.head(), "tables": ops.tables()})
+        return JSONResponse(body, headers={"cache-control": "no-store"})
+
+    def lineage(params: dict[str, str]) -> Response:
+        return JSONResponse(ops.lineage_graph(table_param(params.get("table"))), headers={"cache-control": "no-store"})
+
+    def static(name: str) -> Any:
+        body = resources.files("flight_server.http.ops").joinpath("static", name).read_bytes()
+
+        def serve(_params: dict[str, str]) -> Response:
+            return Response(body, media_type=_STATIC[name], headers=_PAGE_HEADERS)
+
+        return serve
+
+    async def events(request: Request) -> Response:
+        try:
+            _only(request, ())
+            client = broadcaster.open()
+        except errors.IcefloeError as exc:
+            return _error(400, str(exc))
+        except TooManyWatchers as exc:
+            return _error(503, str(exc))
+        try:
+            head = await run_in_threadpool(ops.head)
+        except errors.IcefloeError as exc:
+            broadcaster.close(client)
+            return _error(503, str(exc))
+        headers = {"cache-control": "no-store", "x-accel-buffering": "no"}
+        return StreamingResponse(broadcaster.stream(client, head), media_type="text/event-stream", headers=headers)
+
+    get = ["GET"]
+    return [
+        Route("/metrics", guarded(metrics_text), methods=get),
+        Route("/healthz", guarded(healthz), methods=get),
+        Route("/readyz", guarded(readyz), methods=get),
+        Route("/", guarded(static("index.html")), methods=get),
+        Route("/static/watch.js", guarded(static("watch.js")), methods=get),
+        Route("/static/watch.css", guarded(static("watch.css")), methods=get),
+        Route("/api/tables", guarded(tables), methods=get),
+        Route("/api/lineage", guarded(lineage, "table"), methods=get),
+        Route("/api/events", events, methods=get),
+    ]

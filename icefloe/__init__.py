@@ -1,0 +1,102 @@
+"""icefloe's public Python API: one lake, in-process or remote, as Arrow sources and sinks.
+
+    import icefloe
+
+    lake = icefloe.open("./warehouse")                # in-process (read-only beside a server)
+    lake = icefloe.connect("grpc://127.0.0.1:31337")  # or remote, the same API
+    t = lake.table("sales.orders")
+    df = polars.from_arrow(t.scan(columns=["id", "v"], filter="v > 10"))
+    event = t.append(arrow_table)
+    icefloe.pipe(source=t, transform=fn, sink=lake.table("sales.daily"), checkpoint="daily-job")
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flight_server.client import CommitEvent
+from icefloe.backend import AppendEvent, Backend, ScanSource
+from icefloe.errors import (
+    AlreadyExists,
+    CheckpointLost,
+    Conflict,
+    CursorExpired,
+    Error,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ReadOnly,
+    Unauthenticated,
+    Unavailable,
+)
+from icefloe.lake import Lake, Scan, Table
+from icefloe.pipe import PipeStats, checkpoint_of, pipe
+
+
+def connect(uri: str, token: str | None = None, user: str | None = None, password: str | None = None,
+            tls_root_certs: bytes | str | Path | None = None) -> Lake:
+    """A lake served by an icefloe server.
+
+    Args:
+        uri: ``grpc://HOST:PORT`` or ``grpc+tls://HOST:PORT``.
+        token: A bearer token (``icefloe login``).
+        user: Log in as this user (with ``password``) instead of a token.
+        password: The user's password.
+        tls_root_certs: PEM bytes, or a PEM file, of the CA that signed the server's certificate.
+
+    Returns:
+        A ``Lake`` over Flight.
+
+    Raises:
+        InvalidArgument: A malformed URI, or both a token and a user.
+        Unauthenticated: The login was refused.
+    """
+    from icefloe.remote import RemoteBackend
+
+    return Lake(RemoteBackend(uri, token=token, user=user, password=password, tls_root_certs=tls_root_certs))
+
+
+def open(warehouse: str | Path, read_only: bool | None = None) -> Lake:  # noqa: A001 - the API's name
+    """A lake in this process, over the warehouse's RocksDB catalog.
+
+    Args:
+        warehouse: The warehouse folder (or ``file://`` URI).
+        read_only: None (default): read-write unless another process (a server) holds the
+            warehouse, then read-only; True / False to insist.
+
+    Returns:
+        A ``Lake`` in-process.
+
+    Raises:
+        ReadOnly: ``read_only=False`` but another process holds the warehouse.
+    """
+    from icefloe.local import LocalBackend
+
+    return Lake(LocalBackend(str(warehouse), read_only=read_only))
+
+
+__all__ = [
+    "AlreadyExists",
+    "AppendEvent",
+    "Backend",
+    "CheckpointLost",
+    "CommitEvent",
+    "Conflict",
+    "CursorExpired",
+    "Error",
+    "InvalidArgument",
+    "Lake",
+    "NotFound",
+    "PermissionDenied",
+    "PipeStats",
+    "ReadOnly",
+    "Scan",
+    "ScanSource",
+    "Table",
+    "Unauthenticated",
+    "Unavailable",
+    "checkpoint_of",
+    "connect",
+    "open",
+    "pipe",
+]
