@@ -18,6 +18,11 @@ pub enum Error {
     /// The cursor is older than the server's retained commit log ("cursor expired"). The
     /// events between the cursor and `log_start` are gone; resubscribing from
     /// [`Cursor::Earliest`](crate::Cursor::Earliest) skips them knowingly.
+    ///
+    /// A [change scan](crate::Client::changes) fails with it too: when `after` is older than
+    /// the log (then `log_start` is set), or when the data files of a commit in the range
+    /// were compacted and then expired (then `log_start` is `None` and the message names the
+    /// commit to scan from).
     CursorExpired {
         /// The oldest seq the server still has, when the message names it.
         log_start: Option<i64>,
