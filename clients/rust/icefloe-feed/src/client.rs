@@ -11,6 +11,7 @@ use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
+use crate::changes::{ChangeScan, ChangeStream};
 use crate::error::{Error, Result};
 use crate::rows::RowStream;
 use crate::subscription::{CommitStream, Cursor, Subscription};
@@ -271,6 +272,64 @@ impl Client {
     /// As [`Client::subscribe`]; an unknown table is [`Error::Status`] (`NotFound`).
     pub async fn rows(&self, table: impl Into<String>, after: Cursor) -> Result<RowStream> {
         RowStream::start(self.clone(), table.into(), after).await
+    }
+
+    /// Read the changes of one table by the commits with seq in `(scan.after, scan.until]`
+    /// (a change scan): see [`ChangeScan`] and [`ChangeStream`].
+    ///
+    /// Returns once the server has planned the scan (`GetFlightInfo`), with its schema and
+    /// [`non_appends`](ChangeStream::non_appends); the stream then reads the endpoints with
+    /// up to [`ChangeScan::parallelism`] `DoGet` calls at once, from this server or, when an
+    /// endpoint names locations, from the first of them that answers (connected with this
+    /// client's TLS options and its bearer token). Unlike the feeds, a change scan is not
+    /// retried: it fails with the first error.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::CursorExpired`] when the server no longer keeps the range (its commit log
+    /// was trimmed past `after`, or compaction and snapshot expiry removed the files of a
+    /// commit in it; the stream can also end with it if files go while it reads);
+    /// [`Error::Status`] with `InvalidArgument` for a malformed range (reversed, negative,
+    /// `until` beyond the commit head, a bad table name) and `NotFound` for an unknown
+    /// table; refused credentials as for [`Client::subscribe`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use arrow_array::cast::AsArray;
+    /// use arrow_array::types::Int64Type;
+    /// use futures::StreamExt;
+    /// use icefloe_feed::{ChangeScan, Client, ClientOptions, Include};
+    ///
+    /// # async fn run() -> icefloe_feed::Result<()> {
+    /// let client = Client::connect("grpc://127.0.0.1:31337", ClientOptions::default()).await?;
+    /// let mut changes = client
+    ///     .changes(ChangeScan { include: Include::Appends, max_partitions: Some(8), ..ChangeScan::new("sales.orders", 100, 250) })
+    ///     .await?;
+    /// if changes.non_appends().iter().any(|c| c.data_change) {
+    ///     println!("some commits in the range changed rows in place: re-read the table");
+    /// }
+    /// // Batches of different endpoints arrive in no particular order.
+    /// while let Some(batch) = changes.next().await {
+    ///     let batch = batch?;
+    ///     let seqs = batch.column_by_name("_seq").expect("_seq").as_primitive::<Int64Type>();
+    ///     println!("{} rows of seq {}..={}", batch.num_rows(), seqs.value(0), seqs.value(seqs.len() - 1));
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn changes(&self, scan: ChangeScan) -> Result<ChangeStream> {
+        ChangeStream::start(self.clone(), scan).await
+    }
+
+    /// A client for another server of the same fleet (an endpoint's location): this
+    /// client's options, with its current bearer token when it has one (no second login).
+    pub(crate) async fn connect_like(&self, uri: &str) -> Result<Client> {
+        let mut options = self.options.clone();
+        if let Some(token) = self.token() {
+            options.credentials = Some(Credentials::Token(token));
+        }
+        Client::connect(uri, options).await
     }
 
     pub(crate) fn service(&self) -> Service {

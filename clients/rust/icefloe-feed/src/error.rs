@@ -18,6 +18,11 @@ pub enum Error {
     /// The cursor is older than the server's retained commit log ("cursor expired"). The
     /// events between the cursor and `log_start` are gone; resubscribing from
     /// [`Cursor::Earliest`](crate::Cursor::Earliest) skips them knowingly.
+    ///
+    /// A [change scan](crate::Client::changes) fails with it too: when `after` is older than
+    /// the log (then `log_start` is set), or when the data files of a commit in the range
+    /// were compacted and then expired (then `log_start` is `None` and the message names the
+    /// commit to scan from).
     CursorExpired {
         /// The oldest seq the server still has, when the message names it.
         log_start: Option<i64>,
@@ -134,11 +139,8 @@ pub(crate) enum Disposition {
 /// `Unavailable`, `Unknown`, `Internal` ("h2 protocol error") or `Cancelled`, so those retry.
 pub(crate) fn classify(status: tonic::Status, can_relogin: bool) -> Disposition {
     let message = status.message();
-    if message.contains("cursor expired") {
-        return Disposition::Fail(Error::CursorExpired {
-            log_start: number_after(message, "log starts at "),
-            message: clean(message),
-        });
+    if let Some(expired) = cursor_expired(message) {
+        return Disposition::Fail(expired);
     }
     let code = intended_code(&status);
     if code == Code::FailedPrecondition
@@ -161,6 +163,21 @@ pub(crate) fn classify(status: tonic::Status, can_relogin: bool) -> Disposition 
         | Code::AlreadyExists => Disposition::Fail(Error::Status(status)),
         _ => Disposition::Retry,
     }
+}
+
+/// The error for a call that is not retried (a change scan's `GetFlightInfo` / `DoGet`):
+/// "cursor expired" is [`Error::CursorExpired`], anything else [`Error::Status`].
+pub(crate) fn status_error(status: tonic::Status) -> Error {
+    cursor_expired(status.message()).unwrap_or(Error::Status(status))
+}
+
+/// [`Error::CursorExpired`] when the server's message says so (the feed's expired cursor,
+/// or a change scan whose range the log or the table's files no longer reach).
+fn cursor_expired(message: &str) -> Option<Error> {
+    message.contains("cursor expired").then(|| Error::CursorExpired {
+        log_start: number_after(message, "log starts at "),
+        message: clean(message),
+    })
 }
 
 /// The message without the `OUT_OF_RANGE: ` style prefix and pyarrow's `. Detail:` tail.

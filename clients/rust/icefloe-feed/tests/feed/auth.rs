@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use icefloe_feed::{Client, ClientOptions, Cursor, Error, Subscription};
+use icefloe_feed::{ChangeScan, Client, ClientOptions, Cursor, Error, Subscription};
 
 use crate::common::{Server, TempDir, Writer, events_until, password_hash, require_icefloe, write};
 
@@ -69,6 +69,16 @@ async fn each_role_subscribes_and_a_bad_password_is_refused() {
         assert_eq!(principals, ["writer", "writer", "boss"], "as {name}");
     }
 
+    // Change scans need the read role too, and send the login's token.
+    let rows = clients[0]
+        .changes(ChangeScan::new("ns.a", 0, 3))
+        .await
+        .unwrap()
+        .collect_batches()
+        .await
+        .unwrap();
+    assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 2);
+
     // A token obtained elsewhere works as credentials.
     let by_token = ClientOptions::default().with_token(clients[0].token().unwrap());
     let client = Client::connect(&server.uri, by_token).await.unwrap();
@@ -83,6 +93,8 @@ async fn each_role_subscribes_and_a_bad_password_is_refused() {
     // No credentials, or a forged token: the subscription is refused (not retried forever).
     let anonymous = Client::connect(&server.uri, ClientOptions::default()).await.unwrap();
     let error = anonymous.subscribe(Subscription::default()).await.unwrap_err();
+    assert_eq!(code(&error), Some(tonic::Code::Unauthenticated), "{error}");
+    let error = anonymous.changes(ChangeScan::new("ns.a", 0, 3)).await.unwrap_err();
     assert_eq!(code(&error), Some(tonic::Code::Unauthenticated), "{error}");
     let forged = Client::connect(&server.uri, ClientOptions::default().with_token("not-a-token"))
         .await
@@ -125,8 +137,11 @@ async fn a_renewed_token_is_picked_up_and_an_expired_one_leads_to_a_new_login() 
     assert_eq!(error.code(), Some(tonic::Code::Unauthenticated), "{error}");
     by_token.subscribe(Subscription::default()).await.unwrap();
 
-    // ... and a client with a password logs in again by itself.
-    by_password.subscribe(Subscription::default()).await.unwrap();
+    // ... and a client with a password logs in again by itself: for a change scan (which
+    // then gets as far as the missing table) and for the feed.
+    let error = by_password.changes(ChangeScan::new("ns.nope", 0, 0)).await.unwrap_err();
+    assert_eq!(error.code(), Some(tonic::Code::NotFound), "{error}");
     let relogged = by_password.token().unwrap();
     assert!(relogged != first && relogged != renewed);
+    by_password.subscribe(Subscription::default()).await.unwrap();
 }

@@ -186,21 +186,57 @@ impl Server {
 
     /// Run Python in the server's virtualenv (for offline catalog work such as a log trim).
     pub fn python(&self, code: &str) -> String {
-        let python = self.bin.with_file_name("python");
-        let out = Command::new(python).args(["-c", code]).output().expect("run python");
-        assert!(
-            out.status.success(),
-            "python failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        python(&self.bin, code)
     }
+
+    /// Restart (same warehouse and port) with these flags instead of the first ones.
+    pub fn restart_with(&mut self, args: &[&str]) {
+        self.args = args.iter().map(|a| a.to_string()).collect();
+        self.restart();
+    }
+}
+
+/// Run Python in the virtualenv of the `icefloe` executable `bin` (offline catalog work
+/// before a server starts); returns its stripped stdout.
+pub fn python(bin: &Path, code: &str) -> String {
+    let python = bin.with_file_name("python");
+    let out = Command::new(python).args(["-c", code]).output().expect("run python");
+    assert!(
+        out.status.success(),
+        "python failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// Create `table` (`ns.t`: columns `id BIGINT, v VARCHAR`) in a new warehouse with the
+/// Python catalog, offline, and append one commit per entry of `appends`; then run `then`
+/// (Python with the catalog as `cat`, e.g. a log trim) and return what it printed.
+pub fn offline_appends(bin: &Path, warehouse: &Path, table: &str, appends: &[&[i64]], then: &str) -> String {
+    let (namespace, _) = table.rsplit_once('.').expect("ns.t");
+    python(
+        bin,
+        &format!(
+            r#"
+import pyarrow as pa
+from catalog import RocksCatalog
+cat = RocksCatalog("icefloe", warehouse={warehouse:?})
+cat.create_namespace({namespace:?})
+cat.create_table({table:?}, pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())]))
+for ids in {appends:?}:
+    cat.load_table({table:?}).append(pa.table({{"id": pa.array(ids, pa.int64()), "v": ["x"] * len(ids)}}))
+{then}
+cat.close()
+"#,
+            warehouse = warehouse.display().to_string(),
+        ),
+    )
 }
 
 /// Commits through the server's Flight endpoint: DoPut appends and SQL statements.

@@ -4,6 +4,7 @@
 mod common;
 
 mod auth;
+mod changes;
 mod commits;
 mod expiry;
 mod restart;

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use icefloe_feed::{Client, ClientOptions, Cursor, Subscription};
+use icefloe_feed::{ChangeScan, Client, ClientOptions, Cursor, Subscription};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 
-use crate::common::{Server, TempDir, Writer, events_until, require_icefloe, write};
+use crate::common::{Server, TempDir, Writer, events_until, offline_appends, require_icefloe, write};
 
 struct Pki {
     ca_pem: Vec<u8>,
@@ -68,12 +68,30 @@ async fn tls_and_mutual_tls() {
     let mut mtls_args = args.clone();
     let ca = path("ca.pem");
     mtls_args.extend(["--tls-client-ca", &ca]);
-    let server = Server::start(&bin, &dir.path().join("wh2"), &mtls_args);
+    // Two appends, made offline, for a change scan below.
+    offline_appends(&bin, &dir.path().join("wh2"), "ns.a", &[&[1, 2], &[3]], "");
+    let mut server = Server::start(&bin, &dir.path().join("wh2"), &mtls_args);
     let with_cert = ClientOptions::default()
         .with_root_certs_pem(pki.ca_pem.clone())
         .with_client_identity_pem(pki.client.0.clone(), pki.client.1.clone());
-    let client = Client::connect(&server.uri, with_cert).await.unwrap();
+    let client = Client::connect(&server.uri, with_cert.clone()).await.unwrap();
     client.subscribe(Subscription::default()).await.unwrap();
+
+    // Change-scan endpoints naming a grpc+tls:// location are read there, connected with
+    // the same root certificates and client certificate.
+    let uri = server.uri.clone();
+    let mut advertised = mtls_args.clone();
+    advertised.extend(["--advertise-uri", &uri]);
+    server.restart_with(&advertised);
+    let client = Client::connect(&server.uri, with_cert.clone()).await.unwrap();
+    let scan = ChangeScan {
+        target_partition_bytes: Some(1),
+        ..ChangeScan::new("ns.a", 0, 3)
+    };
+    let changes = client.changes(scan).await.unwrap();
+    assert_eq!(changes.endpoints(), 2);
+    let batches = changes.collect_batches().await.unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 3);
 
     let without_cert = ClientOptions::default().with_root_certs_pem(pki.ca_pem.clone());
     // Refused in the TLS handshake: either the connection fails, or (TLS 1.3, where the
