@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType
 from flight_server.client import feed_messages
 from pyspark_icefloe.connection import Settings, option
 from pyspark_icefloe.feed import FeedWatcher
-from pyspark_icefloe.stream import offset, seq_of
+from pyspark_icefloe.stream import offset, seq_of, starting_offset
 from pyspark_icefloe.types import conform, target_schema
 
 EVENT_SCHEMA = (
@@ -59,15 +59,7 @@ class CommitsStreamReader(DataSourceStreamReader):
         return self._watcher
 
     def initialOffset(self) -> dict[str, int]:  # noqa: N802 (Spark's names)
-        if self.starting == "earliest":
-            feed = self._feed("earliest")
-            assert feed.log_start is not None
-            return offset(feed.log_start - 1)
-        if self.starting == "latest":
-            return offset(self._feed("latest").ready(60))
-        start = int(self.starting)
-        self._feed(start)
-        return offset(start)
+        return starting_offset(self.starting, self._feed)
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, int]:  # noqa: N802
         begin = seq_of(start) if start is not None else self._previous_end

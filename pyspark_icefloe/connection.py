@@ -24,11 +24,12 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from flight_server.flightsql.protocol import CommandStatementQuery
+
 logger = logging.getLogger("icefloe.spark")
 
 T = TypeVar("T")
 
-SQL_TYPE_PREFIX = "type.googleapis.com/arrow.flight.protocol.sql."
 SCAN_TARGET_BYTES = "icefloe.scan.target-partition-bytes"
 SCAN_MAX_PARTITIONS = "icefloe.scan.max-partitions"
 
@@ -248,26 +249,9 @@ class Client:
         self.flight.close()
 
 
-# -- Flight SQL command encoding (two protobuf messages; no dependency on the server's codec) --
-
-def _varint(v: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, v = v & 0x7F, v >> 7
-        out.append(b | (0x80 if v else 0))
-        if not v:
-            return bytes(out)
-
-
-def _field(number: int, data: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(data)) + data
-
-
 def statement_descriptor(sql: str) -> flight.FlightDescriptor:
     """A ``CommandStatementQuery`` for ``sql``, Any-packed as the Flight SQL spec says."""
-    body = _field(1, sql.encode("utf-8"))
-    packed = _field(1, (SQL_TYPE_PREFIX + "CommandStatementQuery").encode()) + _field(2, body)
-    return flight.FlightDescriptor.for_command(packed)
+    return flight.FlightDescriptor.for_command(CommandStatementQuery(query=sql).pack())
 
 
 def quote_identifier(name: str) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -63,6 +63,19 @@ _EXPIRED_AT = (re.compile(r"log starts at (\d+)"), re.compile(r"scan from after=
 
 def offset(seq: int) -> dict[str, int]:
     return {"seq": int(seq)}
+
+
+def starting_offset(starting: str, feed: Callable[[int | str], FeedWatcher]) -> dict[str, int]:
+    """The offset a stream starts after for ``startingOffsets`` (earliest | latest | a seq),
+    opening the driver's feed watcher at that position."""
+    if starting == "earliest":
+        watcher = feed("earliest")
+        assert watcher.log_start is not None
+        return offset(watcher.log_start - 1)
+    if starting == "latest":
+        return offset(feed("latest").ready(60))
+    feed(int(starting)).ready(60)
+    return offset(int(starting))
 
 
 def seq_of(value: Mapping[str, Any] | None, what: str = "offset") -> int:
@@ -148,14 +161,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
     def _initial(self) -> dict[str, int]:
         if self.starting_timestamp is not None:
             return offset(self._seq_at(self.starting_timestamp))
-        if self.starting == "earliest":
-            feed = self._feed("earliest")
-            assert feed.log_start is not None
-            return offset(feed.log_start - 1)
-        if self.starting == "latest":
-            return offset(self._feed("latest").ready(60))
-        self._feed(int(self.starting)).ready(60)
-        return offset(int(self.starting))
+        return starting_offset(self.starting, self._feed)
 
     def _seq_at(self, text: str) -> int:
         """The seq before the table's first commit at or after the timestamp."""

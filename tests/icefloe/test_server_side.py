@@ -177,10 +177,11 @@ def test_a_staged_doput_refuses_a_pipe_header(table_server: ServerProcess) -> No
     client = flight.FlightClient(table_server.location)
     header = PipeCommit("job", "ns.src", 3, 0).to_json().encode()
     options = flight.FlightCallOptions(headers=[(b"x-icefloe-pipe", header), (b"x-icefloe-stage", b"job-1")])
-    writer, reader = client.do_put(flight.FlightDescriptor.for_path("ns", "t"), SCHEMA, options)
-    writer.write_table(pa.table({"id": [7]}, schema=SCHEMA))
-    writer.done_writing()
+    # The server refuses before reading the stream: the error may surface at any client call.
     with pytest.raises(pa.ArrowInvalid, match="x-icefloe-pipe"):
+        writer, reader = client.do_put(flight.FlightDescriptor.for_path("ns", "t"), SCHEMA, options)
+        writer.write_table(pa.table({"id": [7]}, schema=SCHEMA))
+        writer.done_writing()
         reader.read()
         writer.close()
     client.close()
