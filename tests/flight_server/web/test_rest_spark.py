@@ -15,8 +15,8 @@ import pytest
 
 from tests.doput_client import do_put
 from tests.flight_server.feed.feed_helpers import FeedReader
+from tests.flight_server.web.rest_spark_support import skip_reason, spark_session
 from tests.flight_server.web.rest_support import commit_records, rest_server, rest_url, sql
-from tests.flight_server.web.spark_support import skip_reason, spark_session
 from tests.servers import ServerProcess
 
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
