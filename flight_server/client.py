@@ -14,11 +14,12 @@ bad credentials) are raised.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -161,17 +162,13 @@ def feed_head(
         FeedError: The server refused the call (auth).
         pyarrow.ArrowException: The server cannot be reached.
     """
-    connection = _Connection(location, {"feed": "commits.v1", "after": "latest"}, headers, timeout_s, None,
-                             tls_root_certs)
-    try:
-        for kind, payload in connection.messages():
+    request = {"feed": "commits.v1", "after": "latest"}
+    messages = feed_messages(location, request, headers=headers, stall_timeout_s=timeout_s,
+                             tls_root_certs=tls_root_certs)
+    with contextlib.closing(messages):  # ends the call now, not when the generator is collected
+        for kind, payload in messages:
             if kind == "hello":
                 return int(payload["head"])
-    except pa.ArrowException as exc:
-        _raise_if_final(exc)
-        raise
-    finally:
-        connection.close()
     raise ConnectionError("the feed sent no hello")
 
 
@@ -183,7 +180,7 @@ def feed_messages(
     stall_timeout_s: float = 7.0,
     stop: threading.Event | None = None,
     tls_root_certs: bytes | None = None,
-) -> Iterator[tuple[str, Any]]:
+) -> Generator[tuple[str, Any], None, None]:
     """One feed connection's messages, for clients that need the hello and heartbeats too (the
     Spark source answers offsets from the head): ``("hello" | "heartbeat", dict)`` and
     ``("batch", RecordBatch)``. No reconnection; the call is cancelled when it stalls or ``stop``

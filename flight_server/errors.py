@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -215,6 +215,15 @@ def status_of(exc: BaseException) -> str:
     return classify(exc)[0]
 
 
+def raise_for_flight(exc: Exception) -> NoReturn:
+    """Re-raise ``exc`` as pyarrow.flight should see it (``to_flight_error``); call it from
+    the ``except`` block that caught ``exc``."""
+    mapped = to_flight_error(exc)
+    if mapped is exc:
+        raise exc
+    raise mapped from None
+
+
 def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Decorator for RPC entry points: every exception leaves through ``to_flight_error``."""
 
@@ -222,10 +231,7 @@ def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except Exception as exc:  # deliberately total: nothing unmapped reaches gRPC
-            mapped = to_flight_error(exc)
-            if mapped is exc:
-                raise
-            raise mapped from None
+            raise_for_flight(exc)
 
     wrapper.__name__ = fn.__name__
     wrapper.__doc__ = fn.__doc__

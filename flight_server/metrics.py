@@ -160,10 +160,7 @@ def rpc(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(self, *args)
         except Exception as exc:  # deliberately total, as errors.guard
             status = errors.status_of(exc)
-            mapped = errors.to_flight_error(exc)
-            if mapped is exc:
-                raise
-            raise mapped from None
+            errors.raise_for_flight(exc)
         finally:
             self.metrics.observe_rpc(method, status, time.perf_counter() - start)
 

@@ -205,10 +205,7 @@ class QueryLog:
                 raise errors.clean_copy(exc, messages.clean(exc)) from None
             except Exception as exc:
                 status = errors.status_of(exc)
-                mapped = errors.to_flight_error(exc)
-                if mapped is exc:
-                    raise
-                raise mapped from None
+                errors.raise_for_flight(exc)
             finally:
                 self.metrics.streamed(tally.rows, tally.nbytes)
                 self.record(sql, principal, started, status, tally.rows, tally.nbytes)
