@@ -305,6 +305,7 @@ def main() -> None:
 
     results["load_average_end"] = os.getloadavg()
     b, s, c = results["bulk"], results["small"], results["scan"]
+    conc_floor = s["floor_appends_per_s_around_concurrent"]
     lines = [
         f"{'measure':58} {'value':>14} {'target':>10}",
         f"{'bulk: pyiceberg Table.append rows/s':58} {b['pyiceberg_rows_per_s']:>14,.0f}",
@@ -323,7 +324,7 @@ def main() -> None:
         f"{'small: sequential / pyiceberg SqlCatalog':58} {s['sequential_ratio']:>14.1f}",
         f"{'small: icefloe ' + str(args.writers) + ' concurrent writers appends/s':58} "
         f"{s['icefloe_concurrent_appends_per_s']:>14.1f}",
-        f"{'small: concurrent / floor (floor around it: ' + format(s['floor_appends_per_s_around_concurrent'], '.0f') + '/s)':58} "
+        f"{'small: concurrent / floor (floor around it: ' + format(conc_floor, '.0f') + '/s)':58} "
         f"{s['concurrent_over_floor']:>14.2f} {'>= 2':>10}",
         f"{'small: concurrent / pyiceberg SqlCatalog':58} {s['concurrent_ratio']:>14.1f}",
         f"{'small: per-commit growth (last/first ' + str(s['window']) + ' median)':58} "
@@ -332,7 +333,8 @@ def main() -> None:
         f"{'<= 1.2':>10}",
         f"{'scan: small appends before explicit maintain / at once':58} {c['before_maintain_over_at_once']:>14.2f}",
     ]
-    lines.append(f"load average: start {results['load_average_start'][0]:.1f}, end {results['load_average_end'][0]:.1f}")
+    load = results["load_average_start"][0], results["load_average_end"][0]
+    lines.append(f"load average: start {load[0]:.1f}, end {load[1]:.1f}")
     print("\n".join(lines))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2))

@@ -53,6 +53,7 @@ from catalog.maintenance_worker import (
     stage_rewrite,
 )
 from catalog.metadata_ops import DEFAULT_SNAPSHOTS_RETAIN, SNAPSHOTS_RETAIN
+from catalog.rebase import rebase
 from catalog.writer import delete_files
 
 if TYPE_CHECKING:
@@ -191,16 +192,35 @@ def _commit_rewrite(
     appender: Appender, worker: MaintenanceWorker, namespace: tuple[str, ...], name: str, rewrite: Rewrite
 ) -> bool:
     qualified = ".".join((*namespace, name))
+    # Staged on the current version outside the table's commit slot (appends keep landing
+    # meanwhile), then rebased onto them inside it: see catalog.rebase.
+    base, request = _on_current_versions(
+        lambda: _staged_on_current(appender, (*namespace, name), lambda ref: worker.run(stage_rewrite, ref, rewrite)),
+        qualified,
+    )
+    if request is None:
+        logger.info("compaction of %s skipped: the table changed under it", qualified)
+        return False
     with appender.committer(namespace, name).exclusive():
         table = appender.catalog.load_table((*namespace, name))
-        request = worker.run(stage_rewrite, TableRef.of(appender.catalog, table), rewrite)
-        if request is None:
-            logger.info("compaction of %s skipped: the table changed under it", qualified)
-            return False
-        if not _apply_staged(appender, table, request, "compact"):
+        rebased = rebase(table, base, request)
+        if rebased is None:  # not only appends since: stage again, in the slot
+            rebased = worker.run(stage_rewrite, TableRef.of(appender.catalog, table), rewrite)
+            if rebased is None:
+                logger.info("compaction of %s skipped: the table changed under it", qualified)
+                return False
+        if not _apply_staged(appender, table, rebased, "compact"):
             return False
     logger.info("compacted %d small files of %s into %d", len(rewrite.old), qualified, len(rewrite.new))
     return True
+
+
+def _staged_on_current(
+    appender: Appender, identifier: tuple[str, ...], stage: Callable[[TableRef], str | None]
+) -> tuple[Table, str | None]:
+    """The table's current version and ``stage``'s commit request on it (outside the slot)."""
+    table = appender.catalog.load_table(identifier)
+    return table, stage(TableRef.of(appender.catalog, table))
 
 
 def merge_manifests(
@@ -215,14 +235,29 @@ def merge_manifests(
         How many manifests were merged (0 when below the threshold).
     """
     namespace, name = tuple(identifier[:-1]), identifier[-1]
+    counted: list[int] = []
+
+    def stage(ref: TableRef) -> str | None:
+        count, request = worker.run(stage_manifest_merge, ref, threshold)
+        counted.append(count)
+        return request
+
+    base, request = _on_current_versions(
+        lambda: _staged_on_current(appender, identifier, stage), ".".join(identifier)
+    )
+    if request is None:
+        return 0
     with appender.committer(namespace, name).exclusive():
         table = appender.catalog.load_table(identifier)
-        count, request = worker.run(stage_manifest_merge, TableRef.of(appender.catalog, table), threshold)
-        if request is None:
+        rebased = rebase(table, base, request)
+        if rebased is None:
+            count, rebased = worker.run(stage_manifest_merge, TableRef.of(appender.catalog, table), threshold)
+            counted.append(count)
+            if rebased is None:
+                return 0
+        if not _apply_staged(appender, table, rebased, "merge-manifests"):
             return 0
-        if not _apply_staged(appender, table, request, "merge-manifests"):
-            return 0
-    return count
+    return counted[-1]
 
 
 def _apply_staged(appender: Appender, table: Table, request: str, maintenance: str) -> bool:
