@@ -363,15 +363,20 @@ def remove_orphans(
         return 0  # object stores: not handled here
     root = local_path(table.location())
     cutoff = time.time() - grace_s
-    with appender.maintenance_lock, appender.committer(namespace, name).exclusive():
-        # Tables sharing the folder may commit meanwhile (not in this table's slot).
+    # Not in the table's commit slot (reading every retained manifest takes long; appends go
+    # on): a file is spared when referenced, in flight, or younger than the cutoff. The order
+    # closes the gaps — writers in flight are listed before the versions are read, so a file
+    # committed in between is in one of the two sets, and any writer started later creates
+    # its files after the cutoff.
+    with appender.maintenance_lock:
+        in_flight = {local_path(p) for p in appender.active_paths()}
+        # Stagings older than the cutoff are dropped in the slot, so no commit of them can
+        # land while their files are deleted; younger ones keep their files.
+        with appender.committer(namespace, name).exclusive():
+            in_flight |= {local_path(p) for p in appender.staging.expire_before(namespace, name, cutoff)}
         referenced = _on_current_versions(
             lambda: worker.run(referenced_files, _tables_sharing(appender, root)), ".".join(identifier)
         )
-        in_flight = {local_path(p) for p in appender.active_paths()}
-        # Stagings younger than the cutoff keep their files; older ones are dropped here, in
-        # the commit slot, so no commit of them can land while their files are deleted.
-        in_flight |= {local_path(p) for p in appender.staging.expire_before(namespace, name, cutoff)}
         candidates = []
         for path in _walk(root):
             if path in referenced or path in in_flight:

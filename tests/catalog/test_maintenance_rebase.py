@@ -1,10 +1,14 @@
-"""Compaction and manifest merges are staged outside the table's commit slot and rebased onto
-the appends that landed meanwhile (catalog.rebase): appends never wait for the staging, and
-the rebased snapshot is a correct Iceberg snapshot over every row.
+"""Maintenance keeps out of the table's commit slot while it reads or writes manifests.
+
+Compaction and manifest merges are staged outside the slot and rebased onto the appends that
+landed meanwhile (catalog.rebase): appends never wait for the staging, and the rebased
+snapshot is a correct Iceberg snapshot over every row. Orphan removal reads the retained
+manifests outside the slot too, and still never takes a file an append commits meanwhile.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -15,8 +19,14 @@ from pyiceberg.manifest import ManifestEntryStatus
 
 from catalog import RocksCatalog
 from catalog.append import Appender
-from catalog.maintenance import compact, merge_manifests
-from catalog.maintenance_worker import IN_PROCESS, MaintenanceWorker, stage_manifest_merge, stage_rewrite
+from catalog.maintenance import compact, merge_manifests, remove_orphans
+from catalog.maintenance_worker import (
+    IN_PROCESS,
+    MaintenanceWorker,
+    referenced_files,
+    stage_manifest_merge,
+    stage_rewrite,
+)
 
 
 def _ids_of(cat: RocksCatalog) -> list[int]:
@@ -139,3 +149,20 @@ def test_a_manifest_merge_is_rebased_over_appends_during_its_staging(
     assert len(table.current_snapshot().manifests(table.io)) == 2  # type: ignore[union-attr]
     assert _ids_of(catalog) == list(range(100)) + list(range(500, 505))
     _check_snapshot_consistent(catalog)
+
+
+def test_appends_land_while_orphans_are_swept_and_their_files_are_spared(
+    catalog: RocksCatalog, worker: MaintenanceWorker
+) -> None:
+    appender = appender_with_files(catalog, 3, 10)
+    orphan = Path(catalog.warehouse, "ns", "t", "data", "left-behind.parquet")
+    orphan.write_bytes(b"not referenced by anything")
+    os.utime(orphan, (1, 1))
+    racing = Interleaved(
+        worker, before={referenced_files: lambda: _append_from_another_thread(appender, id_rows(5, 100))}
+    )
+    assert remove_orphans(appender, ("ns", "t"), grace_s=0, worker=racing) == 1
+    assert not orphan.exists()
+    assert all(Path(t.file.file_path.removeprefix("file://")).exists()
+               for t in catalog.load_table("ns.t").scan().plan_files())
+    assert _ids_of(catalog) == list(range(30)) + list(range(100, 105))
