@@ -39,6 +39,8 @@ from pyiceberg.table import Table
 from pyiceberg.utils.properties import property_as_int
 
 from catalog.context import commit_context
+from catalog.durable_io import deferred_fsync, fsync_all
+from catalog.idempotency import extra_batch_writes
 from catalog.maintenance_worker import (
     IN_PROCESS,
     MaintenanceWorker,
@@ -192,27 +194,46 @@ def _commit_rewrite(
     appender: Appender, worker: MaintenanceWorker, namespace: tuple[str, ...], name: str, rewrite: Rewrite
 ) -> bool:
     qualified = ".".join((*namespace, name))
-    # Staged on the current version outside the table's commit slot (appends keep landing
-    # meanwhile), then rebased onto them inside it: see catalog.rebase.
-    base, request = _on_current_versions(
-        lambda: _staged_on_current(appender, (*namespace, name), lambda ref: worker.run(stage_rewrite, ref, rewrite)),
-        qualified,
+    committed = _stage_and_land(
+        appender, (*namespace, name), lambda ref: worker.run(stage_rewrite, ref, rewrite), "compact"
     )
-    if request is None:
+    if not committed:
         logger.info("compaction of %s skipped: the table changed under it", qualified)
         return False
-    with appender.committer(namespace, name).exclusive():
-        table = appender.catalog.load_table((*namespace, name))
-        rebased = rebase(table, base, request)
-        if rebased is None:  # not only appends since: stage again, in the slot
-            rebased = worker.run(stage_rewrite, TableRef.of(appender.catalog, table), rewrite)
-            if rebased is None:
-                logger.info("compaction of %s skipped: the table changed under it", qualified)
-                return False
-        if not _apply_staged(appender, table, rebased, "compact"):
-            return False
     logger.info("compacted %d small files of %s into %d", len(rewrite.old), qualified, len(rewrite.new))
     return True
+
+
+def _stage_and_land(
+    appender: Appender, identifier: tuple[str, ...], stage: Callable[[TableRef], str | None], maintenance: str
+) -> bool:
+    """Stage a maintenance commit with ``stage`` and land it; False when there was nothing to
+    land or a concurrent commit won.
+
+    Staged on the current version outside the table's commit slot (appends keep landing
+    meanwhile), then rebased onto them inside it (catalog.rebase) — or staged again there when
+    something other than appends landed. In the slot, the rebased manifest list and the new
+    metadata file are made durable in one fsync round right before the catalog's batch (as
+    appends do), so the slot is held about as long as one append's commit.
+    """
+    namespace, name = tuple(identifier[:-1]), identifier[-1]
+    base, request = _on_current_versions(lambda: _staged_on_current(appender, identifier, stage), ".".join(identifier))
+    if request is None:
+        return False
+    with appender.committer(namespace, name).exclusive():
+        with deferred_fsync() as written, extra_batch_writes(lambda _record: _durable(written)):
+            table = appender.catalog.load_table(identifier)
+            rebased = rebase(table, base, request)
+            if rebased is None:
+                rebased = stage(TableRef.of(appender.catalog, table))
+                if rebased is None:
+                    return False
+            return _apply_staged(appender, table, rebased, maintenance)
+
+
+def _durable(paths: list[str]) -> dict[bytes, bytes]:
+    fsync_all(list(paths))
+    return {}
 
 
 def _staged_on_current(
@@ -234,7 +255,6 @@ def merge_manifests(
     Returns:
         How many manifests were merged (0 when below the threshold).
     """
-    namespace, name = tuple(identifier[:-1]), identifier[-1]
     counted: list[int] = []
 
     def stage(ref: TableRef) -> str | None:
@@ -242,22 +262,7 @@ def merge_manifests(
         counted.append(count)
         return request
 
-    base, request = _on_current_versions(
-        lambda: _staged_on_current(appender, identifier, stage), ".".join(identifier)
-    )
-    if request is None:
-        return 0
-    with appender.committer(namespace, name).exclusive():
-        table = appender.catalog.load_table(identifier)
-        rebased = rebase(table, base, request)
-        if rebased is None:
-            count, rebased = worker.run(stage_manifest_merge, TableRef.of(appender.catalog, table), threshold)
-            counted.append(count)
-            if rebased is None:
-                return 0
-        if not _apply_staged(appender, table, rebased, "merge-manifests"):
-            return 0
-    return counted[-1]
+    return counted[-1] if _stage_and_land(appender, identifier, stage, "merge-manifests") else 0
 
 
 def _apply_staged(appender: Appender, table: Table, request: str, maintenance: str) -> bool:
