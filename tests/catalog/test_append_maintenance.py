@@ -28,6 +28,7 @@ from catalog.maintenance import (
     unregister_pin_source,
 )
 from catalog.maintenance_worker import (
+    WORKER_NICENESS,
     MaintenanceWorker,
     TableRef,
     WorkerDied,
@@ -332,3 +333,8 @@ def test_compaction_retries_when_its_version_is_gone_before_the_worker_reads_it(
     assert report.compacted_files == 29 and report.written_files == 1
     expected = list(range(40)) + list(range(1000, 1025))
     assert sorted(catalog.load_table("ns.t").scan().to_arrow().column("id").to_pylist()) == expected
+
+
+def test_the_worker_process_runs_at_a_lower_cpu_priority(process_worker: MaintenanceWorker) -> None:
+    # Background compaction must not take CPU from the serving process on a busy machine.
+    assert process_worker.run(os.nice, 0) == min(19, os.nice(0) + WORKER_NICENESS)
