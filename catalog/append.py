@@ -33,7 +33,7 @@ from pyiceberg.types import NestedField
 
 from catalog.commit_log import CommitRecord
 from catalog.context import commit_context, current_commit_context
-from catalog.durable_io import DurableFileIO, deferred_fsync, fsync_all
+from catalog.durable_io import DurableFileIO, PendingSync, deferred_fsync, fsync_all
 from catalog.idempotency import IdempotencyStore, check_key, encode_result, extra_batch_writes, idempotency_key
 from catalog.metadata_json import write_metadata
 from catalog.schema_policy import SchemaMismatchError, SchemaPlan, check_unique_names, plan, policy_of, strip_field_ids
@@ -104,6 +104,9 @@ class _Request:
     prepare: Callable[[], None] | None = None
     batch_writes: Callable[[CommitRecord], dict[bytes, bytes]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # The data files' fsyncs, started as soon as the files are written (they run while the
+    # request waits for its group and the commit builds its metadata); the commit waits.
+    syncing: PendingSync | None = None
     result: AppendResult | None = None
     error: BaseException | None = None
     done: bool = False
@@ -365,7 +368,8 @@ class Appender:
             snapshot = table.current_snapshot()
             return AppendResult(qualified, self.catalog.log.head(), snapshot.snapshot_id if snapshot else None, 0)
         request = _Request(files, rows, idempotency_key, current_commit_context().principal, staged,
-                           snapshot_properties=dict(snapshot_properties or {}), extra=dict(extra or {}))
+                           snapshot_properties=dict(snapshot_properties or {}), extra=dict(extra or {}),
+                           syncing=PendingSync(p for p in (_local(f.file_path) for f in files) if p))
         try:
             result = self.committer(namespace, name).submit(request)
         except BaseException:

@@ -50,6 +50,7 @@ from catalog.maintenance_worker import (
     apply_commit_request,
     local_path,
     referenced_files,
+    referenced_since,
     rewrite_small_files,
     stage_manifest_merge,
     stage_rewrite,
@@ -336,17 +337,48 @@ def _overlaps(a: str, b: str) -> bool:
     return a.startswith(b) or b.startswith(a)
 
 
-def _tables_sharing(appender: Appender, root: str) -> list[TableRef]:
-    """The local tables whose location overlaps ``root``, at their current versions."""
-    sharing: list[TableRef] = []
+def _tables_sharing(appender: Appender, root: str) -> list[tuple[TableRef, frozenset[int]]]:
+    """The local tables whose location overlaps ``root``, at their current versions (with
+    those versions' snapshot ids)."""
+    sharing: list[tuple[TableRef, frozenset[int]]] = []
     for other in all_tables(appender):
         try:
             table = appender.catalog.load_table(other)
         except Exception:  # dropped meanwhile
             continue
         if urlparse(table.location()).scheme in ("", "file") and _overlaps(local_path(table.location()), root):
-            sharing.append(TableRef.of(appender.catalog, table))
+            sharing.append((TableRef.of(appender.catalog, table), frozenset(s.snapshot_id for s in table.snapshots())))
     return sharing
+
+
+def _moved_on(
+    appender: Appender, sharing: list[tuple[TableRef, frozenset[int]]]
+) -> list[tuple[TableRef, frozenset[int]]]:
+    """Those of ``sharing`` that committed since, at their versions now."""
+    moved = []
+    for ref, known in sharing:
+        try:
+            table = appender.catalog.load_table(ref.identifier)
+        except Exception:  # dropped meanwhile: what it referenced is no longer needed
+            continue
+        if table.metadata_location != ref.metadata_location:
+            moved.append((TableRef.of(appender.catalog, table), known))
+    return moved
+
+
+def _unreferenced(root: str, keep: set[str], cutoff: float) -> list[str]:
+    """Files under ``root`` not in ``keep`` and last modified before ``cutoff``."""
+    found = []
+    for path in _walk(root):
+        if path in keep:
+            continue
+        try:
+            if os.stat(path).st_mtime >= cutoff:
+                continue
+        except FileNotFoundError:
+            continue
+        found.append(path)
+    return found
 
 
 def remove_orphans(
@@ -368,30 +400,31 @@ def remove_orphans(
         return 0  # object stores: not handled here
     root = local_path(table.location())
     cutoff = time.time() - grace_s
-    # Not in the table's commit slot (reading every retained manifest takes long; appends go
-    # on): a file is spared when referenced, in flight, or younger than the cutoff. The order
-    # closes the gaps — writers in flight are listed before the versions are read, so a file
-    # committed in between is in one of the two sets, and any writer started later creates
-    # its files after the cutoff.
+    # Every retained manifest is read outside the table's commit slot (it takes long; appends
+    # go on); in the slot, only what committed meanwhile is added (new snapshots' manifests),
+    # so no file a commit referenced by then can be taken — the mtime check alone would not do:
+    # the file system stamps files with a clock that lags ``time.time()``.
     with appender.maintenance_lock:
         in_flight = {local_path(p) for p in appender.active_paths()}
-        # Stagings older than the cutoff are dropped in the slot, so no commit of them can
-        # land while their files are deleted; younger ones keep their files.
+
+        def read_references() -> tuple[list[tuple[TableRef, frozenset[int]]], set[str]]:
+            sharing = _tables_sharing(appender, root)
+            return sharing, worker.run(referenced_files, [ref for ref, _ in sharing])
+
+        sharing, referenced = _on_current_versions(read_references, ".".join(identifier))
         with appender.committer(namespace, name).exclusive():
+            # Stagings older than the cutoff are dropped in the slot, so no commit of them can
+            # land while their files are deleted; younger ones keep their files.
             in_flight |= {local_path(p) for p in appender.staging.expire_before(namespace, name, cutoff)}
-        referenced = _on_current_versions(
-            lambda: worker.run(referenced_files, _tables_sharing(appender, root)), ".".join(identifier)
-        )
-        candidates = []
-        for path in _walk(root):
-            if path in referenced or path in in_flight:
-                continue
-            try:
-                if os.stat(path).st_mtime >= cutoff:
-                    continue
-            except FileNotFoundError:
-                continue
-            candidates.append(path)
+            in_flight |= {local_path(p) for p in appender.active_paths()}
+            moved = _moved_on(appender, sharing)
+            if moved:
+                referenced |= worker.run(referenced_since, moved)
+            # Chosen in the slot (no commit can land meanwhile), minus the files of writers
+            # that started while the folder was walked.
+            candidates = _unreferenced(root, referenced | in_flight, cutoff)
+            in_flight = {local_path(p) for p in appender.active_paths()}
+            candidates = [p for p in candidates if p not in in_flight]
     removed = 0
     for path in candidates:
         try:

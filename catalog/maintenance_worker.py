@@ -229,6 +229,31 @@ def referenced_files(refs: list[TableRef]) -> set[str]:
     return {local_path(p) for p in paths}
 
 
+def referenced_since(moved: list[tuple[TableRef, frozenset[int]]]) -> set[str]:
+    """Local paths the tables' versions reference beyond what ``referenced_files`` read on the
+    versions holding the given snapshot ids: their metadata files, and the manifest lists,
+    manifests and data files of newer snapshots. Cheap: only new snapshots' manifests are read.
+    """
+    paths: set[str] = set()
+    for ref, known in moved:
+        table = ref.open()
+        metadata = table.metadata
+        paths.add(ref.metadata_location)
+        paths.update(entry.metadata_file for entry in metadata.metadata_log)
+        paths.update(s.statistics_path for s in metadata.statistics)
+        for snapshot in metadata.snapshots:
+            if snapshot.snapshot_id in known:
+                continue
+            paths.add(snapshot.manifest_list)
+            for manifest in snapshot.manifests(table.io):
+                paths.add(manifest.manifest_path)
+                if manifest.added_snapshot_id in known:
+                    continue  # written by a snapshot already read: its files are counted
+                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                    paths.add(entry.data_file.file_path)
+    return {local_path(p) for p in paths}
+
+
 def local_path(location: str) -> str:
     parsed = urlparse(location)
     return os.path.abspath(parsed.path if parsed.scheme == "file" else location)
