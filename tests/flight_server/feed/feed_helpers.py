@@ -13,6 +13,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from catalog.commit_log import CommitRecord
+
 # Client channel options that make the server's writes block after about one message when
 # the client stops reading (no flow-control window growth, tiny lookahead).
 STALLING_CLIENT_OPTIONS = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 1024)]
@@ -123,6 +125,32 @@ class FeedReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class RecordingStream:
+    """Records delivered seqs; ``gate`` (when cleared) blocks deliveries like a stalled client."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.seqs: list[int] = []
+        self.heartbeats: list[int] = []
+        # (started, returned) of each heartbeat write, by time.monotonic().
+        self.heartbeat_times: list[tuple[float, float]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.blocked = threading.Event()
+        self.delay_s = delay_s
+
+    def deliver(self, records: list[CommitRecord], heartbeat: bool, head: int) -> bool:
+        started = time.monotonic()
+        if not self.gate.is_set():
+            self.blocked.set()
+            self.gate.wait(30)
+        time.sleep(self.delay_s)
+        self.seqs.extend(r.seq for r in records)
+        if not records and heartbeat:
+            self.heartbeats.append(head)
+            self.heartbeat_times.append((started, time.monotonic()))
+        return bool(records) or heartbeat
 
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])

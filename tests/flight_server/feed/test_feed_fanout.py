@@ -7,50 +7,14 @@ reading). The end-to-end behaviour through real Flight clients is in the other f
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-from feed_helpers import SCHEMA, stalled_and_live, wait_until
+from feed_helpers import SCHEMA, RecordingStream, stalled_and_live, wait_until
 
 from catalog import RocksCatalog
 from catalog.commit_log import CommitRecord
 from flight_server.feed.fanout import FanOut
 from flight_server.server import IcefloeServer
-
-
-class RecordingStream:
-    """Records delivered seqs; ``gate`` (when cleared) blocks deliveries like a stalled client."""
-
-    def __init__(self, delay_s: float = 0.0) -> None:
-        self.seqs: list[int] = []
-        self.heartbeats: list[int] = []
-        self.gate = threading.Event()
-        self.gate.set()
-        self.blocked = threading.Event()
-        self.delay_s = delay_s
-
-    def deliver(self, records: list[CommitRecord], heartbeat: bool, head: int) -> bool:
-        if not self.gate.is_set():
-            self.blocked.set()
-            self.gate.wait(30)
-        time.sleep(self.delay_s)
-        self.seqs.extend(r.seq for r in records)
-        if not records and heartbeat:
-            self.heartbeats.append(head)
-        return bool(records) or heartbeat
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> Iterator[RocksCatalog]:
-    cat = RocksCatalog("fanout", warehouse=str(tmp_path / "wh"))
-    cat.create_namespace("ns")
-    try:
-        yield cat
-    finally:
-        cat.close()
 
 
 def test_attached_streams_get_every_commit_once_in_order(catalog: RocksCatalog) -> None:
