@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from catalog.commit_log import CommitRecord
+from flight_server.feed.fanout import FanOut, Sink
 
 # Client channel options that make the server's writes block after about one message when
 # the client stops reading (no flow-control window growth, tiny lookahead).
@@ -153,6 +154,17 @@ class RecordingStream:
         return bool(records) or heartbeat
 
 
+
+def attach_stuck(fanout: FanOut, head: int, **options: Any) -> tuple[RecordingStream, Sink]:
+    """Attach a stream whose writes block (like a client that stopped reading) until its
+    ``gate`` is set; ``options`` go to ``FanOut.attach``."""
+    stream = RecordingStream()
+    stream.gate.clear()
+    sink = fanout.attach(stream, head, **{"on_stall": lambda: None, **options})
+    assert sink is not None
+    return stream, sink
+
+
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
 
@@ -161,10 +173,12 @@ def rows(start: int, count: int) -> pa.Table:
     return pa.table({"id": ids, "name": [f"n{i}" for i in ids]}, schema=SCHEMA)
 
 
-def stalled_and_live(location: str) -> tuple[FeedReader, FeedReader]:
+def stalled_and_live(location: str, heartbeat_ms: int | None = None) -> tuple[FeedReader, FeedReader]:
     """Two commits.v1 subscribers from now on: one that does not read (until ``resume``) and
     one that does; returns once the live one has its hello."""
-    request = {"feed": "commits.v1", "after": "latest"}
+    request: dict[str, Any] = {"feed": "commits.v1", "after": "latest"}
+    if heartbeat_ms is not None:
+        request["heartbeat_ms"] = heartbeat_ms
     stalled = FeedReader(location, request, generic_options=STALLING_CLIENT_OPTIONS, read=False)
     live = FeedReader(location, request)
     try:

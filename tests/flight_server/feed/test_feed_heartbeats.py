@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 
-from feed_helpers import SCHEMA, STALLING_CLIENT_OPTIONS, FeedReader, RecordingStream, wait_until
+from feed_helpers import SCHEMA, FeedReader, RecordingStream, attach_stuck, wait_until
 
 from catalog import RocksCatalog
 from flight_server.feed.fanout import FanOut
@@ -47,10 +47,7 @@ def test_no_heartbeat_is_queued_while_a_write_has_not_returned(catalog: RocksCat
     fanout = FanOut(catalog.hub, workers=1, stall_s=30.0)
     try:
         head = catalog.log.head()
-        stuck = RecordingStream()
-        stuck.gate.clear()
-        sink = fanout.attach(stuck, head, on_stall=lambda: None, heartbeat_s=0.05)
-        assert sink is not None
+        stuck, sink = attach_stuck(fanout, head, heartbeat_s=0.05)
         assert stuck.blocked.wait(10)  # its first heartbeat's write blocks ...
         time.sleep(0.5)  # ... for ten heartbeat intervals
         stuck.gate.set()
@@ -63,47 +60,6 @@ def test_no_heartbeat_is_queued_while_a_write_has_not_returned(catalog: RocksCat
     finally:
         stuck.gate.set()
         fanout.close()
-
-
-def test_a_stalled_subscriber_gets_heartbeats_once_it_reads_and_no_gap(
-    feed_server: IcefloeServer, location: str
-) -> None:
-    cat = feed_server.catalog
-    fanout = feed_server.feed.fanout
-    cat.create_namespace("ns")
-    request = {"feed": "commits.v1", "after": "latest", "heartbeat_ms": 50}
-    stalled = FeedReader(location, request, generic_options=STALLING_CLIENT_OPTIONS, read=False)
-    live = FeedReader(location, request)
-    try:
-        live.wait_for("hello")
-        wait_until(lambda: fanout.attached_count == 2)
-        n = 0
-        while fanout.stalls == 0:
-            assert n < 1000, "the stalled client's writes never blocked"
-            cat.create_table(f"ns.t{n}", SCHEMA)
-            n += 1
-        # Then more commits and idle time (heartbeats due) while it still does not read.
-        for i in range(20):
-            cat.create_table(f"ns.more{i}", SCHEMA)
-        n += 20
-        time.sleep(0.5)
-        stalled.resume()
-        assert stalled.wait_for("hello").metadata == {"hello": {"log_start": 1, "head": 0}}
-        assert [e["seq"] for e in stalled.events(n)] == list(range(1, n + 1))
-        assert [e["seq"] for e in live.events(n)] == list(range(1, n + 1))
-        # Caught up, it gets heartbeats again, reporting the head it has covered.
-        for _ in range(3):
-            assert stalled.wait_for("heartbeat").metadata == {"heartbeat": {"head": n}}
-        # Back with the fan-out workers, still with heartbeats and the next commit once.
-        wait_until(lambda: fanout.attached_count == 2)
-        for _ in range(3):
-            assert stalled.wait_for("heartbeat").metadata == {"heartbeat": {"head": n}}
-        cat.create_table("ns.after", SCHEMA)
-        assert [e["seq"] for e in stalled.events(1)] == [n + 1]
-        assert [e["seq"] for e in live.events(1)] == [n + 1]
-    finally:
-        stalled.close()
-        live.close()
 
 
 def test_heartbeats_continue_for_many_streams_and_cancels_are_noticed(
