@@ -19,6 +19,9 @@ clients in separate processes and, when Go is installed, also the arrow-go subsc
    same run.
 2. Throughput: DoPut appends/s with no subscriber vs with 20 subscribers that never read
    (their gRPC writes block), alternating rounds; the ratio is median with / median without.
+   Twice: the subscribers in their own client processes, and as 20 feeds with 50 ms
+   heartbeats on the writer's own client connection (what a service that appends and
+   follows the feed through one client does; the server's writes to them block at once).
 
     python benchmarks/bench_feed.py [--quick]
 """
@@ -35,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -61,6 +65,11 @@ SUBSCRIBER_PROCESSES = 4
 LATENCY_KEYS = {"python": "latency", "go": "latency_go", "rust": "latency_rust"}
 # Client channel options under which a non-reading client blocks the server's writes at once.
 STALLING_OPTIONS = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 1024)]
+# Tables of the two throughput scenarios: stalled subscribers in their own processes, and on
+# the writer's own connection.
+THROUGHPUT_PREFIXES = ("tp", "tp_own")
+# The second scenario's subscribers: 50 ms heartbeats, the shortest allowed.
+OWN_CONNECTION_HEARTBEAT_MS = 50
 ROWS = pa.table({"id": pa.array(range(100), pa.int64()), "name": pa.array([f"r{i}" for i in range(100)])})
 
 
@@ -223,8 +232,8 @@ class Subscribers:
 class Writer:
     """Appends ``ROWS`` to a table with DoPut; returns the acknowledged commit seq."""
 
-    def __init__(self, location: str) -> None:
-        self.client = flight.FlightClient(location)
+    def __init__(self, location: str, generic_options: list[tuple[str, Any]] | None = None) -> None:
+        self.client = flight.FlightClient(location, generic_options=generic_options or [])
 
     def append(self, table: str) -> int:
         writer, reader = self.client.do_put(flight.FlightDescriptor.for_path(*table.split(".")), ROWS.schema)
@@ -293,27 +302,53 @@ def append_rate(writer: Writer, table: str, commits: int) -> float:
     return commits / (time.perf_counter() - start)
 
 
+def open_stalled_processes(location: str, count: int) -> Callable[[], None]:
+    """``count`` never-reading subscribers in their own client processes; returns the closer."""
+    subs = Subscribers(location, count, expected=0, stalled=True)
+    return subs.close
+
+
+def open_stalled_on(client: flight.FlightClient, count: int, heartbeat_ms: int) -> Callable[[], None]:
+    """``count`` feeds of every commit on ``client``'s own connection that are never read;
+    returns the closer."""
+    request = json.dumps({"feed": "commits.v1", "after": "latest", "heartbeat_ms": heartbeat_ms}).encode()
+    calls = []
+    for _ in range(count):
+        writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(request))
+        writer.done_writing()
+        calls.append((writer, reader))
+
+    def close() -> None:
+        for _writer, reader in calls:
+            try:
+                reader.cancel()
+            except Exception:
+                pass
+
+    return close
+
+
 def measure_throughput(
-    writer: Writer, location: str, stalled: int, commits: int, rounds: int, client: str = "python"
+    writer: Writer, open_load: Callable[[], Callable[[], None]], prefix: str, commits: int, rounds: int
 ) -> dict[str, Any]:
+    """Appends/s with no load vs with ``open_load()``'s streams open, alternating rounds."""
     without: list[float] = []
     with_stalled: list[float] = []
-    append_rate(writer, "bench.tp_warmup", commits)  # caches, connections, first-append costs
+    append_rate(writer, f"bench.{prefix}_warmup", commits)  # caches, connections, first-append costs
     for r in range(rounds):
         # Alternate which side goes first so drift on a shared machine hits both alike.
         for side in (("base", "stalled") if r % 2 == 0 else ("stalled", "base")):
             if side == "base":
-                without.append(append_rate(writer, f"bench.tp_base{r}", commits))
+                without.append(append_rate(writer, f"bench.{prefix}_base{r}", commits))
                 continue
-            subs = Subscribers(location, stalled, expected=0, stalled=True, client=client)
+            close = open_load()
             try:
                 time.sleep(0.5)  # let their streams settle (blocked in gRPC writes or idle)
-                with_stalled.append(append_rate(writer, f"bench.tp_stalled{r}", commits))
+                with_stalled.append(append_rate(writer, f"bench.{prefix}_stalled{r}", commits))
             finally:
-                subs.close()
+                close()
     base, loaded = statistics.median(without), statistics.median(with_stalled)
     return {
-        "stalled_subscribers": stalled,
         "commits_per_round": commits,
         "rounds": rounds,
         "appends_per_s_without": [round(x, 2) for x in without],
@@ -328,8 +363,10 @@ def prepare(warehouse: Path, rounds: int) -> None:
     cat = RocksCatalog("bench", warehouse=str(warehouse), **{"read-only": "false"})
     try:
         cat.create_namespace("bench")
-        names = ["lat1", "lat10", "lat100", "tp_warmup"]
-        names += [f"tp_{side}{r}" for r in range(rounds) for side in ("base", "stalled")]
+        names = ["lat1", "lat10", "lat100"]
+        for prefix in THROUGHPUT_PREFIXES:
+            names.append(f"{prefix}_warmup")
+            names += [f"{prefix}_{side}{r}" for r in range(rounds) for side in ("base", "stalled")]
         for name in names:
             cat.create_table(f"bench.{name}", ROWS.schema)
     finally:
@@ -359,7 +396,30 @@ def main() -> None:
                 for client in clients:
                     row = measure_latency(writer, server.location, n, commits, gap_s=0.05, client=client)
                     results.setdefault(LATENCY_KEYS[client], []).append(row)
-            results["throughput"] = measure_throughput(writer, server.location, 20, tp_commits, rounds)
+            results["throughput"] = {
+                "stalled_subscribers": 20,
+                **measure_throughput(
+                    writer, lambda: open_stalled_processes(server.location, 20), "tp", tp_commits, rounds
+                ),
+            }
+            # The same 20 never-reading feeds multiplexed on the writer's own connection (whose
+            # options make the server's writes to them block at once), 50 ms heartbeats: the
+            # writer's appends share the connection with whatever the server sends them.
+            own = Writer(server.location, generic_options=STALLING_OPTIONS)
+            try:
+                results["throughput_own_connection"] = {
+                    "stalled_subscribers": 20,
+                    "heartbeat_ms": OWN_CONNECTION_HEARTBEAT_MS,
+                    **measure_throughput(
+                        own,
+                        lambda: open_stalled_on(own.client, 20, OWN_CONNECTION_HEARTBEAT_MS),
+                        "tp_own",
+                        tp_commits,
+                        rounds,
+                    ),
+                }
+            finally:
+                own.close()
         finally:
             writer.close()
             server.stop()
@@ -376,12 +436,15 @@ def main() -> None:
                     "ack_to_arrival_max_ms", "ack_to_last_subscriber_p50_ms", "commit_to_arrival_p50_ms",
                     "commit_to_arrival_p99_ms", "warmup_ack_to_arrival_max_ms")
             print(" ".join(f"{row[k]:>12}" for k in keys))
-    tp = results["throughput"]
-    print(f"\nwriter throughput, 20 subscribers that never read vs none "
-          f"({tp['rounds']} rounds x {tp['commits_per_round']} appends)")
-    print(f"  appends/s without: {tp['appends_per_s_without']}  median {tp['median_without']}")
-    print(f"  appends/s with   : {tp['appends_per_s_with_stalled']}  median {tp['median_with_stalled']}")
-    print(f"  ratio with/without: {tp['ratio']}  (target >= 0.8)")
+    for key, title, target in (
+        ("throughput", "20 subscribers that never read (own processes) vs none", 0.8),
+        ("throughput_own_connection", "20 never-reading 50 ms-heartbeat feeds on the writer's connection vs none", 0.9),
+    ):
+        tp = results[key]
+        print(f"\nwriter throughput, {title} ({tp['rounds']} rounds x {tp['commits_per_round']} appends)")
+        print(f"  appends/s without: {tp['appends_per_s_without']}  median {tp['median_without']}")
+        print(f"  appends/s with   : {tp['appends_per_s_with_stalled']}  median {tp['median_with_stalled']}")
+        print(f"  ratio with/without: {tp['ratio']}  (target >= {target})")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nwrote {RESULTS.relative_to(ROOT)}")

@@ -13,11 +13,17 @@ class CommitStream(FeedStream):
     def __init__(self, *args: Any, batches: EventBatchCache, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._batches = batches
+        patterns = self.request.patterns
+        # Streams with the same table list share the filtered batches (see EventBatchCache).
+        self._filter_key = None if patterns is None else tuple(p.text for p in patterns)
+
+    def _matches(self, record: CommitRecord) -> bool:
+        return record_matches(self.request, record)
 
     def handle(self, records: list[CommitRecord]) -> bool:
-        matched = [r for r in records if record_matches(self.request, r)]
-        if not matched:
+        batch = self._batches.matching(self._filter_key, records, self._matches)
+        if batch is None:
             return False
-        self.send_batch(self._batches.get(matched))
-        self.server.metrics.delivered(matched[-1].committed_at_us)
+        self.send_batch(batch)
+        self.server.metrics.delivered(batch.column("committed_at")[-1].value)
         return True

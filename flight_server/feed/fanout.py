@@ -13,10 +13,20 @@ it reads again, so a watchdog detaches any stream whose write has taken longer t
 returns, and the stream's own handler thread takes over, catching up from the durable log like
 any lagging subscriber. A stream also goes back to its handler when it falls further behind
 than the recent records kept here.
+
+Idle attached streams cost one thread in all, not one each: the same timer thread that watches
+for stalls queues every attached stream's heartbeats (from a heap of due times) and checks,
+a few times a second, whether a stream's client cancelled or the server is stopping. The
+handler threads of attached streams sleep until the fan-out lets go of their stream. No
+heartbeat is queued to a stream whose previous write has not returned: a client that stopped
+reading gets nothing more piled on, and its next heartbeat is due a full interval after that
+write.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
 import time
@@ -33,6 +43,11 @@ logger = logging.getLogger("icefloe.feed.fanout")
 RING_SIZE = 1024
 # Most records written to one stream in one turn (and so per event batch).
 TURN_LIMIT = 512
+# How often the timer asks every attached stream whether it has ended (client cancelled,
+# server stopping): the longest an attached stream's handler sleeps past its end.
+LIVENESS_S = 0.2
+# Heartbeats due within this of each other are queued in one timer wake-up.
+HEARTBEAT_SLACK_S = 0.002
 
 
 class LiveStream(Protocol):
@@ -51,7 +66,14 @@ class LiveStream(Protocol):
 class Sink:
     """An attached stream's place in the fan-out (all fields guarded by the fan-out's lock)."""
 
-    def __init__(self, stream: LiveStream, last_seq: int, on_stall: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        stream: LiveStream,
+        last_seq: int,
+        on_stall: Callable[[], None],
+        heartbeat_s: float | None,
+        ended: Callable[[], bool] | None,
+    ) -> None:
         self.stream = stream
         # Every record up to here has been delivered (or did not match).
         self.last_seq = last_seq
@@ -63,6 +85,8 @@ class Sink:
         self.error: BaseException | None = None
         self.last_sent = time.monotonic()
         self.on_stall = on_stall
+        self.heartbeat_s = heartbeat_s  # None: no heartbeats
+        self.ended = ended  # asked by the timer; True releases the stream to its handler
         # Set once the fan-out has let go of the stream: its handler thread owns it again.
         self.released = threading.Event()
 
@@ -82,7 +106,7 @@ class FanOut:
         self.stall_s = stall_s
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # ready sinks, or closing
-        self._writes = threading.Condition(self._lock)  # a write began, or closing
+        self._writes = threading.Condition(self._lock)  # wakes the timer: a write began, an earlier heartbeat, closing
         self._idle = threading.Condition(self._lock)  # a sink stopped being busy
         self._ring: deque[CommitRecord] = deque(maxlen=ring_size)
         self._head = hub.log.head()
@@ -90,8 +114,14 @@ class FanOut:
         self._ready: deque[Sink] = deque()
         self._workers: list[_Worker] = []
         self._closed = False
-        self._watchdog: threading.Thread | None = None
-        self._watchdog_idle = False  # waiting for a write to start (no timeout)
+        self._timer: threading.Thread | None = None
+        self._timer_tracks_writes = False  # else a worker starting a write wakes it
+        self._timer_wakes_at = 0.0  # when the timer's current wait ends
+        # (due, tie-breaker, sink): one entry per attached sink with heartbeats; an entry is
+        # checked against the sink's last write when it comes due (lazy re-scheduling).
+        self._heartbeats: list[tuple[float, int, Sink]] = []
+        self._tiebreak = itertools.count()
+        self._next_liveness = 0.0
         # Streams detached because a write stalled (for monitoring and tests).
         self.stalls = 0
         hub.add_listener(self._on_commit)
@@ -115,33 +145,41 @@ class FanOut:
 
     # -- attaching and detaching (a stream's handler thread) -------------------------------
 
-    def attach(self, stream: LiveStream, last_seq: int, on_stall: Callable[[], None]) -> Sink | None:
+    def attach(
+        self,
+        stream: LiveStream,
+        last_seq: int,
+        on_stall: Callable[[], None],
+        heartbeat_s: float | None = None,
+        ended: Callable[[], bool] | None = None,
+    ) -> Sink | None:
         """Hand ``stream`` (which has delivered everything up to ``last_seq``) to the workers.
 
-        Returns None when the records after ``last_seq`` are no longer kept here, or the
-        fan-out is closed: the handler keeps reading the log itself and may try again.
+        Args:
+            stream: Written by the workers until released.
+            last_seq: Everything up to here has been delivered.
+            on_stall: Called (under the fan-out's lock) when a write to it stalls.
+            heartbeat_s: Queue a heartbeat when nothing was written for this long.
+            ended: Asked every ``LIVENESS_S``; True releases the stream to its handler.
+
+        Returns:
+            The stream's sink: ``released`` is set once the fan-out has let go of it. None
+            when the records after ``last_seq`` are no longer kept here, or the fan-out is
+            closed: the handler keeps reading the log itself and may try again.
         """
         with self._lock:
             if self._closed or self._records_after(last_seq) is None:
                 return None
-            sink = Sink(stream, last_seq, on_stall)
+            sink = Sink(stream, last_seq, on_stall, heartbeat_s, ended)
             self._sinks[sink] = None
+            if heartbeat_s is not None:
+                self._schedule_heartbeat(sink, sink.last_sent + heartbeat_s)
             if last_seq < self._head:
                 sink.queued = True
                 self._ready.append(sink)
                 self._work.notify_all()
             self._start_workers()
             return sink
-
-    def request_heartbeat(self, sink: Sink) -> None:
-        with self._lock:
-            if not sink.attached:
-                return
-            sink.heartbeat_due = True
-            if not (sink.queued or sink.busy):
-                sink.queued = True
-                self._ready.append(sink)
-                self._work.notify_all()
 
     def detach(self, sink: Sink) -> None:
         """Take the stream back; returns once no worker is writing to it."""
@@ -193,9 +231,14 @@ class FanOut:
             worker = _Worker()
             self._workers.append(worker)
             threading.Thread(target=self._work_loop, args=(worker,), name="icefloe-feed-fanout", daemon=True).start()
-        if self._watchdog is None:
-            self._watchdog = threading.Thread(target=self._watch, name="icefloe-feed-watchdog", daemon=True)
-            self._watchdog.start()
+        if self._timer is None:
+            self._timer = threading.Thread(target=self._time, name="icefloe-feed-timer", daemon=True)
+            self._timer.start()
+
+    def _schedule_heartbeat(self, sink: Sink, due: float) -> None:
+        heapq.heappush(self._heartbeats, (due, next(self._tiebreak), sink))
+        if due < self._timer_wakes_at:
+            self._writes.notify()
 
     # -- workers -----------------------------------------------------------------------------
 
@@ -220,8 +263,8 @@ class FanOut:
                     continue
                 sink.busy = True
                 worker.sink, worker.started = sink, time.monotonic()
-                if self._watchdog_idle:  # wake it only to start timing, not for every write
-                    self._watchdog_idle = False
+                if not self._timer_tracks_writes:  # wake it only to start timing, not per write
+                    self._timer_tracks_writes = True
                     self._writes.notify()
             error: BaseException | None = None
             try:
@@ -246,29 +289,62 @@ class FanOut:
                     self._work.notify()
                 self._idle.notify_all()
 
-    def _watch(self) -> None:
-        """Detach streams whose write has stalled and keep the pool at full strength."""
+    def _time(self) -> None:
+        """The fan-out's one timer: stalled writes, heartbeats and ended streams."""
         with self._lock:
             while not self._closed:
-                writing = [w for w in self._workers if w.sink is not None and not w.retired]
-                if not writing:
-                    self._watchdog_idle = True
-                    self._writes.wait()
-                    continue
                 now = time.monotonic()
-                for worker in writing:
-                    sink = worker.sink
-                    assert sink is not None
-                    if now - worker.started > self.stall_s:
-                        worker.retired = True
-                        sink.stalled = True
-                        self.stalls += 1
-                        self._release(sink)
-                        sink.on_stall()
-                        logger.debug("feed stream stalled in a write; its handler takes it back")
-                if any(w.retired for w in writing):
-                    self._start_workers()
-                # Check again when the oldest write still going would count as stalled.
-                started = [w.started for w in writing if not w.retired]
-                oldest = min(started) if started else now
-                self._writes.wait(timeout=max(0.005, oldest + self.stall_s - now))
+                wake = self._check_stalls(now)
+                wake = min(wake, self._queue_heartbeats(now))
+                if now >= self._next_liveness:
+                    self._release_ended()
+                    self._next_liveness = now + LIVENESS_S
+                wake = min(wake, self._next_liveness)
+                self._timer_wakes_at = wake
+                self._writes.wait(timeout=max(0.001, wake - time.monotonic()))
+
+    def _check_stalls(self, now: float) -> float:
+        """Detach streams whose write has stalled, keep the pool at full strength, and return
+        when the oldest write still going would count as stalled (``inf`` if none)."""
+        writing = [w for w in self._workers if w.sink is not None and not w.retired]
+        self._timer_tracks_writes = bool(writing)
+        for worker in writing:
+            sink = worker.sink
+            assert sink is not None
+            if now - worker.started > self.stall_s:
+                worker.retired = True
+                sink.stalled = True
+                self.stalls += 1
+                self._release(sink)
+                sink.on_stall()
+                logger.debug("feed stream stalled in a write; its handler takes it back")
+        if any(w.retired for w in writing):
+            self._start_workers()
+        started = [w.started for w in writing if not w.retired]
+        return max(now + 0.005, min(started) + self.stall_s) if started else float("inf")
+
+    def _queue_heartbeats(self, now: float) -> float:
+        """Queue the heartbeats that are due; return when the next one is."""
+        heap = self._heartbeats
+        while heap and heap[0][0] <= now + HEARTBEAT_SLACK_S:
+            _, _, sink = heapq.heappop(heap)
+            if not sink.attached or sink.heartbeat_s is None:
+                continue  # its entry leaves the heap with it
+            due = sink.last_sent + sink.heartbeat_s
+            if due <= now + HEARTBEAT_SLACK_S:
+                if not (sink.busy or sink.queued):
+                    sink.heartbeat_due = True
+                    sink.queued = True
+                    self._ready.append(sink)
+                    self._work.notify()
+                # Else nothing: when busy, a write has not returned (the client may have
+                # stopped reading) and nothing is piled on; when queued, records are about to
+                # be written anyway. Either way the next one is due an interval from now.
+                due = now + sink.heartbeat_s
+            heapq.heappush(heap, (due, next(self._tiebreak), sink))
+        return heap[0][0] if heap else float("inf")
+
+    def _release_ended(self) -> None:
+        for sink in list(self._sinks):
+            if sink.ended is not None and sink.ended():
+                self._release(sink)

@@ -159,32 +159,37 @@ class FeedStream:
         Returns None when the stream ended (client gone), True when the fan-out handed it
         back (stalled or fell behind) and False when it could not attach (not caught up).
         """
-        sink = fanout.attach(self, subscription.last_seq, on_stall=subscription.mark_lagging)
+        sink = fanout.attach(
+            self,
+            subscription.last_seq,
+            on_stall=subscription.mark_lagging,
+            heartbeat_s=self.heartbeat_s,
+            ended=self._ended,
+        )
         if sink is None:
             return False
         subscription.pause()
-        # A heartbeat asked for is not sent while a write blocks (or after the watchdog took
-        # the stream back, until that write returns): count the interval from the request
-        # too, or this loop would ask again without waiting.
-        requested = 0.0
         try:
-            while not sink.released.wait(self._wait_s(max(sink.last_sent, requested))):
-                if self.server.stopping.is_set():
-                    fanout.detach(sink)  # first, so last_seq is final
-                    raise errors.Unavailable(f"server is shutting down; resume after seq {sink.last_seq}")
-                if self.context.is_cancelled():
-                    return None
-                if time.monotonic() - max(sink.last_sent, requested) >= self.heartbeat_s:
-                    fanout.request_heartbeat(sink)
-                    requested = time.monotonic()
+            # The fan-out's timer sends the heartbeats and notices a cancelled client or a
+            # stopping server (``_ended``): this thread sleeps until the stream is let go.
+            sink.released.wait()
         finally:
             fanout.detach(sink)  # on any way out, no worker may still be writing
+        # Released, so no worker is writing: ``last_seq`` is final.
+        if self.server.stopping.is_set():
+            raise errors.Unavailable(f"server is shutting down; resume after seq {sink.last_seq}")
+        if self.context.is_cancelled():
+            return None
         if sink.error is not None:
             # ClientGone ends the stream quietly; anything else is a bug and reaches the
             # RPC boundary (errors.guard) like any other.
             raise sink.error
         subscription.resume(sink.last_seq)
         return True
+
+    def _ended(self) -> bool:
+        """Asked by the fan-out's timer while attached: should this stream stop?"""
+        return self.server.stopping.is_set() or self.context.is_cancelled()
 
     # -- fan-out workers ---------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from catalog import RocksCatalog  # noqa: E402
 from flight_server.config import Config  # noqa: E402
 from flight_server.server import IcefloeServer  # noqa: E402
 
@@ -25,3 +26,13 @@ def feed_server(tmp_path: Path) -> Iterator[IcefloeServer]:
 @pytest.fixture
 def location(feed_server: IcefloeServer) -> str:
     return f"grpc://127.0.0.1:{feed_server.port}"
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Iterator[RocksCatalog]:
+    cat = RocksCatalog("fanout", warehouse=str(tmp_path / "wh"))
+    cat.create_namespace("ns")
+    try:
+        yield cat
+    finally:
+        cat.close()

@@ -13,6 +13,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from catalog.commit_log import CommitRecord
+from flight_server.feed.fanout import FanOut, Sink
+
 # Client channel options that make the server's writes block after about one message when
 # the client stops reading (no flow-control window growth, tiny lookahead).
 STALLING_CLIENT_OPTIONS = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 1024)]
@@ -125,6 +128,43 @@ class FeedReader:
         self.close()
 
 
+class RecordingStream:
+    """Records delivered seqs; ``gate`` (when cleared) blocks deliveries like a stalled client."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.seqs: list[int] = []
+        self.heartbeats: list[int] = []
+        # (started, returned) of each heartbeat write, by time.monotonic().
+        self.heartbeat_times: list[tuple[float, float]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.blocked = threading.Event()
+        self.delay_s = delay_s
+
+    def deliver(self, records: list[CommitRecord], heartbeat: bool, head: int) -> bool:
+        started = time.monotonic()
+        if not self.gate.is_set():
+            self.blocked.set()
+            self.gate.wait(30)
+        time.sleep(self.delay_s)
+        self.seqs.extend(r.seq for r in records)
+        if not records and heartbeat:
+            self.heartbeats.append(head)
+            self.heartbeat_times.append((started, time.monotonic()))
+        return bool(records) or heartbeat
+
+
+
+def attach_stuck(fanout: FanOut, head: int, **options: Any) -> tuple[RecordingStream, Sink]:
+    """Attach a stream whose writes block (like a client that stopped reading) until its
+    ``gate`` is set; ``options`` go to ``FanOut.attach``."""
+    stream = RecordingStream()
+    stream.gate.clear()
+    sink = fanout.attach(stream, head, **{"on_stall": lambda: None, **options})
+    assert sink is not None
+    return stream, sink
+
+
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
 
@@ -133,10 +173,12 @@ def rows(start: int, count: int) -> pa.Table:
     return pa.table({"id": ids, "name": [f"n{i}" for i in ids]}, schema=SCHEMA)
 
 
-def stalled_and_live(location: str) -> tuple[FeedReader, FeedReader]:
+def stalled_and_live(location: str, heartbeat_ms: int | None = None) -> tuple[FeedReader, FeedReader]:
     """Two commits.v1 subscribers from now on: one that does not read (until ``resume``) and
     one that does; returns once the live one has its hello."""
-    request = {"feed": "commits.v1", "after": "latest"}
+    request: dict[str, Any] = {"feed": "commits.v1", "after": "latest"}
+    if heartbeat_ms is not None:
+        request["heartbeat_ms"] = heartbeat_ms
     stalled = FeedReader(location, request, generic_options=STALLING_CLIENT_OPTIONS, read=False)
     live = FeedReader(location, request)
     try:

@@ -7,50 +7,14 @@ reading). The end-to-end behaviour through real Flight clients is in the other f
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-from feed_helpers import SCHEMA, stalled_and_live, wait_until
+from feed_helpers import SCHEMA, RecordingStream, attach_stuck, stalled_and_live, wait_until
 
 from catalog import RocksCatalog
 from catalog.commit_log import CommitRecord
 from flight_server.feed.fanout import FanOut
 from flight_server.server import IcefloeServer
-
-
-class RecordingStream:
-    """Records delivered seqs; ``gate`` (when cleared) blocks deliveries like a stalled client."""
-
-    def __init__(self, delay_s: float = 0.0) -> None:
-        self.seqs: list[int] = []
-        self.heartbeats: list[int] = []
-        self.gate = threading.Event()
-        self.gate.set()
-        self.blocked = threading.Event()
-        self.delay_s = delay_s
-
-    def deliver(self, records: list[CommitRecord], heartbeat: bool, head: int) -> bool:
-        if not self.gate.is_set():
-            self.blocked.set()
-            self.gate.wait(30)
-        time.sleep(self.delay_s)
-        self.seqs.extend(r.seq for r in records)
-        if not records and heartbeat:
-            self.heartbeats.append(head)
-        return bool(records) or heartbeat
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> Iterator[RocksCatalog]:
-    cat = RocksCatalog("fanout", warehouse=str(tmp_path / "wh"))
-    cat.create_namespace("ns")
-    try:
-        yield cat
-    finally:
-        cat.close()
 
 
 def test_attached_streams_get_every_commit_once_in_order(catalog: RocksCatalog) -> None:
@@ -90,12 +54,10 @@ def test_a_stalled_write_is_handed_back_and_others_keep_receiving(catalog: Rocks
     fanout = FanOut(catalog.hub, workers=1, stall_s=0.05)
     try:
         head = catalog.log.head()
-        stalled, healthy = RecordingStream(), RecordingStream()
-        stalled.gate.clear()
         stall_calls: list[bool] = []
-        stalled_sink = fanout.attach(stalled, head, on_stall=lambda: stall_calls.append(True))
-        healthy_sink = fanout.attach(healthy, head, on_stall=lambda: None)
-        assert stalled_sink is not None and healthy_sink is not None
+        stalled, stalled_sink = attach_stuck(fanout, head, on_stall=lambda: stall_calls.append(True))
+        healthy = RecordingStream()
+        assert fanout.attach(healthy, head, on_stall=lambda: None) is not None
         catalog.create_table("ns.first", SCHEMA)
         assert stalled.blocked.wait(10)
         # With its only worker stuck, the pool gets a replacement and the healthy stream is
@@ -141,10 +103,10 @@ def test_heartbeats_and_detach(catalog: RocksCatalog) -> None:
     try:
         head = catalog.log.head()
         stream = RecordingStream()
-        sink = fanout.attach(stream, head, on_stall=lambda: None)
+        sink = fanout.attach(stream, head, on_stall=lambda: None, heartbeat_s=0.05)
         assert sink is not None
-        fanout.request_heartbeat(sink)
-        wait_until(lambda: stream.heartbeats == [head])
+        wait_until(lambda: len(stream.heartbeats) >= 2)
+        assert set(stream.heartbeats) == {head}
         fanout.detach(sink)
         assert sink.released.is_set() and fanout.attached_count == 0
         catalog.create_table("ns.after_detach", SCHEMA)
@@ -155,11 +117,12 @@ def test_heartbeats_and_detach(catalog: RocksCatalog) -> None:
 
 
 def test_stalled_client_is_reattached_after_catching_up(feed_server: IcefloeServer, location: str) -> None:
-    """End to end: a client that stops reading leaves the fan-out, catches up, and rejoins."""
+    """End to end: a client that stops reading leaves the fan-out, catches up with no gap,
+    gets heartbeats again, and rejoins."""
     cat = feed_server.catalog
     fanout = feed_server.feed.fanout
     cat.create_namespace("ns")
-    stalled, live = stalled_and_live(location)
+    stalled, live = stalled_and_live(location, heartbeat_ms=50)
     try:
         wait_until(lambda: fanout.attached_count == 2)
         n = 0
@@ -168,11 +131,21 @@ def test_stalled_client_is_reattached_after_catching_up(feed_server: IcefloeServ
             cat.create_table(f"ns.t{n}", SCHEMA)
             n += 1
         assert fanout.attached_count == 1
+        # More commits, and idle time with heartbeats due, while it still does not read.
+        for i in range(20):
+            cat.create_table(f"ns.more{i}", SCHEMA)
+        n += 20
+        time.sleep(0.5)
         stalled.resume()
         assert [e["seq"] for e in stalled.events(n)] == list(range(1, n + 1))
         assert [e["seq"] for e in live.events(n)] == list(range(1, n + 1))
-        # Back with the workers once its handler has tailed the log for a while.
+        # Caught up, it gets heartbeats again (reporting the head it has covered) on its own
+        # thread, then back with the workers once its handler has tailed the log for a while.
+        for _ in range(3):
+            assert stalled.wait_for("heartbeat").metadata == {"heartbeat": {"head": n}}
         wait_until(lambda: fanout.attached_count == 2)
+        for _ in range(3):
+            assert stalled.wait_for("heartbeat").metadata == {"heartbeat": {"head": n}}
         cat.create_table("ns.after", SCHEMA)
         assert [e["seq"] for e in stalled.events(1)] == [n + 1]
         assert [e["seq"] for e in live.events(1)] == [n + 1]
