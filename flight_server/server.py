@@ -8,6 +8,7 @@ Routing only; the work lives in one service per capability:
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -263,6 +264,10 @@ def serve(config: Config) -> None:
         raise SystemExit(f"icefloe: cannot serve HTTP: {exc}") from None
     for line in http_lines:
         logger.info("%s", line)
+    if config.gc_thresholds is not None:
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(*config.gc_thresholds)
     # Only now ready: a SIGTERM sent as soon as the line appears must stop the server cleanly.
     logger.info("icefloe listening on %s", config.location)
     # FlightServerBase starts serving in its constructor; serve() would only install Arrow's
