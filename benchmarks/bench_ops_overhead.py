@@ -23,6 +23,7 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -40,13 +41,39 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_flightsql_scan import fetch  # noqa: E402
-from servers import ServerProcess  # noqa: E402
+from servers import READY, ServerProcess  # noqa: E402
 
 from flight_server.flightsql import protocol  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "ops_overhead.json"
 METRICS_LINE = re.compile(r"icefloe metrics on (http://\S+)/metrics")
 BLOCK = 20
+
+
+class FileLogServer(ServerProcess):
+    """A server whose stderr goes to a file, as a log would in production: the query log's line
+    per statement must not be read by this benchmark's own process (``ServerProcess`` pumps
+    stderr through a thread here, which competes with the measuring client for the GIL)."""
+
+    def start(self, timeout: float = 60.0) -> FileLogServer:
+        cmd = [sys.executable, "-m", "flight_server.cli", "serve", "--warehouse", str(self.warehouse),
+               "--port", "0", *self.extra_args]
+        self.warehouse.parent.mkdir(parents=True, exist_ok=True)
+        log_path = self.warehouse.parent / f"{self.warehouse.name}.log"
+        with open(log_path, "w") as log_file:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log_file, env=self.env, cwd=self.cwd)
+        deadline = time.monotonic() + timeout
+        while True:
+            text = log_path.read_text()
+            found = READY.search(text)
+            if found and (METRICS_LINE.search(text) or "--metrics-port" not in self.extra_args):
+                self.location = found.group(1)
+                self.log_lines = [text]
+                return self
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError("icefloe server did not start:\n" + text)
+            time.sleep(0.05)
 
 
 def rows(n: int, start: int) -> pa.Table:
@@ -106,12 +133,13 @@ def per_statement_us(repeat: int = 5000) -> dict[str, float]:
 def _round(tmp: Path, r: int, args: argparse.Namespace, scrapes: list[int]) -> dict[str, Any]:
     """One round: a fresh pair of servers, interleaved blocks of pings, then of appends."""
     roles = ["baseline", "instrumented"] if r % 2 == 0 else ["instrumented", "baseline"]
-    servers: dict[str, ServerProcess] = {}
+    servers: dict[str, FileLogServer] = {}
     stop = threading.Event()
+    scraper: threading.Thread | None = None
     try:
         for folder, role in zip(("a", "b"), roles, strict=True):
             on = role == "instrumented" and not args.aa
-            servers[role] = ServerProcess(tmp / f"{folder}{r}", ["--metrics-port", "0"] if on else [],
+            servers[role] = FileLogServer(tmp / f"{folder}{r}", ["--metrics-port", "0"] if on else [],
                                           env={} if on else {"ICEFLOE_INSTRUMENTATION": "off"}).start()
         if not args.aa:
             found = METRICS_LINE.search(servers["instrumented"].log)
@@ -123,7 +151,8 @@ def _round(tmp: Path, r: int, args: argparse.Namespace, scrapes: list[int]) -> d
                     assert httpx.get(metrics_url, timeout=10).status_code == 200
                     scrapes[0] += 1
 
-            threading.Thread(target=scrape, daemon=True).start()
+            scraper = threading.Thread(target=scrape, daemon=True)
+            scraper.start()
         clients = {name: flight.FlightClient(s.location) for name, s in servers.items()}
         ping = protocol.CommandStatementQuery("SELECT 1").pack()
         create = protocol.CommandStatementUpdate("CREATE TABLE bench.small (id BIGINT, name VARCHAR)").pack()
@@ -153,6 +182,8 @@ def _round(tmp: Path, r: int, args: argparse.Namespace, scrapes: list[int]) -> d
             client.close()
     finally:
         stop.set()
+        if scraper is not None:
+            scraper.join(15)  # a scrape in flight ends before its server stops
         for server in servers.values():
             server.stop()
     p50 = {name: statistics.median(v) for name, v in latency.items()}
