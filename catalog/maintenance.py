@@ -11,8 +11,9 @@ file or manifest compaction) or ``"expire"`` (snapshot expiry):
 - ``expire_snapshots``: removes snapshots older than the retention window
   (``history.expire.max-snapshot-age-ms``, icefloe default ``DEFAULT_RETENTION_MS``) and the
   oldest beyond ``icefloe.snapshots.retain`` (the catalog's cap, default 100), always keeping
-  the current one, ``history.expire.min-snapshots-to-keep`` newest ones, and any snapshot a
-  registered pin source reports (query tickets, feed cursors).
+  the current one, ``history.expire.min-snapshots-to-keep`` newest ones, each pipe's checkpoint
+  snapshot (``catalog.pipes.checkpoint_snapshots``) and any snapshot a registered pin source
+  reports (query tickets, feed cursors).
 - ``remove_orphans``: deletes files under the table location that no retained snapshot or
   metadata references and that are older than a grace period, skipping files of appends in
   flight.
@@ -56,6 +57,7 @@ from catalog.maintenance_worker import (
     stage_rewrite,
 )
 from catalog.metadata_ops import DEFAULT_SNAPSHOTS_RETAIN, SNAPSHOTS_RETAIN
+from catalog.pipes import checkpoint_snapshots
 from catalog.rebase import rebase
 from catalog.writer import delete_files
 
@@ -292,6 +294,7 @@ def _expirable(table: Table, namespace: tuple[str, ...], name: str, now_ms: int 
         return []
     protected = {s.snapshot_id for s in snapshots[-keep_newest:]}
     protected |= {ref.snapshot_id for ref in table.metadata.refs.values()}
+    protected |= checkpoint_snapshots(snapshots)
     protected |= _pinned(namespace, name)
     pins = getattr(table.catalog, "pins", None)
     if pins is not None:

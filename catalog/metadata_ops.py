@@ -26,6 +26,8 @@ from pyiceberg.table.update import (
 )
 from pyiceberg.utils.datetime import datetime_to_millis
 
+from catalog.pipes import checkpoint_snapshots
+
 # Table property: how many snapshots a commit that adds one keeps (0 turns expiry off).
 SNAPSHOTS_RETAIN = "icefloe.snapshots.retain"
 DEFAULT_SNAPSHOTS_RETAIN = 100
@@ -65,8 +67,8 @@ def expire_snapshots(
 ) -> TableMetadata:
     """Drop the oldest snapshots so that at most ``retain`` remain (``retain`` <= 0: keep all).
 
-    Snapshots that a branch or tag points at, and ``protected`` ones (pinned by query
-    tickets), are never dropped. This only edits metadata:
+    Snapshots that a branch or tag points at, each pipe's checkpoint snapshot, and
+    ``protected`` ones (pinned by query tickets), are never dropped. This only edits metadata:
     files are not deleted here, because another process may be reading an older snapshot
     right now. In an append-only table nothing becomes unreferenced except the expired
     snapshots' manifest lists (later snapshots' manifest lists carry every manifest
@@ -77,6 +79,7 @@ def expire_snapshots(
     if retain <= 0 or excess <= 0:
         return metadata
     referenced = {ref.snapshot_id for ref in metadata.refs.values()} | set(protected)
+    referenced |= checkpoint_snapshots(metadata.snapshots)
     oldest_first = sorted(metadata.snapshots, key=lambda s: (s.sequence_number or 0, s.timestamp_ms))
     expired = [s.snapshot_id for s in oldest_first if s.snapshot_id not in referenced][:excess]
     if not expired:

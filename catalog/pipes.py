@@ -136,6 +136,31 @@ class PipeCommit:
         return cls(raw["name"], raw["source"], raw["source_seq"], raw["after"], columns)
 
 
+def checkpoint_snapshots(snapshots: Iterable[Any]) -> set[int]:
+    """The snapshots snapshot expiry must keep: per pipe, the one holding its highest checkpoint.
+
+    A checkpoint lives in a snapshot summary, so expiring that snapshot (past the age window,
+    beyond the snapshot cap, or after compaction made it non-current) would lose the pipe's
+    place: a restarted pipe could then only fail or start over. Like a tag, or a replication
+    slot, the checkpoint keeps its one snapshot (and the files it references) until the pipe
+    commits again.
+    """
+    best: dict[str, tuple[int, int]] = {}  # property -> (checkpoint, snapshot id)
+    for snapshot in snapshots:
+        summary = getattr(snapshot, "summary", None)
+        properties = getattr(summary, "additional_properties", None) or {}
+        for key, raw in properties.items():
+            if not (key.startswith(PROPERTY_PREFIX) and key.endswith(PROPERTY_SUFFIX)):
+                continue
+            try:
+                value = int(raw)
+            except ValueError:
+                continue
+            if key not in best or value > best[key][0]:
+                best[key] = (value, snapshot.snapshot_id)
+    return {snapshot_id for _, snapshot_id in best.values()}
+
+
 def checkpoint_property(name: str) -> str:
     return f"{PROPERTY_PREFIX}{name}{PROPERTY_SUFFIX}"
 

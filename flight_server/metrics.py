@@ -21,11 +21,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import CollectorRegistry, disable_created_metrics, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from flight_server import __version__, errors
+from flight_server.metric_cells import CellCollector, CellCounter, CellHistogram
 
 if TYPE_CHECKING:
     from catalog.commit_log import CommitRecord
@@ -55,81 +56,73 @@ class Metrics:
         self.enabled = instrumentation_on() if enabled is None else enabled
         self.started = time.time()
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.rpc_seconds = Histogram("icefloe_rpc_seconds", "RPC handler time by method and gRPC status "
-                                     "(its _count is the RPC count)", ["method", "status"], buckets=RPC_BUCKETS,
-                                     registry=r)
-        self.statements = Counter("icefloe_statements", "SQL statements by kind and status", ["kind", "status"],
-                                  registry=r)
-        self.stream_rows = Counter("icefloe_stream_rows", "Rows streamed to clients by DoGet", registry=r)
-        self.stream_bytes = Counter("icefloe_stream_bytes", "Arrow bytes streamed to clients by DoGet", registry=r)
-        self.append_requests = Counter("icefloe_append_requests", "Plain Flight appends (DoPut) by status",
-                                       ["status"], registry=r)
-        self.append_rows = Counter("icefloe_append_rows", "Rows received by acknowledged appends", registry=r)
-        self.append_bytes = Counter("icefloe_append_bytes", "Arrow bytes received by acknowledged appends",
-                                    registry=r)
-        self.append_seconds = Histogram("icefloe_append_commit_seconds",
-                                        "Time from a DoPut's start to its durable acknowledgement",
-                                        buckets=RPC_BUCKETS, registry=r)
-        self.commits = Counter("icefloe_commits", "Catalog commits landed, by operation", ["operation"], registry=r)
-        self.group_size = Histogram("icefloe_append_group_size", "Appends folded into one group commit",
-                                    buckets=GROUP_BUCKETS, registry=r)
-        self.feed_lag = Histogram("icefloe_feed_delivery_lag_seconds",
-                                  "Commit to commits.v1 write, per event batch sent", buckets=LAG_BUCKETS, registry=r)
-        self.maintenance_runs = Counter("icefloe_maintenance_runs", "Maintenance runs of one table, by status",
-                                        ["status"], registry=r)
+        self.rpc_seconds = CellHistogram("icefloe_rpc_seconds", "RPC handler time by method and gRPC status "
+                                         "(its _count is the RPC count)", ["method", "status"], RPC_BUCKETS)
+        self.statements = CellCounter("icefloe_statements", "SQL statements by kind and status", ["kind", "status"])
+        self.stream_rows = CellCounter("icefloe_stream_rows", "Rows streamed to clients by DoGet")
+        self.stream_bytes = CellCounter("icefloe_stream_bytes", "Arrow bytes streamed to clients by DoGet")
+        self.append_requests = CellCounter("icefloe_append_requests", "Plain Flight appends (DoPut) by status",
+                                           ["status"])
+        self.append_rows = CellCounter("icefloe_append_rows", "Rows received by acknowledged appends")
+        self.append_bytes = CellCounter("icefloe_append_bytes", "Arrow bytes received by acknowledged appends")
+        self.append_seconds = CellHistogram("icefloe_append_commit_seconds",
+                                            "Time from a DoPut's start to its durable acknowledgement", (),
+                                            RPC_BUCKETS)
+        self.commits = CellCounter("icefloe_commits", "Catalog commits landed, by operation", ["operation"])
+        self.group_size = CellHistogram("icefloe_append_group_size", "Appends folded into one group commit", (),
+                                        GROUP_BUCKETS)
+        self.feed_lag = CellHistogram("icefloe_feed_delivery_lag_seconds",
+                                      "Commit to commits.v1 write, per event batch sent", (), LAG_BUCKETS)
+        self.maintenance_runs = CellCounter("icefloe_maintenance_runs", "Maintenance runs of one table, by status",
+                                            ["status"])
+        self.registry.register(CellCollector([
+            self.rpc_seconds, self.statements, self.stream_rows, self.stream_bytes, self.append_requests,
+            self.append_rows, self.append_bytes, self.append_seconds, self.commits, self.group_size, self.feed_lag,
+            self.maintenance_runs,
+        ]))
         # Called before each exposition (the query log writes its pending lines and counts).
         self.before_scrape: list[Callable[[], None]] = []
-        # Label children cached: ``labels()`` validates, hashes and locks on every call.
-        self._children: dict[tuple[Any, ...], Any] = {}
 
-    # -- events -----------------------------------------------------------------------------
-
-    def _child(self, family: Any, *labels: str) -> Any:
-        key = (id(family), *labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = family.labels(*labels)
-        return child
+    # -- events (one shard lookup and a few list additions each: metric_cells) --------------
 
     def observe_rpc(self, method: str, status: str, seconds: float) -> None:
         if self.enabled:
-            self._child(self.rpc_seconds, method, status).observe(seconds)
+            self.rpc_seconds.observe((method, status), seconds)
 
     def streamed(self, rows: int, nbytes: int) -> None:
         if self.enabled:
-            self.stream_rows.inc(rows)
-            self.stream_bytes.inc(nbytes)
+            self.stream_rows.inc((), rows)
+            self.stream_bytes.inc((), nbytes)
 
     def statement(self, kind: str, status: str) -> None:
         if self.enabled:
-            self._child(self.statements, kind, status).inc()
+            self.statements.inc((kind, status))
 
     def appended(self, status: str, rows: int = 0, nbytes: int = 0, seconds: float | None = None) -> None:
         if not self.enabled:
             return
-        self._child(self.append_requests, status).inc()
+        self.append_requests.inc((status,))
         if status == "OK":
-            self.append_rows.inc(rows)
-            self.append_bytes.inc(nbytes)
+            self.append_rows.inc((), rows)
+            self.append_bytes.inc((), nbytes)
             if seconds is not None:
-                self.append_seconds.observe(seconds)
+                self.append_seconds.observe((), seconds)
 
     def on_commit(self, record: CommitRecord) -> None:
         """A commit-hub listener (runs under the commit lock: counters only)."""
         if not self.enabled:
             return
-        self._child(self.commits, record.operation).inc()
+        self.commits.inc((record.operation,))
         if record.operation == "append":
-            self.group_size.observe(int(record.extra.get("group_size", 1) or 1))
+            self.group_size.observe((), int(record.extra.get("group_size", 1) or 1))
 
     def delivered(self, committed_at_us: int) -> None:
         if self.enabled:
-            self.feed_lag.observe(max(0.0, time.time() - committed_at_us / 1e6))
+            self.feed_lag.observe((), max(0.0, time.time() - committed_at_us / 1e6))
 
     def maintained(self, status: str) -> None:
         if self.enabled:
-            self.maintenance_runs.labels(status).inc()
+            self.maintenance_runs.inc((status,))
 
     # -- exposition ---------------------------------------------------------------------------
 

@@ -171,7 +171,10 @@ class QueryLog:
             "principal": principal, "kind": kind, "status": status, "duration_ms": round(seconds * 1000, 3),
             "rows": rows, "bytes": nbytes, "slow": slow, "sql": text,
         }
-        logger.log(level, "%s", _Line(fields), extra={"fields": fields})
+        # makeRecord + handle is logger.log without findCaller's stack walk (a tenth of a line's
+        # cost); no formatter here prints the caller's file or line.
+        logger.handle(logger.makeRecord(logger.name, level, __file__, 0, "%s", (_Line(fields),), None,
+                                        extra={"fields": fields}))
 
     def close(self) -> None:
         """Stop the writer thread and write what is left (at server shutdown)."""

@@ -1,8 +1,6 @@
 """The in-process backend: ``catalog.RocksCatalog`` in this process (``icefloe.open``).
 
-Scans stream straight from the snapshot's Parquet files: the engine's ``IcebergSources`` maps
-each file's columns by Iceberg field id into Arrow datasets, which a plain scan streams as they
-are (multi-threaded, no SQL engine) and a filtered one runs through DuckDB. Appends go through
+Scans (``icefloe.local_scan``) stream straight from the snapshot's Parquet files. Appends go through
 ``catalog.append.Appender`` (the server's own commit path), change scans through
 ``flight_server.changes.read_changes`` and subscriptions through the catalog's ``CommitHub``,
 which reads the durable log whenever it is behind: beside a running server (the catalog is
@@ -19,9 +17,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-import duckdb
 import pyarrow as pa
-import pyarrow.dataset as ds
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
@@ -31,17 +27,13 @@ from catalog.commit_log import CommitRecord
 from catalog.pipes import PipeCommit
 from flight_server.changes import ChangeRequest, read_changes
 from flight_server.client import CommitEvent, events_of
-from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
+from flight_server.engine.iceberg_source import IcebergSources
 from flight_server.feed.events import records_to_batch
 from icefloe.backend import AppendEvent, Backend, ScanSource
 from icefloe.errors import InvalidArgument, NotFound, from_local
+from icefloe.local_scan import FooterCache, LocalScan
 
 T = TypeVar("T")
-BATCH_ROWS = 122_880  # DuckDB's natural multiple of its 2048-row vectors
-# Plain scans: big batches and more files in flight read 10M rows into polars ~1.8x faster than
-# the dataset defaults (bench_embedded), at the cost of more read-ahead memory.
-PLAIN_BATCH_ROWS = 1 << 20
-PLAIN_FRAGMENT_READAHEAD = 8
 POLL_S = 0.2  # how long a subscription waits for an in-process publish before re-reading the log
 
 
@@ -67,84 +59,6 @@ def _identifier(name: str) -> tuple[str, ...]:
     return tuple(name.split("."))
 
 
-class LocalScan(ScanSource):
-    """A scan of one pinned snapshot's files."""
-
-    def __init__(self, sources: IcebergSources, table: Table, columns: Sequence[str] | None,
-                 filter: str | None, snapshot_id: int | None) -> None:
-        if snapshot_id is None:
-            snapshot = table.current_snapshot()
-            schema = table.schema()
-        else:
-            snapshot = table.snapshot_by_id(snapshot_id)
-            if snapshot is None:
-                raise NotFound(f"table {'.'.join(table.name())} has no snapshot {snapshot_id}")
-            schema = table.schemas().get(snapshot.schema_id, table.schema()) if snapshot.schema_id is not None \
-                else table.schema()
-        self._parts: list[SourcePart] = sources.parts(table, snapshot.snapshot_id if snapshot else None, schema)
-        names = [f.name for f in schema.fields]
-        wanted = list(columns) if columns is not None else names
-        unknown = [c for c in wanted if c not in names]
-        if unknown:
-            raise InvalidArgument(f"table {'.'.join(table.name())} has no column(s) {unknown}")
-        self._columns = wanted
-        self._filter = filter
-        self._schema: pa.Schema | None = None
-        if filter is not None:
-            self._schema = self._duckdb()[1].schema  # plan now: a bad filter fails at scan()
-
-    @property
-    def schema(self) -> pa.Schema:
-        if self._schema is None:
-            if self._plain():
-                part = self._parts[0]
-                phys_of = {name: phys for phys, name in part.columns}
-                self._schema = pa.schema([part.data.schema.field(phys_of[c]).with_name(c) for c in self._columns])
-            else:
-                connection, reader = self._duckdb()
-                self._schema = reader.schema
-                connection.close()
-        return self._schema
-
-    def _plain(self) -> bool:
-        return self._filter is None and len(self._parts) == 1
-
-    def open(self) -> pa.RecordBatchReader:
-        # Nothing is read until the first batch is asked for: consumers such as DuckDB open a
-        # stream once just for its schema, and a scanner started eagerly would read ahead.
-        return pa.RecordBatchReader.from_batches(self.schema, self._batches())
-
-    def _batches(self) -> Iterator[pa.RecordBatch]:
-        if self._plain():
-            # A plain scan needs no engine: the dataset streams the files, renamed by field id.
-            part = self._parts[0]
-            phys_of = {name: phys for phys, name in part.columns}
-            scanner = ds.Scanner.from_dataset(
-                part.data, columns={c: ds.field(phys_of[c]) for c in self._columns}, batch_size=PLAIN_BATCH_ROWS,
-                fragment_readahead=PLAIN_FRAGMENT_READAHEAD,
-            )
-            yield from scanner.to_batches()
-            return
-        connection, reader = self._duckdb()
-        with connection:  # the connection lives as long as its stream
-            yield from reader
-
-    def _duckdb(self) -> tuple[duckdb.DuckDBPyConnection, pa.RecordBatchReader]:
-        connection = duckdb.connect(":memory:")
-        selects = []
-        for i, part in enumerate(self._parts):
-            connection.register(f"__icefloe_part_{i}", part.data)
-            selects.append(f"SELECT {part.select_list} FROM __icefloe_part_{i}")
-        sql = f"SELECT {', '.join(quote(c) for c in self._columns)} FROM ({' UNION ALL '.join(selects)})"
-        if self._filter is not None:
-            sql += f" WHERE ({self._filter})"
-        try:
-            return connection, connection.sql(sql).to_arrow_reader(BATCH_ROWS)
-        except duckdb.Error as exc:
-            connection.close()
-            raise InvalidArgument(f"scan filter {self._filter!r}: {str(exc).splitlines()[0]}") from None
-
-
 class LocalBackend(Backend):
     """A lake in this process. Read-only while another process (a server) holds the warehouse."""
 
@@ -158,6 +72,7 @@ class LocalBackend(Backend):
             raise from_local(exc) from exc
         self._appender: Appender | None = None
         self._sources = IcebergSources()
+        self._footers = FooterCache()
 
     @property
     def read_only(self) -> bool:
@@ -189,7 +104,7 @@ class LocalBackend(Backend):
     @_mapped
     def scan(self, name: str, columns: Sequence[str] | None, filter: str | None,
              snapshot_id: int | None) -> ScanSource:
-        return LocalScan(self._sources, self._table(name), columns, filter, snapshot_id)
+        return LocalScan(self._sources, self._footers, self._table(name), columns, filter, snapshot_id)
 
     @_mapped
     def append(self, name: str, data: pa.RecordBatchReader, idempotency_key: str | None,

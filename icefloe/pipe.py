@@ -8,9 +8,10 @@ step's idempotency key names the checkpoint it started from, so two runs of one 
 both extend the same checkpoint; the loser re-reads the checkpoint and goes on from there.
 
 A range with no rows for the sink commits nothing; the in-memory checkpoint moves on and, after
-a restart, such a range is read again, yielding nothing again. The checkpoint lives as long as
-the sink keeps the snapshot holding it (the last 100 by default): if other writers push it out
-and the pipe restarts, ``CheckpointLost`` is raised rather than rows replayed.
+a restart, such a range is read again, yielding nothing again. Snapshot expiry keeps the sink
+snapshot holding each pipe's highest checkpoint (``catalog.pipes.checkpoint_snapshots``), so a
+pipe paused for any time resumes at its place; ``CheckpointLost`` is raised, rather than rows
+replayed, only when that snapshot was removed by other means (another Iceberg tool).
 """
 
 from __future__ import annotations

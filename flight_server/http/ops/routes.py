@@ -7,6 +7,14 @@
 - ``GET /api/tables``, ``GET /api/lineage?table=ns.t``, ``GET /api/events`` (server-sent
   events): what the page shows.
 
+With authentication on (``--users``), every route but ``/healthz`` and ``/readyz`` (left open for
+an orchestrator's probes; they reveal only up/ready and the names of the checks) needs the
+server's own credentials, as Flight takes them: ``Authorization: Bearer <token>`` (a Flight
+Handshake or REST OAuth token) or ``Basic`` with a user's password, of any role (``read`` and
+up: the page shows what a reader sees over Flight). Missing or bad credentials get 401 with
+``WWW-Authenticate: Basic`` (a browser then asks for the login, and sends it with the page's
+script, API calls and event stream), before anything is read.
+
 Every handler checks its request before it reads anything: a bad one gets a 4xx with a JSON
 ``{"error": ...}`` and never reaches the catalog. Handlers that read the catalog are plain
 functions, which Starlette runs on its thread pool, so the event loop never blocks on RocksDB.
@@ -18,6 +26,7 @@ import logging
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+import pyarrow.flight as flight
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -30,6 +39,7 @@ from flight_server.metrics import CONTENT_TYPE, Metrics
 from flight_server.operations import Operations, for_browser
 
 if TYPE_CHECKING:
+    from flight_server.auth import AuthMiddlewareFactory
     from flight_server.server import IcefloeServer
 
 logger = logging.getLogger("icefloe.http.ops")
@@ -48,11 +58,14 @@ _PAGE_HEADERS = {
 }
 _HTTP_STATUS = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "UNAVAILABLE": 503, "RESOURCE_EXHAUSTED": 503}
 MAX_TABLE_PARAM = 1024
+OPS_ROLE = "read"  # the least role that may see the operator endpoints (every role has it)
+_CHALLENGE = {"www-authenticate": 'Basic realm="icefloe operator", charset="UTF-8"', "cache-control": "no-store"}
 
 
 def routes(server: IcefloeServer) -> list[BaseRoute]:
     """The provider: takes the server's operations view, metrics, commit hub and stopping flag."""
-    return ops_routes(server.ops, server.metrics, CommitBroadcaster(server.catalog.hub, server.stopping))
+    return ops_routes(server.ops, server.metrics, CommitBroadcaster(server.catalog.hub, server.stopping),
+                      server.security.auth)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -94,14 +107,34 @@ def table_param(raw: str | None) -> str:
     return raw
 
 
-def ops_routes(ops: Operations, metrics: Metrics, broadcaster: CommitBroadcaster) -> list[BaseRoute]:
-    """The routes over these collaborators (see the module docstring)."""
+def login_refusal(auth: AuthMiddlewareFactory | None, request: Request) -> Response | None:
+    """None when the request may go on (auth off, or credentials of a user with ``OPS_ROLE``);
+    else the 401 / 403 answer. Checks only headers: nothing is read before it."""
+    if auth is None:
+        return None
+    try:
+        principal = auth.principal_for(request.headers.get("authorization"))
+    except flight.FlightUnauthenticatedError as exc:
+        message = str(exc).split(". Detail:")[0].strip() or "authentication required"
+        return JSONResponse({"error": message}, status_code=401, headers=_CHALLENGE)
+    if not principal.allows(OPS_ROLE):
+        return _error(403, f"user {principal.name!r} has role {principal.role}; this needs role {OPS_ROLE}")
+    return None
 
-    def guarded(handler: Any, *allowed: str) -> Any:
-        """Refuse unknown parameters, map our errors to HTTP statuses, never leak an internal."""
+
+def ops_routes(ops: Operations, metrics: Metrics, broadcaster: CommitBroadcaster,
+               auth: AuthMiddlewareFactory | None = None) -> list[BaseRoute]:
+    """The routes over these collaborators (see the module docstring); ``auth`` None: no login."""
+
+    def guarded(handler: Any, *allowed: str, open_probe: bool = False) -> Any:
+        """Check the login (unless ``open_probe``), refuse unknown parameters, map our errors to
+        HTTP statuses, never leak an internal."""
 
         def endpoint(request: Request) -> Response:
             try:
+                refused = None if open_probe else login_refusal(auth, request)
+                if refused is not None:
+                    return refused
                 params = _only(request, allowed)
                 result: Response = handler(params)
                 return result
@@ -140,6 +173,9 @@ def ops_routes(ops: Operations, metrics: Metrics, broadcaster: CommitBroadcaster
         return serve
 
     async def events(request: Request) -> Response:
+        refused = await run_in_threadpool(login_refusal, auth, request)  # Basic hashes a password
+        if refused is not None:
+            return refused
         try:
             _only(request, ())
             client = broadcaster.open()
@@ -158,8 +194,8 @@ def ops_routes(ops: Operations, metrics: Metrics, broadcaster: CommitBroadcaster
     get = ["GET"]
     return [
         Route("/metrics", guarded(metrics_text), methods=get),
-        Route("/healthz", guarded(healthz), methods=get),
-        Route("/readyz", guarded(readyz), methods=get),
+        Route("/healthz", guarded(healthz, open_probe=True), methods=get),
+        Route("/readyz", guarded(readyz, open_probe=True), methods=get),
         Route("/", guarded(static("index.html")), methods=get),
         Route("/static/watch.js", guarded(static("watch.js")), methods=get),
         Route("/static/watch.css", guarded(static("watch.css")), methods=get),
