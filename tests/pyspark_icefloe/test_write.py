@@ -221,8 +221,10 @@ def test_tls_login_token_file_and_no_secret_in_plans(spark: Any, tmp_path: Path)
         literal = spark.read.format("icefloe").options(**secure).option("token", token).load()
         assert literal.count() == 300
         for frame in (by_file, literal, literal.where("x > 5")):
-            plans = frame._jdf.queryExecution().toString() + frame._jdf.queryExecution().explainString(
-                spark._jvm.org.apache.spark.sql.execution.ExtendedMode())
+            execution = frame._jdf.queryExecution()
+            plans = execution.toString() + "".join(  # what df.explain(mode) prints
+                spark._jvm.PythonSQLUtils.explainString(execution, mode) for mode in ("extended", "formatted"))
+            assert "ns.sec" in plans or "icefloe" in plans.lower(), plans[:500]
             assert token not in plans and PASSWORDS["wendy"] not in plans, "a secret in a Spark plan"
         # Without credentials, or with a wrong root certificate, the read fails with the server's reason.
         with pytest.raises(Exception, match="(?i)unauthenticated|credentials"):
