@@ -260,3 +260,45 @@ def test_retries_ride_out_a_server_restart(spark: Any, tmp_path: Path) -> None:
         back.join()
     finally:
         proc.stop()
+
+
+def test_kill_9_of_a_streaming_write_job_mid_batch(tmp_path: Path) -> None:
+    """A real crash: the job's whole process group (driver, JVM, Python workers) is killed with
+    SIGKILL while one task of a micro-batch has staged its rows and another is still running.
+    Nothing of that batch is visible; the job restarted from its checkpoint commits the batch
+    once, and the next one once."""
+    import signal
+    import subprocess
+
+    make_tables(tmp_path / "warehouse", ("ns.src", "ns.dst"), XS_SCHEMA)
+    proc = ServerProcess(tmp_path / "warehouse").start()
+    checkpoint, marker = tmp_path / "cp", tmp_path / "held"
+    job = [sys.executable, str(Path(__file__).with_name("stream_job.py")), proc.location, str(checkpoint),
+           str(marker)]
+    tests = str(Path(__file__).parents[1])  # doput_client, for spark_support
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
+    try:
+        first = pa.table({"x": pa.array(range(20), pa.int64()), "s": [f"a{i}" for i in range(20)]})
+        do_put(proc.location, "ns.src", first)
+        crashed = subprocess.Popen([*job, "40"], env=env, start_new_session=True,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 180
+            while not marker.exists():
+                assert crashed.poll() is None, "the job ended before the batch was held"
+                assert time.monotonic() < deadline, "the second task never started"
+                time.sleep(0.2)
+            time.sleep(2.0)  # the first task's DoPut stages its rows meanwhile
+        finally:
+            os.killpg(crashed.pid, signal.SIGKILL)
+            crashed.wait(30)
+        assert _xs(proc, "ns.dst") == [] and _commits(proc, "ns.dst") == 0, "nothing of the batch is visible"
+        assert (checkpoint / "offsets" / "0").exists() and not (checkpoint / "commits" / "0").exists()
+        second = pa.table({"x": pa.array(range(100, 120), pa.int64()), "s": [f"b{i}" for i in range(20)]})
+        do_put(proc.location, "ns.src", second)
+        restarted = subprocess.run([*job, "40"], env=env, timeout=300, capture_output=True, text=True)
+        assert restarted.returncode == 0, restarted.stderr[-3000:]
+        assert _xs(proc, "ns.dst") == list(range(20)) + list(range(100, 120)), "every row once"
+        assert _commits(proc, "ns.dst") == 2, "the replayed batch and the next: one commit each"
+    finally:
+        proc.stop()
