@@ -194,15 +194,19 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
             raise IcefloeSparkError(f"option startingTimestamp must be ISO 8601, got {text[:40]!r}") from None
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
-        feed = self._feed("earliest")
-        head = feed.ready(60)
-        assert feed.log_start is not None
-        base = feed.log_start - 1
-        feed.wait_until_covered(head, 60)
-        for commit in feed.commits_after(base):
-            if commit.committed_at >= when:
-                return commit.seq - 1
-        return head
+        # A subscription of its own from the log's start: the driver's watcher may already
+        # follow from "latest" (Spark can ask for the latest offset before the initial one).
+        feed = FeedWatcher(self.settings, [self.table], "earliest")
+        try:
+            head = feed.ready(60)
+            assert feed.log_start is not None
+            feed.wait_until_covered(head, 60)
+            for commit in feed.commits_after(feed.log_start - 1):
+                if commit.committed_at >= when:
+                    return commit.seq - 1
+            return head
+        finally:
+            feed.close()
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, int]:  # noqa: N802
         begin = seq_of(start, "start offset") if start is not None else self._previous_end

@@ -160,9 +160,10 @@ def test_compaction_during_the_stream_gives_every_row_once(spark: Any, server: S
         time.sleep(1.0)
     finally:
         query.stop()
-    operations = sql(server.location, 'SELECT operation FROM ns."compact$snapshots"').column("operation").to_pylist()
-    assert compacted["compacted_files"] > 0 or "replace" in operations, (compacted, operations)
-    assert "replace" in operations
+    # Background compaction (every ~16 small files) or the explicit run rewrote the files.
+    files = sql(server.location, 'SELECT count(*) AS n FROM ns."compact$files"').column("n")[0].as_py()
+    compactions = [line for line in server.log_lines if "compacted" in line and "ns.compact" in line]
+    assert files < 25 and compactions, (compacted, files, compactions)
     assert sink.rows() == list(range(25))
     _maintain(server, "ns.compact")
     append(server, "ns.compact", [25])
