@@ -1,7 +1,8 @@
 """A streaming write job run as its own process (its own Spark JVM), so a test can kill -9 it.
 
 ``python stream_job.py URI CHECKPOINT MARKER ROWS``: streams ``ns.src`` into ``ns.dst`` with
-``format("icefloe")`` until ``ns.dst`` holds ROWS rows, then exits 0. In each micro-batch, the
+``format("icefloe")`` until ``ns.dst`` holds ROWS rows, then exits 0 (the test kills it first and
+restarts the same query in its own session). In each micro-batch, the
 first task stages its rows at once; the second, the first time it runs with MARKER absent,
 creates MARKER and then sleeps, so the test can kill the job while one task's rows are staged
 and the batch is not committed.
