@@ -107,13 +107,17 @@ class _Request:
     # The data files' fsyncs, started as soon as the files are written (they run while the
     # request waits for its group and the commit builds its metadata); the commit waits.
     syncing: PendingSync | None = None
+    # Set by two_phase.py's overwrite: makes the snapshot producer from ``tx.update_snapshot(...)``
+    # and the table as loaded for this attempt (default ``fast_append()``); such a request lands alone.
+    producer: Callable[[Any, Table], Any] | None = None
     result: AppendResult | None = None
     error: BaseException | None = None
     done: bool = False
 
     @property
     def alone(self) -> bool:
-        return self.staged_schema is not None or self.prepare is not None or bool(self.snapshot_properties)
+        return (self.staged_schema is not None or self.prepare is not None or self.producer is not None
+                or bool(self.snapshot_properties))
 
 
 @dataclass
@@ -483,7 +487,9 @@ class Appender:
         if staged is not None:
             self._restage_schema(table, tx, staged)
         properties = requests[0].snapshot_properties if len(requests) == 1 else {}
-        with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
+        update = tx.update_snapshot(snapshot_properties=properties)
+        make = requests[0].producer if len(requests) == 1 else None
+        with (make(update, table) if make is not None else update.fast_append()) as append:
             for req in requests:
                 for data_file in req.data_files:
                     append.append_data_file(data_file)

@@ -109,7 +109,8 @@ class Rewrite:
     new: list[DataFile]
 
 
-def _live_data_files(table: Table) -> list[DataFile]:
+def live_data_files(table: Table) -> list[DataFile]:
+    """The data files (not delete files) the table's current snapshot references."""
     snapshot = table.current_snapshot()
     if snapshot is None:
         return []
@@ -133,7 +134,7 @@ def rewrite_small_files(ref: TableRef, small_limit: int, min_files: int, max_fil
     """
     table = ref.open()
     base = table.current_snapshot()
-    small = [f for f in _live_data_files(table) if f.file_size_in_bytes < small_limit][:max_files]
+    small = [f for f in live_data_files(table) if f.file_size_in_bytes < small_limit][:max_files]
     if len(small) < max(min_files, 2):
         return None
     arrow_schema = table.schema().as_arrow()
@@ -165,7 +166,7 @@ def stage_rewrite(ref: TableRef, rewrite: Rewrite) -> str | None:
     if current is None or current.snapshot_id != rewrite.base_snapshot_id:
         # Appends since the scan only add files; anything else (overwrite, delete,
         # replace) may have removed some of ours: check they are all still live.
-        live = {f.file_path for f in _live_data_files(table)}
+        live = {f.file_path for f in live_data_files(table)}
         if any(f.file_path not in live for f in rewrite.old):
             return None
     tx = table.transaction()

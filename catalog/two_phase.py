@@ -19,6 +19,7 @@ from catalog.commit_log import CommitRecord
 from catalog.context import current_commit_context
 from catalog.durable_io import fsync_all
 from catalog.idempotency import check_key
+from catalog.maintenance_worker import live_data_files
 from catalog.schema_policy import SchemaMismatchError, plan, policy_of
 from catalog.staging import (
     StagedAlreadyCommitted,
@@ -111,14 +112,19 @@ class TwoPhaseAppends:
         return staged
 
     def commit_staged(
-        self, identifier: tuple[str, ...], stagings: list[StagedAppend], idempotency_key: str | None = None
+        self, identifier: tuple[str, ...], stagings: list[StagedAppend], idempotency_key: str | None = None,
+        overwrite: bool = False,
     ) -> AppendResult:
         """Commit every staging's files as one snapshot in one catalog commit.
 
         Args:
             identifier: The table the stagings were made for.
-            stagings: The stagings (from verified tokens), each at most once.
+            stagings: The stagings (from verified tokens), each at most once; with
+                ``overwrite`` there may be none (the table is emptied).
             idempotency_key: A retry with this key answers the first result (``duplicate``).
+            overwrite: Replace the table's rows: the one snapshot (operation ``overwrite``)
+                removes every data file live when it lands, in the table's commit slot, and
+                adds the stagings' files, so no reader sees the table empty or doubled.
 
         Returns:
             The commit, with the stagings' total row count.
@@ -135,7 +141,7 @@ class TwoPhaseAppends:
         if idempotency_key is not None:
             check_key(idempotency_key)
         table = self._catalog.load_table(identifier)
-        self._check_belong(table, identifier, stagings)
+        self._check_belong(table, identifier, stagings, allow_none=overwrite)
         if idempotency_key is not None:
             first = self._appender.idempotency.get(namespace, name, idempotency_key)
             if first is not None:
@@ -143,8 +149,11 @@ class TwoPhaseAppends:
         records: dict[str, dict[str, Any]] = {}
         request = _Request(
             [], sum(s.rows for s in stagings), idempotency_key, current_commit_context().principal,
-            extra={"staged": {"stagings": len(stagings), "jobs": sorted({s.job for s in stagings})}},
+            extra={"staged": {"stagings": len(stagings), "jobs": sorted({s.job for s in stagings}),
+                              **({"mode": "overwrite"} if overwrite else {})}},
         )
+        if overwrite:
+            request.producer = _replace_all
 
         def prepare() -> None:  # in the table's commit slot
             current = self._catalog.load_table(identifier)
@@ -202,9 +211,10 @@ class TwoPhaseAppends:
     # -- checks -----------------------------------------------------------------------------
 
     @staticmethod
-    def _check_belong(table: Table, identifier: tuple[str, ...], stagings: list[StagedAppend]) -> None:
+    def _check_belong(table: Table, identifier: tuple[str, ...], stagings: list[StagedAppend],
+                      allow_none: bool = False) -> None:
         qualified = ".".join(identifier)
-        if not stagings:
+        if not stagings and not allow_none:
             raise StagingError("no staging tokens were given")
         if len(stagings) > MAX_STAGINGS_PER_COMMIT:
             raise StagingError(f"at most {MAX_STAGINGS_PER_COMMIT} staging tokens per call")
@@ -230,3 +240,16 @@ class TwoPhaseAppends:
                 + (", under another idempotency key)" if record.get("idempotency_key") else ")")
             )
         return record
+
+
+def _replace_all(update: Any, table: Table) -> Any:
+    """An overwrite snapshot of ``table`` (as loaded for this commit attempt) removing every data file.
+
+    Run for each attempt inside the table's commit slot, so the files removed are exactly the
+    ones live when the snapshot lands; a concurrent REST commit makes the attempt lose the
+    compare-and-swap and the next attempt lists the files again.
+    """
+    producer = update.overwrite()
+    for data_file in live_data_files(table):
+        producer.delete_data_file(data_file)
+    return producer

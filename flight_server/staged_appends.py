@@ -5,8 +5,12 @@
   "staged": true}``. The token is the staging, sealed with the warehouse's handle key
   (purpose ``stage``): any server on the warehouse can commit it, no client can forge or
   alter one, and it names no server path.
-- ``DoAction("icefloe.commit-staged", {"table", "tokens", "idempotency_key"})`` commits the
-  tokens' files as one snapshot; the answer is the commit JSON a DoPut gives.
+- ``DoAction("icefloe.commit-staged", {"table", "tokens", "idempotency_key", "mode"})`` commits
+  the tokens' files as one snapshot; the answer is the commit JSON a DoPut gives (plus
+  ``"mode"``). ``mode`` is ``"append"`` (the default) or ``"overwrite"``: the same one snapshot
+  (operation ``overwrite``) also removes every row the table held, so a reader sees the old rows
+  or the new ones, never an empty or doubled table; ``tokens`` may then be empty (empty the
+  table).
 - ``DoAction("icefloe.abort-staged", {"table", "tokens"})`` deletes them.
 
 A token commits only as the principal that staged it (or an admin), into the table it was
@@ -42,7 +46,9 @@ PURPOSE = "stage"
 COMMIT_ACTION = "icefloe.commit-staged"
 ABORT_ACTION = "icefloe.abort-staged"
 MAX_BODY_BYTES = 64 * 1024 * 1024  # 10,000 tokens of a few hundred bytes each fit easily
-_COMMIT_USAGE = '{"table": "ns.t", "tokens": ["<staging token>", ...], "idempotency_key": "<key>"}'
+_COMMIT_USAGE = ('{"table": "ns.t", "tokens": ["<staging token>", ...], "idempotency_key": "<key>", '
+                 '"mode": "append" | "overwrite"}')
+MODES = ("append", "overwrite")
 _ABORT_USAGE = '{"table": "ns.t", "tokens": ["<staging token>", ...]}'
 
 
@@ -88,22 +94,28 @@ class StagedAppendService:
         commit = action.type == COMMIT_ACTION
         body = _body(action, _COMMIT_USAGE if commit else _ABORT_USAGE)
         identifier = _table(body.get("table"))
-        stagings = [self._open(token, identifier, context, principal) for token in _tokens(body.get("tokens"))]
+        mode = body.get("mode", "append") if commit else "append"
+        if mode not in MODES:
+            raise errors.InvalidArgument(f'"mode" must be one of {", ".join(MODES)}; nothing was committed')
+        tokens = _tokens(body.get("tokens"), allow_empty=mode == "overwrite")
+        stagings = [self._open(token, identifier, context, principal) for token in tokens]
         key = body.get("idempotency_key")
         if key is not None and not isinstance(key, str):
             raise errors.InvalidArgument('"idempotency_key" must be a string')
         with client_errors(identifier, "idempotency key"), _staging_errors():
             if commit:
-                tracked = self._lineage.track_write(identifier[:-1], identifier[-1], "append", principal=principal)
+                tracked = self._lineage.track_write(identifier[:-1], identifier[-1], mode, principal=principal)
                 with tracked, commit_context(principal=principal):
-                    result = self._two_phase.commit_staged(identifier, stagings, key).to_json()
+                    result = self._two_phase.commit_staged(identifier, stagings, key, mode == "overwrite").to_json()
+                result["mode"] = mode
             else:
                 result = self._two_phase.abort_staged(identifier, stagings)
         return iter([json.dumps(result).encode("utf-8")])
 
     def list_actions(self) -> list[tuple[str, str]]:
         return [
-            (COMMIT_ACTION, "Commit staged appends as one snapshot, exactly once per key. Body: " + _COMMIT_USAGE),
+            (COMMIT_ACTION, "Commit staged appends as one snapshot (mode overwrite: replacing the table's rows), "
+                            "exactly once per key. Body: " + _COMMIT_USAGE),
             (ABORT_ACTION, "Delete staged appends. Body: " + _ABORT_USAGE),
         ]
 
@@ -167,7 +179,8 @@ def _table(value: Any) -> tuple[str, ...]:
         raise errors.InvalidArgument(str(exc)) from None
 
 
-def _tokens(value: Any) -> list[str]:
-    if not isinstance(value, list) or not value or not all(isinstance(t, str) for t in value):
-        raise errors.InvalidArgument('"tokens" must be a non-empty list of staging tokens (strings)')
+def _tokens(value: Any, allow_empty: bool = False) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value) or not (value or allow_empty):
+        kind = "a list" if allow_empty else "a non-empty list"
+        raise errors.InvalidArgument(f'"tokens" must be {kind} of staging tokens (strings)')
     return value

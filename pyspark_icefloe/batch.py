@@ -11,6 +11,7 @@ the exact Arrow schema Spark expects.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,9 @@ logger = logging.getLogger("icefloe.spark")
 EMPTY = -1  # the pinned "snapshot" of a table that had none: read nothing, every time
 DEFAULT_TARGET_BYTES = 16 * 1024 * 1024  # smaller than the server's default: Spark wants parallel tasks
 DEFAULT_MAX_PARTITIONS = 64
+# As Spark's file sources do (spark.sql.files.openCostInBytes): a split is never made smaller
+# than this just to reach the parallelism; below it a task costs more than it reads.
+MIN_SPLIT_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,18 @@ class Source:
         if where:
             sql += " WHERE " + " AND ".join(f"({p})" for p in where)
         return sql
+
+    def total_bytes(self, client: Client) -> int | None:
+        """The data file bytes of the pinned snapshot (its summary's ``total-files-size``), or
+        None when unknown (a query, an unpinned source, no such summary)."""
+        if self.table is None or self.snapshot_id is None or self.snapshot_id == EMPTY:
+            return None
+        namespace, _, name = self.table.rpartition(".")
+        snapshots = quote_identifier(namespace) + "." + quote_identifier(name + "$snapshots")
+        sql = f"SELECT summary FROM {snapshots} WHERE snapshot_id = {int(self.snapshot_id)}"
+        rows = read_all(client, sql).column("summary").to_pylist()
+        total = dict(rows[0] or []).get("total-files-size") if rows else None
+        return int(total) if total is not None and str(total).isdigit() else None
 
     def pinned(self, client: Client) -> Source:
         """This source pinned to the table's current snapshot (unless already pinned).
@@ -181,14 +197,29 @@ class BatchReader(DataSourceReader):
         self.target = target_schema(schema)
         self.columns = set(schema.fieldNames())
         self.headers = scan_headers(options)
+        self.sized = option(options, "targetPartitionBytes") is None
+        self.parallelism = int_option(options, "minPartitions", os.cpu_count() or 2, minimum=1) or 1
         self.predicates: list[str] = []
+
+    def _split_headers(self, client: Client) -> list[tuple[bytes, bytes]]:
+        """The split headers; without ``targetPartitionBytes``, the target shrinks (not below
+        4 MiB) so that the table makes at least ``minPartitions`` partitions (default: this
+        machine's cores), as Spark sizes file splits by its default parallelism. A fixed 16 MiB
+        made a 16 MiB table one task on a 2-core machine: half of Spark idle."""
+        if not self.sized:
+            return self.headers
+        total = self.source.total_bytes(client)
+        if not total:
+            return self.headers
+        target = min(DEFAULT_TARGET_BYTES, max(MIN_SPLIT_BYTES, total // self.parallelism))
+        return [(k, str(target).encode()) if k == SCAN_TARGET_BYTES.encode() else (k, v) for k, v in self.headers]
 
     def partitions(self) -> Sequence[InputPartition]:
         client = self.settings.connect()
         try:
             sql = self.source.sql(self.predicates)
             logger.debug("icefloe scan: %s", sql)
-            info = client.flight_info(statement_descriptor(sql), self.headers)
+            info = client.flight_info(statement_descriptor(sql), self._split_headers(client))
         finally:
             client.close()
         return endpoint_partitions(info) or [EndpointPartition(b"", None)]

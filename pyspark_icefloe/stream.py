@@ -7,7 +7,8 @@ the server answers the same way every time, so a query restarted from its checkp
 exactly the rows of an unfinished batch and then goes on: every appended row once.
 
 Options: ``startingOffsets`` (``latest`` default | ``earliest`` | a seq), ``startingTimestamp``,
-``maxCommitsPerTrigger``, ``maxRowsPerTrigger``, ``onNonAppend`` (``fail`` | ``skip`` |
+``maxCommitsPerTrigger``, ``maxRowsPerTrigger``, ``maxBytesPerTrigger`` (the data files a
+commit added, from its snapshot summary's ``added-files-size``), ``onNonAppend`` (``fail`` | ``skip`` |
 ``changes``), ``failOnDataLoss`` (default true), ``includeChangeColumns``,
 ``latestOffsetWaitMs`` (the bounded wait, default 1000).
 
@@ -32,14 +33,23 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import LongType, StringType, StructType
 
 from flight_server.client import FeedCursorExpired
-from pyspark_icefloe.batch import EndpointPartition, endpoint_partitions, read_endpoint, scan_headers
-from pyspark_icefloe.connection import IcefloeSparkError, Settings, bool_option, clean, int_option, option
+from pyspark_icefloe.batch import EndpointPartition, endpoint_partitions, read_all, read_endpoint, scan_headers
+from pyspark_icefloe.connection import (
+    IcefloeSparkError,
+    Settings,
+    bool_option,
+    clean,
+    int_option,
+    option,
+    quote_identifier,
+)
 from pyspark_icefloe.feed import Commit, FeedWatcher
 from pyspark_icefloe.types import target_schema
 
 try:  # pyspark 4.2+
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
+        ReadMaxBytes,
         ReadMaxFiles,
         ReadMaxRows,
         ReadMinRows,
@@ -47,7 +57,8 @@ try:  # pyspark 4.2+
     )
 except ImportError:  # pyspark 4.1: latestOffset() without a start or a limit
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc,unused-ignore]
-    ReadAllAvailable = ReadMaxFiles = ReadMaxRows = ReadMinRows = None  # type: ignore[assignment,misc,unused-ignore]
+    ReadAllAvailable = ReadMaxBytes = ReadMaxFiles = None  # type: ignore[assignment,misc,unused-ignore]
+    ReadMaxRows = ReadMinRows = None  # type: ignore[assignment,misc,unused-ignore]
 
 logger = logging.getLogger("icefloe.spark")
 
@@ -85,22 +96,32 @@ def seq_of(value: Mapping[str, Any] | None, what: str = "offset") -> int:
 
 
 class Caps:
-    """How much one micro-batch may take: commits, rows (None = no cap); min rows to start one."""
+    """How much one micro-batch may take: commits, rows, bytes (None = no cap); min rows to start one."""
 
-    def __init__(self, commits: int | None = None, rows: int | None = None, min_rows: int | None = None) -> None:
-        self.commits, self.rows, self.min_rows = commits, rows, min_rows
+    def __init__(self, commits: int | None = None, rows: int | None = None, min_rows: int | None = None,
+                 bytes_: int | None = None) -> None:
+        self.commits, self.rows, self.min_rows, self.bytes = commits, rows, min_rows, bytes_
 
-    def end(self, start: int, pending: Sequence[Commit], latest: int) -> int:
-        """The end offset for commits ``pending`` (seq > start, in order) up to ``latest``."""
+    @property
+    def capped(self) -> bool:
+        return self.commits is not None or self.rows is not None or self.bytes is not None
+
+    def end(self, start: int, pending: Sequence[Commit], latest: int,
+            size_of: Callable[[Commit], int] = lambda c: 0) -> int:
+        """The end offset for commits ``pending`` (seq > start, in order) up to ``latest``;
+        ``size_of`` gives a commit's bytes (asked only with a byte cap)."""
         if self.min_rows is not None and sum(c.added_rows for c in pending) < self.min_rows:
             return start
-        if self.commits is None and self.rows is None:
+        if not self.capped:
             return latest
-        rows = 0
+        rows = size = 0
         for n, commit in enumerate(pending, 1):
-            if n > 1 and self.rows is not None and rows + commit.added_rows > self.rows:
+            grown = size + size_of(commit) if self.bytes is not None else 0
+            over_rows = self.rows is not None and rows + commit.added_rows > self.rows
+            over_bytes = self.bytes is not None and grown > self.bytes
+            if n > 1 and (over_rows or over_bytes):
                 return pending[n - 2].seq  # a commit is never split: at least one per batch
-            rows += commit.added_rows
+            rows, size = rows + commit.added_rows, grown
             if self.commits is not None and n >= self.commits:
                 return commit.seq if n < len(pending) else latest
         return latest
@@ -117,7 +138,8 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         self.starting = option(options, "startingOffsets", "latest") or "latest"
         self.starting_timestamp = option(options, "startingTimestamp")
         self.caps = Caps(int_option(options, "maxCommitsPerTrigger", None, 1),
-                         int_option(options, "maxRowsPerTrigger", None, 1))
+                         int_option(options, "maxRowsPerTrigger", None, 1),
+                         bytes_=int_option(options, "maxBytesPerTrigger", None, 1))
         self.on_non_append = (option(options, "onNonAppend", "fail") or "fail").lower()
         if self.on_non_append not in ON_NON_APPEND:
             raise IcefloeSparkError(f"option onNonAppend is fail, skip or changes, not {self.on_non_append[:40]!r}")
@@ -129,6 +151,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         self._watcher: FeedWatcher | None = None
         self._previous_end: int | None = None
         self._target_end: int | None = None  # Trigger.AvailableNow
+        self._sizes: dict[int, int] = {}  # snapshot id -> bytes of data files it added
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -171,15 +194,19 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
             raise IcefloeSparkError(f"option startingTimestamp must be ISO 8601, got {text[:40]!r}") from None
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
-        feed = self._feed("earliest")
-        head = feed.ready(60)
-        assert feed.log_start is not None
-        base = feed.log_start - 1
-        feed.wait_until_covered(head, 60)
-        for commit in feed.commits_after(base):
-            if commit.committed_at >= when:
-                return commit.seq - 1
-        return head
+        # A subscription of its own from the log's start: the driver's watcher may already
+        # follow from "latest" (Spark can ask for the latest offset before the initial one).
+        feed = FeedWatcher(self.settings, [self.table], "earliest")
+        try:
+            head = feed.ready(60)
+            assert feed.log_start is not None
+            feed.wait_until_covered(head, 60)
+            for commit in feed.commits_after(feed.log_start - 1):
+                if commit.committed_at >= when:
+                    return commit.seq - 1
+            return head
+        finally:
+            feed.close()
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, int]:  # noqa: N802
         begin = seq_of(start, "start offset") if start is not None else self._previous_end
@@ -198,10 +225,35 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
             latest = min(latest, self._target_end)
         if begin is None:
             return latest  # 4.1, first call of this process: no known start to cap from
-        if caps.commits is not None or caps.rows is not None or caps.min_rows is not None:
+        if caps.capped or caps.min_rows is not None:
             feed.wait_until_covered(feed.ready(60), 60)  # the commits up to the head, to count them
         pending = [c for c in feed.commits_after(begin) if c.seq <= latest]
-        return max(begin, caps.end(begin, pending, latest))
+        if caps.bytes is not None:
+            self._learn_sizes(pending)
+        return max(begin, caps.end(begin, pending, latest, self._size_of))
+
+    def _size_of(self, commit: Commit) -> int:
+        snapshot = commit.row.get("snapshot_id")
+        return self._sizes.get(int(snapshot), 0) if snapshot is not None else 0
+
+    def _learn_sizes(self, pending: Sequence[Commit]) -> None:
+        """Each pending commit's added bytes, from the table's ``$snapshots`` summaries (one query
+        for the commits not seen before; the feed's events carry rows and files, not bytes)."""
+        wanted = sorted({int(c.row["snapshot_id"]) for c in pending
+                         if c.row.get("snapshot_id") is not None} - self._sizes.keys())
+        if not wanted:
+            return
+        namespace, _, name = self.table.rpartition(".")
+        sql = (f"SELECT snapshot_id, summary FROM {quote_identifier(namespace)}.{quote_identifier(name + '$snapshots')}"
+               f" WHERE snapshot_id IN ({', '.join(str(w) for w in wanted)})")
+        client = self.settings.connect()
+        try:
+            result = read_all(client, sql)
+        finally:
+            client.close()
+        for row in result.to_pylist():
+            summary = dict(row["summary"] or [])
+            self._sizes[int(row["snapshot_id"])] = int(summary.get("added-files-size") or 0)
 
     def _caps(self, limit: Any) -> Caps:
         if ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable):
@@ -209,16 +261,21 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             return Caps(self.caps.commits, limit.max_rows)
         if ReadMaxFiles is not None and isinstance(limit, ReadMaxFiles):
-            return Caps(limit.max_files, self.caps.rows)
+            return Caps(limit.max_files, self.caps.rows, bytes_=self.caps.bytes)
+        if ReadMaxBytes is not None and isinstance(limit, ReadMaxBytes):
+            return Caps(self.caps.commits, self.caps.rows, bytes_=limit.max_bytes)
         if ReadMinRows is not None and isinstance(limit, ReadMinRows):
-            return Caps(self.caps.commits, self.caps.rows, limit.min_rows)
+            return Caps(self.caps.commits, self.caps.rows, limit.min_rows, self.caps.bytes)
         return self.caps
 
     def getDefaultReadLimit(self) -> Any:  # noqa: N802
-        """``maxRowsPerTrigger`` as ``ReadMaxRows``, else ``maxCommitsPerTrigger`` as ``ReadMaxFiles``
-        (a commit counts as one "file"), else everything available."""
+        """``maxRowsPerTrigger`` as ``ReadMaxRows``, else ``maxBytesPerTrigger`` as ``ReadMaxBytes``,
+        else ``maxCommitsPerTrigger`` as ``ReadMaxFiles`` (a commit counts as one "file"), else
+        everything available; the other caps given hold as well (Spark passes one limit)."""
         if self.caps.rows is not None:
             return ReadMaxRows(self.caps.rows)
+        if self.caps.bytes is not None:
+            return ReadMaxBytes(self.caps.bytes)
         if self.caps.commits is not None:
             return ReadMaxFiles(self.caps.commits)
         return ReadAllAvailable()

@@ -30,7 +30,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from pyspark_icefloe.connection import IcefloeSparkError, Settings, option, quote_table, statement_descriptor
+from pyspark_icefloe.connection import IcefloeSparkError, Settings, option, quote_table
 
 logger = logging.getLogger("icefloe.spark")
 
@@ -95,19 +95,12 @@ def _tokens(messages: list[WriterCommitMessage | None]) -> list[str]:
 def commit_tokens(settings: Settings, table: str, tokens: list[str], key: str, overwrite: bool) -> dict[str, Any]:
     """One ``icefloe.commit-staged`` call (retried safely: the key makes it exactly once).
 
-    ``overwrite`` first deletes the table's rows with SQL ``DELETE``: the server's
-    ``commit-staged`` only appends, so an overwrite is two commits (a reader between them sees
-    the table empty).
+    ``overwrite`` uses the action's ``"mode": "overwrite"``: the same one snapshot removes the
+    table's rows and adds the tokens' files, so a reader sees the old rows or the new ones,
+    never an empty table; with no tokens (an empty DataFrame) it empties the table.
     """
-    if overwrite:
-        client = settings.connect()
-        try:
-            client.flight_info(statement_descriptor(f"DELETE FROM {quote_table(table)}"))
-        finally:
-            client.close()
-        if not tokens:
-            return {"table": table, "rows": 0}
-    return _action(settings, COMMIT_STAGED, {"table": table, "tokens": tokens, "idempotency_key": key})
+    body = {"table": table, "tokens": tokens, "idempotency_key": key, "mode": "overwrite" if overwrite else "append"}
+    return _action(settings, COMMIT_STAGED, body)
 
 
 def abort_tokens(settings: Settings, table: str, tokens: list[str]) -> None:

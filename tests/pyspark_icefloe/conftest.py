@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The certificates and users of the security tests (security_support).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "flight_server" / "security"))
 
 from spark_support import make_session  # noqa: E402
 

@@ -36,9 +36,9 @@ def spark_conf() -> dict[str, str]:
     }
 
 
-def make_session(remote: bool = False, master: str = "local[2]") -> Any:
+def make_session(remote: bool = False, master: str = "local[2]", conf: dict[str, str] | None = None) -> Any:
     """A local[2] session (classic, or Spark Connect with ``remote``) with both formats registered;
-    ``local[2,3]`` retries a failed task up to twice."""
+    ``local[2,3]`` retries a failed task up to twice; ``conf`` adds settings."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -46,7 +46,7 @@ def make_session(remote: bool = False, master: str = "local[2]") -> Any:
     from pyspark_icefloe import register
 
     builder = SparkSession.builder.remote(master) if remote else SparkSession.builder.master(master)
-    for key, value in spark_conf().items():
+    for key, value in {**spark_conf(), **(conf or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     register(session)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -78,6 +79,12 @@ def _make(warehouse: Path) -> None:
                                    "s": [f"r{k}-{j}" for j in range(100)]}))
         cat.create_table("ns.empty", pa.schema([pa.field("x", pa.int64())]))
         cat.create_table("ns.moving", pa.schema([pa.field("x", pa.int64())]))
+        # ~9 MB in three incompressible files: one 16 MiB split unless sized by parallelism.
+        wide = cat.create_table("ns.wide", pa.schema([pa.field("x", pa.int64()), pa.field("b", pa.binary())]))
+        for k in range(3):
+            wide = cat.load_table("ns.wide")
+            wide.append(pa.table({"x": pa.array(range(k * 3000, k * 3000 + 3000), pa.int64()),
+                                  "b": pa.array([os.urandom(1000) for _ in range(3000)], pa.binary())}))
     finally:
         cat.close()
 
@@ -136,6 +143,14 @@ def test_one_partition_per_endpoint_and_same_rows(spark: Any, server: ServerProc
     assert len(parts) == 4 and all(parts), "one non-empty Spark partition per endpoint"
     assert sorted(x for part in parts for x in part) == list(range(600))
     assert _read(spark, server, table="ns.plain", maxPartitions="1").rdd.getNumPartitions() == 1
+
+
+def test_partitions_follow_the_parallelism_without_a_target(spark: Any, server: ServerProcess) -> None:
+    """A 9 MB table is split for minPartitions=2 (it was one 16 MiB task, half of local[2] idle)."""
+    sized = _read(spark, server, table="ns.wide", minPartitions="2")
+    assert sized.rdd.getNumPartitions() >= 2, "at least minPartitions (the server packs whole files)"
+    assert sorted(r.x for r in sized.select("x").collect()) == list(range(9000))
+    assert _read(spark, server, table="ns.wide", targetPartitionBytes=str(64 << 20)).rdd.getNumPartitions() == 1
 
 
 def test_columns_and_query_options(spark: Any, server: ServerProcess) -> None:

@@ -54,3 +54,23 @@ def test_connect_batch_read_and_stream(spark: Any, server: ServerProcess, tmp_pa
         query.stop()
     got = sorted(r.x for r in spark.sql("SELECT x FROM icefloe_connect").collect())
     assert got == list(range(75))
+
+
+def test_connect_write_append_and_overwrite(spark: Any, server: ServerProcess) -> None:
+    """df.write under Spark Connect: the writer is pickled to the Connect server like the reader;
+    an append is one commit, an overwrite one more, which replaces the rows."""
+    from spark_support import sql
+
+    def write(start: int, n: int, mode: str) -> None:
+        frame = spark.range(start, start + n, numPartitions=3).selectExpr("id AS x", "concat('v', id) AS s")
+        frame.write.format("icefloe").option("uri", server.location).option("table", "ns.w").mode(mode).save()
+
+    def snapshots() -> list[str]:
+        result = sql(server.location, 'SELECT operation FROM ns."w$snapshots" ORDER BY committed_at')
+        return [str(op) for op in result.column("operation").to_pylist()]
+
+    write(0, 300, "append")
+    assert sorted(sql(server.location, "SELECT x FROM ns.w").column("x").to_pylist()) == list(range(300))
+    write(1000, 30, "overwrite")
+    assert sorted(sql(server.location, "SELECT x FROM ns.w").column("x").to_pylist()) == list(range(1000, 1030))
+    assert snapshots() == ["append", "overwrite"], "one snapshot per job"

@@ -1,4 +1,5 @@
-"""Admission control of the icefloe stream: maxCommitsPerTrigger and maxRowsPerTrigger (pyspark
+"""Admission control of the icefloe stream: maxCommitsPerTrigger, maxRowsPerTrigger and
+maxBytesPerTrigger (pyspark
 4.1 through latestOffset(), 4.2+ through latestOffset(start, limit) and getDefaultReadLimit),
 Trigger.AvailableNow and reportLatestOffset (4.2+). Runs in both environments."""
 
@@ -11,6 +12,7 @@ from typing import Any
 import pyspark
 import pytest
 from servers import ServerProcess, serving
+from spark_support import sql
 from test_stream_read import Sink, _make, append, start, wait_for
 
 pytestmark = pytest.mark.spark_latest
@@ -20,7 +22,7 @@ NEW_API = tuple(int(p) for p in pyspark.__version__.split(".")[:2]) >= (4, 2)
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     warehouse = tmp_path_factory.mktemp("spark-admission") / "warehouse"
-    _make(warehouse, ("ns.c", "ns.r", "ns.n", "ns.a"))
+    _make(warehouse, ("ns.c", "ns.r", "ns.b", "ns.b0", "ns.n", "ns.a"))
     with serving(warehouse) as proc:
         yield proc
 
@@ -30,12 +32,23 @@ def _commits(server: ServerProcess, table: str, count: int, rows: int, first: in
     return seqs[0] - 1
 
 
-@pytest.mark.parametrize("option", [{"maxCommitsPerTrigger": "2"}, {"maxRowsPerTrigger": "5"}])
+def _commit_bytes(server: ServerProcess) -> int:
+    """The data file bytes one 2-row commit adds (its snapshot summary's added-files-size)."""
+    _commits(server, "ns.b0", 1, 2)
+    summary = sql(server.location, 'SELECT summary FROM ns."b0$snapshots"').column("summary")[0].as_py()
+    return int(dict(summary)["added-files-size"])
+
+
+@pytest.mark.parametrize("option", [{"maxCommitsPerTrigger": "2"}, {"maxRowsPerTrigger": "5"},
+                                    {"maxBytesPerTrigger": "2.5 commits"}])
 def test_caps_hold_for_commits_that_pile_up(spark: Any, server: ServerProcess, tmp_path: Path,
                                             option: dict[str, str]) -> None:
-    """Commits made while the first batch runs are admitted two at a time (two commits = 4 rows <= 5),
-    on 4.1 through latestOffset() as on 4.2+."""
-    table = "ns.c" if "maxCommitsPerTrigger" in option else "ns.r"
+    """Commits made while the first batch runs are admitted two at a time (two commits = 4 rows <= 5,
+    two commits' files < 2.5 commits' bytes), on 4.1 through latestOffset() as on 4.2+."""
+    tables = {"maxCommitsPerTrigger": "ns.c", "maxRowsPerTrigger": "ns.r", "maxBytesPerTrigger": "ns.b"}
+    table = tables[next(iter(option))]
+    if "maxBytesPerTrigger" in option:
+        option = {"maxBytesPerTrigger": str(int(2.5 * _commit_bytes(server)))}
     sink = Sink(first_batch_s=4.0)
     query = start(spark, server, table, sink, tmp_path / "cp", startingOffsets="latest", **option)
     try:

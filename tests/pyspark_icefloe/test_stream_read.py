@@ -21,7 +21,7 @@ def _make(warehouse: Path, tables: tuple[str, ...]) -> None:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     warehouse = tmp_path_factory.mktemp("spark-stream") / "warehouse"
-    _make(warehouse, ("ns.s", "ns.other", "ns.na_fail", "ns.na_skip", "ns.na_changes"))
+    _make(warehouse, ("ns.s", "ns.other", "ns.na_fail", "ns.na_skip", "ns.na_changes", "ns.ts", "ns.compact"))
     with serving(warehouse) as proc:
         yield proc
 
@@ -104,6 +104,76 @@ def test_every_row_once_while_running_and_after_a_restart(spark: Any, server: Se
         query.stop()
     expected = sorted(list(range(11)) + list(range(103, 108)))
     assert sink.rows() == expected, "every appended row exactly once, none twice"
+
+
+def test_starting_timestamp_starts_at_the_first_commit_at_or_after_it(spark: Any, server: ServerProcess,
+                                                                      tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    append(server, "ns.ts", [0])
+    append(server, "ns.ts", [1])
+    time.sleep(1.2)
+    when = datetime.now(UTC).isoformat()
+    time.sleep(0.2)
+    append(server, "ns.ts", [2])
+    append(server, "ns.ts", [3])
+    sink = Sink()
+    query = start(spark, server, "ns.ts", sink, tmp_path / "cp", startingTimestamp=when)
+    try:
+        wait_for(query, lambda: len(sink.rows()) >= 2)
+        append(server, "ns.ts", [4])
+        wait_for(query, lambda: len(sink.rows()) >= 3)
+        time.sleep(1.0)
+    finally:
+        query.stop()
+    assert sink.rows() == [2, 3, 4]
+
+
+def _maintain(server: ServerProcess, table: str) -> dict[str, Any]:
+    import json
+
+    import pyarrow.flight as flight
+
+    client = flight.FlightClient(server.location)
+    try:
+        results = list(client.do_action(flight.Action("icefloe.maintain", json.dumps({"table": table}).encode())))
+    finally:
+        client.close()
+    return dict(json.loads(results[-1].body.to_pybytes()))
+
+
+def test_compaction_during_the_stream_gives_every_row_once(spark: Any, server: ServerProcess,
+                                                           tmp_path: Path) -> None:
+    """Compaction rewrites the appends' small files mid-stream (a ``replace`` commit, no data change):
+    the stream neither fails (onNonAppend=fail) nor reads the rewritten rows again, also after a restart."""
+    first = append(server, "ns.compact", [0])
+    sink = Sink()
+    query = start(spark, server, "ns.compact", sink, tmp_path / "cp", startingOffsets=str(first - 1))
+    try:
+        for i in range(1, 20):
+            append(server, "ns.compact", [i])
+        wait_for(query, lambda: len(sink.rows()) >= 10)
+        compacted = _maintain(server, "ns.compact")
+        for i in range(20, 25):
+            append(server, "ns.compact", [i])
+        wait_for(query, lambda: len(sink.rows()) >= 25)
+        time.sleep(1.0)
+    finally:
+        query.stop()
+    # Background compaction (every ~16 small files) or the explicit run rewrote the files.
+    files = sql(server.location, 'SELECT count(*) AS n FROM ns."compact$files"').column("n")[0].as_py()
+    compactions = [line for line in server.log_lines if "compacted" in line and "ns.compact" in line]
+    assert files < 25 and compactions, (compacted, files, compactions)
+    assert sink.rows() == list(range(25))
+    _maintain(server, "ns.compact")
+    append(server, "ns.compact", [25])
+    query = start(spark, server, "ns.compact", sink, tmp_path / "cp", startingOffsets=str(first - 1))
+    try:
+        wait_for(query, lambda: len(sink.rows()) >= 26)
+        time.sleep(1.0)
+    finally:
+        query.stop()
+    assert sink.rows() == list(range(26)), "after a restart from the checkpoint: every row once"
 
 
 def test_on_non_append_fail_skip_and_changes(spark: Any, server: ServerProcess, tmp_path: Path) -> None:
