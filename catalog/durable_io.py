@@ -51,6 +51,11 @@ def _pool() -> ThreadPoolExecutor:
         return _fsync_pool
 
 
+def background_fsync(path: str) -> Future[None]:
+    """fsync ``path`` in the fsync pool; the caller need not wait (see _RollingFile)."""
+    return _pool().submit(fsync_path, path)
+
+
 class PendingSync(list[str]):
     """Paths whose fsync starts in the background the moment each is added.
 
