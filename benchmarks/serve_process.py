@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -39,8 +40,10 @@ class ServeProcess:
         if not self.location:
             self.proc.kill()
             raise RuntimeError("the server did not start")
-        # Keep draining its log so the server never blocks on a full pipe.
-        threading.Thread(target=lambda: [None for _ in self.proc.stderr or ()], daemon=True).start()
+        # Keep draining its log so the server never blocks on a full pipe; keep its tail for
+        # a benchmark that fails (the server's side of the failure is in it).
+        self.log_tail: deque[str] = deque(maxlen=400)
+        threading.Thread(target=lambda: self.log_tail.extend(self.proc.stderr or ()), daemon=True).start()
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -35,6 +35,7 @@ from catalog.commit_log import CommitRecord
 from catalog.context import commit_context, current_commit_context
 from catalog.durable_io import DurableFileIO, deferred_fsync, fsync_all
 from catalog.idempotency import IdempotencyStore, check_key, encode_result, extra_batch_writes, idempotency_key
+from catalog.metadata_json import write_metadata
 from catalog.schema_policy import SchemaMismatchError, SchemaPlan, check_unique_names, plan, policy_of, strip_field_ids
 from catalog.staging import StagingStore
 from catalog.table import FastTransaction
@@ -319,7 +320,7 @@ class Appender:
                     append.append_data_file(data_file)
         metadata = tx.table_metadata
         fsync_all([p for p in (_local(f.file_path) for f in files) if p])
-        self.catalog._write_metadata(metadata, staged.io, staged.metadata_location)
+        write_metadata(metadata, staged.io, staged.metadata_location)
         landed: list[CommitRecord] = []
 
         def idempotency_writes(record: CommitRecord) -> dict[bytes, bytes]:

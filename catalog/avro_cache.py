@@ -7,6 +7,12 @@ about a third of its time (cProfile: ``avro_to_iceberg`` and ``resolve_reader``,
 — time it holds the GIL while the feed's writes to subscribers wait (bench_feed). Schemas and
 readers do not change once built (readers create a new struct per record), so sharing them is
 safe. ``install`` is idempotent; it leaves pyiceberg alone if its internals have moved.
+
+Writes have the same waste: every manifest and manifest list an append writes builds a writer
+tree for its schema and converts that schema to Avro JSON for the header, the same few schemas
+each time — together about a sixth of an append's commit (py-spy over 250 appends). Writer
+trees are frozen dataclasses without state, so they are shared the same way, keyed by the
+schemas' identity and then their text (manifest writers build equal schemas afresh).
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 logger = logging.getLogger("icefloe.catalog.avro_cache")
 
 CACHE_SIZE = 256
+T = TypeVar("T")
 
 _installed = False
 _install_lock = threading.Lock()
@@ -40,6 +47,12 @@ def install() -> None:
             schema_key = avro_file._SCHEMA_KEY
             header_class = avro_file.AvroFileHeader
             resolve_reader = getattr(avro_file, "resolve_reader")  # noqa: B009
+            construct_writer = getattr(avro_file, "construct_writer")  # noqa: B009
+            resolve_writer = getattr(avro_file, "resolve_writer")  # noqa: B009
+            output_class = avro_file.AvroOutputFile
+            codec_key = getattr(avro_file, "AVRO_CODEC_KEY")  # noqa: B009
+            codec_mapping = getattr(avro_file, "CODEC_MAPPING_ICEBERG_TO_AVRO")  # noqa: B009
+            magic, meta_schema = avro_file.MAGIC, avro_file.META_SCHEMA
         except (ImportError, AttributeError):  # another pyiceberg layout: run without caches
             logger.warning("pyiceberg's Avro internals have moved; manifest reads are not cached")
             return
@@ -56,6 +69,96 @@ def install() -> None:
         # setattr: these replace library attributes on purpose (see the module docstring).
         setattr(header_class, "get_schema", get_schema)  # noqa: B010
         setattr(avro_file, "resolve_reader", _cached_readers(resolve_reader))  # noqa: B010
+
+        # Two levels: by identity first (the manifest list's schemas are pyiceberg constants),
+        # then by the schemas' text (each manifest writer builds its schema afresh).
+        @functools.lru_cache(maxsize=CACHE_SIZE)
+        def writer_by_text(file_schema_text: str, file_schema: _Keyless) -> Any:
+            return construct_writer(file_schema=file_schema.value)
+
+        @functools.lru_cache(maxsize=CACHE_SIZE)
+        def resolved_by_text(record_text: str, file_text: str, record_schema: _Keyless, file_schema: _Keyless) -> Any:
+            return resolve_writer(record_schema=record_schema.value, file_schema=file_schema.value)
+
+        @functools.lru_cache(maxsize=CACHE_SIZE)
+        def avro_json_by_text(file_schema_text: str, schema_name: str, file_schema: _Keyless) -> str:
+            return json.dumps(AvroSchemaConversion().iceberg_to_avro(file_schema.value, schema_name=schema_name))
+
+        @_by_identity
+        def writer_of(file_schema: Any) -> Any:
+            return writer_by_text(repr(file_schema), _Keyless(file_schema))
+
+        @_by_identity
+        def resolved_writer_of(record_schema: Any, file_schema: Any) -> Any:
+            return resolved_by_text(
+                repr(record_schema), repr(file_schema), _Keyless(record_schema), _Keyless(file_schema)
+            )
+
+        # pyiceberg passes these by keyword.
+        def cached_construct_writer(file_schema: Any) -> Any:
+            return writer_of(file_schema)
+
+        def cached_resolve_writer(record_schema: Any, file_schema: Any) -> Any:
+            return resolved_writer_of(record_schema, file_schema)
+
+        @_by_identity
+        def avro_schema_json(file_schema: Any, schema_name: str) -> str:
+            # str() carries the docs that repr() leaves out; both carry ids, names and types.
+            text = repr(file_schema) + str(file_schema)
+            return avro_json_by_text(text, schema_name, _Keyless(file_schema))
+
+        def write_header(self: Any) -> None:
+            # pyiceberg's _write_header, with the schema's Avro JSON and the writers cached.
+            from pyiceberg.table import TableProperties
+
+            codec_name = self.metadata.get(codec_key, TableProperties.WRITE_AVRO_COMPRESSION_DEFAULT)
+            codec_name = codec_mapping.get(codec_name, codec_name)
+            json_schema = avro_schema_json(self.file_schema, self.schema_name)
+            meta = {**self.metadata, schema_key: json_schema, codec_key: codec_name}
+            cached_construct_writer(meta_schema).write(self.encoder, header_class(magic, meta, self.sync_bytes))
+
+        setattr(avro_file, "construct_writer", cached_construct_writer)  # noqa: B010
+        setattr(avro_file, "resolve_writer", cached_resolve_writer)  # noqa: B010
+        setattr(output_class, "_write_header", write_header)  # noqa: B010
+
+
+class _Keyless:
+    """Carries a value through an ``lru_cache`` key without taking part in it (the schema's
+    text is the key; pyiceberg schemas are not hashable)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Keyless)
+
+
+def _by_identity(fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn`` remembering its result per identity of its arguments, which it keeps alive so
+    an id is never reused while cached."""
+    results: OrderedDict[tuple[int, ...], tuple[tuple[Any, ...], T]] = OrderedDict()
+    lock = threading.Lock()
+
+    def cached(*args: Any) -> T:
+        key = tuple(id(a) for a in args)
+        with lock:
+            hit = results.get(key)
+            if hit is not None and all(a is b for a, b in zip(hit[0], args, strict=True)):
+                results.move_to_end(key)
+                return hit[1]
+        value = fn(*args)
+        with lock:
+            results[key] = (args, value)
+            while len(results) > CACHE_SIZE:
+                results.popitem(last=False)
+        return value
+
+    return cached
 
 
 def _cached_readers(resolve_reader: Callable[..., Any]) -> Callable[..., Any]:

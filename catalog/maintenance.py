@@ -39,6 +39,8 @@ from pyiceberg.table import Table
 from pyiceberg.utils.properties import property_as_int
 
 from catalog.context import commit_context
+from catalog.durable_io import deferred_fsync, fsync_all
+from catalog.idempotency import extra_batch_writes
 from catalog.maintenance_worker import (
     IN_PROCESS,
     MaintenanceWorker,
@@ -53,6 +55,7 @@ from catalog.maintenance_worker import (
     stage_rewrite,
 )
 from catalog.metadata_ops import DEFAULT_SNAPSHOTS_RETAIN, SNAPSHOTS_RETAIN
+from catalog.rebase import rebase
 from catalog.writer import delete_files
 
 if TYPE_CHECKING:
@@ -191,16 +194,54 @@ def _commit_rewrite(
     appender: Appender, worker: MaintenanceWorker, namespace: tuple[str, ...], name: str, rewrite: Rewrite
 ) -> bool:
     qualified = ".".join((*namespace, name))
-    with appender.committer(namespace, name).exclusive():
-        table = appender.catalog.load_table((*namespace, name))
-        request = worker.run(stage_rewrite, TableRef.of(appender.catalog, table), rewrite)
-        if request is None:
-            logger.info("compaction of %s skipped: the table changed under it", qualified)
-            return False
-        if not _apply_staged(appender, table, request, "compact"):
-            return False
+    committed = _stage_and_land(
+        appender, (*namespace, name), lambda ref: worker.run(stage_rewrite, ref, rewrite), "compact"
+    )
+    if not committed:
+        logger.info("compaction of %s skipped: the table changed under it", qualified)
+        return False
     logger.info("compacted %d small files of %s into %d", len(rewrite.old), qualified, len(rewrite.new))
     return True
+
+
+def _stage_and_land(
+    appender: Appender, identifier: tuple[str, ...], stage: Callable[[TableRef], str | None], maintenance: str
+) -> bool:
+    """Stage a maintenance commit with ``stage`` and land it; False when there was nothing to
+    land or a concurrent commit won.
+
+    Staged on the current version outside the table's commit slot (appends keep landing
+    meanwhile), then rebased onto them inside it (catalog.rebase) — or staged again there when
+    something other than appends landed. In the slot, the rebased manifest list and the new
+    metadata file are made durable in one fsync round right before the catalog's batch (as
+    appends do), so the slot is held about as long as one append's commit.
+    """
+    namespace, name = tuple(identifier[:-1]), identifier[-1]
+    base, request = _on_current_versions(lambda: _staged_on_current(appender, identifier, stage), ".".join(identifier))
+    if request is None:
+        return False
+    with appender.committer(namespace, name).exclusive():
+        with deferred_fsync() as written, extra_batch_writes(lambda _record: _durable(written)):
+            table = appender.catalog.load_table(identifier)
+            rebased = rebase(table, base, request)
+            if rebased is None:
+                rebased = stage(TableRef.of(appender.catalog, table))
+                if rebased is None:
+                    return False
+            return _apply_staged(appender, table, rebased, maintenance)
+
+
+def _durable(paths: list[str]) -> dict[bytes, bytes]:
+    fsync_all(list(paths))
+    return {}
+
+
+def _staged_on_current(
+    appender: Appender, identifier: tuple[str, ...], stage: Callable[[TableRef], str | None]
+) -> tuple[Table, str | None]:
+    """The table's current version and ``stage``'s commit request on it (outside the slot)."""
+    table = appender.catalog.load_table(identifier)
+    return table, stage(TableRef.of(appender.catalog, table))
 
 
 def merge_manifests(
@@ -214,15 +255,14 @@ def merge_manifests(
     Returns:
         How many manifests were merged (0 when below the threshold).
     """
-    namespace, name = tuple(identifier[:-1]), identifier[-1]
-    with appender.committer(namespace, name).exclusive():
-        table = appender.catalog.load_table(identifier)
-        count, request = worker.run(stage_manifest_merge, TableRef.of(appender.catalog, table), threshold)
-        if request is None:
-            return 0
-        if not _apply_staged(appender, table, request, "merge-manifests"):
-            return 0
-    return count
+    counted: list[int] = []
+
+    def stage(ref: TableRef) -> str | None:
+        count, request = worker.run(stage_manifest_merge, ref, threshold)
+        counted.append(count)
+        return request
+
+    return counted[-1] if _stage_and_land(appender, identifier, stage, "merge-manifests") else 0
 
 
 def _apply_staged(appender: Appender, table: Table, request: str, maintenance: str) -> bool:
@@ -328,15 +368,20 @@ def remove_orphans(
         return 0  # object stores: not handled here
     root = local_path(table.location())
     cutoff = time.time() - grace_s
-    with appender.maintenance_lock, appender.committer(namespace, name).exclusive():
-        # Tables sharing the folder may commit meanwhile (not in this table's slot).
+    # Not in the table's commit slot (reading every retained manifest takes long; appends go
+    # on): a file is spared when referenced, in flight, or younger than the cutoff. The order
+    # closes the gaps — writers in flight are listed before the versions are read, so a file
+    # committed in between is in one of the two sets, and any writer started later creates
+    # its files after the cutoff.
+    with appender.maintenance_lock:
+        in_flight = {local_path(p) for p in appender.active_paths()}
+        # Stagings older than the cutoff are dropped in the slot, so no commit of them can
+        # land while their files are deleted; younger ones keep their files.
+        with appender.committer(namespace, name).exclusive():
+            in_flight |= {local_path(p) for p in appender.staging.expire_before(namespace, name, cutoff)}
         referenced = _on_current_versions(
             lambda: worker.run(referenced_files, _tables_sharing(appender, root)), ".".join(identifier)
         )
-        in_flight = {local_path(p) for p in appender.active_paths()}
-        # Stagings younger than the cutoff keep their files; older ones are dropped here, in
-        # the commit slot, so no commit of them can land while their files are deleted.
-        in_flight |= {local_path(p) for p in appender.staging.expire_before(namespace, name, cutoff)}
         candidates = []
         for path in _walk(root):
             if path in referenced or path in in_flight:

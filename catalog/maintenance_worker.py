@@ -21,6 +21,7 @@ spawned process or inline (the offline ``icefloe maintain`` and the in-process t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -254,6 +255,10 @@ def apply_commit_request(catalog: RocksCatalog, table: Table, request_json: str)
     catalog.commit_table(table, tuple(request.requirements), tuple(request.updates))
 
 
+# How much lower the worker process's CPU priority is than the server's.
+WORKER_NICENESS = 10
+
+
 class WorkerDied(RuntimeError):
     """The worker process ended during a call (killed, crashed, or the worker was closed)."""
 
@@ -261,6 +266,10 @@ class WorkerDied(RuntimeError):
 def _serve(conn: Connection) -> None:
     """The worker process: run each (function, arguments) received, answer (ok, value)."""
     avro_cache.install()
+    # Background work: on a busy machine the serving process comes first (an append waits for
+    # its CPU, never for compaction's).
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICENESS)
     while True:
         try:
             fn, args = conn.recv()

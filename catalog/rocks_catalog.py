@@ -41,6 +41,7 @@ from catalog import avro_cache, keys, table_commits
 from catalog.commit_log import CommitLog, CommitRecord
 from catalog.context import current_commit_context
 from catalog.idempotency import batch_extras
+from catalog.metadata_json import write_metadata
 from catalog.names import (
     EmptyNamespaceError,
     InvalidNameError,
@@ -351,7 +352,7 @@ class RocksCatalog(MetastoreCatalog):
         if self._pointer(ns, table) is not None:
             raise TableAlreadyExistsError(f"Table {'.'.join((*ns, table))} already exists")
         staged = self._create_staged_table(identifier, schema, location, partition_spec, sort_order, properties)
-        self._write_metadata(staged.metadata, staged.io, staged.metadata_location)
+        write_metadata(staged.metadata, staged.io, staged.metadata_location)
         return self._register_pointer(ns, table, staged.metadata_location, staged.metadata, "create", overwrite=False)
 
     def _register_pointer(

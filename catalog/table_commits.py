@@ -24,6 +24,7 @@ from pyiceberg.table.update import AddSnapshotUpdate, AssertCreate, TableRequire
 from pyiceberg.typedef import Identifier
 
 from catalog import keys
+from catalog.metadata_json import write_metadata
 from catalog.metadata_ops import apply_updates, describe_commit, expire_snapshots, snapshots_to_retain
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ def stage(
     provider = load_location_provider(new.location, new.properties)
     new_location = provider.new_table_metadata_file_location(version)
     io = catalog._load_file_io(new.properties, new_location)
-    catalog._write_metadata(new, io, new_location)
+    write_metadata(new, io, new_location)
     info = describe_commit(tuple(updates), new)
     if base is None:
         info["operation"] = "create"

@@ -18,7 +18,6 @@ import os
 import queue
 import threading
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -46,6 +45,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.utils.properties import property_as_int
 
 from catalog.durable_io import fsync_all
+from catalog.lru import LockedLRU
 from catalog.schema_policy import check_required, strip_field_ids
 
 logger = logging.getLogger("icefloe.catalog.writer")
@@ -76,8 +76,7 @@ class _Layout:
 
 
 _LAYOUT_CACHE_SIZE = 256
-_layouts: OrderedDict[tuple[Any, ...], _Layout] = OrderedDict()
-_layouts_lock = threading.Lock()
+_layouts: LockedLRU[tuple[Any, ...], _Layout] = LockedLRU(_LAYOUT_CACHE_SIZE)
 
 
 def _layout(metadata: TableMetadata, input_schema: pa.Schema) -> _Layout:
@@ -90,11 +89,9 @@ def _layout(metadata: TableMetadata, input_schema: pa.Schema) -> _Layout:
         tuple(sorted(metadata.properties.items())),
         input_schema,
     )
-    with _layouts_lock:
-        found = _layouts.get(key)
-        if found is not None:
-            _layouts.move_to_end(key)
-            return found
+    found = _layouts.get(key)
+    if found is not None:
+        return found
     table_schema = metadata.schema()
     sanitized = sanitize_column_names(table_schema)
     file_schema: Schema = sanitized if sanitized != table_schema else table_schema
@@ -126,10 +123,7 @@ def _layout(metadata: TableMetadata, input_schema: pa.Schema) -> _Layout:
         stats_plan=compute_statistics_plan(file_schema, metadata.properties),
         column_mapping=parquet_path_to_id_mapping(file_schema),
     )
-    with _layouts_lock:
-        _layouts[key] = layout
-        while len(_layouts) > _LAYOUT_CACHE_SIZE:
-            _layouts.popitem(last=False)
+    _layouts.put(key, layout)
     return layout
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow as pa
@@ -18,6 +20,8 @@ from pyiceberg.types import (
     StringType,
     StructType,
 )
+
+from catalog.maintenance_worker import MaintenanceWorker
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.string())])
 
@@ -70,3 +74,43 @@ def referenced_files(table: Table) -> set[str]:
 
 def missing_files(table: Table) -> list[str]:
     return sorted(p for p in referenced_files(table) | {local_path(table.metadata_location)} if not os.path.exists(p))
+
+
+def id_rows(n: int, start: int) -> pa.Table:
+    """``n`` rows of the ``catalog`` fixture's table: ids ``start``, ``start + 1``, ..."""
+    return pa.table({"id": pa.array(range(start, start + n), pa.int64())})
+
+
+def appender_with_files(cat: Any, files: int, rows_each: int) -> Any:
+    """An ``Appender`` on ``cat`` after ``files`` appends of ``rows_each`` ids each (one file
+    per append): ids 0 .. files * rows_each - 1."""
+    from catalog.append import Appender
+
+    appender = Appender(cat)
+    for i in range(files):
+        appender.append_table(("ns", "t"), id_rows(rows_each, i * rows_each))
+    return appender
+
+
+class Interleaved(MaintenanceWorker):
+    """A real worker with something else happening right before or after a chosen call
+    (once each): the races compaction must survive."""
+
+    def __init__(
+        self,
+        inner: MaintenanceWorker,
+        before: dict[Callable[..., Any], Callable[[], None]] | None = None,
+        after: dict[Callable[..., Any], Callable[[], None]] | None = None,
+    ) -> None:
+        super().__init__(in_process=True)
+        self.inner, self.before, self.after = inner, dict(before or {}), dict(after or {})
+        self.calls: list[str] = []
+
+    def run(self, fn: Any, *args: Any) -> Any:
+        self.calls.append(fn.__name__)
+        if (action := self.before.pop(fn, None)) is not None:
+            action()
+        result = self.inner.run(fn, *args)
+        if (action := self.after.pop(fn, None)) is not None:
+            action()
+        return result

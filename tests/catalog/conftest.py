@@ -1,15 +1,18 @@
-"""Fixtures for the catalog suite: a fresh RocksCatalog, and the SqlCatalog reference."""
+"""Fixtures for the catalog suite: a fresh RocksCatalog, the SqlCatalog reference, and the
+maintenance workers."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
 
 from catalog import RocksCatalog
+from catalog.maintenance_worker import IN_PROCESS, MaintenanceWorker
 
 
 @pytest.fixture
@@ -45,3 +48,28 @@ def any_catalog(catalog_kind: str, given_warehouse: str, tmp_path: Path) -> Iter
         yield cat
     finally:
         cat.close()
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Iterator[RocksCatalog]:
+    """A RocksCatalog holding one table ``ns.t`` with a single ``id: int64`` column."""
+    cat = RocksCatalog("test", warehouse=str(tmp_path / "wh"))
+    cat.create_namespace("ns")
+    cat.create_table("ns.t", pa.schema([("id", pa.int64())]))
+    yield cat
+    cat.close()
+
+
+@pytest.fixture(scope="module")
+def process_worker() -> Iterator[MaintenanceWorker]:
+    worker = MaintenanceWorker()
+    yield worker
+    worker.close()
+
+
+@pytest.fixture(params=["in-process", "worker-process"])
+def worker(request: pytest.FixtureRequest) -> MaintenanceWorker:
+    """Each kind of maintenance worker: inline, and a worker process (as the server runs it)."""
+    if request.param == "in-process":
+        return IN_PROCESS
+    return request.getfixturevalue("process_worker")  # type: ignore[no-any-return]

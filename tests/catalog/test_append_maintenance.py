@@ -9,12 +9,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
+from catalog_testlib import Interleaved, id_rows
 from pyiceberg.exceptions import CommitFailedException
 
 from catalog import RocksCatalog
@@ -29,7 +28,7 @@ from catalog.maintenance import (
     unregister_pin_source,
 )
 from catalog.maintenance_worker import (
-    IN_PROCESS,
+    WORKER_NICENESS,
     MaintenanceWorker,
     TableRef,
     WorkerDied,
@@ -40,33 +39,6 @@ from catalog.maintenance_worker import (
 )
 
 
-@pytest.fixture
-def catalog(tmp_path: Path) -> Iterator[RocksCatalog]:
-    cat = RocksCatalog("test", warehouse=str(tmp_path / "wh"))
-    cat.create_namespace("ns")
-    cat.create_table("ns.t", pa.schema([("id", pa.int64())]))
-    yield cat
-    cat.close()
-
-
-@pytest.fixture(scope="module")
-def process_worker() -> Iterator[MaintenanceWorker]:
-    worker = MaintenanceWorker()
-    yield worker
-    worker.close()
-
-
-@pytest.fixture(params=["in-process", "worker-process"])
-def worker(request: pytest.FixtureRequest) -> MaintenanceWorker:
-    if request.param == "in-process":
-        return IN_PROCESS
-    return request.getfixturevalue("process_worker")  # type: ignore[no-any-return]
-
-
-def _ids(n: int, start: int) -> pa.Table:
-    return pa.table({"id": pa.array(range(start, start + n), pa.int64())})
-
-
 def _live_files(cat: RocksCatalog) -> list[str]:
     return [t.file.file_path for t in cat.load_table("ns.t").scan().plan_files()]
 
@@ -74,7 +46,7 @@ def _live_files(cat: RocksCatalog) -> list[str]:
 def test_compaction_keeps_rows_and_old_snapshots_readable(catalog: RocksCatalog, worker: MaintenanceWorker) -> None:
     appender = Appender(catalog)
     for i in range(30):
-        appender.append_table(("ns", "t"), _ids(10, i * 10))
+        appender.append_table(("ns", "t"), id_rows(10, i * 10))
     before = catalog.load_table("ns.t")
     old_snapshot = before.current_snapshot()
     assert old_snapshot is not None
@@ -97,7 +69,7 @@ def test_manifests_are_merged(catalog: RocksCatalog, worker: MaintenanceWorker) 
     ).commit_transaction()
     appender = Appender(catalog)
     for i in range(20):
-        appender.append_table(("ns", "t"), _ids(5, i * 5))
+        appender.append_table(("ns", "t"), id_rows(5, i * 5))
     report = compact(appender, ("ns", "t"), worker=worker)
     assert report.compacted_files == 0 and report.merged_manifests == 20
     table = catalog.load_table("ns.t")
@@ -108,7 +80,7 @@ def test_manifests_are_merged(catalog: RocksCatalog, worker: MaintenanceWorker) 
 def test_expiry_respects_window_newest_and_pins(catalog: RocksCatalog) -> None:
     appender = Appender(catalog)
     for i in range(5):
-        appender.append_table(("ns", "t"), _ids(1, i))
+        appender.append_table(("ns", "t"), id_rows(1, i))
     table = catalog.load_table("ns.t")
     snapshots = [s.snapshot_id for s in table.metadata.snapshots]
     # inside the default retention window nothing goes
@@ -132,7 +104,7 @@ def test_expiry_respects_window_newest_and_pins(catalog: RocksCatalog) -> None:
 
 def test_orphans_removed_only_when_unreferenced_and_old(catalog: RocksCatalog, worker: MaintenanceWorker) -> None:
     appender = Appender(catalog)
-    appender.append_table(("ns", "t"), _ids(10, 0))
+    appender.append_table(("ns", "t"), id_rows(10, 0))
     data_dir = Path(catalog.warehouse, "ns", "t", "data")
     old_orphan = data_dir / "left-by-a-crash.parquet"
     old_orphan.write_bytes(b"x")
@@ -154,7 +126,7 @@ def test_full_maintain_after_expiry_deletes_replaced_small_files(
     ).commit_transaction()
     appender = Appender(catalog)
     for i in range(10):
-        appender.append_table(("ns", "t"), _ids(10, i * 10))
+        appender.append_table(("ns", "t"), id_rows(10, i * 10))
     report = maintain(appender, ("ns", "t"), orphan_grace_s=0, worker=worker)
     assert report.compacted_files == 10 and report.rows == 100
     assert report.expired_snapshots >= 10 and report.removed_orphans >= 10
@@ -173,7 +145,7 @@ def test_compaction_while_writers_and_readers_run(catalog: RocksCatalog, worker:
 
     def writer(w: int) -> None:
         for i in range(40):
-            appender.append_table(("ns", "t"), _ids(10, (w * 40 + i) * 10))
+            appender.append_table(("ns", "t"), id_rows(10, (w * 40 + i) * 10))
             with lock:
                 committed.append(10)
 
@@ -212,10 +184,10 @@ def test_orphan_removal_spares_a_renamed_table_sharing_the_folder(
     catalog: RocksCatalog, worker: MaintenanceWorker
 ) -> None:
     appender = Appender(catalog)
-    appender.append_table(("ns", "t"), _ids(10, 0))
+    appender.append_table(("ns", "t"), id_rows(10, 0))
     catalog.rename_table("ns.t", "ns.moved")  # files stay under ns/t
     catalog.create_table("ns.t", pa.schema([("id", pa.int64())]))  # same folder again
-    appender.append_table(("ns", "t"), _ids(3, 100))
+    appender.append_table(("ns", "t"), id_rows(3, 100))
     assert remove_orphans(appender, ("ns", "t"), grace_s=0, worker=worker) == 0
     assert catalog.load_table("ns.moved").scan().to_arrow().num_rows == 10
     assert catalog.load_table("ns.t").scan().to_arrow().num_rows == 3
@@ -224,7 +196,7 @@ def test_orphan_removal_spares_a_renamed_table_sharing_the_folder(
 def test_a_dead_worker_process_is_replaced(catalog: RocksCatalog) -> None:
     appender = Appender(catalog)
     for i in range(4):
-        appender.append_table(("ns", "t"), _ids(10, i * 10))
+        appender.append_table(("ns", "t"), id_rows(10, i * 10))
     worker = MaintenanceWorker()
     try:
         with pytest.raises(WorkerDied):
@@ -274,11 +246,11 @@ def test_a_staged_commit_on_a_version_that_moved_on_commits_nothing(
 ) -> None:
     appender = Appender(catalog)
     for i in range(20):
-        appender.append_table(("ns", "t"), _ids(5, i * 5))
+        appender.append_table(("ns", "t"), id_rows(5, i * 5))
     stale = catalog.load_table("ns.t")
     _, request = worker.run(stage_manifest_merge, TableRef.of(catalog, stale), 2)
     assert request is not None
-    appender.append_table(("ns", "t"), _ids(5, 100))
+    appender.append_table(("ns", "t"), id_rows(5, 100))
     head = catalog.log.head()
     with pytest.raises(CommitFailedException):
         apply_commit_request(catalog, stale, request)
@@ -295,36 +267,12 @@ def test_staging_a_rewrite_whose_inputs_were_replaced_gives_no_request(
 ) -> None:
     appender = Appender(catalog)
     for i in range(4):
-        appender.append_table(("ns", "t"), _ids(10, i * 10))
+        appender.append_table(("ns", "t"), id_rows(10, i * 10))
     table = catalog.load_table("ns.t")
     rewrite = worker.run(rewrite_small_files, TableRef.of(catalog, table), 1 << 30, 2, 100)
     assert rewrite is not None and len(rewrite.old) == 4
-    catalog.load_table("ns.t").overwrite(_ids(3, 1000))  # the inputs are gone
+    catalog.load_table("ns.t").overwrite(id_rows(3, 1000))  # the inputs are gone
     assert worker.run(stage_rewrite, TableRef.of(catalog, catalog.load_table("ns.t")), rewrite) is None
-
-
-class _Interleaved(MaintenanceWorker):
-    """A real worker with something else happening right before or after a chosen call
-    (once each): the races compaction must survive."""
-
-    def __init__(
-        self,
-        inner: MaintenanceWorker,
-        before: dict[Callable[..., Any], Callable[[], None]] | None = None,
-        after: dict[Callable[..., Any], Callable[[], None]] | None = None,
-    ) -> None:
-        super().__init__(in_process=True)
-        self.inner, self.before, self.after = inner, dict(before or {}), dict(after or {})
-        self.calls: list[str] = []
-
-    def run(self, fn: Any, *args: Any) -> Any:
-        self.calls.append(fn.__name__)
-        if (action := self.before.pop(fn, None)) is not None:
-            action()
-        result = self.inner.run(fn, *args)
-        if (action := self.after.pop(fn, None)) is not None:
-            action()
-        return result
 
 
 def test_compaction_that_loses_to_an_overwrite_commits_nothing_and_deletes_its_files(
@@ -332,11 +280,11 @@ def test_compaction_that_loses_to_an_overwrite_commits_nothing_and_deletes_its_f
 ) -> None:
     appender = Appender(catalog)
     for i in range(4):
-        appender.append_table(("ns", "t"), _ids(10, i * 10))
+        appender.append_table(("ns", "t"), id_rows(10, i * 10))
     data = Path(catalog.warehouse, "ns", "t", "data")
     before = set(data.glob("*.parquet"))
     # An overwrite lands between the rewrite and its staging.
-    racing = _Interleaved(worker, before={stage_rewrite: lambda: catalog.load_table("ns.t").overwrite(_ids(3, 1000))})
+    racing = Interleaved(worker, before={stage_rewrite: lambda: catalog.load_table("ns.t").overwrite(id_rows(3, 1000))})
     report = compact(appender, ("ns", "t"), min_input_files=2, worker=racing)
     assert report.compacted_files == report.written_files == 0
     assert [r.operation for r in catalog.log.read(0)][-1] == "overwrite"
@@ -350,7 +298,7 @@ def test_an_orphan_sweep_never_takes_the_files_of_a_rewrite_in_flight(
 ) -> None:
     appender = Appender(catalog)
     for i in range(6):
-        appender.append_table(("ns", "t"), _ids(10, i * 10))
+        appender.append_table(("ns", "t"), id_rows(10, i * 10))
     removed: list[int] = []
     sweep = threading.Thread(target=lambda: removed.append(remove_orphans(appender, ("ns", "t"), 0, worker)))
 
@@ -359,7 +307,7 @@ def test_an_orphan_sweep_never_takes_the_files_of_a_rewrite_in_flight(
         sweep.join(timeout=0.5)  # it must wait for the rewrite's commit
 
     report = compact(
-        appender, ("ns", "t"), min_input_files=2, worker=_Interleaved(worker, after={rewrite_small_files: start_sweep})
+        appender, ("ns", "t"), min_input_files=2, worker=Interleaved(worker, after={rewrite_small_files: start_sweep})
     )
     sweep.join(timeout=60)
     assert report.compacted_files == 6 and report.written_files == 1
@@ -373,15 +321,20 @@ def test_compaction_retries_when_its_version_is_gone_before_the_worker_reads_it(
 ) -> None:
     appender = Appender(catalog)
     for i in range(4):
-        appender.append_table(("ns", "t"), _ids(10, i * 10))
+        appender.append_table(("ns", "t"), id_rows(10, i * 10))
 
     def move_on() -> None:  # as while a worker process starts under a busy writer
         for i in range(25):  # beyond write.metadata.previous-versions-max (20)
-            appender.append_table(("ns", "t"), _ids(1, 1000 + i))
+            appender.append_table(("ns", "t"), id_rows(1, 1000 + i))
 
-    racing = _Interleaved(worker, before={rewrite_small_files: move_on})
+    racing = Interleaved(worker, before={rewrite_small_files: move_on})
     report = compact(appender, ("ns", "t"), min_input_files=2, worker=racing)
     assert racing.calls[:2] == ["rewrite_small_files", "rewrite_small_files"]
     assert report.compacted_files == 29 and report.written_files == 1
     expected = list(range(40)) + list(range(1000, 1025))
     assert sorted(catalog.load_table("ns.t").scan().to_arrow().column("id").to_pylist()) == expected
+
+
+def test_the_worker_process_runs_at_a_lower_cpu_priority(process_worker: MaintenanceWorker) -> None:
+    # Background compaction must not take CPU from the serving process on a busy machine.
+    assert process_worker.run(os.nice, 0) == min(19, os.nice(0) + WORKER_NICENESS)
