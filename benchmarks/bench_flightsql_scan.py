@@ -295,6 +295,10 @@ def measure(args: argparse.Namespace, icefloe: ServerProcess, bare: BareProcess,
         full["peer"] = protocol.CommandStatementQuery("SELECT * FROM events").pack()
         ping["peer"] = protocol.CommandStatementQuery("SELECT 1").pack()
         selective["peer"] = protocol.CommandStatementQuery(f"SELECT * FROM events {where}").pack()
+    if peer is not None:  # the same answer types (plain strings, no view types), or no comparison
+        types = {name: [f.type for f in clients[name].get_flight_info(
+            flight.FlightDescriptor.for_command(full[name])).schema] for name in ("icefloe", "peer")}
+        assert types["icefloe"] == types["peer"], types
     for name, cmd in full.items():  # warm-up: caches, footers, connections
         rows, _ = fetch(clients[name], cmd)
         assert rows == args.rows, (name, rows)

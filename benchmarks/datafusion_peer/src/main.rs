@@ -23,7 +23,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let config = SessionConfig::new().set_bool("datafusion.execution.parquet.schema_force_view_types", false);
     let ctx = SessionContext::new_with_config(config);
     let urls = files.iter().map(ListingTableUrl::parse).collect::<Result<Vec<_>, _>>()?;
-    let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+    // The format's own options decide for a table registered like this (not the session's).
+    let format = ParquetFormat::default().with_force_view_types(false);
+    let options = ListingOptions::new(Arc::new(format)).with_file_extension(".parquet");
     let schema = options.infer_schema(&ctx.state(), &urls[0]).await?;
     let table = ListingTable::try_new(
         ListingTableConfig::new_with_multi_paths(urls).with_listing_options(options).with_schema(schema),
