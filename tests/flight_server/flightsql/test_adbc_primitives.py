@@ -235,7 +235,8 @@ def test_staged_ingest_commits_once_by_job(server: ServerProcess) -> None:
             assert again == {**row, "duplicate": True}
             with pytest.raises(adbc_driver_manager.Error, match="FAILED_PRECONDITION: .*committed already"):
                 cur.execute("CALL icefloe.commit_staged('ns.t', job => 'job-a', idempotency_key => 'k-2')")
-            # As an update (Flight SQL CommandStatementUpdate): the row count.
+        # As an update (Flight SQL CommandStatementUpdate, on a statement of its own): the row count.
+        with conn.cursor() as cur:
             statement = cur.adbc_statement
             statement.set_sql_query("CALL icefloe.commit_staged('ns.t', job => 'job-b')")
             assert statement.execute_update() == 1
