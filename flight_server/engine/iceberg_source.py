@@ -19,8 +19,6 @@ never change either, so a snapshot's file list is cached too.
 from __future__ import annotations
 
 import logging
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +31,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from catalog.lru import LockedLRU
 from flight_server.engine.splits import ScanUnit, assign, scan_units
 
 logger = logging.getLogger("icefloe.engine.iceberg")
@@ -69,34 +68,13 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-class _LRU:
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.items: OrderedDict[Any, Any] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, key: Any) -> Any:
-        with self.lock:
-            if key in self.items:
-                self.items.move_to_end(key)
-                return self.items[key]
-        return None
-
-    def put(self, key: Any, value: Any) -> None:
-        with self.lock:
-            self.items[key] = value
-            self.items.move_to_end(key)
-            while len(self.items) > self.size:
-                self.items.popitem(last=False)
-
-
 class IcebergSources:
     """Builds DuckDB source parts for (table, snapshot, schema) and caches what is immutable."""
 
     def __init__(self) -> None:
-        self._files = _LRU(512)  # (table uuid, snapshot id) -> list of data file paths
-        self._footers = _LRU(65536)  # file path -> _Footer
-        self._row_groups = _LRU(65536)  # file path -> row groups in its footer
+        self._files: LockedLRU[Any, Any] = LockedLRU(512)  # (table uuid, snapshot id, filter) -> files
+        self._footers: LockedLRU[str, _Footer] = LockedLRU(65536)  # file path -> _Footer
+        self._row_groups: LockedLRU[str, int] = LockedLRU(65536)  # file path -> row groups in its footer
 
     def parts(
         self, table: Table, snapshot_id: int | None, schema: Schema, row_filter: BooleanExpression | None = None,
@@ -228,7 +206,7 @@ class IcebergSources:
 
     def _footer(self, path: str, fs: pafs.FileSystem, lpath: str, schema: Schema) -> _Footer:
         cached = self._footers.get(path)
-        if isinstance(cached, _Footer):
+        if cached is not None:
             return cached
         meta = pq.read_metadata(lpath, filesystem=fs)
         physical = meta.schema.to_arrow_schema()
