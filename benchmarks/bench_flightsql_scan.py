@@ -1,13 +1,20 @@
-"""Flight SQL scan throughput and SELECT 1 latency: icefloe vs a bare pyarrow.flight + DuckDB server.
+"""Flight SQL scan throughput and SELECT 1 latency: icefloe vs a bare pyarrow.flight + DuckDB
+server and vs the peer a user would pick instead, a Rust Flight SQL server on DataFusion.
 
 Same run, same client, same Parquet files, alternating order:
-- icefloe: ``SELECT * FROM bench.events`` over Flight SQL (catalog, pinned snapshot, sandboxed
-  DuckDB reading the table's files through Arrow datasets);
+- icefloe: ``SELECT * FROM bench.events`` over Flight SQL (catalog, pinned snapshot; a plain
+  scan streams the snapshot's Arrow datasets, no SQL engine over them);
 - bare: a minimal pyarrow.flight server (no catalog, no Flight SQL) whose DoGet streams DuckDB
-  ``read_parquet`` over exactly the table's data files.
-Targets: scan throughput >= 0.9x the bare server; SELECT 1 p50 (GetFlightInfo + DoGet) <= 2x.
+  ``read_parquet`` over exactly the table's data files;
+- peer: ``datafusion-flight-sql-server`` 0.4.19 on DataFusion 55.2 (``benchmarks/datafusion_peer``,
+  built once in release into ``~/.cache/icefloe/datafusion-peer-target``; skipped, with the
+  reason, without cargo) serving the same files as table ``events``, plain strings (no view
+  types), ``SELECT * FROM events``.
+Each scan's server CPU seconds are read from /proc (user + system of the server process).
+Targets: scan throughput >= 1.0x the peer and >= 0.9x the bare server; SELECT 1 p50
+(GetFlightInfo + DoGet) <= 2x the bare server.
 
-Usage: python benchmarks/bench_flightsql_scan.py [--rows 10000000] [--rounds 5] [--pings 300]
+Usage: python benchmarks/bench_flightsql_scan.py [--rows 10000000] [--rounds 9] [--pings 300]
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -69,20 +77,48 @@ def serve_bare(files: list[str]) -> None:
 
 
 class BareProcess:
-    def __init__(self, files: list[str]) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve-bare", *files],
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
+    """A server child process that prints ``... listening on grpc://HOST:PORT`` when ready."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
+                                     env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
+        if "listening on" not in line:
+            self.proc.kill()
+            raise RuntimeError(f"{command[0]} did not start: {line!r}")
         self.location = line.strip().rsplit(" ", 1)[-1]
 
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(30)
+
+
+# -- the peer: a Rust Flight SQL server on DataFusion -------------------------------------------
+
+PEER_CRATE = ROOT / "benchmarks" / "datafusion_peer"
+
+
+def peer_binary() -> tuple[Path | None, str]:
+    """The peer's release binary, built once (cached target folder); (None, why) without it."""
+    cargo = shutil.which("cargo")
+    if cargo is None:
+        return None, "cargo is not installed (the peer is a Rust binary)"
+    cache_home = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    target = cache_home / "icefloe" / "datafusion-peer-target"
+    binary = target / "release" / "icefloe-datafusion-peer"
+    build = subprocess.run([cargo, "build", "--release", "--locked", "-q"], cwd=PEER_CRATE,
+                           env={**os.environ, "CARGO_TARGET_DIR": str(target)}, capture_output=True, text=True)
+    if build.returncode != 0 or not binary.exists():
+        return None, "the peer did not build: " + (build.stderr.strip().splitlines() or ["no output"])[-1]
+    return binary, ""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # -- data -------------------------------------------------------------------------------------
@@ -218,102 +254,134 @@ def main() -> None:
         serve_bare(args.serve_bare)
         return
 
+    peer_bin, peer_skip = peer_binary()  # built (or found built) before anything is timed
+    if peer_bin is None:
+        print(f"peer skipped: {peer_skip}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="icefloe-bench-") as tmp:
         warehouse = Path(tmp) / "warehouse"
         t0 = time.perf_counter()
         files = make_table(warehouse, args.rows, args.files)
         print(f"wrote {args.rows:,} rows in {len(files)} files ({time.perf_counter() - t0:.1f}s)", file=sys.stderr)
         icefloe = ServerProcess(warehouse).start()
-        bare = BareProcess(files)
+        bare = BareProcess([sys.executable, __file__, "--serve-bare", *files])
+        peer = BareProcess([str(peer_bin), *files]) if peer_bin is not None else None
         try:
-            ice_client = flight.FlightClient(icefloe.location)
-            bare_client = flight.FlightClient(bare.location)
-            targets = {
-                "icefloe": (ice_client, protocol.CommandStatementQuery("SELECT * FROM bench.events").pack()),
-                "bare": (bare_client, b"SELECT * FROM read_parquet({files})"),
-            }
-            pings = {
-                "icefloe": (ice_client, protocol.CommandStatementQuery("SELECT 1").pack()),
-                "bare": (bare_client, b"SELECT 1"),
-            }
-            for name, (client, cmd) in targets.items():  # warm-up: caches, footers, connections
-                rows, _ = fetch(client, cmd)
-                assert rows == args.rows, (name, rows)
-                fetch(*pings[name])
-
-            throughput: dict[str, list[float]] = {"icefloe": [], "bare": [], "icefloe_split4": []}
-            size = 0
-            for r in range(args.rounds):
-                order = ["icefloe", "bare", "icefloe_split4"] if r % 2 == 0 else ["icefloe_split4", "bare", "icefloe"]
-                for name in order:
-                    start = time.perf_counter()
-                    if name == "icefloe_split4":
-                        rows, size = fetch_split(icefloe.location, targets["icefloe"][1], 4)
-                        assert rows == args.rows, rows
-                    else:
-                        client, cmd = targets[name]
-                        rows, size = fetch(client, cmd)
-                    throughput[name].append(size / (time.perf_counter() - start) / 1e6)
-
-            # A selective query: icefloe skips files by manifest bounds, bare DuckDB by footers.
-            lo = args.rows // 2
-            selective = {
-                "icefloe": (
-                    ice_client,
-                    protocol.CommandStatementQuery(
-                        f"SELECT * FROM bench.events WHERE id BETWEEN {lo} AND {lo + 999}"
-                    ).pack(),
-                ),
-                "bare": (
-                    bare_client,
-                    f"SELECT * FROM read_parquet({{files}}) WHERE id BETWEEN {lo} AND {lo + 999}".encode(),
-                ),
-            }
-            select_ms: dict[str, list[float]] = {"icefloe": [], "bare": []}
-            for r in range(args.rounds * 4):
-                order = ["icefloe", "bare"] if r % 2 == 0 else ["bare", "icefloe"]
-                for name in order:
-                    start = time.perf_counter()
-                    rows, _ = fetch(*selective[name])
-                    select_ms[name].append((time.perf_counter() - start) * 1e3)
-                    assert rows == 1000, (name, rows)
-
-            latency: dict[str, list[float]] = {"icefloe": [], "bare": []}
-            block = 20
-            for b in range(max(1, args.pings // block)):
-                order = ["icefloe", "bare"] if b % 2 == 0 else ["bare", "icefloe"]
-                for name in order:
-                    for _ in range(block):
-                        start = time.perf_counter()
-                        fetch(*pings[name])
-                        latency[name].append((time.perf_counter() - start) * 1e3)
-            ice_client.close()
-            bare_client.close()
+            measured = measure(args, icefloe, bare, peer)
         finally:
             icefloe.stop()
             bare.stop()
+            if peer is not None:
+                peer.stop()
+    report(args, len(files), measured, peer_skip)
 
+
+def measure(args: argparse.Namespace, icefloe: ServerProcess, bare: BareProcess,
+            peer: BareProcess | None) -> dict[str, Any]:
+    """Alternating rounds of every target's full scan (MB/s, server CPU s), selective scans and
+    SELECT 1 pings; the raw samples by target."""
+    assert icefloe.proc is not None
+    clients = {"icefloe": flight.FlightClient(icefloe.location), "bare": flight.FlightClient(bare.location)}
+    pids = {"icefloe": icefloe.proc.pid, "bare": bare.proc.pid, "icefloe_split4": icefloe.proc.pid}
+    full = {"icefloe": protocol.CommandStatementQuery("SELECT * FROM bench.events").pack(),
+            "bare": b"SELECT * FROM read_parquet({files})"}
+    ping = {"icefloe": protocol.CommandStatementQuery("SELECT 1").pack(), "bare": b"SELECT 1"}
+    lo = args.rows // 2
+    where = f"WHERE id BETWEEN {lo} AND {lo + 999}"
+    selective = {"icefloe": protocol.CommandStatementQuery(f"SELECT * FROM bench.events {where}").pack(),
+                 "bare": f"SELECT * FROM read_parquet({{files}}) {where}".encode()}
+    if peer is not None:
+        clients["peer"] = flight.FlightClient(peer.location)
+        pids["peer"] = peer.proc.pid
+        full["peer"] = protocol.CommandStatementQuery("SELECT * FROM events").pack()
+        ping["peer"] = protocol.CommandStatementQuery("SELECT 1").pack()
+        selective["peer"] = protocol.CommandStatementQuery(f"SELECT * FROM events {where}").pack()
+    if peer is not None:  # the same answer types (plain strings, no view types), or no comparison
+        types = {name: [f.type for f in clients[name].get_flight_info(
+            flight.FlightDescriptor.for_command(full[name])).schema] for name in ("icefloe", "peer")}
+        assert types["icefloe"] == types["peer"], types
+    for name, cmd in full.items():  # warm-up: caches, footers, connections
+        rows, _ = fetch(clients[name], cmd)
+        assert rows == args.rows, (name, rows)
+        fetch(clients[name], ping[name])
+
+    names = [*full, "icefloe_split4"]
+    throughput: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    size = 0
+    for r in range(args.rounds):
+        shift = r % len(names)  # each target takes each place in the order as often
+        for name in names[shift:] + names[:shift]:
+            before = cpu_seconds(pids[name])
+            start = time.perf_counter()
+            if name == "icefloe_split4":
+                rows, size = fetch_split(icefloe.location, full["icefloe"], 4)
+            else:
+                rows, size = fetch(clients[name], full[name])
+            elapsed = time.perf_counter() - start
+            assert rows == args.rows, (name, rows)
+            throughput[name].append(size / elapsed / 1e6)
+            cpu[name].append(cpu_seconds(pids[name]) - before)
+
+    # A selective query: icefloe skips files by manifest bounds, bare DuckDB by footers.
+    select_ms: dict[str, list[float]] = {name: [] for name in selective}
+    for r in range(args.rounds * 4):
+        order = list(selective)
+        for name in order[r % len(order):] + order[: r % len(order)]:
+            start = time.perf_counter()
+            rows, _ = fetch(clients[name], selective[name])
+            select_ms[name].append((time.perf_counter() - start) * 1e3)
+            assert rows == 1000, (name, rows)
+
+    latency: dict[str, list[float]] = {name: [] for name in ping}
+    block = 20
+    for b in range(max(1, args.pings // block)):
+        order = list(ping)
+        for name in order[b % len(order):] + order[: b % len(order)]:
+            for _ in range(block):
+                start = time.perf_counter()
+                fetch(clients[name], ping[name])
+                latency[name].append((time.perf_counter() - start) * 1e3)
+    for client in clients.values():
+        client.close()
+    return {"throughput": throughput, "cpu": cpu, "size": size, "select_ms": select_ms, "latency": latency}
+
+
+def _paired(a: list[float], b: list[float]) -> float:
+    """Median of per-round ratios: each round ran both back to back, so this cancels slow
+    drifts of the (shared) machine's load better than a ratio of medians."""
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
+
+def report(args: argparse.Namespace, files: int, measured: dict[str, Any], peer_skip: str) -> None:
+    throughput, cpu, size = measured["throughput"], measured["cpu"], measured["size"]
+    latency, select_ms = measured["latency"], measured["select_ms"]
     scan = {k: statistics.median(v) for k, v in throughput.items()}
+    scan_cpu = {k: statistics.median(v) for k, v in cpu.items()}
     p50 = {k: statistics.median(v) for k, v in latency.items()}
-    ticket_ms = ticket_check_ms()
     p99 = {k: sorted(v)[int(len(v) * 0.99) - 1] for k, v in latency.items()}
-    result = {
+    ticket_ms = ticket_check_ms()
+    has_peer = "peer" in scan
+    result: dict[str, Any] = {
         "rows": args.rows,
-        "files": len(files),
+        "files": files,
         "arrow_mb": size / 1e6,
         "rounds": args.rounds,
+        "load_average": os.getloadavg(),
         "scan_mb_s": scan,
         "scan_mb_s_all": throughput,
+        # Server CPU seconds per full scan (user + system of the server process; the split
+        # scan's four streams together).
+        "scan_server_cpu_s": scan_cpu,
+        "scan_server_cpu_s_all": cpu,
         "scan_ratio": scan["icefloe"] / scan["bare"],
+        "scan_ratio_paired_median": _paired(throughput["icefloe"], throughput["bare"]),
+        "scan_target": ">= 0.9",
+        "peer": "datafusion-flight-sql-server 0.4.19, DataFusion 55.2" if has_peer else f"skipped: {peer_skip}",
+        "peer_ratio": scan["icefloe"] / scan["peer"] if has_peer else None,
+        "peer_ratio_paired_median": _paired(throughput["icefloe"], throughput["peer"]) if has_peer else None,
+        "peer_target": ">= 1.0",
         # Four endpoints of one split scan read by four client threads, against one stream.
         "split4_ratio": scan["icefloe_split4"] / scan["icefloe"],
-        # Each round runs both back to back: the median of per-round ratios cancels slow drifts
-        # in machine load (the host is shared) better than a ratio of medians.
-        "scan_ratio_paired_median": statistics.median(
-            i / b for i, b in zip(throughput["icefloe"], throughput["bare"], strict=True)
-        ),
-        "load_average": os.getloadavg(),
-        "scan_target": ">= 0.9",
         "select1_p50_ms": p50,
         "select1_p99_ms": p99,
         "select1_ratio": p50["icefloe"] / p50["bare"],
@@ -328,28 +396,25 @@ def main() -> None:
         f"load average {os.getloadavg()[0]:.1f}; SELECT * over {args.rows:,} rows "
         f"({size / 1e6:.0f} MB Arrow), {args.rounds} alternating rounds, median:"
     )
-    print(f"{'':10} {'icefloe':>10} {'bare':>10} {'ratio':>8} {'target':>8}")
-    print(
-        f"{'scan MB/s':10} {scan['icefloe']:10.1f} {scan['bare']:10.1f} {result['scan_ratio']:8.2f} {'>= 0.9':>8}"
-        f"   (paired per-round ratio median {result['scan_ratio_paired_median']:.2f})"
-    )
-    print(
-        f"{'split x4':10} {scan['icefloe_split4']:10.1f} {scan['icefloe']:10.1f} {result['split4_ratio']:8.2f}"
-        f" {'>= 1.0':>8}   (4 endpoints in 4 client threads vs icefloe's single stream)"
-    )
-    print(
-        f"{'SELECT 1':10} {p50['icefloe']:8.2f}ms {p50['bare']:8.2f}ms {result['select1_ratio']:8.2f} {'<= 2.0':>8}"
-        f"   (p50 of {len(latency['icefloe'])} each)"
-    )
-    print(
-        f"{'tickets':10} {ticket_ms:8.3f}ms {'':>10} {result['ticket_share_of_select1_p50']:8.3f} {'<= 0.05':>8}"
-        "   (seal + open + DoGet re-check per query, share of icefloe's SELECT 1 p50)"
-    )
-    sel = result["selective_1000_rows_ms"]
-    print(
-        f"{'WHERE id':10} {sel['icefloe']:8.2f}ms {sel['bare']:8.2f}ms {sel['icefloe'] / sel['bare']:8.2f}"
-        f" {'':>8}   (1,000 of {args.rows:,} rows, median)"
-    )
+    print(f"{'':15} {'MB/s':>8} {'server CPU s':>13} {'ratio':>22} {'target':>8}")
+    for name in scan:
+        ratio, target = "", ""
+        if name == "bare":
+            ratio, target = f"icefloe/bare {result['scan_ratio']:.2f}", ">= 0.9"
+        elif name == "peer":
+            ratio, target = f"icefloe/peer {result['peer_ratio']:.2f}", ">= 1.0"
+        elif name == "icefloe_split4":
+            ratio, target = f"split/single {result['split4_ratio']:.2f}", ">= 1.0"
+        print(f"{name:15} {scan[name]:8.1f} {scan_cpu[name]:13.2f} {ratio:>22} {target:>8}")
+    print(f"  paired per-round ratios: icefloe/bare {result['scan_ratio_paired_median']:.2f}"
+          + (f", icefloe/peer {result['peer_ratio_paired_median']:.2f}" if has_peer else f"; peer {peer_skip}")
+          + f"; split x4 / single {result['split4_ratio']:.2f} (4 endpoints, 4 client threads)")
+    print(f"{'SELECT 1':15} " + "  ".join(f"{k} {v:.2f} ms" for k, v in p50.items())
+          + f"   (p50 of {len(latency['icefloe'])} each; icefloe/bare {result['select1_ratio']:.2f}, target <= 2.0)")
+    print(f"{'tickets':15} {ticket_ms:.3f} ms, {result['ticket_share_of_select1_p50']:.3f} of icefloe's SELECT 1 p50"
+          " (target <= 0.05)")
+    print(f"{'WHERE id':15} " + "  ".join(f"{k} {v:.2f} ms" for k, v in result["selective_1000_rows_ms"].items())
+          + f"   (1,000 of {args.rows:,} rows, median)")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
 

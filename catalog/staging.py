@@ -148,6 +148,16 @@ class StagingStore:
             for staging_id, record in records.items()
         }
 
+    def of_job(self, namespace: tuple[str, ...], table: str, job: str) -> list[tuple[StagedAppend, bool]]:
+        """The table's stagings made under job id ``job`` that are still recorded, each with
+        whether it is committed, oldest first (commit / abort by job id: SQL clients)."""
+        found = [
+            (StagedAppend.from_json(record["append"]), record["state"] == "committed")
+            for _, raw in self._store.scan(_table_prefix(namespace, table))
+            if (record := json.loads(raw))["append"]["job"] == job
+        ]
+        return sorted(found, key=lambda item: (item[0].staged_at, item[0].id))
+
     def delete(self, namespace: tuple[str, ...], table: str, staging_ids: list[str]) -> None:
         if staging_ids:
             self._store.write({}, tuple(_record_key(namespace, table, s) for s in staging_ids))

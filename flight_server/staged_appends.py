@@ -29,7 +29,14 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from catalog.context import commit_context
-from catalog.staging import StagedAlreadyCommitted, StagedAppend, StagedIncompatible, StagedNotFound, StagingError
+from catalog.staging import (
+    StagedAlreadyCommitted,
+    StagedAppend,
+    StagedIncompatible,
+    StagedNotFound,
+    StagingError,
+    check_job,
+)
 from catalog.two_phase import TwoPhaseAppends
 from flight_server import errors
 from flight_server.appends import client_errors
@@ -93,7 +100,19 @@ class StagedAppendService:
                   principal: str | None) -> Iterator[bytes]:
         commit = action.type == COMMIT_ACTION
         body = _body(action, _COMMIT_USAGE if commit else _ABORT_USAGE)
-        identifier = _table(body.get("table"))
+        return iter([json.dumps(self.run(context, commit, body, principal)).encode("utf-8")])
+
+    def run(self, context: flight.ServerCallContext, commit: bool, body: dict[str, Any],
+            principal: str | None) -> dict[str, Any]:
+        """Commit (or abort) the tokens of an action body; return the answer's JSON object.
+
+        Raises:
+            errors.InvalidArgument: A malformed body, a forged or foreign token, an unknown mode.
+            errors.PermissionDenied: A token staged by another user (and the caller is no admin).
+            errors.NotFound: The table, or a staging, no longer exists.
+            errors.FailedPrecondition: A staging was committed already, or no longer fits the table.
+        """
+        identifier = table_identifier(body.get("table"))
         mode = body.get("mode", "append") if commit else "append"
         if mode not in MODES:
             raise errors.InvalidArgument(f'"mode" must be one of {", ".join(MODES)}; nothing was committed')
@@ -106,11 +125,39 @@ class StagedAppendService:
             if commit:
                 tracked = self._lineage.track_write(identifier[:-1], identifier[-1], mode, principal=principal)
                 with tracked, commit_context(principal=principal):
-                    result = self._two_phase.commit_staged(identifier, stagings, key, mode == "overwrite").to_json()
+                    result: dict[str, Any] = self._two_phase.commit_staged(
+                        identifier, stagings, key, mode == "overwrite"
+                    ).to_json()
                 result["mode"] = mode
-            else:
-                result = self._two_phase.abort_staged(identifier, stagings)
-        return iter([json.dumps(result).encode("utf-8")])
+                return result
+            return self._two_phase.abort_staged(identifier, stagings)
+
+    def job_tokens(self, identifier: tuple[str, ...], job: str, context: flight.ServerCallContext,
+                   principal: str | None, committed: bool) -> list[str]:
+        """Tokens of the stagings the caller made under job id ``job`` for the table (an admin:
+        everyone's), oldest first: what SQL clients, which never see a staging token (ADBC bulk
+        ingest answers a row count), commit or abort by job. ``committed``: include the ones
+        committed already (a commit: its retry answers the first result, or is refused as
+        committed under another key; an abort leaves them out).
+
+        Raises:
+            errors.InvalidArgument: A malformed job id.
+            errors.NotFound: No such staging is recorded.
+        """
+        try:
+            check_job(job)
+        except ValueError as exc:
+            raise errors.InvalidArgument(str(exc)) from None
+        everyone = _is_admin(context)
+        found = [staged for staged, done in self._two_phase.records.of_job(identifier[:-1], identifier[-1], job)
+                 if (everyone or staged.principal == principal) and (committed or not done)]
+        if not found:
+            raise errors.NotFound(
+                f"no staged appends of job {job!r} for table {'.'.join(identifier)}"
+                + ("" if everyone else " by this user")
+                + " (aborted, removed after the orphan grace period, or never staged)"
+            )
+        return [self._signer.seal(PURPOSE, _encode(staged.to_json())).decode("ascii") for staged in found]
 
     def list_actions(self) -> list[tuple[str, str]]:
         return [
@@ -167,7 +214,12 @@ def _body(action: flight.Action, usage: str) -> dict[str, Any]:
     return body
 
 
-def _table(value: Any) -> tuple[str, ...]:
+def table_identifier(value: Any) -> tuple[str, ...]:
+    """A client's ``"ns.t"`` as a checked table identifier.
+
+    Raises:
+        errors.InvalidArgument: Not a string naming a table in a namespace, or a bad name.
+    """
     from catalog.names import InvalidNameError, check_name, check_namespace
 
     if not isinstance(value, str) or "." not in value:

@@ -7,15 +7,18 @@ A column a file lacks (added later) is read through a synthetic name the file ca
 so the dataset fills it with typed nulls. DuckDB pushes projections and filters through the
 renaming SELECT into each dataset scan, which prunes row groups by their statistics.
 
-Data files never change, so their footers' id maps are cached; snapshots never change either,
-so a snapshot's file list is cached too.
+String columns that a file stores as a small dictionary in every row group are read as
+Arrow dictionaries and decoded by one ``take`` (the dataset casts them back to plain strings):
+Arrow's Parquet reader materializes such strings value by value otherwise, which was a third of
+the decoding work of a full scan (``bench_flightsql_scan``).
+
+Data files never change, so their footers' id maps and dictionary columns are cached; snapshots
+never change either, so a snapshot's file list is cached too.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,11 +31,17 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from catalog.lru import LockedLRU
 from flight_server.engine.splits import ScanUnit, assign, scan_units
 
 logger = logging.getLogger("icefloe.engine.iceberg")
 
 _MISSING = "__icefloe_missing_{}"
+# A column chunk whose dictionary page is at most this big (compressed) has few distinct values
+# and, almost surely, only dictionary-encoded data pages: writers fall back to plain pages only
+# once a dictionary outgrows its limit (1 MiB in Arrow and parquet-java). Reading a column with
+# plain pages as a dictionary would hash every value, so larger dictionaries read as strings.
+_SMALL_DICTIONARY_BYTES = 32 * 1024
 
 
 @dataclass(frozen=True)
@@ -47,38 +56,25 @@ class SourcePart:
     partial_files: bool = False
 
 
+@dataclass(frozen=True)
+class _Footer:
+    """What planning needs from a data file's footer (cached: data files never change)."""
+
+    ids: tuple[tuple[int, str], ...]  # (field id, physical column name)
+    dictionary: frozenset[str]  # top-level string columns read best as dictionaries
+
+
 def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-
-
-class _LRU:
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.items: OrderedDict[Any, Any] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, key: Any) -> Any:
-        with self.lock:
-            if key in self.items:
-                self.items.move_to_end(key)
-                return self.items[key]
-        return None
-
-    def put(self, key: Any, value: Any) -> None:
-        with self.lock:
-            self.items[key] = value
-            self.items.move_to_end(key)
-            while len(self.items) > self.size:
-                self.items.popitem(last=False)
 
 
 class IcebergSources:
     """Builds DuckDB source parts for (table, snapshot, schema) and caches what is immutable."""
 
     def __init__(self) -> None:
-        self._files = _LRU(512)  # (table uuid, snapshot id) -> list of data file paths
-        self._footers = _LRU(65536)  # file path -> {field id: physical column name}
-        self._row_groups = _LRU(65536)  # file path -> row groups in its footer
+        self._files: LockedLRU[Any, Any] = LockedLRU(512)  # (table uuid, snapshot id, filter) -> files
+        self._footers: LockedLRU[str, _Footer] = LockedLRU(65536)  # file path -> _Footer
+        self._row_groups: LockedLRU[str, int] = LockedLRU(65536)  # file path -> row groups in its footer
 
     def parts(
         self, table: Table, snapshot_id: int | None, schema: Schema, row_filter: BooleanExpression | None = None,
@@ -109,10 +105,13 @@ class IcebergSources:
         if not chosen:
             return [_identity_part(arrow_schema.empty_table())]
         groups: dict[tuple[tuple[int, str], ...], list[tuple[str, list[int] | None]]] = {}
+        dictionary: dict[tuple[tuple[int, str], ...], frozenset[str]] = {}
         for path, row_groups in chosen.items():
-            ids = self._footer_ids(path, fs, _fs_path(path), schema)
-            key = tuple(sorted(ids.items()))
+            footer = self._footer(path, fs, _fs_path(path), schema)
+            key = tuple(sorted(footer.ids))
             groups.setdefault(key, []).append((_fs_path(path), row_groups))
+            # Only columns every file of the group stores as small dictionaries.
+            dictionary[key] = dictionary[key] & footer.dictionary if key in dictionary else footer.dictionary
         parts = []
         for key, group in groups.items():
             id_to_phys = dict(key)
@@ -124,10 +123,11 @@ class IcebergSources:
                 columns.append((phys, f.name))
             physical = pa.schema(fields)
             partial = any(row_groups is not None for _, row_groups in group)
+            as_dictionary = sorted(dictionary[key] & set(id_to_phys.values()))
+            parquet = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=as_dictionary))
             if not partial:
-                dataset = ds.dataset([p for p, _ in group], schema=physical, format="parquet", filesystem=fs)
+                dataset = ds.dataset([p for p, _ in group], schema=physical, format=parquet, filesystem=fs)
             else:
-                parquet = ds.ParquetFileFormat()
                 fragments = [parquet.make_fragment(p, filesystem=fs, row_groups=row_groups) for p, row_groups in group]
                 dataset = ds.FileSystemDataset(fragments, schema=physical, format=parquet, filesystem=fs)
             parts.append(SourcePart(dataset, ", ".join(select), tuple(columns), partial))
@@ -171,7 +171,7 @@ class IcebergSources:
         parts = []
         for index, path in enumerate(paths):
             lpath = _fs_path(path)
-            id_to_phys = self._footer_ids(path, fs, lpath, schema)
+            id_to_phys = dict(self._footer(path, fs, lpath, schema).ids)
             fields, select = [], []
             for f, af in zip(schema.fields, arrow_schema, strict=True):
                 phys = id_to_phys.get(f.field_id, _MISSING.format(f.field_id))
@@ -204,11 +204,12 @@ class IcebergSources:
         self._files.put(key, tuple(files))
         return files
 
-    def _footer_ids(self, path: str, fs: pafs.FileSystem, lpath: str, schema: Schema) -> dict[int, str]:
+    def _footer(self, path: str, fs: pafs.FileSystem, lpath: str, schema: Schema) -> _Footer:
         cached = self._footers.get(path)
         if cached is not None:
-            return dict(cached)
-        physical = pq.read_schema(lpath, filesystem=fs)
+            return cached
+        meta = pq.read_metadata(lpath, filesystem=fs)
+        physical = meta.schema.to_arrow_schema()
         ids: dict[int, str] = {}
         for f in physical:
             raw = (f.metadata or {}).get(b"PARQUET:field_id")
@@ -218,8 +219,38 @@ class IcebergSources:
             # Files without field ids (e.g. registered from elsewhere): match by current name.
             names = set(physical.names)
             ids = {f.field_id: f.name for f in schema.fields if f.name in names}
-        self._footers.put(path, tuple(ids.items()))
-        return ids
+        footer = _Footer(tuple(ids.items()), dictionary_columns(meta, physical))
+        self._footers.put(path, footer)
+        return footer
+
+
+def dictionary_columns(meta: pq.FileMetaData, physical: pa.Schema) -> frozenset[str]:
+    """Top-level string / binary columns whose chunk in every row group starts with a small
+    dictionary page (see ``_SMALL_DICTIONARY_BYTES``): cheaper to read as Arrow dictionaries."""
+    wanted = {
+        f.name for f in physical
+        if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+        or pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)
+    }
+    if not wanted or meta.num_row_groups == 0:
+        return frozenset()
+    found = set(wanted)
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        seen = set()
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            name = chunk.path_in_schema
+            if name not in wanted:
+                continue
+            seen.add(name)
+            start = chunk.dictionary_page_offset
+            small = (chunk.has_dictionary_page and start is not None and 0 < start < chunk.data_page_offset
+                     and chunk.data_page_offset - start <= _SMALL_DICTIONARY_BYTES)
+            if not small:
+                found.discard(name)
+        found &= seen
+    return frozenset(found)
 
 
 def small_types(typ: pa.DataType) -> pa.DataType:

@@ -23,8 +23,10 @@ from flight_server.changes import ChangeRequest, ChangeScanService
 from flight_server.engine import CATALOG_NAME, Engine, Kind, split_namespace
 from flight_server.engine.splits import DEFAULT_MAX_PARTITIONS, DEFAULT_TARGET_BYTES
 from flight_server.engine.sql_text import DEFAULT_SCHEMA, parameter_markers
+from flight_server.flightsql import calls
 from flight_server.flightsql import metadata as md
 from flight_server.flightsql import protocol as p
+from flight_server.flightsql.ingest import ingest
 from flight_server.flightsql.sessions import SessionStore
 from flight_server.flightsql.statements import (
     MAX_HANDLE_BYTES,
@@ -94,6 +96,9 @@ class FlightSqlService:
         # the spec's "this same server".
         self._locations = [flight.Location(uri) for uri in config.advertise_uris]
         self.changes = ChangeScanService(server.catalog, server.handle_signer)
+        # icefloe's own SQL statements (change scans, staged-append commits) for SQL-only clients.
+        self.calls = calls.IcefloeCalls(self.changes, lambda: server.staged, server.handle_signer, server.querylog,
+                                        server.catalog.table_exists)
         self.sessions = SessionStore()
         self.writer = SqlWriter(self.engine, server.catalog,
                                 lambda: getattr(getattr(server, "appends", None), "appender", None),
@@ -155,6 +160,12 @@ class FlightSqlService:
             else:
                 prepared = self.handles.open_prepared(cmd.prepared_statement_handle)
                 sql, default_schema, params = prepared.sql, prepared.default_schema, prepared.params
+            call = _recognised(sql, params)
+            if call is not None:
+                principal = self.server.authorize(context, "write" if call.writes else "read")
+                target, most = self._scan_options(context)
+                return self.calls.flight_info(context, descriptor, call, sql, principal, target, most,
+                                              self._locations)
             handle = self._logged_plan(context, sql, default_schema, params)
             if handle.written is not None:
                 # A write sent as a query ran here, at GetFlightInfo; the result is its row count.
@@ -206,7 +217,10 @@ class FlightSqlService:
             sql = (cmd.query if isinstance(cmd, p.CommandStatementQuery)
                    else self.handles.open_prepared(cmd.prepared_statement_handle).sql)
             self.server.authorize(context, "read")
-            if self.engine.classify(sql) == Kind.WRITE:
+            call = calls.recognise(sql, bound=False)
+            if call is not None and call.writes:
+                return flight.SchemaResult(call.result_schema)  # asking must not commit
+            if call is None and self.engine.classify(sql) == Kind.WRITE:
                 # Asking for the schema must not run the write: its result is one count row.
                 return flight.SchemaResult(WRITE_RESULT_SCHEMA)
             return flight.SchemaResult(self.get_flight_info(context, descriptor).schema)
@@ -314,6 +328,8 @@ class FlightSqlService:
         sealed = cmd.statement_handle
         if sealed.startswith(f"icefloe.{CHANGES_PURPOSE}.".encode()):
             return self.changes.do_get(sealed)
+        if calls.answers(sealed):
+            return self.calls.do_get(sealed)
         if sealed.startswith(b"icefloe." + HandleCodec.METADATA.encode()):
             inner = self._command(self.handles.open_metadata(sealed))
             self._metadata_schema(context, inner)  # what GetFlightInfo accepts, nothing else
@@ -427,35 +443,16 @@ class FlightSqlService:
         self, context: flight.ServerCallContext, sql: str, default_schema: tuple[str, ...] | None,
         params: pa.RecordBatch | None,
     ) -> int:
-        self.server.authorize(context, "write")
-        if self.engine.classify(sql) == Kind.QUERY:
+        principal = self.server.authorize(context, "write")
+        call = _recognised(sql, params)
+        if call is not None and call.writes:
+            return calls.rows_of(self.calls.run(context, call, sql, principal))
+        if call is not None or self.engine.classify(sql) == Kind.QUERY:
             raise errors.InvalidArgument("this statement is a query; execute it with GetFlightInfo/DoGet")
         return self._write(context, sql, default_schema, params)
 
     def _ingest(self, context: flight.ServerCallContext, cmd: p.CommandStatementIngest, reader: Any) -> int:
-        self.server.authorize(context, "write")
-        if cmd.catalog not in (None, "", CATALOG_NAME):
-            raise errors.NotFound(f"catalog {cmd.catalog!r} does not exist (the catalog is {CATALOG_NAME!r})")
-        if not cmd.table:
-            raise errors.InvalidArgument("CommandStatementIngest needs a table name")
-        opts = cmd.table_definition_options or p.TableDefinitionOptions()
-        mode = ingest_mode(opts.if_not_exist, opts.if_exists)
-        namespace = split_namespace(cmd.schema) if cmd.schema else self.default_schema(context)
-        options = {e.key: e.value for e in cmd.options}
-        ingest = getattr(self.server.appends, "ingest", None)
-        if ingest is None:
-            raise errors.Unimplemented("bulk ingest is not available in this build")
-        return int(
-            ingest(
-                context,
-                namespace=namespace,
-                table=cmd.table,
-                mode=mode,
-                temporary=cmd.temporary,
-                reader=reader,
-                idempotency_key=options.get("idempotency_key") or None,
-            )
-        )
+        return ingest(self.server, context, cmd, self.default_schema(context), reader)
 
     # -- DoAction ----------------------------------------------------------------------------
 
@@ -495,6 +492,17 @@ class FlightSqlService:
         if req.transaction_id:
             raise errors.Unimplemented("transactions are not supported")
         default_schema = self.default_schema(context)
+        call = calls.recognise(req.query, bound=False)
+        if call is not None:
+            # Queries both: a commit / abort answers its one row (runs at GetFlightInfo, or as an
+            # update with DoPut); a change scan's schema is known once it runs (the table's
+            # at the range's end), so it is left out here.
+            handle = PreparedHandle(req.query, default_schema, is_query=True)
+            params = calls.parameter_schema(call)
+            return p.ActionCreatePreparedStatementResult(
+                self.handles.prepared(handle), _ipc(call.result_schema) if call.writes else b"",
+                _ipc(params) if len(params) else b"", is_update=False,
+            ).pack()
         kind = self.engine.classify(req.query)
         if kind == Kind.WRITE:
             # No dataset schema: that is how JDBC knows it is an update. Parameter types of writes
@@ -558,6 +566,16 @@ class FlightSqlService:
         return p.GetSessionOptionsResult(entries).encode()
 
 
+def _recognised(sql: str, params: pa.RecordBatch | None) -> calls.IcefloeCall | None:
+    """``sql`` as an icefloe statement with its one bound parameter row (it runs once), or None."""
+    if calls.recognise(sql, bound=False) is None:
+        return None
+    rows = bound_rows(params)
+    if rows is not None and len(rows) != 1:
+        raise errors.InvalidArgument(f"{len(rows)} parameter rows are bound; an icefloe statement takes one")
+    return calls.recognise(sql, rows[0] if rows else None)
+
+
 def _positive_int(raw: Any) -> int | None:
     """A whole number >= 1 from a session option or header value (int or decimal text)."""
     if isinstance(raw, bool):
@@ -581,17 +599,3 @@ def _check_parameter_count(sql: str, params: pa.RecordBatch | None) -> None:
         raise errors.InvalidArgument(
             f"the statement has {expected} parameter(s) but {params.num_columns} value(s) per row were bound"
         )
-
-
-def ingest_mode(if_not_exist: int, if_exists: int) -> str:
-    """TableDefinitionOptions -> the append service's ingest mode (UNSPECIFIED counts as FAIL)."""
-    create = if_not_exist == 1
-    if if_exists == 3:
-        if create:
-            return "replace"
-        raise errors.InvalidArgument("ingest: replacing a table requires if_not_exist = CREATE")
-    if if_exists == 2:
-        return "create_append" if create else "append"
-    if create:
-        return "create"
-    raise errors.InvalidArgument("ingest: if_not_exist and if_exists are both FAIL; nothing could be written")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flight_server import errors
-from flight_server.flightsql.dispatcher import ingest_mode
+from flight_server.flightsql.ingest import ingest_mode
 
 UNSPECIFIED, CREATE, FAIL = 0, 1, 2  # TableNotExistOption
 E_UNSPECIFIED, E_FAIL, E_APPEND, E_REPLACE = 0, 1, 2, 3  # TableExistsOption
