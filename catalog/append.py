@@ -494,14 +494,15 @@ class Appender:
                 for data_file in req.data_files:
                     append.append_data_file(data_file)
         unsynced = [f.file_path for req in requests for f in req.data_files]
-        if isinstance(io, DurableFileIO):
-            unsynced += io.take_deferred()
+        # Kept until the commit waits for them: fsync_all only finds the fsyncs a PendingSync
+        # started while that PendingSync is alive.
+        manifests = io.take_deferred() if isinstance(io, DurableFileIO) else []
 
         def durable_then_extras(record: CommitRecord) -> dict[bytes, bytes]:
             # Called by the catalog right before its RocksDB batch: every file the new
             # metadata references (data, manifests, manifest list, the metadata JSON itself)
             # becomes durable in one concurrent fsync round instead of one round per file.
-            fsync_all([p for p in (_local(path) for path in [*unsynced, *metadata_files]) if p])
+            fsync_all([p for p in (_local(path) for path in [*unsynced, *manifests, *metadata_files]) if p])
             return extras(record)
 
         with deferred_fsync() as metadata_files, extra_batch_writes(durable_then_extras):

@@ -298,7 +298,7 @@ class DataFileWriter:
                     continue  # drain after a failure
                 self._add(item)
             if self._error is None:
-                self._flush_row_group()
+                self._flush_row_group(last=True)
                 self._close_file()
         except BaseException as exc:  # reported to the producer by write()/finish()
             self._error = exc
@@ -336,7 +336,7 @@ class DataFileWriter:
         if self._buffer_rows >= self._row_group_rows or self._buffer_bytes >= ROW_GROUP_BYTES:
             self._flush_row_group()
 
-    def _flush_row_group(self) -> None:
+    def _flush_row_group(self, last: bool = False) -> None:
         if not self._buffer:
             return
         table = pa.Table.from_batches(self._buffer)
@@ -351,7 +351,8 @@ class DataFileWriter:
             self._written_paths.append(path)
             self._current = _RollingFile(path, self._io, table.schema, self._writer_kwargs)
         self._current.writer.write_table(table, row_group_size=self._row_group_rows)
-        self._current.start_writeback()
+        if not last:  # the last row group is flushed by the commit's fsync, with the footer
+            self._current.start_writeback()
         if self._current.size() >= self._target_size:
             self._close_file()
 

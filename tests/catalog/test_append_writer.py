@@ -277,6 +277,34 @@ def test_every_file_the_commit_references_is_fsynced_before_the_pointer_moves(
     assert {os.path.abspath(p) for p in needed} <= before_pointer
 
 
+def test_each_file_of_a_commit_is_fsynced_once_while_the_commit_proceeds(
+    catalog: RocksCatalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fsyncs start as the files close (durable_io.PendingSync); the commit only waits.
+    import collections
+
+    import catalog.durable_io as durable_io
+
+    catalog.create_table("ns.t", _data(1).schema)
+    calls: collections.Counter[str] = collections.Counter()
+    real_fsync = durable_io.fsync_path
+
+    def counting_fsync(path: str) -> None:
+        calls[os.path.abspath(path)] += 1
+        real_fsync(path)
+
+    monkeypatch.setattr(durable_io, "fsync_path", counting_fsync)
+    Appender(catalog).append_table(("ns", "t"), _data(10))
+    table = catalog.load_table("ns.t")
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    files = {table.metadata_location, snapshot.manifest_list}
+    files |= {m.manifest_path for m in snapshot.manifests(table.io)}
+    files |= {t.file.file_path for t in table.scan().plan_files()}
+    assert {os.path.abspath(p.removeprefix("file://")): calls[os.path.abspath(p.removeprefix("file://"))]
+            for p in files} == {os.path.abspath(p.removeprefix("file://")): 1 for p in files}
+
+
 def test_partitioned_table_append(catalog: RocksCatalog) -> None:
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema
