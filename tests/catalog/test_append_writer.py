@@ -266,12 +266,7 @@ def test_every_file_the_commit_references_is_fsynced_before_the_pointer_moves(
     monkeypatch.setattr(durable_io, "fsync_path", recording_fsync)
     monkeypatch.setattr(RocksStore, "write", recording_write)
     Appender(catalog).append_table(("ns", "t"), _data(10))
-    table = catalog.load_table("ns.t")
-    snapshot = table.current_snapshot()
-    assert snapshot is not None
-    needed = {table.metadata_location, snapshot.manifest_list}
-    needed |= {m.manifest_path for m in snapshot.manifests(table.io)}
-    needed |= {t.file.file_path for t in table.scan().plan_files()}
+    needed = _files_of_current_snapshot(catalog)
     needed |= {os.path.dirname(p) for p in needed}
     before_pointer = synced_at_write[-1]
     assert {os.path.abspath(p) for p in needed} <= before_pointer
@@ -295,14 +290,18 @@ def test_each_file_of_a_commit_is_fsynced_once_while_the_commit_proceeds(
 
     monkeypatch.setattr(durable_io, "fsync_path", counting_fsync)
     Appender(catalog).append_table(("ns", "t"), _data(10))
+    files = {os.path.abspath(p.removeprefix("file://")) for p in _files_of_current_snapshot(catalog)}
+    assert {p: calls[p] for p in files} == dict.fromkeys(files, 1)
+
+
+def _files_of_current_snapshot(catalog: RocksCatalog) -> set[str]:
+    """Every file ns.t's current snapshot needs: metadata, manifest list, manifests, data."""
     table = catalog.load_table("ns.t")
     snapshot = table.current_snapshot()
     assert snapshot is not None
     files = {table.metadata_location, snapshot.manifest_list}
     files |= {m.manifest_path for m in snapshot.manifests(table.io)}
-    files |= {t.file.file_path for t in table.scan().plan_files()}
-    assert {os.path.abspath(p.removeprefix("file://")): calls[os.path.abspath(p.removeprefix("file://"))]
-            for p in files} == {os.path.abspath(p.removeprefix("file://")): 1 for p in files}
+    return files | {t.file.file_path for t in table.scan().plan_files()}
 
 
 def test_partitioned_table_append(catalog: RocksCatalog) -> None:
