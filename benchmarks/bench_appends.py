@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 from serve_process import ServeProcess  # noqa: E402
 
 from catalog import RocksCatalog  # noqa: E402
+from catalog.durable_io import fsync_path  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "appends.json"
 
@@ -100,8 +101,8 @@ class Floor:
             for k in range(4):
                 path = self.root / f"{self._n:06d}-{k}.parquet"
                 pq.write_table(self._rows, path)
-                _fsync(path)
-            _fsync(self.root)
+                fsync_path(str(path))
+            fsync_path(str(self.root))
             batch = rocksdict.WriteBatch()
             batch.put(f"pointer-{self._n}".encode(), b"x" * 256)
             self._db.write(batch, self._sync)
@@ -115,14 +116,6 @@ class Floor:
 
     def close(self) -> None:
         self._db.close()
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -35,6 +35,8 @@ from pyiceberg.table.update import (
     SetSnapshotRefUpdate,
 )
 
+from catalog.writer import delete_files
+
 logger = logging.getLogger("icefloe.catalog.rebase")
 
 # Snapshot-summary totals that appends move: the rebased snapshot's are the staged ones plus
@@ -134,7 +136,7 @@ def rebase(current: Table, base: Table, request_json: str) -> str | None:
             ),
         ),
     )
-    _delete_quietly(current, staged.manifest_list)
+    delete_files(io, [staged.manifest_list])  # superseded; orphan removal takes it otherwise
     logger.debug("rebased a staged %s over %d appended manifests", staged.summary.operation.value, len(appended))
     return rebased.model_dump_json()
 
@@ -193,9 +195,3 @@ def _renumbered(manifest: ManifestFile, staged: Snapshot) -> ManifestFile:
         renumbered.min_sequence_number = UNASSIGNED_SEQ
     return renumbered
 
-
-def _delete_quietly(table: Table, path: str) -> None:
-    try:
-        table.io.delete(path)
-    except Exception:  # orphan removal deletes it later
-        logger.debug("could not delete a superseded staged manifest list", exc_info=True)
