@@ -4,13 +4,19 @@ slow statements at WARNING."""
 from __future__ import annotations
 
 import json
+import logging
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import adbc_driver_flightsql.dbapi as flightsql
+import pyarrow as pa
 import pytest
 from adbc_driver_flightsql import DatabaseOptions
 
-from flight_server.querylog import normalise
+from flight_server.metrics import Metrics
+from flight_server.querylog import QueryLog, normalise
 from tests.flight_server.security.security_support import PASSWORDS, write_users_file
 from tests.servers import serving
 
@@ -99,3 +105,60 @@ def test_a_huge_statement_is_cut_and_still_redacted() -> None:
     assert not any(ch.isdigit() for ch in text.split("... (")[0])
     secret = "SELECT '" + "k3y-" * 10_000 + "'"
     assert "k3y" not in normalise(secret)[1]
+
+
+def _batches(count: int, fail_after: int | None = None) -> pa.RecordBatchReader:
+    schema = pa.schema([("id", pa.int64())])
+
+    def gen() -> Iterator[pa.RecordBatch]:
+        for i in range(count):
+            if fail_after is not None and i == fail_after:
+                raise pa.ArrowInvalid("Invalid Input Error: boom")
+            yield pa.record_batch([pa.array([i, i + 1, i + 2], pa.int64())], schema=schema)
+
+    return pa.RecordBatchReader.from_batches(schema, gen())
+
+
+def _lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    return [r.fields for r in caplog.records if r.name == "icefloe.querylog"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("count", [0, 1, QueryLog.READ_AHEAD - 1])
+def test_a_result_within_the_read_ahead_is_logged_at_once_and_sent_as_a_table(
+        caplog: pytest.LogCaptureFixture, count: int) -> None:
+    log = QueryLog(Metrics(enabled=True), background=False)
+    with caplog.at_level(logging.INFO, "icefloe.querylog"):
+        out = log.streamed(_batches(count), "SELECT 1", "wendy", time.perf_counter())
+        assert isinstance(out, pa.Table)  # nothing of it runs Python on gRPC's thread
+        log.flush()
+        assert [(f["status"], f["rows"], f["principal"]) for f in _lines(caplog)] == [("OK", 3 * count, "wendy")]
+        assert out.num_rows == 3 * count and out.schema.names == ["id"]
+
+
+def test_a_longer_result_is_counted_to_its_end(caplog: pytest.LogCaptureFixture) -> None:
+    log = QueryLog(Metrics(enabled=True), background=False)
+    with caplog.at_level(logging.INFO, "icefloe.querylog"):
+        out = log.streamed(_batches(7), "SELECT id FROM t", None, time.perf_counter())
+        assert isinstance(out, pa.RecordBatchReader)
+        log.flush()
+        assert _lines(caplog) == []  # not before the stream ends
+        assert out.read_all().column("id").to_pylist() == [v for i in range(7) for v in (i, i + 1, i + 2)]
+        log.flush()
+        assert [(f["status"], f["rows"]) for f in _lines(caplog)] == [("OK", 21)]
+
+
+@pytest.mark.parametrize("fail_after", [0, 1, QueryLog.READ_AHEAD, QueryLog.READ_AHEAD + 2])
+def test_a_failure_reaches_the_client_from_the_stream_and_is_logged(
+        caplog: pytest.LogCaptureFixture, fail_after: int) -> None:
+    """Also when it happens inside the read-ahead: the client sees what it saw without it."""
+    log = QueryLog(Metrics(enabled=True), background=False)
+    with caplog.at_level(logging.INFO, "icefloe.querylog"):
+        out = log.streamed(_batches(10, fail_after), "SELECT id FROM t", None, time.perf_counter())
+        assert isinstance(out, pa.RecordBatchReader)
+        got = []
+        with pytest.raises(pa.ArrowInvalid, match="boom"):
+            for batch in out:
+                got.append(batch.num_rows)
+        assert len(got) == fail_after
+        log.flush()
+        assert [(f["status"], f["rows"]) for f in _lines(caplog)] == [("UNKNOWN", 3 * fail_after)]
