@@ -52,6 +52,16 @@ class ScanSource(ABC):
             CursorExpired: The pinned snapshot's files are no longer kept.
         """
 
+    def open_exchange(self) -> pa.RecordBatchReader:
+        """A new stream of the rows for the Arrow PyCapsule export: the same values as
+        ``open``, where string and binary columns may come as their view types
+        (``string_view``, ``binary_view``), which polars and DuckDB hold natively.
+
+        Raises:
+            CursorExpired: The pinned snapshot's files are no longer kept.
+        """
+        return self.open()
+
 
 class Backend(ABC):
     """What a lake can do, in-process or over Flight."""

@@ -19,7 +19,8 @@ class Scan:
     """The rows of one table snapshot, as an Arrow PyCapsule stream (``__arrow_c_stream__``).
 
     polars (``pl.from_arrow(scan)``, ``pl.DataFrame(scan)``), DuckDB (``duckdb.sql("FROM
-    scan")``) and pyarrow (``pa.table(scan)``) consume it batch by batch without a copy.
+    scan")``) and pyarrow (``pa.table(scan)``) consume it batch by batch without a copy
+    (see ``__arrow_c_stream__`` for the view types strings may come as).
     The scan is pinned when it is made: every read returns the same rows, whatever is
     committed meanwhile.
     """
@@ -45,7 +46,17 @@ class Scan:
         return self.to_reader().read_all()
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
-        return self.to_reader().__arrow_c_stream__(requested_schema)
+        """The Arrow C stream of the rows (the PyCapsule protocol).
+
+        Without a ``requested_schema``, string and binary columns that the data files store
+        dictionary-coded are sent as ``string_view`` / ``binary_view``: the same values,
+        gathered from the dictionary instead of decoded, in the form polars and DuckDB hold
+        strings themselves (polars reads them without a copy). ``schema``, ``to_reader`` and
+        ``to_table`` keep the plain types; a consumer that asks for a schema gets that.
+        """
+        if requested_schema is not None:
+            return self.to_reader().__arrow_c_stream__(requested_schema)
+        return self._source.open_exchange().__arrow_c_stream__()
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         return iter(self.to_reader())

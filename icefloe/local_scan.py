@@ -29,6 +29,7 @@ from pyiceberg.table import Table
 from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
 from icefloe.backend import ScanSource
 from icefloe.errors import InvalidArgument, NotFound
+from icefloe.views import batch_to_views, view_type
 
 BATCH_ROWS = 122_880  # DuckDB's natural multiple of its 2048-row vectors
 # Plain scans: big batches and more files in flight read 10M rows into polars ~1.8x faster than
@@ -131,37 +132,70 @@ class LocalScan(ScanSource):
     def open(self) -> pa.RecordBatchReader:
         # Nothing is read until the first batch is asked for: consumers such as DuckDB open a
         # stream once just for its schema, and a scanner started eagerly would read ahead.
-        return pa.RecordBatchReader.from_batches(self.schema, self._batches())
+        return pa.RecordBatchReader.from_batches(self.schema, self._batches(views=False))
 
-    def _batches(self) -> Iterator[pa.RecordBatch]:
+    def open_exchange(self) -> pa.RecordBatchReader:
+        """Plain scans: the dictionary-coded string/binary columns as views (``icefloe.views``)."""
+        if not self._plain():
+            return self.open()
+        part = self._parts[0]
+        phys_of = {name: phys for phys, name in part.columns}
+        coded = self._dictionary_coded(part, [phys_of[c] for c in self._columns])
+        if not coded:
+            return self.open()
+        by_name = {c: f for c, f in zip(self._columns, self.schema, strict=True)}
+        schema = pa.schema([by_name[c].with_type(view_type(by_name[c].type) or by_name[c].type)
+                            if phys_of[c] in coded else by_name[c] for c in self._columns],
+                           metadata=self.schema.metadata)
+        return pa.RecordBatchReader.from_batches(schema, self._batches(views=True, schema=schema))
+
+    def _batches(self, views: bool, schema: pa.Schema | None = None) -> Iterator[pa.RecordBatch]:
         if self._plain():
             # A plain scan needs no engine: the dataset streams the files, renamed by field id.
             part = self._parts[0]
             phys_of = {name: phys for phys, name in part.columns}
             columns = {c: ds.field(phys_of[c]) for c in self._columns}
             scanner = ds.Scanner.from_dataset(
-                self._dataset(part, [phys_of[c] for c in self._columns]), columns=columns,
+                self._dataset(part, [phys_of[c] for c in self._columns], keep_dictionaries=views), columns=columns,
                 batch_size=PLAIN_BATCH_ROWS, fragment_readahead=PLAIN_FRAGMENT_READAHEAD,
             )
-            yield from scanner.to_batches()
+            if schema is None:
+                yield from scanner.to_batches()
+            else:
+                for batch in scanner.to_batches():
+                    yield batch_to_views(batch, schema)
             return
         connection, reader = self._duckdb()
         with connection:  # the connection lives as long as its stream
             yield from reader
 
-    def _dataset(self, part: SourcePart, physical: Sequence[str]) -> ds.Dataset:
-        """``part.data``, reading the ``physical`` columns that every file dictionary-codes as
-        dictionaries (cast back to the dataset's plain types by the scan)."""
+    def _dictionary_coded(self, part: SourcePart, physical: Sequence[str]) -> set[str]:
+        """The ``physical`` columns that every file of ``part`` dictionary-codes."""
         data = part.data
         if part.partial_files or not isinstance(data, ds.FileSystemDataset) or not data.files:
-            return data
+            return set()
         wanted = set(physical)
         for path in data.files:
             wanted &= self._footers.dictionary_coded(path, data.filesystem)
             if not wanted:
-                return data
+                break
+        return wanted
+
+    def _dataset(self, part: SourcePart, physical: Sequence[str], keep_dictionaries: bool = False) -> ds.Dataset:
+        """``part.data``, reading the ``physical`` columns that every file dictionary-codes as
+        dictionaries: cast back to the dataset's plain types by the scan, or, with
+        ``keep_dictionaries``, streamed as dictionaries."""
+        wanted = self._dictionary_coded(part, physical)
+        if not wanted:
+            return part.data
+        data = part.data
+        assert isinstance(data, ds.FileSystemDataset)
+        schema = data.schema
+        if keep_dictionaries:
+            schema = pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in wanted else f
+                                for f in schema], metadata=schema.metadata)
         options = ds.ParquetReadOptions(dictionary_columns=sorted(wanted))
-        return ds.dataset(data.files, schema=data.schema, filesystem=data.filesystem,
+        return ds.dataset(data.files, schema=schema, filesystem=data.filesystem,
                           format=ds.ParquetFileFormat(read_options=options))
 
     def _duckdb(self) -> tuple[duckdb.DuckDBPyConnection, pa.RecordBatchReader]:
