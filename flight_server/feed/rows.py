@@ -215,13 +215,17 @@ def live_commit_files(
     assert record.snapshot_id is not None
     snapshot = metadata.snapshot_by_id(record.snapshot_id)
     if snapshot is None:
-        return None
-    files = [f for snapshot_id in _commit_snapshot_ids(metadata, record) for f in live.get(snapshot_id, [])]
+        # Expired (as in ``commit_files``): its files keep its id in their manifest entries.
+        # Answered here, a range of expired appends reads the manifests once, not once each.
+        files, schema = live.get(record.snapshot_id, []), metadata.schema()
+    else:
+        files = [f for snapshot_id in _commit_snapshot_ids(metadata, record) for f in live.get(snapshot_id, [])]
+        schema = _snapshot_schema(metadata, snapshot)
     try:
         _check_complete(record, files)
     except RowsUnavailable:
         return None
-    return _snapshot_schema(metadata, snapshot), files
+    return schema, files
 
 
 def live_files_by_snapshot(metadata: TableMetadata, io: FileIO) -> dict[int, list[DataFile]]:
