@@ -359,11 +359,20 @@ fn read_endpoint(
         let ticket = endpoint
             .ticket
             .ok_or_else(|| Error::protocol("change scan endpoint without a ticket"))?;
-        let response = client
-            .service()
-            .do_get(Ticket::new(ticket.ticket))
-            .await
-            .map_err(status_error)?;
+        // Tickets are stateless, so a DoGet refused for a token that expired after planning
+        // (a long pause between planning and reading, or a slow scan) is simply sent again
+        // after one new login, when the client has a password to log in with.
+        let mut relogged = false;
+        let response = loop {
+            match client.service().do_get(Ticket::new(ticket.ticket.clone())).await {
+                Ok(response) => break response,
+                Err(status) if status.code() == tonic::Code::Unauthenticated && client.can_relogin() && !relogged => {
+                    relogged = true;
+                    client.login().await?;
+                }
+                Err(status) => return Err(status_error(status)),
+            }
+        };
         client.note_headers(response.metadata());
         let data = response
             .into_inner()

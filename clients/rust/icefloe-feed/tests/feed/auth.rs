@@ -145,3 +145,59 @@ async fn a_renewed_token_is_picked_up_and_an_expired_one_leads_to_a_new_login() 
     assert!(relogged != first && relogged != renewed);
     by_password.subscribe(Subscription::default()).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_change_scan_planned_before_its_token_expired_logs_in_again_for_its_reads() {
+    let bin = require_icefloe!();
+    let dir = TempDir::new("renew-doget");
+    let users = users_file(&bin, &dir);
+    let server = Server::start(
+        &bin,
+        &dir.path().join("wh"),
+        &["--users", users.to_str().unwrap(), "--token-ttl", "3"],
+    );
+    let writer = Client::connect(
+        &server.uri,
+        ClientOptions::default().with_basic("writer", "writer-password"),
+    )
+    .await
+    .unwrap();
+    let mut as_writer = Writer::connect_with(&server.uri, writer.token().as_deref(), None).await;
+    as_writer.sql("CREATE SCHEMA ns").await;
+    as_writer.sql("CREATE TABLE ns.a (id BIGINT, v VARCHAR)").await;
+    for start in [0, 10, 20] {
+        as_writer.append("ns.a", start..start + 4).await;
+    }
+
+    let reader = Client::connect(
+        &server.uri,
+        ClientOptions::default().with_basic("reader", "reader-password"),
+    )
+    .await
+    .unwrap();
+    let first = reader.token().unwrap();
+    // Planned with a fresh token (no renewal yet); read only once that token has expired.
+    let scan = ChangeScan {
+        max_partitions: Some(3),
+        target_partition_bytes: Some(1),
+        ..ChangeScan::new("ns.a", 0, 4)
+    };
+    let stream = reader.changes(scan).await.unwrap();
+    assert!(stream.endpoints() > 1, "several DoGets, each refused once");
+    tokio::time::sleep(Duration::from_millis(3400)).await;
+    let batches = stream.collect_batches().await.unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 12);
+    assert_ne!(reader.token().unwrap(), first, "the reads logged in again");
+
+    // Without a password there is nothing to log in with: the expired token is refused.
+    let by_token = Client::connect(
+        &server.uri,
+        ClientOptions::default().with_token(reader.token().unwrap()),
+    )
+    .await
+    .unwrap();
+    let stream = by_token.changes(ChangeScan::new("ns.a", 0, 4)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(3400)).await;
+    let error = stream.collect_batches().await.unwrap_err();
+    assert_eq!(code(&error), Some(tonic::Code::Unauthenticated), "{error}");
+}
