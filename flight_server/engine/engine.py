@@ -391,6 +391,7 @@ class Engine:
         run = Running(slot, cur, None, 0.0)
         try:
             self._setup(run, pins, default_schema)
+            run.cursor_reusable = not pins  # no source registered, no search_path set
             sig = _seam.bind(cur, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
@@ -432,6 +433,7 @@ class Engine:
             # Whatever the caller (a ticket) says, only a query inside the policy runs.
             self.check(sql, default_schema, pins, run.cursor)
             self._setup(run, pins, default_schema, sql, file_tags)
+            run.cursor_reusable = not pins  # no source registered, no search_path set
             sig = _seam.bind(run.cursor, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
@@ -461,6 +463,7 @@ class Engine:
         run = Running(slot, cur, None, 0.0)
         try:
             self._setup(run, pins, default_schema)
+            run.cursor_reusable = not pins  # no source registered, no search_path set
             sig = _seam.bind(cur, sql, values=params)
             return [(str(n), str(t)) for n, t in zip(sig.names, sig.types, strict=True)]
         except duckdb.Error as exc:
@@ -526,11 +529,14 @@ class Engine:
                 suspect = suspect or _seam.catalog_version(run.cursor) != run.catalog_version
             except duckdb.Error:
                 suspect = True
-        for cursor in (run.cursor, *run.helpers):
+        keep = run.cursor_reusable and not suspect
+        for cursor in (run.helpers if keep else (run.cursor, *run.helpers)):
             try:
                 cursor.close()
             except duckdb.Error:
                 pass
+        if keep:
+            run.slot.keep(run.cursor)
         self.slots.give_back(run.slot, run.views, suspect)
 
     def _failure(self, run: Running, exc: duckdb.Error) -> Exception:

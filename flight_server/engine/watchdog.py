@@ -33,6 +33,9 @@ class Running:
         self.parts: list[Any] = []  # the sources of a single-table query (for the plain-scan path)
         self.helpers: list[duckdb.DuckDBPyConnection] = []  # native-scan cursors feeding this query
         self.interrupted: str | None = None
+        # The query registered nothing on ``cursor`` and changed none of its settings (it
+        # pinned no table): a clean end may leave the cursor to the slot's next query.
+        self.cursor_reusable = False
         self.pooled = True  # False: a planning cursor, whose database is not a pooled slot
         self.released = False
         self.failed = False
@@ -120,9 +123,15 @@ class Watchdog:
                 if cancelled:
                     reason = "cancelled"
             if reason:
-                run.interrupted = reason
-                logger.info("interrupting query (%s)", reason)
-                interrupt(run)
+                with self._lock:
+                    # Decided and done under the lock ``remove`` takes: a query released
+                    # meanwhile is left alone, since its slot (and a kept cursor) may already
+                    # run the next query.
+                    if run.released or run.interrupted:
+                        continue
+                    run.interrupted = reason
+                    logger.info("interrupting query (%s)", reason)
+                    interrupt(run)
 
 
 def interrupt(run: Running) -> None:

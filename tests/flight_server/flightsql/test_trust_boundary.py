@@ -308,7 +308,6 @@ def test_large_sorts_still_spill(tmp_path: Path) -> None:
         sql = ("SELECT i, md5(i::VARCHAR) || md5((i + 1)::VARCHAR) AS h FROM range(3000000) t(i) "
                "ORDER BY h LIMIT 1 OFFSET 2999999")
         info = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query(sql)))
-        reader = client.do_get(info.endpoints[0].ticket)
         seen = 0
         done = False
         deadline = time.monotonic() + 120
@@ -317,7 +316,9 @@ def test_large_sorts_still_spill(tmp_path: Path) -> None:
         result: list[pa.Table] = []
 
         def read() -> None:
-            result.append(reader.read_all())
+            # DoGet itself may run the whole sort: the server reads a result's first batches
+            # before it answers (the query log's read-ahead), so watch from before the call.
+            result.append(client.do_get(info.endpoints[0].ticket).read_all())
 
         t = threading.Thread(target=read)
         t.start()

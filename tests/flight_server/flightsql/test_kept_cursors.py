@@ -1,0 +1,90 @@
+"""A query that pins no table leaves its DuckDB cursor to its slot's next query: a new cursor's
+``USE`` is a statement of its own, ~a fifth of a ``SELECT 1`` end to end. Only a cursor left as
+it was made is kept; the watchdog never interrupts a query it sees released."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from catalog import RocksCatalog
+from flight_server.engine import Engine
+from flight_server.engine.watchdog import Running, Watchdog
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Any:
+    cat = RocksCatalog("t", warehouse=str(tmp_path / "warehouse"))
+    cat.create_namespace("ns")
+    table = cat.create_table("ns.t", pa.schema([("id", pa.int64())]))
+    table.append(pa.table({"id": pa.array([1, 2, 3], pa.int64())}))
+    engine = Engine(cat, query_timeout_s=5, max_concurrent=1)
+    yield engine
+    engine.close()
+    cat.close()
+
+
+def _run(engine: Engine, sql: str, default_schema: tuple[str, ...] | None = None) -> pa.Table:
+    planned, pins = engine.plan(sql, default_schema)
+    return engine.query_table(planned, pins, default_schema)
+
+
+def _kept(engine: Engine) -> duckdb.DuckDBPyConnection | None:
+    slot = engine.slots.take()
+    try:
+        return slot._kept
+    finally:
+        engine.slots.give_back(slot, [], suspect=False)
+
+
+def test_a_query_without_tables_leaves_its_cursor_to_the_next(engine: Engine) -> None:
+    assert _run(engine, "SELECT 1 AS x").column("x").to_pylist() == [1]
+    first = _kept(engine)
+    assert first is not None
+    assert _run(engine, "SELECT 2 AS x").column("x").to_pylist() == [2]
+    assert _kept(engine) is first
+    # Its catalog is still icefloe's (the USE it was made with).
+    assert _run(engine, "SELECT current_database() AS d").column("d").to_pylist() == ["icefloe"]
+
+
+def test_a_query_over_a_table_or_a_failed_one_never_leaves_its_cursor(engine: Engine) -> None:
+    _run(engine, "SELECT 1")
+    assert _run(engine, "SELECT count(*) AS n FROM t", ("ns",)).column("n").to_pylist() == [3]
+    assert _kept(engine) is None  # it registered the table's sources and set search_path: closed
+    with pytest.raises(Exception, match="Could not convert"):
+        _run(engine, "SELECT CAST('x' || random()::VARCHAR AS INTEGER)")
+    assert _kept(engine) is None
+
+
+class _Cursor:
+    def __init__(self) -> None:
+        self.interrupts = 0
+
+    def interrupt(self) -> None:
+        self.interrupts += 1
+
+
+def test_an_interrupt_is_never_sent_to_a_query_released_meanwhile() -> None:
+    """The watchdog decides on a snapshot of the running queries; a query released between
+    that snapshot and the interrupt would have had its kept cursor interrupted while the slot
+    already ran the next query."""
+    run = Running(None, _Cursor(), None, deadline=float("inf"))  # type: ignore[arg-type]
+
+    class ReleasesWhileAsked(threading.Event):
+        def is_set(self) -> bool:  # the server is stopping, and the query ends right now
+            watchdog.remove(run)
+            return True
+
+    watchdog = Watchdog(ReleasesWhileAsked())
+    try:
+        watchdog.add(run)
+        watchdog.watch_once(0.0)
+        assert run.cursor.interrupts == 0  # type: ignore[attr-defined]
+        assert run.interrupted is None
+    finally:
+        watchdog.close()
