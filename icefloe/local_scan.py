@@ -132,7 +132,7 @@ class LocalScan(ScanSource):
     def open(self) -> pa.RecordBatchReader:
         # Nothing is read until the first batch is asked for: consumers such as DuckDB open a
         # stream once just for its schema, and a scanner started eagerly would read ahead.
-        return pa.RecordBatchReader.from_batches(self.schema, self._batches(views=False))
+        return pa.RecordBatchReader.from_batches(self.schema, self._batches())
 
     def open_exchange(self) -> pa.RecordBatchReader:
         """Plain scans: the dictionary-coded string/binary columns as views (``icefloe.views``)."""
@@ -143,27 +143,26 @@ class LocalScan(ScanSource):
         coded = self._dictionary_coded(part, [phys_of[c] for c in self._columns])
         if not coded:
             return self.open()
-        by_name = {c: f for c, f in zip(self._columns, self.schema, strict=True)}
-        schema = pa.schema([by_name[c].with_type(view_type(by_name[c].type) or by_name[c].type)
-                            if phys_of[c] in coded else by_name[c] for c in self._columns],
-                           metadata=self.schema.metadata)
-        return pa.RecordBatchReader.from_batches(schema, self._batches(views=True, schema=schema))
+        schema = pa.schema([f.with_type(view_type(f.type) or f.type) if phys_of[c] in coded else f
+                            for c, f in zip(self._columns, self.schema, strict=True)], metadata=self.schema.metadata)
+        return pa.RecordBatchReader.from_batches(schema, self._batches(views=schema))
 
-    def _batches(self, views: bool, schema: pa.Schema | None = None) -> Iterator[pa.RecordBatch]:
+    def _batches(self, views: pa.Schema | None = None) -> Iterator[pa.RecordBatch]:
+        """The rows; with ``views`` (``open_exchange``'s schema), dictionary-coded columns as views."""
         if self._plain():
             # A plain scan needs no engine: the dataset streams the files, renamed by field id.
             part = self._parts[0]
             phys_of = {name: phys for phys, name in part.columns}
             columns = {c: ds.field(phys_of[c]) for c in self._columns}
             scanner = ds.Scanner.from_dataset(
-                self._dataset(part, [phys_of[c] for c in self._columns], keep_dictionaries=views), columns=columns,
-                batch_size=PLAIN_BATCH_ROWS, fragment_readahead=PLAIN_FRAGMENT_READAHEAD,
+                self._dataset(part, [phys_of[c] for c in self._columns], keep_dictionaries=views is not None),
+                columns=columns, batch_size=PLAIN_BATCH_ROWS, fragment_readahead=PLAIN_FRAGMENT_READAHEAD,
             )
-            if schema is None:
+            if views is None:
                 yield from scanner.to_batches()
             else:
                 for batch in scanner.to_batches():
-                    yield batch_to_views(batch, schema)
+                    yield batch_to_views(batch, views)
             return
         connection, reader = self._duckdb()
         with connection:  # the connection lives as long as its stream

@@ -55,18 +55,9 @@ def dictionary_to_view(column: pa.DictionaryArray) -> pa.Array:
                                  null_count=nulls)
 
 
-def view_schema(schema: pa.Schema) -> pa.Schema:
-    """``schema`` with every string/binary dictionary field as its view type."""
-    fields = []
-    for field in schema:
-        target = view_type(field.type.value_type) if pa.types.is_dictionary(field.type) else None
-        fields.append(field.with_type(target) if target is not None else field)
-    return pa.schema(fields, metadata=schema.metadata)
-
-
 def batch_to_views(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """``batch`` with its string/binary dictionary columns as views (``schema``: ``view_schema``)."""
+    """``batch`` with its string/binary dictionary columns as views (``schema``: the batch's,
+    with those columns' view types)."""
     columns = [dictionary_to_view(c) if pa.types.is_dictionary(c.type) and view_type(c.type.value_type) else c
                for c in batch.columns]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
-

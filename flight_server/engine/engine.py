@@ -391,7 +391,6 @@ class Engine:
         run = Running(slot, cur, None, 0.0)
         try:
             self._setup(run, pins, default_schema)
-            run.cursor_reusable = not pins  # no source registered, no search_path set
             sig = _seam.bind(cur, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
@@ -433,7 +432,6 @@ class Engine:
             # Whatever the caller (a ticket) says, only a query inside the policy runs.
             self.check(sql, default_schema, pins, run.cursor)
             self._setup(run, pins, default_schema, sql, file_tags)
-            run.cursor_reusable = not pins  # no source registered, no search_path set
             sig = _seam.bind(run.cursor, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
@@ -463,7 +461,6 @@ class Engine:
         run = Running(slot, cur, None, 0.0)
         try:
             self._setup(run, pins, default_schema)
-            run.cursor_reusable = not pins  # no source registered, no search_path set
             sig = _seam.bind(cur, sql, values=params)
             return [(str(n), str(t)) for n, t in zip(sig.names, sig.types, strict=True)]
         except duckdb.Error as exc:
@@ -596,6 +593,8 @@ class Engine:
             # every table reference is one of the pins).
             path = f"{CATALOG_NAME}.{quote('.'.join(default_schema))},{CATALOG_NAME}.main"
             cur.execute("SET search_path = '" + path.replace("'", "''") + "'")
+        # Only a cursor with no source registered and no search_path set may serve another query.
+        run.cursor_reusable = not pins
 
 def _check_key(sql: str, default_schema: tuple[str, ...] | None, pins: list[PinnedTable]) -> bytes:
     spec = repr((sql, default_schema, sorted((p.namespace, p.view_name) for p in pins)))
