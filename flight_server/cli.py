@@ -8,7 +8,10 @@ from typing import TextIO
 
 import click
 
-from flight_server import __version__
+from flight_server import (
+    __version__,
+    allocator,  # noqa: F401 - first: sets mimalloc's options before pyarrow loads
+)
 from flight_server.cli_connect import Connection, server_options
 from flight_server.config import Config
 from flight_server.logging_config import configure_logging
