@@ -47,6 +47,7 @@ from catalog import CursorExpiredError
 from catalog.commit_log import CommitRecord
 from catalog.names import InvalidNameError, check_name, check_namespace
 from flight_server import errors
+from flight_server.appended_files import local_path, shared_reader
 from flight_server.changelog import net_changes
 from flight_server.engine import splits
 from flight_server.feed.rows import (
@@ -173,6 +174,7 @@ class ChangeScanService:
         # (table uuid, seq) -> what that append wrote (see _appended); shared by every scan.
         self._appends: OrderedDict[tuple[str | None, int], tuple[Schema, list[DataFile], Any, Any]] = OrderedDict()
         self._lock = threading.Lock()
+        self._appended_files = shared_reader()
 
     # -- GetFlightInfo ------------------------------------------------------------------
 
@@ -240,14 +242,29 @@ class ChangeScanService:
                 found = scans[id(unit.metadata)] = ArrowScan(unit.metadata, unit.io, plan.schema, AlwaysTrue())
             return found
 
-        def batches() -> Iterator[pa.RecordBatch]:
+        def slow(run: list[_Unit]) -> Iterator[pa.RecordBatch]:
             for unit, read in zip(
-                units, _prefetched(units, lambda u: self._unit_batches(u, scan_of(u), target)), strict=True
+                run, _prefetched(run, lambda u: self._unit_batches(u, scan_of(u), target)), strict=True
             ):
                 try:
                     yield from read()
                 except FileNotFoundError:
                     raise errors.OutOfRange(_expired(request, unit.record.seq)) from None
+
+        def fast(run: list[_Unit]) -> Iterator[pa.RecordBatch]:
+            files = [(unit.record, f) for unit in run for f in unit.added]
+            try:
+                yield from self._appended_files.batches(files, plan.schema, target)
+            except FileNotFoundError:
+                gone = next((r for r, f in files if not _exists(f)), files[0][0])
+                raise errors.OutOfRange(_expired(request, gone.seq)) from None
+
+        def readable(unit: _Unit) -> bool:
+            return not unit.changelog and self._appended_files.readable(plan.schema, unit.added)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for is_fast, run in _runs(units, readable):
+                yield from (fast if is_fast else slow)(run)
 
         return pa.RecordBatchReader.from_batches(target, batches())
 
@@ -345,6 +362,28 @@ class ChangeScanService:
             return schema
         except (NoSuchTableError, NoSuchNamespaceError):
             raise errors.NotFound(f"table {request.qualified} does not exist") from None
+
+
+def _runs(units: list[_Unit], fast: Callable[[_Unit], bool]) -> Iterator[tuple[bool, list[_Unit]]]:
+    """``units`` in order as maximal runs of consecutive units that ``fast`` says alike."""
+    run: list[_Unit] = []
+    kind = False
+    for unit in units:
+        this = fast(unit)
+        if run and this != kind:
+            yield kind, run
+            run = []
+        run.append(unit)
+        kind = this
+    if run:
+        yield kind, run
+
+
+def _exists(data_file: DataFile) -> bool:
+    import os
+
+    path = local_path(data_file.file_path)
+    return path is not None and os.path.exists(path)
 
 
 _PREFETCH_UNITS = 8

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -95,15 +95,11 @@ class RowStream(FeedStream):
                     f"resubscribe with after={record.seq - 1} to read rows with the new schema"
                 )
             target = output_schema(schema)
-            scan = ArrowScan(metadata, io, schema, AlwaysTrue())
             pending: pa.RecordBatch | None = None
-            # A list, not a generator: ArrowScan iterates the tasks twice.
-            for batch in scan.to_record_batches([FileScanTask(f) for f in files]):
-                if batch.num_rows == 0:
-                    continue
+            for batch in _commit_batches(metadata, io, schema, files, target, record):
                 if pending is not None:
                     self.send_batch(pending)
-                pending = with_commit_columns(batch, target, record)
+                pending = batch
         except (FileNotFoundError, RowsUnavailable) as exc:
             logger.info("rows of seq %d are unavailable: %s", record.seq, exc)
             raise errors.OutOfRange(
@@ -148,6 +144,25 @@ class RowStream(FeedStream):
         while len(self._metadata) > _METADATA_CACHE_SIZE:
             self._metadata.popitem(last=False)
         return metadata, io
+
+
+def _commit_batches(
+    metadata: TableMetadata, io: FileIO, schema: Schema, files: list[DataFile], target: pa.Schema,
+    record: CommitRecord,
+) -> Iterator[pa.RecordBatch]:
+    """The non-empty batches of one append's files, with its commit columns: one Arrow dataset
+    scan where ``appended_files`` reads the files exactly, else pyiceberg's reader."""
+    from flight_server.appended_files import shared_reader
+
+    reader = shared_reader()
+    if reader.readable(schema, files):
+        yield from reader.batches([(record, f) for f in files], schema, target)
+        return
+    scan = ArrowScan(metadata, io, schema, AlwaysTrue())
+    # A list, not a generator: ArrowScan iterates the tasks twice.
+    for batch in scan.to_record_batches([FileScanTask(f) for f in files]):
+        if batch.num_rows:
+            yield with_commit_columns(batch, target, record)
 
 
 def load_commit_metadata(catalog: Any, record: CommitRecord) -> tuple[TableMetadata, FileIO]:
