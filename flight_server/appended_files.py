@@ -34,7 +34,7 @@ from pyiceberg.schema import Schema
 
 from catalog.commit_log import CommitRecord
 from catalog.lru import LockedLRU
-from flight_server.engine.iceberg_source import dictionary_columns, small_types
+from flight_server.engine.iceberg_source import dictionary_columns, footer_field_ids, small_types
 from flight_server.feed.rows import with_commit_columns
 
 _MISSING = "__icefloe_missing_{}"
@@ -133,11 +133,7 @@ class AppendedFiles:
             return cached if cached.ids else None
         meta = pq.read_metadata(path, filesystem=self._fs)
         physical = meta.schema.to_arrow_schema()
-        ids: dict[int, str] = {}
-        for f in physical:
-            raw = (f.metadata or {}).get(b"PARQUET:field_id")
-            if raw is not None:
-                ids[int(raw)] = f.name
+        ids = footer_field_ids(physical)
         layout = _Layout(tuple(sorted(ids.items())), dictionary_columns(meta, physical))
         self._layouts.put(path, layout)
         return layout if ids else None

@@ -210,11 +210,7 @@ class IcebergSources:
             return cached
         meta = pq.read_metadata(lpath, filesystem=fs)
         physical = meta.schema.to_arrow_schema()
-        ids: dict[int, str] = {}
-        for f in physical:
-            raw = (f.metadata or {}).get(b"PARQUET:field_id")
-            if raw is not None:
-                ids[int(raw)] = f.name
+        ids = footer_field_ids(physical)
         if not ids:
             # Files without field ids (e.g. registered from elsewhere): match by current name.
             names = set(physical.names)
@@ -222,6 +218,16 @@ class IcebergSources:
         footer = _Footer(tuple(ids.items()), dictionary_columns(meta, physical))
         self._footers.put(path, footer)
         return footer
+
+
+def footer_field_ids(physical: pa.Schema) -> dict[int, str]:
+    """Field id -> column name of a Parquet file's top-level columns that carry an id."""
+    ids: dict[int, str] = {}
+    for f in physical:
+        raw = (f.metadata or {}).get(b"PARQUET:field_id")
+        if raw is not None:
+            ids[int(raw)] = f.name
+    return ids
 
 
 def dictionary_columns(meta: pq.FileMetaData, physical: pa.Schema) -> frozenset[str]:
