@@ -55,6 +55,7 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 from flight_server import errors
 from flight_server.engine import history, messages, policy, splits
+from flight_server.engine.bound import Bound, BoundSchemas
 from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
 from flight_server.engine.origins import ColumnOrigin, Source, result_origins
 from flight_server.engine.pushdown import row_filter
@@ -102,6 +103,7 @@ class Engine:
         self._server_stopping = stopping or threading.Event()
         self.query_timeout_s = query_timeout_s
         self.sources = IcebergSources()
+        self.bound = BoundSchemas(catalog)
         self._threads = threads
         self._memory_limit = memory_limit
         self.spill = SpillFolder(spill_parent)
@@ -385,7 +387,12 @@ class Engine:
     def describe(
         self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None, params: list[Any] | None = None
     ) -> tuple[pa.Schema, pa.Schema]:
-        """Result schema and parameter schema of a query, without running it."""
+        """Result schema and parameter schema of a query, without running it (remembered:
+        ``engine.bound``)."""
+        key = self.bound.key(sql, default_schema, pins) if params is None else None
+        known = self.bound.get(key)
+        if known is not None:
+            return known.schema, known.parameters
         slot = self.slots.take()
         cur = slot.cursor()
         run = Running(slot, cur, None, 0.0)
@@ -396,6 +403,7 @@ class Engine:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
             schema = arrow_schema(cur, sig.names, sig.types)
             param_schema = arrow_schema(cur, [f"${n}" for n, _ in sig.parameters], [t for _, t in sig.parameters])
+            self.bound.put(key, Bound(schema, param_schema, tuple(str(t) for t in sig.types)))
             return schema, param_schema
         except duckdb.Error as exc:
             raise messages.map_duckdb(exc) from None
@@ -431,11 +439,16 @@ class Engine:
         try:
             # Whatever the caller (a ticket) says, only a query inside the policy runs.
             self.check(sql, default_schema, pins, run.cursor)
+            reader = self._known_plain_scan(run, sql, pins, default_schema) if not params and not file_tags else None
+            if reader is not None:
+                return reader, run
             self._setup(run, pins, default_schema, sql, file_tags)
             sig = _seam.bind(run.cursor, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
-            reader = self.scans.plain_scan(run, sql, sig) if not params else None
+            if not params:
+                target = arrow_schema(run.cursor, sig.names, sig.types)
+                reader = self.scans.plain_scan(run, sql, target, [str(t) for t in sig.types])
             if reader is None:
                 self.scans.native_scan(run, pins, sql)
             if reader is None:
@@ -450,6 +463,24 @@ class Engine:
                 raise self._failure(run, exc) from None
             raise
         return reader, run
+
+    def _known_plain_scan(
+        self, run: Running, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None
+    ) -> pa.RecordBatchReader | None:
+        """A plain scan of one table whose binding is known (``engine.bound``), streamed with no
+        DuckDB statement at all; None where the full path must run."""
+        if len(pins) != 1 or pins[0].kind != "data":
+            return None
+        known = self.bound.get(self.bound.key(sql, default_schema, pins))
+        if known is None:
+            return None
+        run.parts = self._data_parts(pins[0], sql, prune=True)
+        reader = self.scans.plain_scan(run, sql, known.schema, list(known.type_names))
+        if reader is None:
+            run.parts = []
+            return None
+        run.cursor_reusable = True  # nothing was registered or set on it
+        return reader
 
     def column_types(
         self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None,
@@ -562,21 +593,15 @@ class Engine:
         cur = run.cursor
         run.parts = []
         for i, pin in enumerate(pins):
-            table = self.catalog.load_table((*pin.namespace, pin.name))
-            schema = table.schemas().get(pin.schema_id) or table.schema()
-            if pin.snapshot_id is not None and table.metadata.snapshot_by_id(pin.snapshot_id) is None:
-                raise errors.FailedPrecondition(
-                    f"snapshot {pin.snapshot_id} of {'.'.join((*pin.namespace, pin.name))} no longer exists; "
-                    "run the query again"
-                )
             tagged = (file_tags or {}).get((pin.namespace, pin.name))
             if pin.kind != "data":
+                table = self._pinned_table(pin)
                 parts = [SourcePart(history.metadata_table(table, pin.kind, pin.snapshot_id), "*")]
             elif tagged is not None:
-                parts = self.sources.file_parts(table, tagged, schema)
+                table = self._pinned_table(pin)
+                parts = self.sources.file_parts(table, tagged, table.schemas().get(pin.schema_id) or table.schema())
             else:
-                prune = row_filter(sql, schema) if sql is not None and len(pins) == 1 else None
-                parts = self.sources.parts(table, pin.snapshot_id, schema, prune, pin.split)
+                parts = self._data_parts(pin, sql, prune=sql is not None and len(pins) == 1)
                 run.parts = parts if len(pins) == 1 else []
             selects = []
             for j, part in enumerate(parts):
@@ -595,6 +620,23 @@ class Engine:
             cur.execute("SET search_path = '" + path.replace("'", "''") + "'")
         # Only a cursor with no source registered and no search_path set may serve another query.
         run.cursor_reusable = not pins
+
+    def _pinned_table(self, pin: PinnedTable) -> Any:
+        """The pinned table, refusing a pinned snapshot that no longer exists."""
+        table = self.catalog.load_table((*pin.namespace, pin.name))
+        if pin.snapshot_id is not None and table.metadata.snapshot_by_id(pin.snapshot_id) is None:
+            raise errors.FailedPrecondition(
+                f"snapshot {pin.snapshot_id} of {'.'.join((*pin.namespace, pin.name))} no longer exists; "
+                "run the query again"
+            )
+        return table
+
+    def _data_parts(self, pin: PinnedTable, sql: str | None, prune: bool) -> list[SourcePart]:
+        """The sources of a pinned data table (its files pruned by ``sql``'s filter if ``prune``)."""
+        table = self._pinned_table(pin)
+        schema = table.schemas().get(pin.schema_id) or table.schema()
+        row_prune = row_filter(sql, schema) if prune and sql is not None else None
+        return self.sources.parts(table, pin.snapshot_id, schema, row_prune, pin.split)
 
 def _check_key(sql: str, default_schema: tuple[str, ...] | None, pins: list[PinnedTable]) -> bytes:
     spec = repr((sql, default_schema, sorted((p.namespace, p.view_name) for p in pins)))

@@ -43,8 +43,12 @@ class ScanPaths:
         self.native.execute("SET python_enable_replacements = false")
         self.native.execute("SET lock_configuration = true")
 
-    def plain_scan(self, run: Running, sql: str, sig: Any) -> pa.RecordBatchReader | None:
+    def plain_scan(
+        self, run: Running, sql: str, target: pa.Schema, type_names: list[str]
+    ) -> pa.RecordBatchReader | None:
         """``SELECT cols FROM t``: stream the scan itself, with no SQL engine over it.
+
+        ``target`` is the binder's Arrow schema of the query, ``type_names`` its DuckDB types.
 
         The pinned files' Arrow datasets stream straight to the client when every column's
         values need no real cast (Arrow's Parquet reader, dictionary-encoded strings decoded
@@ -57,7 +61,6 @@ class ScanPaths:
         selected = plain_projection(sql)
         if selected is None or not run.parts:
             return None
-        target = arrow_schema(run.cursor, sig.names, sig.types)
         if len(set(target.names)) != len(target.names):
             return None
         plans: list[tuple[Any, list[str]]] = []
@@ -71,7 +74,7 @@ class ScanPaths:
             return _dataset_stream(plans, target)
         if len(plans) == 1:
             part, physical = plans[0]
-            return self.native_reader(run, part, physical, target, [str(t) for t in sig.types], "")
+            return self.native_reader(run, part, physical, target, type_names, "")
         return None
 
     def native_reader(
