@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pytest
+from engine_slots import kept_cursor
 from pyiceberg.types import StringType
 
 from catalog import RocksCatalog
@@ -35,13 +35,6 @@ def engine(cat: Any) -> Any:
     engine.close()
 
 
-def _kept(engine: Engine) -> duckdb.DuckDBPyConnection | None:
-    slot = engine.slots.take()
-    try:
-        return slot._kept
-    finally:
-        engine.slots.give_back(slot, [], suspect=False)
-
 
 def _describe(engine: Engine, sql: str, default_schema: tuple[str, ...] | None = None) -> pa.Schema:
     planned, pins = engine.plan(sql, default_schema)
@@ -62,14 +55,14 @@ def test_a_plain_scan_after_its_describe_registers_nothing(engine: Engine) -> No
     assert _execute(engine, "SELECT * FROM ns.t").column("id").to_pylist() == [1, 2, 3]
     # The DoGet streamed the table's files with no source registered and no view made on its
     # cursor, so the cursor is still clean and kept; the full path would have closed it.
-    kept = _kept(engine)
+    kept = kept_cursor(engine)
     assert kept is not None
     assert _execute(engine, "SELECT * FROM ns.t").column("id").to_pylist() == [1, 2, 3]
-    assert _kept(engine) is kept  # the describe, remembered, took no cursor either
+    assert kept_cursor(engine) is kept  # the describe, remembered, took no cursor either
     assert _execute(engine, "SELECT id AS x FROM ns.t").column("x").to_pylist() == [1, 2, 3]
     # A query that is no plain scan still runs in DuckDB, on the sources it registers.
     assert _execute(engine, "SELECT sum(id) AS s FROM ns.t").column("s").to_pylist() == [6]
-    assert _kept(engine) is None
+    assert kept_cursor(engine) is None
 
 
 def test_the_remembered_schema_follows_the_table(engine: Engine, cat: Any) -> None:

@@ -8,9 +8,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pytest
+from engine_slots import kept_cursor
 
 from catalog import RocksCatalog
 from flight_server.engine import Engine
@@ -34,20 +34,13 @@ def _run(engine: Engine, sql: str, default_schema: tuple[str, ...] | None = None
     return engine.query_table(planned, pins, default_schema)
 
 
-def _kept(engine: Engine) -> duckdb.DuckDBPyConnection | None:
-    slot = engine.slots.take()
-    try:
-        return slot._kept
-    finally:
-        engine.slots.give_back(slot, [], suspect=False)
-
 
 def test_a_query_without_tables_leaves_its_cursor_to_the_next(engine: Engine) -> None:
     assert _run(engine, "SELECT 1 AS x").column("x").to_pylist() == [1]
-    first = _kept(engine)
+    first = kept_cursor(engine)
     assert first is not None
     assert _run(engine, "SELECT 2 AS x").column("x").to_pylist() == [2]
-    assert _kept(engine) is first
+    assert kept_cursor(engine) is first
     # Its catalog is still icefloe's (the USE it was made with).
     assert _run(engine, "SELECT current_database() AS d").column("d").to_pylist() == ["icefloe"]
 
@@ -55,10 +48,10 @@ def test_a_query_without_tables_leaves_its_cursor_to_the_next(engine: Engine) ->
 def test_a_query_over_a_table_or_a_failed_one_never_leaves_its_cursor(engine: Engine) -> None:
     _run(engine, "SELECT 1")
     assert _run(engine, "SELECT count(*) AS n FROM t", ("ns",)).column("n").to_pylist() == [3]
-    assert _kept(engine) is None  # it registered the table's sources and set search_path: closed
+    assert kept_cursor(engine) is None  # it registered the table's sources and set search_path: closed
     with pytest.raises(Exception, match="Could not convert"):
         _run(engine, "SELECT CAST('x' || random()::VARCHAR AS INTEGER)")
-    assert _kept(engine) is None
+    assert kept_cursor(engine) is None
 
 
 class _Cursor:
