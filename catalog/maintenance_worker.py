@@ -46,7 +46,7 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update import AssertTableUUID
 from pyiceberg.table.update.snapshot import _MergeAppendFiles, _OverwriteFiles
 
-from catalog import avro_cache
+from catalog import avro_cache, manifest_list_cache
 from catalog.writer import DataFileWriter
 
 if TYPE_CHECKING:
@@ -292,6 +292,7 @@ class WorkerDied(RuntimeError):
 def _serve(conn: Connection) -> None:
     """The worker process: run each (function, arguments) received, answer (ok, value)."""
     avro_cache.install()
+    manifest_list_cache.install()
     # Background work: on a busy machine the serving process comes first (an append waits for
     # its CPU, never for compaction's).
     with contextlib.suppress(OSError):

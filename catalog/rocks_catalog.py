@@ -37,7 +37,7 @@ from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 
-from catalog import avro_cache, keys, table_commits
+from catalog import avro_cache, keys, manifest_list_cache, table_commits
 from catalog.commit_log import CommitLog, CommitRecord
 from catalog.context import current_commit_context
 from catalog.idempotency import batch_extras
@@ -106,6 +106,7 @@ class RocksCatalog(MetastoreCatalog):
 
     def __init__(self, name: str, **properties: str) -> None:
         avro_cache.install()  # manifests of one table share their Avro set-up
+        manifest_list_cache.install()  # a manifest list reuses the last one's encoded entries
         warehouse = properties.get("warehouse")
         if not warehouse:
             raise ValueError("RocksCatalog needs a 'warehouse' property (a path or file:// / s3:// URI)")
