@@ -15,6 +15,7 @@ alone if the internals it relies on have moved.
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import threading
@@ -25,8 +26,6 @@ logger = logging.getLogger("icefloe.catalog.manifest_list_cache")
 
 CACHE_ENTRIES = 200_000  # ~100-200 bytes each
 
-_installed = False
-_install_lock = threading.Lock()
 
 
 class EntryBytes:
@@ -64,38 +63,33 @@ def _fields(entry: Any) -> tuple[Any, ...]:
     return tuple(values)
 
 
+@functools.cache  # once per process
 def install() -> None:
-    global _installed
-    with _install_lock:
-        if _installed:
-            return
-        _installed = True
-        try:
-            from pyiceberg.avro.encoder import BinaryEncoder
-            from pyiceberg.manifest import ManifestFile, ManifestListWriter
+    try:
+        from pyiceberg.avro.encoder import BinaryEncoder
+        from pyiceberg.manifest import ManifestFile, ManifestListWriter
 
-            output = ManifestListWriter.__enter__  # the attributes add_manifests relies on
-            assert callable(output) and "_data" in ManifestFile.__slots__
-        except (ImportError, AttributeError, AssertionError):
-            logger.warning("pyiceberg's manifest list writer has moved; entries are encoded every time")
-            return
-        cache = EntryBytes()
+        assert "_data" in ManifestFile.__slots__ and callable(ManifestListWriter.prepare_manifest)
+    except (ImportError, AttributeError, AssertionError):
+        logger.warning("pyiceberg's manifest list writer has moved; entries are encoded every time")
+        return
+    cache = EntryBytes()
 
-        def add_manifests(self: Any, manifest_files: list[Any]) -> Any:
-            avro = self._writer  # pyiceberg's AvroOutputFile, header written
-            entries = [self.prepare_manifest(m) for m in manifest_files]
-            content = b"".join(cache.encoded(avro.writer, self._format_version, e, BinaryEncoder) for e in entries)
-            # pyiceberg's AvroOutputFile.write_block, with the block content given.
-            avro.encoder.write_int(len(entries))
-            codec = avro.compression_codec()
-            if codec:
-                compressed, length = codec.compress(content)
-                avro.encoder.write_int(length)
-                avro.encoder.write(compressed)
-            else:
-                avro.encoder.write_int(len(content))
-                avro.encoder.write(content)
-            avro.encoder.write(avro.sync_bytes)
-            return self
+    def add_manifests(self: Any, manifest_files: list[Any]) -> Any:
+        avro = self._writer  # pyiceberg's AvroOutputFile, header written
+        entries = [self.prepare_manifest(m) for m in manifest_files]
+        content = b"".join(cache.encoded(avro.writer, self._format_version, e, BinaryEncoder) for e in entries)
+        # pyiceberg's AvroOutputFile.write_block, with the block content given.
+        avro.encoder.write_int(len(entries))
+        codec = avro.compression_codec()
+        if codec:
+            compressed, length = codec.compress(content)
+            avro.encoder.write_int(length)
+            avro.encoder.write(compressed)
+        else:
+            avro.encoder.write_int(len(content))
+            avro.encoder.write(content)
+        avro.encoder.write(avro.sync_bytes)
+        return self
 
-        setattr(ManifestListWriter, "add_manifests", add_manifests)  # noqa: B010 - on purpose, see above
+    setattr(ManifestListWriter, "add_manifests", add_manifests)  # noqa: B010 - on purpose, see above
