@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from catalog.lru import LockedLRU
 from catalog.names import InvalidNameError, check_name, check_namespace
 
 PROPERTY_PREFIX = "icefloe.pipe."
@@ -147,18 +148,38 @@ def checkpoint_snapshots(snapshots: Iterable[Any]) -> set[int]:
     """
     best: dict[str, tuple[int, int]] = {}  # property -> (checkpoint, snapshot id)
     for snapshot in snapshots:
-        summary = getattr(snapshot, "summary", None)
-        properties = getattr(summary, "additional_properties", None) or {}
-        for key, raw in properties.items():
-            if not (key.startswith(PROPERTY_PREFIX) and key.endswith(PROPERTY_SUFFIX)):
-                continue
-            try:
-                value = int(raw)
-            except ValueError:
-                continue
+        for key, value in _checkpoints_in(snapshot):
             if key not in best or value > best[key][0]:
                 best[key] = (value, snapshot.snapshot_id)
     return {snapshot_id for _, snapshot_id in best.values()}
+
+
+# (snapshot id, manifest list) -> its checkpoints. Every commit's snapshot cap looks at every
+# retained snapshot, and pyiceberg builds a summary's property dict afresh on each access (a
+# few percent of a small append); a snapshot's summary never changes, and its manifest list
+# path makes the key unique across tables.
+_checkpoints: LockedLRU[tuple[int, str], tuple[tuple[str, int], ...]] = LockedLRU(65536)
+
+
+def _checkpoints_in(snapshot: Any) -> tuple[tuple[str, int], ...]:
+    key = (snapshot.snapshot_id, str(getattr(snapshot, "manifest_list", "")))
+    found = _checkpoints.get(key)
+    if found is not None:
+        return found
+    summary = getattr(snapshot, "summary", None)
+    properties = getattr(summary, "additional_properties", None) or {}
+    checkpoints = []
+    for name, raw in properties.items():
+        if not (name.startswith(PROPERTY_PREFIX) and name.endswith(PROPERTY_SUFFIX)):
+            continue
+        try:
+            checkpoints.append((name, int(raw)))
+        except ValueError:
+            continue
+    found = tuple(checkpoints)
+    if key[1]:  # a snapshot without a manifest list (a test double) is not remembered
+        _checkpoints.put(key, found)
+    return found
 
 
 def checkpoint_property(name: str) -> str:
