@@ -29,7 +29,7 @@ CACHE_ENTRIES = 200_000  # ~100-200 bytes each
 
 
 class EntryBytes:
-    """An LRU of encoded manifest-list entries keyed by (format version, every field)."""
+    """An LRU of encoded manifest-list entries keyed by (format version, every scalar field)."""
 
     def __init__(self, size: int = CACHE_ENTRIES) -> None:
         self._size = size
@@ -54,13 +54,9 @@ class EntryBytes:
 
 
 def _fields(entry: Any) -> tuple[Any, ...]:
-    """Every field of a ``ManifestFile`` as a hashable tuple (partition summaries included)."""
-    values = []
-    for value in entry._data:
-        if isinstance(value, list):
-            value = tuple(tuple(s._data) if hasattr(s, "_data") else s for s in value)
-        values.append(value)
-    return tuple(values)
+    """The key of a ``ManifestFile`` entry: every scalar field. Its partition summaries are left
+    out: they are a function of the manifest's contents, which its path and length fix."""
+    return tuple(v for v in entry._data if not isinstance(v, list))
 
 
 @functools.cache  # once per process
