@@ -27,6 +27,10 @@ class LockedLRU(Generic[K, V]):
                 self._entries.move_to_end(key)
             return found
 
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
     def put(self, key: K, value: V) -> None:
         with self._lock:
             self._entries[key] = value

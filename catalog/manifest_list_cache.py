@@ -18,38 +18,30 @@ from __future__ import annotations
 import functools
 import io
 import logging
-import threading
-from collections import OrderedDict
 from typing import Any
+
+from catalog.lru import LockedLRU
 
 logger = logging.getLogger("icefloe.catalog.manifest_list_cache")
 
 CACHE_ENTRIES = 200_000  # ~100-200 bytes each
 
 
-
 class EntryBytes:
     """An LRU of encoded manifest-list entries keyed by (format version, every scalar field)."""
 
     def __init__(self, size: int = CACHE_ENTRIES) -> None:
-        self._size = size
-        self._bytes: OrderedDict[tuple[Any, ...], bytes] = OrderedDict()
-        self._lock = threading.Lock()
+        self._bytes: LockedLRU[tuple[Any, ...], bytes] = LockedLRU(size)
 
     def encoded(self, writer: Any, format_version: int, entry: Any, encoder_class: Any) -> bytes:
         key = (format_version, *_fields(entry))
-        with self._lock:
-            found = self._bytes.get(key)
-            if found is not None:
-                self._bytes.move_to_end(key)
-                return found
+        found = self._bytes.get(key)
+        if found is not None:
+            return found
         buffer = io.BytesIO()
         writer.write(encoder_class(output_stream=buffer), entry)
         data = buffer.getvalue()
-        with self._lock:
-            self._bytes[key] = data
-            while len(self._bytes) > self._size:
-                self._bytes.popitem(last=False)
+        self._bytes.put(key, data)
         return data
 
 

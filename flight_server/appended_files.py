@@ -34,11 +34,9 @@ from pyiceberg.schema import Schema
 
 from catalog.commit_log import CommitRecord
 from catalog.lru import LockedLRU
-from flight_server.engine.iceberg_source import dictionary_columns, footer_field_ids, small_types
+from flight_server.engine.iceberg_source import MISSING_COLUMN, dictionary_columns, footer_field_ids, small_types
+from flight_server.engine.scans import BATCH_ROWS
 from flight_server.feed.rows import with_commit_columns
-
-_MISSING = "__icefloe_missing_{}"
-_BATCH_ROWS = 122_880
 
 
 @dataclass(frozen=True)
@@ -112,7 +110,7 @@ class AppendedFiles:
         by_id = dict(layout.ids)
         fields, columns = [], {}
         for f, af in zip(schema.fields, arrow, strict=True):
-            phys = by_id.get(f.field_id, _MISSING.format(f.field_id))
+            phys = by_id.get(f.field_id, MISSING_COLUMN.format(f.field_id))
             fields.append(pa.field(phys, af.type, nullable=True))
             columns[f.name] = ds.field(phys)
         dictionary = sorted(layout.dictionary & set(by_id.values()))
@@ -120,7 +118,7 @@ class AppendedFiles:
         fragments = [parquet.make_fragment(path, filesystem=self._fs) for _, path in run]
         dataset = ds.FileSystemDataset(fragments, schema=pa.schema(fields), format=parquet, filesystem=self._fs)
         record_of = {path: record for record, path in run}
-        scanner = ds.Scanner.from_dataset(dataset, columns=columns, batch_size=_BATCH_ROWS, use_threads=True)
+        scanner = ds.Scanner.from_dataset(dataset, columns=columns, batch_size=BATCH_ROWS, use_threads=True)
         for tagged in scanner.scan_batches():
             batch = tagged.record_batch
             if batch.num_rows:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import threading
 import weakref
 from collections import OrderedDict, deque
@@ -380,8 +381,6 @@ def _runs(units: list[_Unit], fast: Callable[[_Unit], bool]) -> Iterator[tuple[b
 
 
 def _exists(data_file: DataFile) -> bool:
-    import os
-
     path = local_path(data_file.file_path)
     return path is not None and os.path.exists(path)
 

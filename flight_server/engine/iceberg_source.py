@@ -36,7 +36,8 @@ from flight_server.engine.splits import ScanUnit, assign, scan_units
 
 logger = logging.getLogger("icefloe.engine.iceberg")
 
-_MISSING = "__icefloe_missing_{}"
+# A column a file lacks is read under this name (the field id filled in): the dataset gives typed nulls.
+MISSING_COLUMN = "__icefloe_missing_{}"
 # A column chunk whose dictionary page is at most this big (compressed) has few distinct values
 # and, almost surely, only dictionary-encoded data pages: writers fall back to plain pages only
 # once a dictionary outgrows its limit (1 MiB in Arrow and parquet-java). Reading a column with
@@ -117,7 +118,7 @@ class IcebergSources:
             id_to_phys = dict(key)
             fields, select, columns = [], [], []
             for f, af in zip(schema.fields, arrow_schema, strict=True):
-                phys = id_to_phys.get(f.field_id, _MISSING.format(f.field_id))
+                phys = id_to_phys.get(f.field_id, MISSING_COLUMN.format(f.field_id))
                 fields.append(pa.field(phys, af.type, nullable=True))
                 select.append(f"{quote(phys)} AS {quote(f.name)}")
                 columns.append((phys, f.name))
@@ -174,7 +175,7 @@ class IcebergSources:
             id_to_phys = dict(self._footer(path, fs, lpath, schema).ids)
             fields, select = [], []
             for f, af in zip(schema.fields, arrow_schema, strict=True):
-                phys = id_to_phys.get(f.field_id, _MISSING.format(f.field_id))
+                phys = id_to_phys.get(f.field_id, MISSING_COLUMN.format(f.field_id))
                 fields.append(pa.field(phys, af.type, nullable=True))
                 select.append(f"{quote(phys)} AS {quote(f.name)}")
             select.append(f"CAST({index} AS BIGINT) AS __icefloe_file")

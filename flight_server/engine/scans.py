@@ -19,7 +19,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 from duckdb import _seam  # binder access: schema of a statement without running it
 
-from flight_server.engine.iceberg_source import quote
+from flight_server.engine.iceberg_source import MISSING_COLUMN, quote
 from flight_server.engine.pushdown import plain_projection, safe_conjuncts
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class ScanPaths:
             return None  # object stores would need DuckDB's httpfs; the dataset path reads them
         if part.partial_files:
             return None  # read_parquet reads whole files; the dataset reads the chosen row groups
-        if any(p.startswith("__icefloe_missing_") for p in physical):
+        if any(p.startswith(MISSING_COLUMN.format("")) for p in physical):
             return None
         if any(not _SIMPLE_TYPE.fullmatch(t) for t in type_names):
             return None
