@@ -9,8 +9,18 @@ and the entry's fields, and a manifest's entry never changes once its sequence n
 assigned, so its encoding is cached here and a list is written as the cached bytes joined,
 compressed and framed exactly as pyiceberg's ``AvroOutputFile.write_block`` does.
 
-``install`` replaces ``ManifestListWriter.add_manifests`` (idempotent); it leaves pyiceberg
-alone if the internals it relies on have moved.
+The next append then reads that list back: pyiceberg (0.12) re-reads and decodes a manifest
+list on every ``Snapshot.manifests`` call, and no list had been read before its successor's
+commit, so every append decoded its predecessor's whole list (~1 ms of a ~13 ms small append at
+a few dozen manifests, and growing with them: py-spy over 300 sequential DoPuts). Manifest
+lists are immutable and their paths unique, so the entries a v2+ list was written with are
+kept by path (``WrittenLists``) and ``Snapshot.manifests`` answers from them. A v1 list is
+left out: its schema lacks fields (content, sequence numbers) that a read fills with defaults,
+so what was written is not what a read returns.
+
+``install`` replaces ``ManifestListWriter.add_manifests`` and ``__exit__`` and the
+``_manifests`` that ``Snapshot.manifests`` calls (idempotent); it leaves pyiceberg alone if
+the internals it relies on have moved.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from catalog.lru import LockedLRU
 logger = logging.getLogger("icefloe.catalog.manifest_list_cache")
 
 CACHE_ENTRIES = 200_000  # ~100-200 bytes each
+WRITTEN_LISTS = 256  # manifest lists by path: a tuple of shared ManifestFile references each
 
 
 class EntryBytes:
@@ -45,6 +56,25 @@ class EntryBytes:
         return data
 
 
+class WrittenLists:
+    """The manifests of recently written manifest lists (format v2+), by the list's path."""
+
+    def __init__(self, size: int = WRITTEN_LISTS) -> None:
+        self._lists: LockedLRU[str, tuple[Any, ...]] = LockedLRU(size)
+
+    def put(self, path: str, manifests: list[Any]) -> None:
+        self._lists.put(path, tuple(manifests))
+
+    def get(self, path: str) -> tuple[Any, ...] | None:
+        return self._lists.get(path)
+
+    def __len__(self) -> int:
+        return len(self._lists)
+
+
+WRITTEN = WrittenLists()
+
+
 def _fields(entry: Any) -> tuple[Any, ...]:
     """The key of a ``ManifestFile`` entry: every scalar field. Its partition summaries are left
     out: they are a function of the manifest's contents, which its path and length fix."""
@@ -54,10 +84,13 @@ def _fields(entry: Any) -> tuple[Any, ...]:
 @functools.cache  # once per process
 def install() -> None:
     try:
+        import pyiceberg.table.snapshots as snapshots
         from pyiceberg.avro.encoder import BinaryEncoder
         from pyiceberg.manifest import ManifestFile, ManifestListWriter
 
         assert "_data" in ManifestFile.__slots__ and callable(ManifestListWriter.prepare_manifest)
+        read_list = snapshots._manifests  # type: ignore[attr-defined]
+        close_writer = ManifestListWriter.__exit__
     except (ImportError, AttributeError, AssertionError):
         logger.warning("pyiceberg's manifest list writer has moved; entries are encoded every time")
         return
@@ -66,6 +99,7 @@ def install() -> None:
     def add_manifests(self: Any, manifest_files: list[Any]) -> Any:
         avro = self._writer  # pyiceberg's AvroOutputFile, header written
         entries = [self.prepare_manifest(m) for m in manifest_files]
+        self._icefloe_entries = [*getattr(self, "_icefloe_entries", ()), *entries]
         content = b"".join(cache.encoded(avro.writer, self._format_version, e, BinaryEncoder) for e in entries)
         # pyiceberg's AvroOutputFile.write_block, with the block content given.
         avro.encoder.write_int(len(entries))
@@ -80,4 +114,16 @@ def install() -> None:
         avro.encoder.write(avro.sync_bytes)
         return self
 
+    def exit_writer(self: Any, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+        close_writer(self, exc_type, exc_value, traceback)
+        entries = getattr(self, "_icefloe_entries", None)
+        if exc_type is None and entries is not None and self._format_version >= 2:
+            WRITTEN.put(self._output_file.location, entries)
+
+    def manifests_of(io: Any, manifest_list: str) -> tuple[Any, ...]:
+        found = WRITTEN.get(manifest_list)
+        return found if found is not None else read_list(io, manifest_list)
+
     setattr(ManifestListWriter, "add_manifests", add_manifests)  # noqa: B010 - on purpose, see above
+    setattr(ManifestListWriter, "__exit__", exit_writer)  # noqa: B010
+    setattr(snapshots, "_manifests", manifests_of)  # noqa: B010

@@ -80,3 +80,81 @@ def test_an_append_encodes_only_its_new_entry(tmp_path: Path, monkeypatch: pytes
         assert table.scan().to_arrow().num_rows == 16
     finally:
         cat.close()
+
+
+def _file_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Paths of manifest lists read from storage from now on (pyiceberg's own reader)."""
+    import pyiceberg.manifest as manifest
+
+    reads: list[str] = []
+    original = manifest.read_manifest_list
+
+    def counting(input_file: Any) -> Any:
+        reads.append(input_file.location)
+        return original(input_file)
+
+    monkeypatch.setattr(manifest, "read_manifest_list", counting)
+    return reads
+
+
+def _from_file(table: Any, snapshot: Any) -> list[Any]:
+    return list(read_manifest_list(table.io.new_input(snapshot.manifest_list)))
+
+
+@pytest.mark.parametrize("format_version", ["1", "2"])
+def test_an_append_reads_no_manifest_list_it_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  format_version: str) -> None:
+    """The server's append path (Appender: durable files, group commit) takes the previous list's
+    manifests from what it wrote (v2); each snapshot's manifests equal its file's, field by field."""
+    from catalog.append import Appender
+
+    cat = RocksCatalog("mlc", warehouse=str(tmp_path / "wh"))
+    try:
+        cat.create_namespace("ns")
+        schema = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string())])
+        cat.create_table("ns.t", schema, properties={"format-version": format_version})
+        appender = Appender(cat)
+        rows = pa.table({"id": pa.array([1, 2], pa.int64()), "s": ["a", None]})
+        appender.append_table(("ns", "t"), rows)
+        reads = _file_reads(monkeypatch)
+        for _ in range(4):
+            appender.append_table(("ns", "t"), rows)
+        table = cat.load_table(("ns", "t"))
+        assert table.metadata.format_version == int(format_version)
+        current = table.current_snapshot()
+        listed = current.manifests(table.io)
+        if format_version == "1":  # a v1 list is read back: its reads fill fields it lacks
+            assert len(reads) >= 4
+        else:
+            assert reads == []
+            assert manifest_list_cache.WRITTEN.get(current.manifest_list) is not None
+        monkeypatch.undo()
+        for snapshot in table.snapshots():
+            assert snapshot.manifests(table.io) == _from_file(table, snapshot)
+        assert len(listed) == 5 and listed == _from_file(table, current)
+        assert [m.sequence_number for m in listed] == [m.sequence_number for m in _from_file(table, current)]
+        assert table.scan().to_arrow().num_rows == 10
+    finally:
+        cat.close()
+
+
+def test_a_list_written_but_not_committed_changes_no_read(tmp_path: Path) -> None:
+    """A list whose writer failed is not kept: a later list at that path (none is ever reused,
+    but a reader must never get what a failed write meant to say) is read from storage."""
+    cat, table = _partitioned_table(tmp_path, 2)
+    try:
+        manifests = table.current_snapshot().manifests(table.io)
+        from pyiceberg.io.pyarrow import PyArrowFileIO
+
+        path = str(tmp_path / "failed.avro")
+        writer = ManifestListWriterV2(PyArrowFileIO().new_output(path), 7, 6, 42, "gzip")
+        with pytest.raises(RuntimeError), writer:
+            writer.add_manifests(manifests)
+            raise RuntimeError("the commit broke off")
+        assert manifest_list_cache.WRITTEN.get(path) is None
+        ok = str(tmp_path / "ok.avro")
+        with ManifestListWriterV2(PyArrowFileIO().new_output(ok), 7, 6, 42, "gzip") as good:
+            good.add_manifests(manifests)
+        assert manifest_list_cache.WRITTEN.get(ok) == tuple(read_manifest_list(PyArrowFileIO().new_input(ok)))
+    finally:
+        cat.close()
