@@ -122,17 +122,25 @@ def fsync_all(paths: list[str]) -> None:
 class _SyncOnClose:
     """Wraps an output stream so that closing it makes the file durable."""
 
-    def __init__(self, stream: Any, path: str, deferred: list[str] | None = None) -> None:
+    def __init__(self, stream: Any, path: str, deferred: list[str] | None = None,
+                 on_closed: Any = None) -> None:
         self._stream = stream
         self._path = path
         self._synced = False
         self._deferred = deferred
+        self._on_closed = on_closed
+        self._written = 0
 
     def write(self, data: bytes) -> int:
-        return int(self._stream.write(data))
+        written = int(self._stream.write(data))
+        self._written += written
+        return written
 
     def close(self) -> None:
         self._stream.close()
+        if self._on_closed is not None:
+            self._on_closed(self._written)
+            self._on_closed = None
         if not self._synced:
             self._synced = True
             deferred = self._deferred if self._deferred is not None else _scope.get()
@@ -159,10 +167,23 @@ class _SyncOnClose:
 
 class _DurableFile(PyArrowFile):
     _deferred: list[str] | None = None
+    # The length of the file this object wrote and closed (a new file: every byte of it came
+    # through the stream). pyiceberg asks a manifest's output file for its length right after
+    # writing it (``len()``, a stat() each time); this answers without one.
+    _closed_length: int | None = None
 
     def create(self, overwrite: bool = False) -> OutputStream:
         stream = super().create(overwrite=overwrite)
-        return _SyncOnClose(stream, self._path, self._deferred)
+        self._closed_length = None
+        return _SyncOnClose(stream, self._path, self._deferred, self._closed)
+
+    def _closed(self, written: int) -> None:
+        self._closed_length = written
+
+    def __len__(self) -> int:
+        if self._closed_length is not None:
+            return self._closed_length
+        return super().__len__()
 
 
 class DurableFileIO(PyArrowFileIO):

@@ -57,3 +57,78 @@ def test_compaction_with_shared_readers_keeps_every_row(tmp_path: Path) -> None:
         assert got.num_rows == 12 and sorted(got.column("id").to_pylist()) == [1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3]
     finally:
         cat.close()
+
+
+def test_manifest_writers_share_their_entry_schemas_and_stay_exact(tmp_path: Path) -> None:
+    """Every manifest writer of one (format version, partition type) gets the same schema
+    objects; manifests of partitioned and unpartitioned tables still read back exactly."""
+    from pyiceberg.manifest import ManifestWriter
+
+    cat = RocksCatalog("avro", warehouse=str(tmp_path / "wh"))
+    try:
+        cat.create_namespace("ns")
+        cat.create_table("ns.plain", ROWS.schema)
+        parted = cat.create_table("ns.parted", ROWS.schema)
+        with parted.transaction() as tx, tx.update_spec() as update:
+            update.add_identity("name")
+        built: list[tuple[str, int, object]] = []
+        original = ManifestWriter._with_partition
+
+        def recording(self: ManifestWriter, format_version: int) -> object:
+            schema = original(self, format_version)
+            built.append((self._spec.spec_id, format_version, schema))
+            return schema
+
+        ManifestWriter._with_partition = recording  # type: ignore[method-assign]
+        try:
+            for _ in range(2):
+                cat.load_table("ns.plain").append(ROWS)
+                cat.load_table("ns.parted").append(ROWS)
+        finally:
+            ManifestWriter._with_partition = original  # type: ignore[method-assign]
+        by_key: dict[tuple[int, int], set[int]] = {}
+        for spec_id, version, schema in built:
+            by_key.setdefault((spec_id, version), set()).add(id(schema))
+        assert set(by_key) >= {(0, 2), (1, 2)}
+        assert all(len(ids) == 1 for ids in by_key.values()), by_key  # one object per key
+        unpartitioned = next(s for k, _, s in built if k == 0)
+        partitioned = next(s for k, _, s in built if k == 1)
+        assert unpartitioned is not partitioned and "name" in str(partitioned)
+        for name, parts in (("ns.plain", [None]), ("ns.parted", ["a", "b", "c"])):
+            table = cat.load_table(name)
+            manifests = table.current_snapshot().manifests(table.io)
+            entries = [e for m in manifests for e in m.fetch_manifest_entry(table.io)]
+            assert len(entries) == 2 * (1 if parts == [None] else 3)
+            values = sorted({e.data_file.partition[0] if len(e.data_file.partition) else None for e in entries},
+                            key=str)
+            assert values == sorted(parts, key=str)
+            assert table.scan().to_arrow().num_rows == 6
+    finally:
+        cat.close()
+
+
+def test_a_durable_file_knows_its_length_without_a_stat(tmp_path: Path) -> None:
+    """pyiceberg asks for a written manifest's length at once; the durable file answers from
+    the bytes it wrote, exactly the size on disk, and stats only when it wrote nothing."""
+    import os
+
+    import pytest
+    from pyiceberg.io.pyarrow import PyArrowFile
+
+    from catalog.durable_io import DurableFileIO
+
+    io = DurableFileIO()
+    path = str(tmp_path / "m.avro")
+    output = io.new_output(path)
+    with output.create() as stream:
+        for chunk in (b"abc", b"", b"x" * 100_000, memoryview(b"tail")):
+            stream.write(chunk)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PyArrowFile, "_file_info", lambda self: (_ for _ in ()).throw(AssertionError("stat")))
+        assert len(output) == os.path.getsize(path) == 3 + 100_000 + 4
+    again = io.new_output(str(tmp_path / "other.avro"))
+    with again.create():
+        pass
+    assert len(again) == 0
+    fresh = io.new_output(path)  # a new object over an existing file: stat, as pyiceberg does
+    assert len(fresh) == os.path.getsize(path)
