@@ -39,21 +39,33 @@ WRITTEN_LISTS = 256  # manifest lists by path: a tuple of shared ManifestFile re
 
 
 class EntryBytes:
-    """An LRU of encoded manifest-list entries keyed by (format version, every scalar field)."""
+    """An LRU of encoded manifest-list entries keyed by (format version, every scalar field),
+    in front of it one keyed by the entry object itself.
+
+    Entries carried from list to list are the same objects every time (``WrittenLists`` hands
+    the last list's entries to the next append, and an entry with its sequence numbers assigned
+    goes into the next list as it is), so the identity lookup spares building and hashing a
+    key of every field per entry per append. ManifestFile objects are never changed once in a
+    list (pyiceberg copies before it assigns sequence numbers, and shares them between readers).
+    """
 
     def __init__(self, size: int = CACHE_ENTRIES) -> None:
         self._bytes: LockedLRU[tuple[Any, ...], bytes] = LockedLRU(size)
+        self._by_object: LockedLRU[tuple[int, int], tuple[Any, bytes]] = LockedLRU(size)
 
     def encoded(self, writer: Any, format_version: int, entry: Any, encoder_class: Any) -> bytes:
+        same = self._by_object.get((format_version, id(entry)))
+        if same is not None and same[0] is entry:
+            return same[1]
         key = (format_version, *_fields(entry))
         found = self._bytes.get(key)
-        if found is not None:
-            return found
-        buffer = io.BytesIO()
-        writer.write(encoder_class(output_stream=buffer), entry)
-        data = buffer.getvalue()
-        self._bytes.put(key, data)
-        return data
+        if found is None:
+            buffer = io.BytesIO()
+            writer.write(encoder_class(output_stream=buffer), entry)
+            found = buffer.getvalue()
+            self._bytes.put(key, found)
+        self._by_object.put((format_version, id(entry)), (entry, found))  # keeps entry alive: no id reuse
+        return found
 
 
 class WrittenLists:
@@ -86,7 +98,7 @@ def install() -> None:
     try:
         import pyiceberg.table.snapshots as snapshots
         from pyiceberg.avro.encoder import BinaryEncoder
-        from pyiceberg.manifest import ManifestFile, ManifestListWriter
+        from pyiceberg.manifest import UNASSIGNED_SEQ, ManifestFile, ManifestListWriter
 
         assert "_data" in ManifestFile.__slots__ and callable(ManifestListWriter.prepare_manifest)
         read_list = snapshots._manifests  # type: ignore[attr-defined]
@@ -96,9 +108,15 @@ def install() -> None:
         return
     cache = EntryBytes()
 
+    def carried(self: Any, manifest: Any) -> bool:
+        # A v2 list's prepare_manifest only assigns unassigned sequence numbers; otherwise it
+        # answers an equal copy, so a carried entry is written as the object it is.
+        return bool(self._format_version == 2 and manifest.sequence_number != UNASSIGNED_SEQ
+                    and manifest.min_sequence_number != UNASSIGNED_SEQ)
+
     def add_manifests(self: Any, manifest_files: list[Any]) -> Any:
         avro = self._writer  # pyiceberg's AvroOutputFile, header written
-        entries = [self.prepare_manifest(m) for m in manifest_files]
+        entries = [m if carried(self, m) else self.prepare_manifest(m) for m in manifest_files]
         self._icefloe_entries = [*getattr(self, "_icefloe_entries", ()), *entries]
         content = b"".join(cache.encoded(avro.writer, self._format_version, e, BinaryEncoder) for e in entries)
         # pyiceberg's AvroOutputFile.write_block, with the block content given.

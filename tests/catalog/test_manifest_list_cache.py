@@ -158,3 +158,32 @@ def test_a_list_written_but_not_committed_changes_no_read(tmp_path: Path) -> Non
         assert manifest_list_cache.WRITTEN.get(ok) == tuple(read_manifest_list(PyArrowFileIO().new_input(ok)))
     finally:
         cat.close()
+
+
+def test_carried_entries_are_looked_up_by_object(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An append's list carries the last list's entries as the same objects, and only its new
+    entry is keyed by its fields; the list still reads back as what was written."""
+    from catalog.append import Appender
+
+    cat = RocksCatalog("mlc", warehouse=str(tmp_path / "wh"))
+    try:
+        cat.create_namespace("ns")
+        rows = pa.table({"id": pa.array([1, 2], pa.int64())})
+        cat.create_table("ns.t", rows.schema)
+        appender = Appender(cat)
+        for _ in range(4):
+            appender.append_table(("ns", "t"), rows)
+        before = cat.load_table(("ns", "t")).current_snapshot().manifests(cat.load_table(("ns", "t")).io)
+        keyed: list[Any] = []
+        original = manifest_list_cache._fields
+        monkeypatch.setattr(manifest_list_cache, "_fields", lambda entry: keyed.append(entry) or original(entry))
+        appender.append_table(("ns", "t"), rows)
+        table = cat.load_table(("ns", "t"))
+        after = table.current_snapshot().manifests(table.io)
+        assert len(after) == 5 and len(keyed) == 1 and keyed[0].manifest_path == after[0].manifest_path
+        assert all(a is b for a, b in zip(after[1:], before, strict=True))  # pyiceberg puts the new one first
+        monkeypatch.undo()
+        assert after == list(read_manifest_list(table.io.new_input(table.current_snapshot().manifest_list)))
+        assert table.scan().to_arrow().num_rows == 10
+    finally:
+        cat.close()
