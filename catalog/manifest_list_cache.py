@@ -35,6 +35,9 @@ from catalog.lru import LockedLRU
 logger = logging.getLogger("icefloe.catalog.manifest_list_cache")
 
 CACHE_ENTRIES = 200_000  # ~100-200 bytes each
+# Entry objects kept alive for the by-object lookup (~1-2 KB each with their partition
+# summaries): enough for the lists of many tables, bounded well below the bytes cache.
+OBJECT_ENTRIES = 16_384
 WRITTEN_LISTS = 256  # manifest lists by path: a tuple of shared ManifestFile references each
 
 
@@ -51,7 +54,7 @@ class EntryBytes:
 
     def __init__(self, size: int = CACHE_ENTRIES) -> None:
         self._bytes: LockedLRU[tuple[Any, ...], bytes] = LockedLRU(size)
-        self._by_object: LockedLRU[tuple[int, int], tuple[Any, bytes]] = LockedLRU(size)
+        self._by_object: LockedLRU[tuple[int, int], tuple[Any, bytes]] = LockedLRU(min(size, OBJECT_ENTRIES))
 
     def encoded(self, writer: Any, format_version: int, entry: Any, encoder_class: Any) -> bytes:
         same = self._by_object.get((format_version, id(entry)))
