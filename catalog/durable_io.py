@@ -128,19 +128,16 @@ class _SyncOnClose:
         self._path = path
         self._synced = False
         self._deferred = deferred
-        self._on_closed = on_closed
-        self._written = 0
+        self._on_closed = on_closed  # told the file's length (the stream's position) on close
 
     def write(self, data: bytes) -> int:
-        written = int(self._stream.write(data))
-        self._written += written
-        return written
+        return int(self._stream.write(data))
 
     def close(self) -> None:
-        self._stream.close()
-        if self._on_closed is not None:
-            self._on_closed(self._written)
+        if self._on_closed is not None and not self._stream.closed:
+            self._on_closed(int(self._stream.tell()))
             self._on_closed = None
+        self._stream.close()
         if not self._synced:
             self._synced = True
             deferred = self._deferred if self._deferred is not None else _scope.get()
@@ -167,8 +164,8 @@ class _SyncOnClose:
 
 class _DurableFile(PyArrowFile):
     _deferred: list[str] | None = None
-    # The length of the file this object wrote and closed (a new file: every byte of it came
-    # through the stream). pyiceberg asks a manifest's output file for its length right after
+    # The length of the file this object wrote and closed (a new file: its stream's position
+    # at close). pyiceberg asks a manifest's output file for its length right after
     # writing it (``len()``, a stat() each time); this answers without one.
     _closed_length: int | None = None
 

@@ -14,7 +14,7 @@ list on every ``Snapshot.manifests`` call, and no list had been read before its 
 commit, so every append decoded its predecessor's whole list (~1 ms of a ~13 ms small append at
 a few dozen manifests, and growing with them: py-spy over 300 sequential DoPuts). Manifest
 lists are immutable and their paths unique, so the entries a v2+ list was written with are
-kept by path (``WrittenLists``) and ``Snapshot.manifests`` answers from them. A v1 list is
+kept by path (``WRITTEN``) and ``Snapshot.manifests`` answers from them. A v1 list is
 left out: its schema lacks fields (content, sequence numbers) that a read fills with defaults,
 so what was written is not what a read returns.
 
@@ -45,7 +45,7 @@ class EntryBytes:
     """An LRU of encoded manifest-list entries keyed by (format version, every scalar field),
     in front of it one keyed by the entry object itself.
 
-    Entries carried from list to list are the same objects every time (``WrittenLists`` hands
+    Entries carried from list to list are the same objects every time (``WRITTEN`` hands
     the last list's entries to the next append, and an entry with its sequence numbers assigned
     goes into the next list as it is), so the identity lookup spares building and hashing a
     key of every field per entry per append. ManifestFile objects are never changed once in a
@@ -71,23 +71,8 @@ class EntryBytes:
         return found
 
 
-class WrittenLists:
-    """The manifests of recently written manifest lists (format v2+), by the list's path."""
-
-    def __init__(self, size: int = WRITTEN_LISTS) -> None:
-        self._lists: LockedLRU[str, tuple[Any, ...]] = LockedLRU(size)
-
-    def put(self, path: str, manifests: list[Any]) -> None:
-        self._lists.put(path, tuple(manifests))
-
-    def get(self, path: str) -> tuple[Any, ...] | None:
-        return self._lists.get(path)
-
-    def __len__(self) -> int:
-        return len(self._lists)
-
-
-WRITTEN = WrittenLists()
+# The manifests of recently written manifest lists (format v2+), by the list's path.
+WRITTEN: LockedLRU[str, tuple[Any, ...]] = LockedLRU(WRITTEN_LISTS)
 
 
 def _fields(entry: Any) -> tuple[Any, ...]:
@@ -139,7 +124,7 @@ def install() -> None:
         close_writer(self, exc_type, exc_value, traceback)
         entries = getattr(self, "_icefloe_entries", None)
         if exc_type is None and entries is not None and self._format_version >= 2:
-            WRITTEN.put(self._output_file.location, entries)
+            WRITTEN.put(self._output_file.location, tuple(entries))
 
     def manifests_of(io: Any, manifest_list: str) -> tuple[Any, ...]:
         found = WRITTEN.get(manifest_list)
