@@ -211,10 +211,13 @@ class QueryLog:
             self.record(sql, principal, started, "OK", rows, nbytes)
             return pa.Table.from_batches(head, reader.schema)
         except Exception as exc:  # raised to the client from the stream, as it would have been
-            failure = exc
+            # Kept without its traceback: that holds this frame, whose cells hold the failure
+            # and the reader, a cycle that kept the reader (and its query) until the collector ran.
+            failure = exc.with_traceback(None)
         tally = _Tally()
 
         def batches() -> Iterator[pa.RecordBatch]:
+            nonlocal failure
             status = "CANCELLED"  # dropped before its end: the client went away
             try:
                 for batch in head:
@@ -223,7 +226,8 @@ class QueryLog:
                     yield batch
                 head.clear()
                 if failure is not None:
-                    raise failure
+                    pending, failure = failure, None  # no cell may keep it (see above)
+                    raise pending
                 for batch in reader:
                     tally.rows += batch.num_rows
                     tally.nbytes += batch.nbytes
@@ -234,6 +238,9 @@ class QueryLog:
                 # client gets what it got without this wrapper, the same error type (UNKNOWN)
                 # and message, and no Python traceback (see errors.install_clean_tracebacks).
                 status = "UNKNOWN"
+                # Arrow keeps the original error alive past the call; without its traceback
+                # it cannot keep this frame (and the reader in its cells) with it.
+                exc.__traceback__ = None
                 raise errors.clean_copy(exc, messages.clean(exc)) from None
             except Exception as exc:
                 status = errors.status_of(exc)

@@ -62,7 +62,7 @@ from flight_server.engine.pushdown import row_filter
 from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 from flight_server.engine.slots import CATALOG_NAME, Slot, SlotPool, SpillFolder
 from flight_server.engine.tables import PinnedTable, name_candidates
-from flight_server.engine.watchdog import Running, Watchdog
+from flight_server.engine.watchdog import Running, Watchdog, interrupt
 
 logger = logging.getLogger("icefloe.engine")
 
@@ -436,6 +436,8 @@ class Engine:
         slot = self.slots.take()
         run = Running(slot, slot.cursor(), context, time.monotonic() + self.query_timeout_s)
         self.watchdog.add(run)
+        if run.call is not None:
+            run.call.at_end(run, lambda: self._outlived_its_call(run))
         try:
             # Whatever the caller (a ticket) says, only a query inside the policy runs.
             self.check(sql, default_schema, pins, run.cursor)
@@ -549,6 +551,8 @@ class Engine:
         """End of a query: close its cursor, drop its views, return its slot (exactly once)."""
         if not self.watchdog.remove(run):
             return
+        if run.call is not None:
+            run.call.forget(run)
         if not run.pooled:
             return  # planning, on a pooled parser cursor (kept for the next call)
         suspect = run.failed or run.interrupted is not None
@@ -566,6 +570,20 @@ class Engine:
         if keep:
             run.slot.keep(run.cursor)
         self.slots.give_back(run.slot, run.views, suspect)
+
+    def _outlived_its_call(self, run: Running) -> None:
+        """The call that started ``run`` ended and its reader was not dropped: something still
+        holds it (a failed stream's traceback, in a reference cycle, until the collector runs).
+
+        Nobody reads it any more: gRPC wrote and dropped the stream before it ended the call.
+        Waiting for the collector would hold the query's slot, and a few such failures would
+        refuse every query ("too many concurrent queries"), so it is stopped and freed now.
+        """
+        if run.released:
+            return
+        run.failed = True  # its slot is audited before reuse
+        interrupt(run)
+        self._release(run)
 
     def _failure(self, run: Running, exc: duckdb.Error) -> Exception:
         run.failed = True  # its slot is audited before reuse

@@ -17,6 +17,7 @@ from typing import Any
 import duckdb
 
 from flight_server.engine.slots import Slot
+from flight_server.headers import HeadersMiddleware, call_of
 
 logger = logging.getLogger("icefloe.engine")
 
@@ -28,6 +29,8 @@ class Running:
         self.slot = slot
         self.cursor = cursor
         self.context = context
+        # What says whether ``context`` still exists (taken now, while the call surely runs).
+        self.call: HeadersMiddleware | None = call_of(context)
         self.deadline = deadline
         self.views: list[str] = []
         self.parts: list[Any] = []  # the sources of a single-table query (for the plain-scan path)
@@ -83,18 +86,21 @@ class Watchdog:
             for run in list(self._running):
                 interrupt(run)
 
-    def _cancelled(self, run: Running) -> bool:
-        """Ask the query's RPC context whether the client cancelled.
+    def _cancelled(self, run: Running) -> bool | None:
+        """Ask the query's RPC context whether the client cancelled; None when its call has
+        ended while the query is still registered (its reader outlived the call).
 
-        Checked under the lock ``remove`` also takes before it drops the context: a context is
-        only consulted while its query is still registered, i.e. while its call is alive (the
-        reader is released before gRPC finishes the call).
+        A registered query does not mean a live call: a failed stream's reader can sit in a
+        reference cycle until the garbage collector frees it, and asking the dead call's
+        context then crashed the server (SIGSEGV). So the context is asked only through the
+        call's middleware, which knows whether the call still runs; a context without it
+        (no such middleware installed) is never asked.
         """
         with self._lock:
-            context = run.context
-            if run.released or context is None:
+            context, call = run.context, run.call
+            if run.released or context is None or call is None:
                 return False
-            return bool(context.is_cancelled())
+            return call.client_cancelled(context)
 
     def _watch(self) -> None:
         # Nothing may end this loop but close(): without it no timeout or cancel is enforced.
@@ -118,9 +124,11 @@ class Watchdog:
             else:
                 try:
                     cancelled = self._cancelled(run)
-                except Exception:  # a context that died with its call: nobody is waiting
+                except Exception:  # a context that failed to answer: nobody is waiting
                     cancelled = True
-                if cancelled:
+                if cancelled is None:
+                    reason = "ended"  # whatever the query still does, nobody will read it
+                elif cancelled:
                     reason = "cancelled"
             if reason:
                 with self._lock:
@@ -130,7 +138,7 @@ class Watchdog:
                     if run.released or run.interrupted:
                         continue
                     run.interrupted = reason
-                    logger.info("interrupting query (%s)", reason)
+                    logger.log(logging.DEBUG if reason == "ended" else logging.INFO, "interrupting query (%s)", reason)
                     interrupt(run)
 
 

@@ -3,9 +3,12 @@ slow statements at WARNING."""
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
+import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -145,6 +148,34 @@ def test_a_longer_result_is_counted_to_its_end(caplog: pytest.LogCaptureFixture)
         assert out.read_all().column("id").to_pylist() == [v for i in range(7) for v in (i, i + 1, i + 2)]
         log.flush()
         assert [(f["status"], f["rows"]) for f in _lines(caplog)] == [("OK", 21)]
+
+
+@pytest.mark.parametrize("fail_after", [0, 1, QueryLog.READ_AHEAD, QueryLog.READ_AHEAD + 2])
+def test_a_failed_stream_frees_its_reader_without_the_collector(fail_after: int) -> None:
+    """The engine frees a query when its reader is dropped. A failure kept with its traceback
+    made a reference cycle through the stream's frame that held the reader until the garbage
+    collector ran (so its DuckDB result, and its slot until the end-of-call clean-up)."""
+    log = QueryLog(Metrics(enabled=True), background=False)
+    source = _batches(10, fail_after)
+    freed = threading.Event()
+    weakref.finalize(source, freed.set)
+
+    def consume(out: pa.RecordBatchReader | pa.Table) -> str:
+        try:
+            out.read_all()
+        except pa.ArrowInvalid as exc:  # dropped here, as gRPC drops it after sending it
+            return str(exc)
+        return ""
+
+    gc.disable()
+    try:
+        out = log.streamed(source, "SELECT id FROM t", None, time.perf_counter())
+        del source
+        assert "boom" in consume(out)
+        del out
+        assert freed.is_set()
+    finally:
+        gc.enable()
 
 
 @pytest.mark.parametrize("fail_after", [0, 1, QueryLog.READ_AHEAD, QueryLog.READ_AHEAD + 2])

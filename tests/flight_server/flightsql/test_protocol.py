@@ -7,6 +7,7 @@ status code on the wire, not a client library's interpretation of it.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -298,6 +299,23 @@ def test_error_in_the_middle_of_a_stream_is_clean(channel: grpc.Channel, uri: st
     code, details = status_of(do_get, channel, info.endpoints[0].ticket.ticket)
     assert code == grpc.StatusCode.UNKNOWN
     assert "boom at row" in details
+    again = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query("SELECT 42 AS x")))
+    assert client.do_get(again.endpoints[0].ticket).read_all().column("x").to_pylist() == [42]
+    client.close()
+
+
+def test_streams_failing_midway_leave_the_server_up(sample_server: ServerProcess, channel: grpc.Channel) -> None:
+    """Regression (CI, stop 27): the server died with SIGSEGV within a few queries that failed
+    mid-stream. A failed stream's reader outlived its call, and the query watchdog asked the
+    call's freed context whether the client had cancelled."""
+    sql = "SELECT CASE WHEN i > 300000 THEN error('boom again') ELSE i END AS v FROM range(400000) t(i)"
+    client = flight.FlightClient(sample_server.location)
+    for _ in range(25):
+        info = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query(sql)))
+        code, details = status_of(do_get, channel, info.endpoints[0].ticket.ticket)
+        assert (code, "boom again" in details) == (grpc.StatusCode.UNKNOWN, True), (details, sample_server.log[-3000:])
+        time.sleep(0.05)  # the watchdog looks ten times a second: let it see the ended calls
+    assert sample_server.proc is not None and sample_server.proc.poll() is None, sample_server.log[-3000:]
     again = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query("SELECT 42 AS x")))
     assert client.do_get(again.endpoints[0].ticket).read_all().column("x").to_pylist() == [42]
     client.close()
