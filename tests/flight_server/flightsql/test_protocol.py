@@ -6,6 +6,7 @@ status code on the wire, not a client library's interpretation of it.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -318,6 +319,29 @@ def test_streams_failing_midway_leave_the_server_up(sample_server: ServerProcess
     assert sample_server.proc is not None and sample_server.proc.poll() is None, sample_server.log[-3000:]
     again = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query("SELECT 42 AS x")))
     assert client.do_get(again.endpoints[0].ticket).read_all().column("x").to_pylist() == [42]
+    client.close()
+
+
+def test_streams_cancelled_midway_leave_no_query_behind(sample_server: ServerProcess) -> None:
+    """Clients that read a little of a long result and cancel, more of them than there are
+    query slots (16): each query is stopped and its slot given back, none holds the next."""
+    sql = "SELECT i, i * 2 AS j FROM range(50000000) t(i)"
+    client = flight.FlightClient(sample_server.location)
+    for _ in range(20):
+        info = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query(sql)))
+        reader = client.do_get(info.endpoints[0].ticket)
+        assert reader.read_chunk().data.num_rows > 0
+        reader.cancel()
+        del reader
+    assert sample_server.proc is not None and sample_server.proc.poll() is None, sample_server.log[-3000:]
+    again = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query("SELECT 42 AS x")))
+    assert client.do_get(again.endpoints[0].ticket).read_all().column("x").to_pylist() == [42]
+    status = json.loads(next(iter(client.do_action(flight.Action("icefloe.status", b"")))).body.to_pybytes())
+    deadline = time.monotonic() + 10
+    while status["queries"]["running"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+        status = json.loads(next(iter(client.do_action(flight.Action("icefloe.status", b"")))).body.to_pybytes())
+    assert status["queries"] == {"running": 0, "queued": 0}
     client.close()
 
 
