@@ -59,10 +59,11 @@ from flight_server.engine.bound import Bound, BoundSchemas
 from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
 from flight_server.engine.origins import ColumnOrigin, Source, result_origins
 from flight_server.engine.pushdown import row_filter
+from flight_server.engine.runs import QueryRuns
 from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 from flight_server.engine.slots import CATALOG_NAME, Slot, SlotPool, SpillFolder
 from flight_server.engine.tables import PinnedTable, name_candidates
-from flight_server.engine.watchdog import Running, Watchdog, interrupt
+from flight_server.engine.watchdog import Running, Watchdog
 
 logger = logging.getLogger("icefloe.engine")
 
@@ -123,6 +124,7 @@ class Engine:
         # with another query's; the pool size is the cap on concurrent queries.
         self.slots = SlotPool(max_concurrent, self._new_slot)
         self.watchdog = Watchdog(self._server_stopping)
+        self.runs = QueryRuns(self.slots, self.watchdog)
 
     def close(self) -> None:
         self.watchdog.close()
@@ -182,7 +184,7 @@ class Engine:
             except duckdb.Error as exc:
                 raise self._failure(run, exc) from None
             finally:
-                self._release(run)
+                self.runs.release(run)
         if run.interrupted:
             raise self._failure(run, duckdb.InterruptException("interrupted"))
 
@@ -408,7 +410,7 @@ class Engine:
         except duckdb.Error as exc:
             raise messages.map_duckdb(exc) from None
         finally:
-            self._release(run)
+            self.runs.release(run)
 
     def execute(
         self,
@@ -421,7 +423,7 @@ class Engine:
     ) -> pa.RecordBatchReader:
         """Start the query; the reader streams from DuckDB and frees its slot when dropped."""
         reader, run = self._start(sql, pins, default_schema, params, context, file_tags)
-        weakref.finalize(reader, self._release, run)
+        weakref.finalize(reader, self.runs.release, run)
         return reader
 
     def _start(
@@ -436,8 +438,7 @@ class Engine:
         slot = self.slots.take()
         run = Running(slot, slot.cursor(), context, time.monotonic() + self.query_timeout_s)
         self.watchdog.add(run)
-        if run.call is not None:
-            run.call.at_end(run, lambda: self._outlived_its_call(run))
+        self.runs.follow_call(run)
         try:
             # Whatever the caller (a ticket) says, only a query inside the policy runs.
             self.check(sql, default_schema, pins, run.cursor)
@@ -460,7 +461,7 @@ class Engine:
                 reader = run.cursor.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
         except BaseException as exc:
             run.failed = True
-            self._release(run)
+            self.runs.release(run)
             if isinstance(exc, duckdb.Error):
                 raise self._failure(run, exc) from None
             raise
@@ -499,7 +500,7 @@ class Engine:
         except duckdb.Error as exc:
             raise messages.map_duckdb(exc) from None
         finally:
-            self._release(run)
+            self.runs.release(run)
 
     def query_table(
         self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None,
@@ -521,7 +522,7 @@ class Engine:
             raise _stream_failure(run, exc) from None
         finally:
             reader.close()
-            self._release(run)
+            self.runs.release(run)
 
     def stream(
         self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None,
@@ -545,45 +546,7 @@ class Engine:
                 yield batch
         finally:
             reader.close()
-            self._release(run)
-
-    def _release(self, run: Running) -> None:
-        """End of a query: close its cursor, drop its views, return its slot (exactly once)."""
-        if not self.watchdog.remove(run):
-            return
-        if run.call is not None:
-            run.call.forget(run)
-        if not run.pooled:
-            return  # planning, on a pooled parser cursor (kept for the next call)
-        suspect = run.failed or run.interrupted is not None
-        if run.catalog_version is not None:
-            try:
-                suspect = suspect or _seam.catalog_version(run.cursor) != run.catalog_version
-            except duckdb.Error:
-                suspect = True
-        keep = run.cursor_reusable and not suspect
-        for cursor in (run.helpers if keep else (run.cursor, *run.helpers)):
-            try:
-                cursor.close()
-            except duckdb.Error:
-                pass
-        if keep:
-            run.slot.keep(run.cursor)
-        self.slots.give_back(run.slot, run.views, suspect)
-
-    def _outlived_its_call(self, run: Running) -> None:
-        """The call that started ``run`` ended and its reader was not dropped: something still
-        holds it (a failed stream's traceback, in a reference cycle, until the collector runs).
-
-        Nobody reads it any more: gRPC wrote and dropped the stream before it ended the call.
-        Waiting for the collector would hold the query's slot, and a few such failures would
-        refuse every query ("too many concurrent queries"), so it is stopped and freed now.
-        """
-        if run.released:
-            return
-        run.failed = True  # its slot is audited before reuse
-        interrupt(run)
-        self._release(run)
+            self.runs.release(run)
 
     def _failure(self, run: Running, exc: duckdb.Error) -> Exception:
         run.failed = True  # its slot is audited before reuse

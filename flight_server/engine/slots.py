@@ -140,7 +140,7 @@ class Slot:
     def keep(self, cursor: duckdb.DuckDBPyConnection) -> None:
         """Keep ``cursor`` for the slot's next query. Only for a cursor its query left as
         ``cursor()`` made it: nothing registered on it, no setting changed, nothing running
-        (the engine decides; see ``Engine._release``)."""
+        (the engine decides; see ``QueryRuns.release``)."""
         old, self._kept = self._kept, cursor
         if old is not None and old is not cursor:
             old.close()
