@@ -31,9 +31,11 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import NestedField
 
+from catalog import fast_append
 from catalog.commit_log import CommitRecord
 from catalog.context import commit_context, current_commit_context
 from catalog.durable_io import DurableFileIO, PendingSync, deferred_fsync, fsync_all
+from catalog.fast_append import FastAppend
 from catalog.idempotency import IdempotencyStore, check_key, encode_result, extra_batch_writes, idempotency_key
 from catalog.metadata_json import write_metadata
 from catalog.schema_policy import SchemaMismatchError, SchemaPlan, check_unique_names, plan, policy_of, strip_field_ids
@@ -487,16 +489,23 @@ class Appender:
         if staged is not None:
             self._restage_schema(table, tx, staged)
         properties = requests[0].snapshot_properties if len(requests) == 1 else {}
-        update = tx.update_snapshot(snapshot_properties=properties)
         make = requests[0].producer if len(requests) == 1 else None
-        with (make(update, table) if make is not None else update.fast_append()) as append:
-            for req in requests:
-                for data_file in req.data_files:
+        data_files = [data_file for req in requests for data_file in req.data_files]
+        fast: FastAppend | None = None
+        if staged is None and make is None and data_files and fast_append.supported(table):
+            fast = fast_append.append(table, data_files, properties)
+            tx._apply(fast.updates, fast.requirements)
+        else:
+            update = tx.update_snapshot(snapshot_properties=properties)
+            with (make(update, table) if make is not None else update.fast_append()) as append:
+                for data_file in data_files:
                     append.append_data_file(data_file)
-        unsynced = [f.file_path for req in requests for f in req.data_files]
+        unsynced = [f.file_path for f in data_files]
         # Kept until the commit waits for them: fsync_all only finds the fsyncs a PendingSync
         # started while that PendingSync is alive.
         manifests = io.take_deferred() if isinstance(io, DurableFileIO) else []
+        if fast is not None:
+            manifests = [*manifests, *fast.syncing]
 
         def durable_then_extras(record: CommitRecord) -> dict[bytes, bytes]:
             # Called by the catalog right before its RocksDB batch: every file the new
@@ -505,8 +514,16 @@ class Appender:
             fsync_all([p for p in (_local(path) for path in [*unsynced, *manifests, *metadata_files]) if p])
             return extras(record)
 
-        with deferred_fsync() as metadata_files, extra_batch_writes(durable_then_extras):
-            tx.commit_transaction()
+        try:
+            with deferred_fsync() as metadata_files, extra_batch_writes(durable_then_extras):
+                tx.commit_transaction()
+        except CommitFailedException:
+            # Refused before anything landed (a lost race: _retry writes a new snapshot), so
+            # these files are referenced by nothing. Other failures leave them to orphan
+            # removal: whether the catalog write landed may not be known.
+            if fast is not None:
+                fast_append.discard(io, fast)
+            raise
 
     def _restage_schema(self, table: Table, tx: Any, staged: _StagedSchema) -> None:
         """Put the append's schema change into ``tx`` if its field ids still come out the same."""
