@@ -57,7 +57,6 @@ class FastAppend:
 
     updates: tuple[TableUpdate, ...]
     requirements: tuple[TableRequirement, ...]
-    snapshot_id: int
     written: list[str] = field(default_factory=list)  # locations, for clean-up if the commit fails
     syncing: PendingSync = field(default_factory=PendingSync)  # local paths whose fsync has started
 
@@ -100,7 +99,6 @@ def append(table: Table, data_files: Sequence[DataFile], snapshot_properties: di
     result = FastAppend(
         updates=(),
         requirements=(AssertRefSnapshotId(snapshot_id=parent_id, ref=MAIN_BRANCH),),  # type: ignore[call-arg]
-        snapshot_id=snapshot_id,
     )
     try:
         manifest_out = _BufferedOutput(locations.new_metadata_location(f"{commit_uuid}-m0.avro"))
