@@ -47,7 +47,9 @@ from pyiceberg.table.update import (
     TableUpdate,
 )
 
+from catalog import manifest_list_cache
 from catalog.durable_io import DurableFileIO, PendingSync
+from catalog.lru import LockedLRU
 from catalog.writer import _local
 
 
@@ -109,10 +111,7 @@ def append(table: Table, data_files: Sequence[DataFile], snapshot_properties: di
                     status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, sequence_number=None,
                     file_sequence_number=None, data_file=data_file))
         _land(table.io, manifest_out, result)
-        manifests: list[ManifestFile] = [manifest_writer.to_manifest_file()]
-        if parent is not None:
-            manifests += [m for m in parent.manifests(io=table.io)
-                          if m.has_added_files() or m.has_existing_files() or m.added_snapshot_id == snapshot_id]
+        manifests: list[ManifestFile] = [manifest_writer.to_manifest_file(), *_live_manifests(parent, table.io)]
 
         list_out = _BufferedOutput(locations.new_metadata_location(f"snap-{snapshot_id}-0-{commit_uuid}.avro"))
         with write_manifest_list(format_version=version, output_file=list_out, snapshot_id=snapshot_id,
@@ -120,6 +119,9 @@ def append(table: Table, data_files: Sequence[DataFile], snapshot_properties: di
                                  avro_compression=codec) as list_writer:
             list_writer.add_manifests(manifests)
         _land(table.io, list_out, result)
+        written = manifest_list_cache.WRITTEN.get(list_out.location)  # v2: the entries as written
+        if written is not None:  # each holds files: the new one data_files, the others were live
+            _LIVE.put(list_out.location, written)
     except BaseException:
         discard(table.io, result)
         raise
@@ -146,6 +148,25 @@ def append(table: Table, data_files: Sequence[DataFile], snapshot_properties: di
             snapshot_id=snapshot_id, parent_snapshot_id=parent_id, ref_name=MAIN_BRANCH, type=SnapshotRefType.BRANCH),
     )
     return result
+
+
+# The manifests a list carries into its successor, by the list's location (lists are immutable
+# and their locations unique): filtering a predecessor's ~100s of entries on every append is
+# work that grows with the table, and a v2 list this module wrote knows its answer already.
+# They are the entries as written (sequence numbers assigned), never the manifests handed to
+# the writer: a carried entry with an unassigned number would take the next commit's.
+_LIVE: LockedLRU[str, tuple[ManifestFile, ...]] = LockedLRU(256)
+
+
+def _live_manifests(parent: Snapshot | None, file_io: FileIO) -> tuple[ManifestFile, ...]:
+    """The parent's manifests that still hold files (pyiceberg's fast append drops the rest)."""
+    if parent is None:
+        return ()
+    found = _LIVE.get(parent.manifest_list)
+    if found is None:
+        found = tuple(m for m in parent.manifests(io=file_io) if m.has_added_files() or m.has_existing_files())
+        _LIVE.put(parent.manifest_list, found)
+    return found
 
 
 def discard(file_io: FileIO, written: FastAppend) -> None:

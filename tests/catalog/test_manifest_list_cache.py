@@ -187,3 +187,86 @@ def test_carried_entries_are_looked_up_by_object(tmp_path: Path, monkeypatch: py
         assert table.scan().to_arrow().num_rows == 10
     finally:
         cat.close()
+
+
+def _blocks_and_sync(table: Any, snapshot: Any) -> tuple[int, bytes]:
+    """The number of Avro blocks of a snapshot's manifest list and its sync marker (each block
+    ends with the marker, which the header carries once)."""
+    with table.io.new_input(snapshot.manifest_list).open() as stream:
+        data = stream.read()
+    sync = data[-16:]
+    return data.count(sync) - 1, sync
+
+
+def _appended_v2(tmp_path: Path, appends: int) -> tuple[Any, Any]:
+    from catalog.append import Appender
+
+    cat = RocksCatalog("mlc", warehouse=str(tmp_path / "wh"))
+    cat.create_namespace("ns")
+    rows = pa.table({"id": pa.array([1, 2], pa.int64()), "s": ["a", None]})
+    cat.create_table("ns.t", rows.schema, properties={"format-version": "2"})
+    appender = Appender(cat)
+    for _ in range(appends):
+        appender.append_table(("ns", "t"), rows)
+    return cat, cat.load_table(("ns", "t"))
+
+
+def test_an_append_compresses_only_its_new_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fast append's list is its predecessor's compressed blocks behind one new block (the same
+    sync marker), and reads back, from storage, as every manifest in order."""
+    cat, table = _appended_v2(tmp_path, 5)
+    try:
+        compressed: list[int] = []
+        from pyiceberg.avro.codecs.deflate import DeflateCodec
+
+        original = DeflateCodec.compress
+        monkeypatch.setattr(DeflateCodec, "compress",
+                            staticmethod(lambda data: compressed.append(len(data)) or original(data)))
+        from catalog.append import Appender
+
+        Appender(cat).append_table(("ns", "t"), pa.table({"id": pa.array([3], pa.int64()), "s": ["c"]}))
+        monkeypatch.undo()
+        table = cat.load_table(("ns", "t"))
+        snapshots = table.snapshots()
+        assert [_blocks_and_sync(table, s)[0] for s in snapshots] == [1, 2, 3, 4, 5, 6]
+        assert len({_blocks_and_sync(table, s)[1] for s in snapshots}) == 1
+        # The list's one compression was of its new entry (and the manifest's of its one file).
+        assert len(compressed) == 2 and max(compressed) < 2_000
+        for snapshot in snapshots:
+            assert snapshot.manifests(table.io) == _from_file(table, snapshot)
+        listed = _from_file(table, table.current_snapshot())
+        assert len(listed) == 6 and [m.sequence_number for m in listed] == [6, 5, 4, 3, 2, 1]
+        assert table.scan().to_arrow().num_rows == 11
+    finally:
+        cat.close()
+
+
+def test_a_list_is_one_block_again_after_max_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(manifest_list_cache, "MAX_BLOCKS", 3)
+    cat, table = _appended_v2(tmp_path, 7)
+    try:
+        snapshots = table.snapshots()
+        assert [_blocks_and_sync(table, s)[0] for s in snapshots] == [1, 2, 3, 1, 2, 3, 1]
+        for snapshot in snapshots:
+            assert snapshot.manifests(table.io) == _from_file(table, snapshot)
+        assert table.scan().to_arrow().num_rows == 14
+    finally:
+        cat.close()
+
+
+def test_a_list_that_drops_entries_is_written_whole(tmp_path: Path) -> None:
+    """After a commit that drops manifests (an overwrite), the next append's list does not carry
+    the old blocks: it is one block, and reads back as its manifests."""
+    from catalog.append import Appender
+
+    cat, table = _appended_v2(tmp_path, 3)
+    try:
+        table.overwrite(pa.table({"id": pa.array([7], pa.int64()), "s": ["o"]}))
+        Appender(cat).append_table(("ns", "t"), pa.table({"id": pa.array([8], pa.int64()), "s": ["p"]}))
+        table = cat.load_table(("ns", "t"))
+        current = table.current_snapshot()
+        assert _blocks_and_sync(table, current)[0] <= 2
+        assert current.manifests(table.io) == _from_file(table, current)
+        assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [7, 8]
+    finally:
+        cat.close()
