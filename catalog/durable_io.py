@@ -18,8 +18,9 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlparse
 
-from pyiceberg.io import OutputStream
+from pyiceberg.io import FileIO, OutputStream
 from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 
 
@@ -29,6 +30,14 @@ def fsync_path(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def local_path(location: str) -> str | None:
+    """The local filesystem path of a location (None for object stores)."""
+    parsed = urlparse(location)
+    if parsed.scheme == "file":
+        return parsed.path
+    return location if parsed.scheme == "" else None
 
 
 def fsync_file_and_dir(path: str) -> None:
@@ -215,3 +224,57 @@ class DurableFileIO(PyArrowFileIO):
         durable._path = path
         durable._deferred = self._deferred
         return durable
+
+
+def write_new(file_io: FileIO, location: str, data: bytes, pending: list[str] | None = None) -> None:
+    """Write a new file holding ``data`` (refused if it exists).
+
+    A local file of a ``DurableFileIO`` is created and written with one ``write`` (no stream
+    object, no filesystem set-up: a commit writes two or three small files and their pyarrow
+    streams cost more than their bytes). Its durability is as ``DurableFileIO``'s: the path
+    goes to ``pending`` (its fsync starts now when that is a ``PendingSync``), else to the
+    thread's ``deferred_fsync`` scope, else the file and its folder are fsync'd before this
+    returns. Other locations are written through ``file_io``.
+
+    Raises:
+        FileExistsError: The file exists.
+        OSError: It could not be written (a partly written local file is removed).
+    """
+    local = local_path(location) if isinstance(file_io, DurableFileIO) else None
+    if local is None:
+        with file_io.new_output(location).create(overwrite=False) as stream:
+            stream.write(data)
+        return
+    try:
+        fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(local), exist_ok=True)
+        fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        os.unlink(local)
+        raise
+    os.close(fd)
+    deferred = pending if pending is not None else _scope.get()
+    if deferred is not None:
+        deferred.append(local)
+    else:
+        fsync_file_and_dir(local)
+
+
+def remove(file_io: FileIO, location: str) -> None:
+    """Delete a file (a local one of a ``DurableFileIO`` directly).
+
+    Raises:
+        FileNotFoundError: It does not exist.
+        OSError: It could not be deleted.
+    """
+    local = local_path(location) if isinstance(file_io, DurableFileIO) else None
+    if local is None:
+        file_io.delete(location)
+    else:
+        os.unlink(local)

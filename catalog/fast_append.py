@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import errno
 import io
-import os
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,9 +47,8 @@ from pyiceberg.table.update import (
 )
 
 from catalog import manifest_list_cache
-from catalog.durable_io import DurableFileIO, PendingSync
+from catalog.durable_io import PendingSync, write_new
 from catalog.lru import LockedLRU
-from catalog.writer import _local
 
 
 @dataclass
@@ -184,25 +182,8 @@ def _land(file_io: FileIO, output: _BufferedOutput, result: FastAppend) -> None:
     """Write an encoded file to its location; locally, start its fsync at once."""
     data = output.data
     assert data is not None, "the Avro writer did not close its stream"
-    local = _local(output.location) if isinstance(file_io, DurableFileIO) else None
-    if local is None:  # an object store (durable once written), or an io we do not know
-        with file_io.new_output(output.location).create(overwrite=False) as stream:
-            stream.write(data)
-        result.written.append(output.location)
-        return
-    try:
-        fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(local), exist_ok=True)
-        fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    write_new(file_io, output.location, data, result.syncing)
     result.written.append(output.location)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
-    result.syncing.append(local)
 
 
 class _Capture(io.BytesIO):

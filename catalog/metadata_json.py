@@ -16,6 +16,7 @@ from pyiceberg.serializers import Compressor
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
+from catalog.durable_io import write_new
 from catalog.lru import LockedLRU
 
 # Enough for the retained snapshots of many busy tables; older entries are only re-serialised.
@@ -40,8 +41,7 @@ def metadata_json(metadata: TableMetadata) -> str:
 def write_metadata(metadata: TableMetadata, io: FileIO, location: str) -> None:
     """Write ``metadata`` to a new file at ``location`` (compressed as its name says)."""
     data = Compressor.get_compressor(location).bytes_compressor()(metadata_json(metadata).encode("utf-8"))
-    with io.new_output(location).create(overwrite=False) as stream:
-        stream.write(data)
+    write_new(io, location, data)  # durable as through the io (or in the caller's deferred_fsync)
 
 
 def _snapshot_json(table: str, snapshot: Snapshot) -> str:

@@ -15,15 +15,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyiceberg.catalog import MetastoreCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
-from pyiceberg.table import CommitTableResponse
+from pyiceberg.table import CommitTableResponse, TableProperties
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import AddSnapshotUpdate, AssertCreate, TableRequirement, TableUpdate
 from pyiceberg.typedef import Identifier
+from pyiceberg.utils.properties import property_as_bool
 
 from catalog import keys
+from catalog.durable_io import remove
 from catalog.metadata_json import write_metadata
 from catalog.metadata_ops import apply_updates, describe_commit, expire_snapshots, snapshots_to_retain
 
@@ -184,9 +185,17 @@ def _record(
 def _delete_dropped_metadata(commit: StagedCommit) -> None:
     # Honour write.metadata.delete-after-commit.enabled (on by default for our tables): remove
     # metadata files that dropped out of the metadata log, against the real base.
-    if commit.base is None or commit.io is None:
+    # (pyiceberg's MetastoreCatalog._delete_old_metadata, with local files unlinked directly:
+    # its FileIO sets up a filesystem for every delete.)
+    if commit.base is None or commit.io is None or not property_as_bool(
+            commit.new.properties, TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED,
+            TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED_DEFAULT):
         return
-    try:
-        MetastoreCatalog._delete_old_metadata(commit.io, commit.base, commit.new)
-    except Exception:
-        logger.warning("could not remove old metadata files of %s", commit.qualified)
+    kept = {entry.metadata_file for entry in commit.new.metadata_log}
+    for location in {entry.metadata_file for entry in commit.base.metadata_log} - kept:
+        try:
+            remove(commit.io, location)
+        except FileNotFoundError:
+            pass
+        except Exception:
+            logger.warning("could not remove old metadata file %s of %s", location, commit.qualified)

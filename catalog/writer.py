@@ -45,7 +45,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
 from pyiceberg.utils.properties import property_as_int
 
-from catalog.durable_io import background_fsync, fsync_all
+from catalog.durable_io import background_fsync, fsync_all, local_path
 from catalog.lru import LockedLRU
 from catalog.schema_policy import check_required, strip_field_ids
 
@@ -389,12 +389,7 @@ class DataFileWriter:
         self._data_files.extend(files)
 
 
-def _local(path: str) -> str | None:
-    """The local filesystem path of a location (None for object stores)."""
-    parsed = urlparse(path)
-    if parsed.scheme == "file":
-        return parsed.path
-    return path if parsed.scheme == "" else None
+_local = local_path  # the local filesystem path of a location (None for object stores)
 
 
 def delete_files(io: FileIO, paths: list[str]) -> None:

@@ -69,3 +69,16 @@ def test_old_metadata_files_are_removed(rocks: RocksCatalog, caplog: pytest.LogC
     assert on_disk == sorted([*expected, Path(local_path(loaded.metadata_location)).name])
     assert ids(loaded) == list(range(10))
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_old_metadata_files_stay_when_asked(rocks: RocksCatalog) -> None:
+    """``write.metadata.delete-after-commit.enabled=false``: every metadata file stays."""
+    rocks.create_namespace("ns")
+    table = rocks.create_table("ns.t", SCHEMA, properties={"write.metadata.previous-versions-max": "2",
+                                                           "write.metadata.delete-after-commit.enabled": "false"})
+    for i in range(5):
+        table.append(rows(i, 1))
+    loaded = rocks.load_table("ns.t")
+    folder = Path(local_path(loaded.metadata_location)).parent
+    assert len(list(folder.glob("*.metadata.json"))) == 6 and len(loaded.metadata.metadata_log) == 2
+    assert ids(loaded) == list(range(5))
