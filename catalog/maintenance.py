@@ -449,6 +449,12 @@ def maintain(
 ) -> MaintenanceReport:
     """Compact, merge manifests, expire snapshots and remove orphans for one table."""
     report = compact(appender, identifier, min_input_files=min_input_files, worker=worker)
+    if _holds_dead_manifests(appender, identifier):
+        # A compaction's snapshot lists every file it replaced as a DELETED entry, which every
+        # scan of it decodes and drops (after 1,000 small appends: 29 of a 36 ms pyiceberg
+        # scan). An append would drop that manifest from the next snapshot; an explicit
+        # maintain leaves the table as read will find it, so it writes that snapshot itself.
+        report.merged_manifests += merge_manifests(appender, identifier, threshold=1, worker=worker)
     report.expired_snapshots = expire_snapshots(appender, identifier)
     report.removed_orphans = remove_orphans(appender, identifier, orphan_grace_s, worker=worker)
     snapshot = appender.catalog.load_table(identifier).current_snapshot()
@@ -456,6 +462,14 @@ def maintain(
         total = snapshot.summary.get("total-records")
         report.rows = int(total) if total is not None else None
     return report
+
+
+def _holds_dead_manifests(appender: Appender, identifier: tuple[str, ...]) -> bool:
+    """Whether the current snapshot lists a manifest with no live (added or existing) file."""
+    table = appender.catalog.load_table(identifier)
+    snapshot = table.current_snapshot()
+    return snapshot is not None and any(
+        not (m.has_added_files() or m.has_existing_files()) for m in snapshot.manifests(table.io))
 
 
 def all_tables(appender: Appender) -> list[tuple[str, ...]]:

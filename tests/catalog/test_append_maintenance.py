@@ -136,6 +136,30 @@ def test_full_maintain_after_expiry_deletes_replaced_small_files(
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(100))
 
 
+def test_maintain_leaves_no_manifest_of_only_deleted_files(catalog: RocksCatalog, worker: MaintenanceWorker) -> None:
+    """After an explicit maintain the current snapshot lists only manifests with live files: the
+    compaction's DELETED entries stay in its own snapshot (readable, for incremental readers),
+    and scans of the table no longer decode them."""
+    appender = Appender(catalog)
+    for i in range(12):
+        appender.append_table(("ns", "t"), id_rows(10, i * 10))
+    report = maintain(appender, ("ns", "t"), orphan_grace_s=3600, worker=worker)
+    assert report.compacted_files == 12 and report.rows == 120
+    table = catalog.load_table("ns.t")
+    current = table.current_snapshot()
+    assert current is not None
+    manifests = current.manifests(table.io)
+    assert manifests and all(m.has_added_files() or m.has_existing_files() for m in manifests)
+    rewrite = table.snapshot_by_id(current.parent_snapshot_id)  # type: ignore[arg-type]
+    assert rewrite is not None and rewrite.summary is not None and rewrite.summary.operation.value == "overwrite"
+    assert sum(m.deleted_files_count for m in rewrite.manifests(table.io)) == 12
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(120))
+    assert catalog.log.get(catalog.log.head()).operation == "replace"  # type: ignore[union-attr]
+    again = maintain(appender, ("ns", "t"), orphan_grace_s=3600, worker=worker)  # nothing left to do
+    assert again.compacted_files == 0 and again.merged_manifests == 0
+    assert catalog.load_table("ns.t").current_snapshot().snapshot_id == current.snapshot_id  # type: ignore[union-attr]
+
+
 def test_compaction_while_writers_and_readers_run(catalog: RocksCatalog, worker: MaintenanceWorker) -> None:
     appender = Appender(catalog)
     stop = threading.Event()
