@@ -117,6 +117,19 @@ _plans: OrderedDict[tuple[Any, ...], SchemaPlan | SchemaMismatchError] = Ordered
 _plans_lock = threading.Lock()
 
 
+def schema_text(schema: Schema) -> str:
+    """A text that tells schemas apart (ids, names, types, required, defaults, docs, schema id,
+    identifier fields), for cache keys.
+
+    Not ``model_dump_json()``: pyiceberg's serializer iterates the model's ``__dict__``, which
+    a first use of one of the schema's cached properties (``find_field``, ``name_mapping``...)
+    in another thread grows at that moment. Schemas are shared between threads (the catalog's
+    metadata cache), and under 8 concurrent writers an append failed with "dictionary changed
+    size during iteration". ``repr`` and ``str`` read the fields only.
+    """
+    return repr(schema) + str(schema)
+
+
 def plan(table_schema: Schema, input_schema: pa.Schema, policy: str, format_version: int) -> SchemaPlan:
     """Check ``input_schema`` against the table and say what the table needs.
 
@@ -126,7 +139,7 @@ def plan(table_schema: Schema, input_schema: pa.Schema, policy: str, format_vers
     Raises:
         SchemaMismatchError: The input is incompatible (the message names the column).
     """
-    key = (table_schema.model_dump_json(), input_schema, policy, format_version)
+    key = (schema_text(table_schema), input_schema, policy, format_version)
     with _plans_lock:
         found = _plans.get(key)
     if found is None:

@@ -47,7 +47,7 @@ from pyiceberg.utils.properties import property_as_int
 
 from catalog.durable_io import background_fsync, fsync_all, local_path
 from catalog.lru import LockedLRU
-from catalog.schema_policy import check_required, strip_field_ids
+from catalog.schema_policy import check_required, schema_text, strip_field_ids
 
 logger = logging.getLogger("icefloe.catalog.writer")
 
@@ -85,7 +85,7 @@ def _layout(metadata: TableMetadata, input_schema: pa.Schema) -> _Layout:
         str(metadata.table_uuid),
         # not just the schema id: an append that evolves the schema writes against a staged
         # schema whose id another staged evolution may share
-        metadata.schema().model_dump_json(),
+        schema_text(metadata.schema()),
         metadata.format_version,
         tuple(sorted(metadata.properties.items())),
         input_schema,
