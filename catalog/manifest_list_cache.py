@@ -164,7 +164,7 @@ def install() -> None:
         # Only a list written into memory, in one call, can take its predecessor's sync marker
         # (its header is rewritten); a list on a file stream is encoded whole.
         reuse = (_predecessor(manifest_files) if first and self._format_version == 2
-                 and isinstance(stream, io.BytesIO) and stream.tell() == len(stream.getbuffer()) else None)
+                 and isinstance(stream, io.BytesIO) else None)
         if reuse is not None:
             k, before = reuse
             head = [m if carried(self, m) else self.prepare_manifest(m) for m in manifest_files[:k]]
@@ -172,7 +172,7 @@ def install() -> None:
             stream.truncate()
             avro.sync_bytes = before.sync
             avro._write_header()
-            blocks = ((framed(avro, 2, head),) if head else ()) + before.blocks
+            blocks = ((framed(avro, self._format_version, head),) if head else ()) + before.blocks
             entries = [*head, *before.entries]
         else:
             entries = [m if carried(self, m) else self.prepare_manifest(m) for m in manifest_files]

@@ -35,9 +35,9 @@ from pyiceberg.table import Table
 from pyiceberg.types import DecimalType, DoubleType, FloatType, IntegerType, LongType
 
 from catalog import keys
-from catalog.durable_io import fsync_all
+from catalog.durable_io import fsync_all, local_path
 from catalog.store import RocksStore
-from catalog.writer import _local, delete_files
+from catalog.writer import delete_files
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
@@ -220,7 +220,7 @@ def write_staging_manifest(table: Table, data_files: list[DataFile], spec_id: in
             writer.add_entry(ManifestEntry.from_args(
                 status=ManifestEntryStatus.ADDED, snapshot_id=0, data_file=data_file,
             ))
-    local = _local(path)
+    local = local_path(path)
     if local:
         fsync_all([local])
     return path

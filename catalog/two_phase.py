@@ -17,7 +17,7 @@ import pyarrow as pa
 from catalog.append import Appender, AppendResult, _Request
 from catalog.commit_log import CommitRecord
 from catalog.context import current_commit_context
-from catalog.durable_io import fsync_all
+from catalog.durable_io import fsync_all, local_path
 from catalog.idempotency import check_key
 from catalog.maintenance_worker import live_data_files
 from catalog.schema_policy import SchemaMismatchError, plan, policy_of
@@ -32,7 +32,7 @@ from catalog.staging import (
     remove_staged_files,
     write_staging_manifest,
 )
-from catalog.writer import DataFileWriter, _local, delete_files
+from catalog.writer import DataFileWriter, delete_files
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -84,7 +84,7 @@ class TwoPhaseAppends:
         try:
             files = Appender._write_all(writer, schema, batches)
             try:
-                fsync_all([p for p in (_local(f.file_path) for f in files) if p])
+                fsync_all([p for p in (local_path(f.file_path) for f in files) if p])
                 staged = StagedAppend(
                     id=uuid.uuid4().hex,
                     table=".".join(identifier),

@@ -21,7 +21,6 @@ import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -133,8 +132,7 @@ class _RollingFile:
 
     def __init__(self, path: str, io: FileIO, schema: pa.Schema, writer_kwargs: dict[str, Any]) -> None:
         self.path = path
-        parsed = urlparse(path)
-        self.local_path = parsed.path if parsed.scheme == "file" else (path if parsed.scheme == "" else None)
+        self.local_path = local_path(path)
         if self.local_path is not None:
             os.makedirs(os.path.dirname(self.local_path), exist_ok=True)
             self._stream: Any = pa.OSFile(self.local_path, "wb")  # native stream: no GIL per write
@@ -260,7 +258,7 @@ class DataFileWriter:
             self.abort()
             raise WriteAborted("the data file writer failed") from self._error
         if sync:
-            fsync_all([local for local in (_local(p) for p in self._written_paths) if local])
+            fsync_all([local for local in (local_path(p) for p in self._written_paths) if local])
         return list(self._data_files)
 
     def abort(self) -> None:
@@ -389,7 +387,6 @@ class DataFileWriter:
         self._data_files.extend(files)
 
 
-_local = local_path  # the local filesystem path of a location (None for object stores)
 
 
 def delete_files(io: FileIO, paths: list[str]) -> None:
