@@ -34,7 +34,7 @@ from pyiceberg.types import NestedField
 from catalog import fast_append
 from catalog.commit_log import CommitRecord
 from catalog.context import commit_context, current_commit_context
-from catalog.durable_io import DurableFileIO, PendingSync, deferred_fsync, fsync_all, local_path
+from catalog.durable_io import DurableFileIO, PendingSync, deferred_fsync, fsync_all, local_paths
 from catalog.fast_append import FastAppend
 from catalog.idempotency import IdempotencyStore, check_key, encode_result, extra_batch_writes, idempotency_key
 from catalog.metadata_json import write_metadata
@@ -328,7 +328,7 @@ class Appender:
                 for data_file in files:
                     append.append_data_file(data_file)
         metadata = tx.table_metadata
-        fsync_all([p for p in (local_path(f.file_path) for f in files) if p])
+        fsync_all(local_paths(f.file_path for f in files))
         write_metadata(metadata, staged.io, staged.metadata_location)
         landed: list[CommitRecord] = []
 
@@ -375,7 +375,7 @@ class Appender:
             return AppendResult(qualified, self.catalog.log.head(), snapshot.snapshot_id if snapshot else None, 0)
         request = _Request(files, rows, idempotency_key, current_commit_context().principal, staged,
                            snapshot_properties=dict(snapshot_properties or {}), extra=dict(extra or {}),
-                           syncing=PendingSync(p for p in (local_path(f.file_path) for f in files) if p))
+                           syncing=PendingSync(local_paths(f.file_path for f in files)))
         try:
             result = self.committer(namespace, name).submit(request)
         except BaseException:
@@ -511,7 +511,7 @@ class Appender:
             # Called by the catalog right before its RocksDB batch: every file the new
             # metadata references (data, manifests, manifest list, the metadata JSON itself)
             # becomes durable in one concurrent fsync round instead of one round per file.
-            fsync_all([p for p in (local_path(path) for path in [*unsynced, *manifests, *metadata_files]) if p])
+            fsync_all(local_paths([*unsynced, *manifests, *metadata_files]))
             return extras(record)
 
         try:

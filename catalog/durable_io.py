@@ -40,6 +40,11 @@ def local_path(location: str) -> str | None:
     return location if parsed.scheme == "" else None
 
 
+def local_paths(locations: Iterable[str]) -> list[str]:
+    """The local filesystem paths of those locations that have one (object stores have none)."""
+    return [p for p in map(local_path, locations) if p]
+
+
 def fsync_file_and_dir(path: str) -> None:
     fsync_path(path)
     fsync_path(os.path.dirname(path) or ".")

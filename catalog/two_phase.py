@@ -17,7 +17,7 @@ import pyarrow as pa
 from catalog.append import Appender, AppendResult, _Request
 from catalog.commit_log import CommitRecord
 from catalog.context import current_commit_context
-from catalog.durable_io import fsync_all, local_path
+from catalog.durable_io import fsync_all, local_paths
 from catalog.idempotency import check_key
 from catalog.maintenance_worker import live_data_files
 from catalog.schema_policy import SchemaMismatchError, plan, policy_of
@@ -84,7 +84,7 @@ class TwoPhaseAppends:
         try:
             files = Appender._write_all(writer, schema, batches)
             try:
-                fsync_all([p for p in (local_path(f.file_path) for f in files) if p])
+                fsync_all(local_paths(f.file_path for f in files))
                 staged = StagedAppend(
                     id=uuid.uuid4().hex,
                     table=".".join(identifier),

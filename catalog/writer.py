@@ -44,7 +44,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
 from pyiceberg.utils.properties import property_as_int
 
-from catalog.durable_io import background_fsync, fsync_all, local_path
+from catalog.durable_io import background_fsync, fsync_all, local_path, local_paths
 from catalog.lru import LockedLRU
 from catalog.schema_policy import check_required, schema_text, strip_field_ids
 
@@ -258,7 +258,7 @@ class DataFileWriter:
             self.abort()
             raise WriteAborted("the data file writer failed") from self._error
         if sync:
-            fsync_all([local for local in (local_path(p) for p in self._written_paths) if local])
+            fsync_all(local_paths(self._written_paths))
         return list(self._data_files)
 
     def abort(self) -> None:
@@ -385,8 +385,6 @@ class DataFileWriter:
         files = list(_dataframe_to_data_files(self._metadata, table, self._io, write_uuid=uuid.uuid4()))
         self._written_paths.extend(f.file_path for f in files)
         self._data_files.extend(files)
-
-
 
 
 def delete_files(io: FileIO, paths: list[str]) -> None:
