@@ -21,9 +21,9 @@ class CommitStream(FeedStream):
         return record_matches(self.request, record)
 
     def handle(self, records: list[CommitRecord]) -> bool:
-        batch = self._batches.matching(self._filter_key, records, self._matches)
-        if batch is None:
+        event_batch = self._batches.matching(self._filter_key, records, self._matches)
+        if event_batch is None:
             return False
-        self.send_batch(batch)
-        self.server.metrics.delivered(batch.column("committed_at")[-1].value)
+        self.send_batch(event_batch.batch)
+        self.server.metrics.delivered(event_batch.last_committed_at_us)
         return True

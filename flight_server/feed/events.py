@@ -6,7 +6,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -70,6 +70,22 @@ def records_to_batch(records: Sequence[CommitRecord]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=EVENT_SCHEMA)
 
 
+class EventBatch(NamedTuple):
+    """An event batch and what each delivery of it records (read once, not per stream)."""
+
+    batch: pa.RecordBatch
+    last_committed_at_us: int
+
+
+def _records_key(records: Sequence[CommitRecord]) -> tuple[int, ...]:
+    """A key naming exactly these records: a run of consecutive seqs (what the fan-out and
+    the log hand over) is named by its ends, anything else by every seq."""
+    first, last = records[0].seq, records[-1].seq
+    if last - first + 1 == len(records):
+        return (first, last)
+    return (-1, *(r.seq for r in records))
+
+
 class EventBatchCache:
     """Event batches shared by every stream that sends the same commits.
 
@@ -80,49 +96,49 @@ class EventBatchCache:
 
     def __init__(self, size: int = 256) -> None:
         self._size = size
-        self._batches: OrderedDict[tuple[int, ...], pa.RecordBatch] = OrderedDict()
+        self._batches: OrderedDict[tuple[int, ...], EventBatch] = OrderedDict()
         # What streams with the same table filter are sent for the same records (None: none of
         # them matched): matching globs per stream was a fifth of a delivery's cost.
-        self._filtered: OrderedDict[tuple[Hashable, tuple[int, ...]], pa.RecordBatch | None] = OrderedDict()
+        self._filtered: OrderedDict[tuple[Hashable, tuple[int, ...]], EventBatch | None] = OrderedDict()
         self._lock = threading.Lock()
 
     def matching(
         self, filter_key: Hashable, records: Sequence[CommitRecord], matches: Callable[[CommitRecord], bool]
-    ) -> pa.RecordBatch | None:
+    ) -> EventBatch | None:
         """The batch of the ``records`` that ``matches`` accepts, or None if it accepts none.
 
         Args:
             filter_key: Equal for every stream whose ``matches`` gives the same answers.
-            records: In seq order.
+            records: In seq order, at least one.
             matches: The stream's filter.
         """
-        key = (filter_key, tuple(r.seq for r in records))
+        key = (filter_key, _records_key(records))
         # Under the lock: a commit wakes every live stream at once, and building outside it
         # made each of them miss the cache and build the same batch (measured: the largest
         # cost of a commit with 100 subscribers).
         with self._lock:
-            if key in self._filtered:
-                self._filtered.move_to_end(key)
-                return self._filtered[key]
+            found = self._filtered.get(key, self)
+            if found is not self:
+                return found  # type: ignore[return-value]
             matched = [r for r in records if matches(r)]
-            batch = self._get(matched) if matched else None
-            self._filtered[key] = batch
+            event_batch = self._get(matched) if matched else None
+            self._filtered[key] = event_batch
             while len(self._filtered) > self._size:
                 self._filtered.popitem(last=False)
-            return batch
+            return event_batch
 
-    def _get(self, records: Sequence[CommitRecord]) -> pa.RecordBatch:
+    def _get(self, records: Sequence[CommitRecord]) -> EventBatch:
         """The batch of exactly ``records`` (caller holds the lock)."""
-        key = tuple(r.seq for r in records)
-        batch = self._batches.get(key)
-        if batch is not None:
+        key = _records_key(records)
+        event_batch = self._batches.get(key)
+        if event_batch is not None:
             self._batches.move_to_end(key)
-            return batch
-        batch = records_to_batch(records)
-        self._batches[key] = batch
+            return event_batch
+        event_batch = EventBatch(records_to_batch(records), records[-1].committed_at_us)
+        self._batches[key] = event_batch
         while len(self._batches) > self._size:
             self._batches.popitem(last=False)
-        return batch
+        return event_batch
 
 
 def record_summary(record: CommitRecord) -> dict[str, Any]:
