@@ -7,6 +7,12 @@ stream and encoding Parquet overlap. Rows are buffered only up to one row group
 their on-disk size reaches ``write.target-file-size-bytes``, so memory stays bounded whatever
 the stream length.
 
+pyarrow encodes a row group on one core, and a bulk append spent most of its time waiting
+for that core while the others idled. A stream longer than one row group is therefore
+encoded by ``ENCODERS`` lanes at once, row groups dealt to them in turn, each lane writing
+files of its own (so a long stream's rows come back from a scan lane by lane, not in arrival
+order: Iceberg promises no row order). A stream of one row group is one file, as before.
+
 Every file is fsync'd (file and folder) before ``finish`` returns: the catalog may then move
 the table pointer to metadata that references them. ``abort`` deletes what was written.
 """
@@ -53,6 +59,9 @@ logger = logging.getLogger("icefloe.catalog.writer")
 ROW_GROUP_BYTES = 64 * 1024 * 1024
 _QUEUE_DEPTH = 4
 _DONE = object()
+# Row groups encoded at once by a long stream (each lane holds at most two: one being
+# encoded, one waiting).
+ENCODERS = max(1, min(2, os.cpu_count() or 1))
 
 
 class WriteAborted(RuntimeError):
@@ -210,7 +219,9 @@ class DataFileWriter:
         self._buffer: list[pa.RecordBatch] = []
         self._buffer_rows = 0
         self._buffer_bytes = 0
-        self._current: _RollingFile | None = None
+        self._lanes: list[_Lane] = []  # made at the first row group
+        self._next_lane = 0
+        self._files_lock = threading.Lock()  # lanes open files concurrently
         self._written_paths: list[str] = []
         self._data_files: list[DataFile] = []
         self.rows = 0
@@ -297,16 +308,16 @@ class DataFileWriter:
                 self._add(item)
             if self._error is None:
                 self._flush_row_group(last=True)
-                self._close_file()
         except BaseException as exc:  # reported to the producer by write()/finish()
             self._error = exc
-        if self._error is not None:
-            if self._current is not None:
-                try:
-                    self._current.close()
-                except Exception:
-                    pass
-                self._current = None
+        # Every lane finishes (or, after a failure, discards) its open file before the
+        # writer reports back, so finish() and abort() see every path it created.
+        for lane in self._lanes:
+            lane.close()
+            self._error = self._error or lane.error
+        if self._error is None:
+            self._data_files.extend(f for _, f in sorted((f for lane in self._lanes for f in lane.files), key=_first))
+        else:
             # Unblock a producer waiting on a full queue.
             try:
                 while True:
@@ -342,41 +353,44 @@ class DataFileWriter:
         if self._partitioned:
             self._write_partitioned(table)
             return
-        if self._current is None:
+        if not self._lanes:
+            # Only a stream that outgrew one row group runs the encoder thread: it gets lanes
+            # of their own; otherwise this is the stream's only row group, encoded right here.
+            threaded = self._thread is not None and ENCODERS > 1
+            self._lanes = [_Lane(self, threaded) for _ in range(ENCODERS if threaded else 1)]
+        lane = self._lanes[self._next_lane]
+        self._next_lane = (self._next_lane + 1) % len(self._lanes)
+        lane.submit(table, last)
+
+    def _open_file(self, schema: pa.Schema) -> tuple[int, _RollingFile]:
+        """A new data file for a lane: its number (file order) and the open file."""
+        with self._files_lock:
             self._file_counter += 1
-            name = f"{self._write_id}-{self._file_counter:05d}.parquet"
+            number = self._file_counter
+            name = f"{self._write_id}-{number:05d}.parquet"
             path = self._locations.new_data_location(data_file_name=name)
             self._written_paths.append(path)
-            self._current = _RollingFile(path, self._io, table.schema, self._writer_kwargs)
-        self._current.writer.write_table(table, row_group_size=self._row_group_rows)
-        if not last:  # the last row group is flushed by the commit's fsync, with the footer
-            self._current.start_writeback()
-        if self._current.size() >= self._target_size:
-            self._close_file()
+        return number, _RollingFile(path, self._io, schema, self._writer_kwargs)
 
-    def _close_file(self) -> None:
-        current, self._current = self._current, None
-        if current is None:
-            return
+    def _data_file(self, current: _RollingFile) -> DataFile:
+        """Close ``current`` and describe it."""
         parquet_metadata, size = current.close()
         statistics = data_file_statistics_from_parquet_metadata(
             parquet_metadata=parquet_metadata,
             stats_columns=self._stats_plan,
             parquet_column_mapping=self._column_mapping,
         )
-        self._data_files.append(
-            DataFile.from_args(
-                content=DataFileContent.DATA,
-                file_path=current.path,
-                file_format=FileFormat.PARQUET,
-                partition=Record(),
-                file_size_in_bytes=size,
-                sort_order_id=None,
-                spec_id=self._metadata.default_spec_id,
-                equality_ids=None,
-                key_metadata=None,
-                **statistics.to_serialized_dict(),
-            )
+        return DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=current.path,
+            file_format=FileFormat.PARQUET,
+            partition=Record(),
+            file_size_in_bytes=size,
+            sort_order_id=None,
+            spec_id=self._metadata.default_spec_id,
+            equality_ids=None,
+            key_metadata=None,
+            **statistics.to_serialized_dict(),
         )
 
     def _write_partitioned(self, table: pa.Table) -> None:
@@ -385,6 +399,84 @@ class DataFileWriter:
         files = list(_dataframe_to_data_files(self._metadata, table, self._io, write_uuid=uuid.uuid4()))
         self._written_paths.extend(f.file_path for f in files)
         self._data_files.extend(files)
+
+
+def _first(item: tuple[int, DataFile]) -> int:
+    return item[0]
+
+
+class _Lane:
+    """Encodes row groups into rolling files of its own, in its own thread or the caller's."""
+
+    def __init__(self, owner: DataFileWriter, threaded: bool) -> None:
+        self._owner = owner
+        self._current: tuple[int, _RollingFile] | None = None
+        self.files: list[tuple[int, DataFile]] = []  # (file number, file) of closed files
+        self.error: BaseException | None = None
+        self._queue: queue.Queue[Any] | None = None
+        self._thread: threading.Thread | None = None
+        if threaded:
+            self._queue = queue.Queue(maxsize=1)
+            self._thread = threading.Thread(target=self._run, name="icefloe-parquet-encoder", daemon=True)
+            self._thread.start()
+
+    def submit(self, table: pa.Table, last: bool) -> None:
+        """Encode ``table`` as the next row group (blocks while the lane is behind)."""
+        if self._queue is None:
+            self._write(table, last)
+            return
+        if self.error is not None:
+            raise WriteAborted("a Parquet encoder failed") from self.error
+        self._queue.put((table, last))
+
+    def close(self) -> None:
+        """Finish the open file (discard it after any failure); wait for the thread."""
+        if self._queue is not None and self._thread is not None:
+            self._queue.put(_DONE)
+            self._thread.join()
+        else:
+            self._finish()
+
+    def _run(self) -> None:
+        assert self._queue is not None
+        while True:
+            item = self._queue.get()
+            if item is _DONE:
+                break
+            if self.error is None and self._owner._error is None:
+                try:
+                    self._write(*item)
+                except BaseException as exc:  # reported through the owner
+                    self.error = exc
+        self._finish()
+
+    def _write(self, table: pa.Table, last: bool) -> None:
+        if self._current is None:
+            self._current = self._owner._open_file(table.schema)
+        current = self._current[1]
+        current.writer.write_table(table, row_group_size=self._owner._row_group_rows)
+        if not last:  # the last row group is flushed by the commit's fsync, with the footer
+            current.start_writeback()
+        if current.size() >= self._owner._target_size:
+            self._close_file()
+
+    def _close_file(self) -> None:
+        if self._current is not None:
+            (number, current), self._current = self._current, None
+            self.files.append((number, self._owner._data_file(current)))
+
+    def _finish(self) -> None:
+        if self.error is None and self._owner._error is None:
+            try:
+                self._close_file()
+            except BaseException as exc:
+                self.error = exc
+        if self._current is not None:  # failed: the file is deleted with the others
+            try:
+                self._current[1].close()
+            except Exception:
+                pass
+            self._current = None
 
 
 def delete_files(io: FileIO, paths: list[str]) -> None:
