@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from catalog import RocksCatalog
+from catalog import RocksCatalog, writer
 from catalog.append import Appender
 from catalog.idempotency import idempotency_key
 from catalog.schema_policy import SchemaMismatchError
@@ -72,6 +72,56 @@ def test_broken_stream_commits_nothing_and_deletes_its_files(catalog: RocksCatal
 
     with pytest.raises(ConnectionError):
         Appender(catalog).append_stream(("ns", "t"), _data(1).schema, batches())
+    assert catalog.log.head() == 1
+    assert _parquet_files(catalog) == []
+    assert catalog.load_table("ns.t").current_snapshot() is None
+
+
+def test_long_stream_is_encoded_by_lanes_row_groups_in_turn(catalog: RocksCatalog) -> None:
+    catalog.create_table("ns.t", _data(1).schema, properties={"write.parquet.row-group-limit": "10000"})
+    data = _data(100_000)
+    Appender(catalog).append_stream(("ns", "t"), data.schema, data.to_batches(max_chunksize=2500))
+    lanes = writer.ENCODERS
+    tasks = list(catalog.load_table("ns.t").scan().plan_files())
+    assert len(tasks) == lanes  # one file per lane (far below the target size)
+    starts: list[int] = []
+    for lane, task in enumerate(tasks):  # the commit lists the files in the order opened
+        meta = pq.read_metadata(task.file.file_path)
+        assert meta.num_rows == task.file.record_count
+        ids = pq.read_table(task.file.file_path).column("id").to_pylist()
+        groups = [ids[i : i + 10_000] for i in range(0, len(ids), 10_000)]
+        assert [meta.row_group(k).num_rows for k in range(meta.num_row_groups)] == [10_000] * len(groups)
+        for k, group in enumerate(groups):
+            # Row group n of the stream went to lane n % lanes, in stream order.
+            assert group == list(range(group[0], group[0] + 10_000))
+            assert group[0] == (k * lanes + lane) * 10_000
+            starts.append(group[0])
+    assert sorted(starts) == list(range(0, 100_000, 10_000))
+
+
+def test_a_failing_encoder_lane_commits_nothing_and_deletes_every_file(
+    catalog: RocksCatalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    catalog.create_table("ns.t", _data(1).schema, properties={"write.parquet.row-group-limit": "1000"})
+    real_write = writer._Lane._write
+    calls = []
+
+    def failing_write(self: writer._Lane, table: pa.Table, last: bool) -> None:
+        calls.append(1)
+        if len(calls) == 5:
+            raise OSError("disk full")
+        real_write(self, table, last)
+
+    monkeypatch.setattr(writer._Lane, "_write", failing_write)
+    data = _data(50_000)
+    with pytest.raises(writer.WriteAborted) as failure:
+        Appender(catalog).append_stream(("ns", "t"), data.schema, data.to_batches(max_chunksize=1000))
+    chain = []
+    cause: BaseException | None = failure.value
+    while cause is not None:
+        chain.append(cause)
+        cause = cause.__cause__
+    assert any(isinstance(c, OSError) and "disk full" in str(c) for c in chain)
     assert catalog.log.head() == 1
     assert _parquet_files(catalog) == []
     assert catalog.load_table("ns.t").current_snapshot() is None

@@ -117,7 +117,9 @@ def test_server_killed_mid_stream_then_retry_with_key_commits_once(
         # Every file left is one a snapshot references (the retried append's files stay
         # referenced by its snapshot if maintenance compacted them): none is an orphan.
         referenced = {
-            task.file.file_path for snap in table.snapshots() for task in table.scan(snapshot_id=snap.snapshot_id).plan_files()
+            task.file.file_path
+            for snap in table.snapshots()
+            for task in table.scan(snapshot_id=snap.snapshot_id).plan_files()
         }
     finally:
         cat.close()
