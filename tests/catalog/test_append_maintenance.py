@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 from catalog_testlib import Interleaved, id_rows
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.types import StringType
 
 from catalog import RocksCatalog
 from catalog.append import Appender
@@ -362,3 +363,44 @@ def test_compaction_retries_when_its_version_is_gone_before_the_worker_reads_it(
 def test_the_worker_process_runs_at_a_lower_cpu_priority(process_worker: MaintenanceWorker) -> None:
     # Background compaction must not take CPU from the serving process on a busy machine.
     assert process_worker.run(os.nice, 0) == min(19, os.nice(0) + WORKER_NICENESS)
+
+
+def test_compaction_reads_files_of_the_current_schema_in_their_own_types(catalog: RocksCatalog) -> None:
+    # Files all written with the table's current schema are read as one dataset in their own
+    # Arrow types (no per-file scan, no cast to pyiceberg's large types) and keep every value.
+    from catalog.maintenance_worker import _rows_of, live_data_files
+
+    catalog.drop_table("ns.t")
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
+    catalog.create_table("ns.t", schema)
+    appender = Appender(catalog)
+    for i in range(5):
+        appender.append_table(("ns", "t"), pa.table({"id": [i * 2, i * 2 + 1], "name": [f"n{i}", None]}, schema=schema))
+    table = catalog.load_table("ns.t")
+    input_schema, batches = _rows_of(table, live_data_files(table))
+    assert input_schema.field("name").type == pa.string()  # the files' type, not large_string
+    rows = pa.Table.from_batches(list(batches), schema=input_schema)
+    assert sorted(rows.to_pylist(), key=lambda r: r["id"]) == [
+        {"id": i, "name": f"n{i // 2}" if i % 2 == 0 else None} for i in range(10)
+    ]
+
+
+def test_compaction_resolves_files_of_older_schemas_by_field_id(
+    catalog: RocksCatalog, worker: MaintenanceWorker
+) -> None:
+    # Files written before a rename and an added column do not match the current schema:
+    # their columns are found by field id (the renamed one keeps its values, the added one
+    # reads as null), also when files of the current schema are compacted with them.
+    appender = Appender(catalog)
+    for i in range(3):
+        appender.append_table(("ns", "t"), id_rows(2, i * 2))
+    table = catalog.load_table("ns.t")
+    with table.update_schema() as update:
+        update.rename_column("id", "key")
+        update.add_column("note", StringType())
+    for i in range(3, 5):
+        appender.append_table(("ns", "t"), pa.table({"key": [i * 2, i * 2 + 1], "note": ["x", "y"]}))
+    report = compact(appender, ("ns", "t"), min_input_files=2, worker=worker)
+    assert report.compacted_files == 5 and report.written_files == 1
+    rows = sorted(catalog.load_table("ns.t").scan().to_arrow().to_pylist(), key=lambda r: r["key"])
+    assert rows == [{"key": k, "note": None if k < 6 else "xy"[k % 2]} for k in range(10)]
