@@ -26,6 +26,7 @@ sequential DoPuts: about a third of writing an append's manifest).
 from __future__ import annotations
 
 import functools
+import io
 import json
 import logging
 import threading
@@ -61,6 +62,7 @@ def install() -> None:
             codec_key = getattr(avro_file, "AVRO_CODEC_KEY")  # noqa: B009
             codec_mapping = getattr(avro_file, "CODEC_MAPPING_ICEBERG_TO_AVRO")  # noqa: B009
             magic, meta_schema = avro_file.MAGIC, avro_file.META_SCHEMA
+            from pyiceberg.avro.encoder import BinaryEncoder as encoder_class
             from pyiceberg.manifest import (
                 ManifestWriter,
                 data_file_with_partition,
@@ -122,15 +124,37 @@ def install() -> None:
             text = repr(file_schema) + str(file_schema)
             return avro_json_by_text(text, schema_name, _Keyless(file_schema))
 
+        # A header is the magic, the metadata map and the file's sync marker. A manifest's
+        # metadata (schema, spec, format version, content) is the same for every manifest of
+        # a table, so its encoding is kept by the map's items; the sync marker is per file.
+        encoded_headers: OrderedDict[tuple[tuple[str, str], ...], bytes] = OrderedDict()
+        headers_lock = threading.Lock()
+
         def write_header(self: Any) -> None:
-            # pyiceberg's _write_header, with the schema's Avro JSON and the writers cached.
+            # pyiceberg's _write_header, with the schema's Avro JSON, the writers and the
+            # encoded header (up to the sync marker) cached.
             from pyiceberg.table import TableProperties
 
             codec_name = self.metadata.get(codec_key, TableProperties.WRITE_AVRO_COMPRESSION_DEFAULT)
             codec_name = codec_mapping.get(codec_name, codec_name)
             json_schema = avro_schema_json(self.file_schema, self.schema_name)
             meta = {**self.metadata, schema_key: json_schema, codec_key: codec_name}
-            cached_construct_writer(meta_schema).write(self.encoder, header_class(magic, meta, self.sync_bytes))
+            key = tuple(meta.items())
+            with headers_lock:
+                encoded = encoded_headers.get(key)
+                if encoded is not None:
+                    encoded_headers.move_to_end(key)
+            if encoded is None:
+                buffer = io.BytesIO()
+                cached_construct_writer(meta_schema).write(
+                    encoder_class(buffer), header_class(magic, meta, self.sync_bytes))
+                encoded = buffer.getvalue()[: -len(self.sync_bytes)]
+                with headers_lock:
+                    encoded_headers[key] = encoded
+                    while len(encoded_headers) > CACHE_SIZE:
+                        encoded_headers.popitem(last=False)
+            self.encoder.write(encoded)
+            self.encoder.write(self.sync_bytes)
 
         @functools.lru_cache(maxsize=CACHE_SIZE)
         def entry_schema(format_version: Any, partition_type: Any) -> Any:  # TableVersion
@@ -146,6 +170,26 @@ def install() -> None:
         setattr(avro_file, "construct_writer", cached_construct_writer)  # noqa: B010
         setattr(avro_file, "resolve_writer", cached_resolve_writer)  # noqa: B010
         setattr(output_class, "_write_header", write_header)  # noqa: B010
+        setattr(encoder_class, "write_int", _write_int)  # noqa: B010
+
+
+# Zig-zag varints of 0..127 (the lengths, counts and small ids most manifest fields hold).
+_ONE_BYTE = [bytes([value]) for value in range(0x80)]
+
+
+def _write_int(self: Any, integer: int) -> None:
+    """pyiceberg's ``BinaryEncoder.write_int`` (zig-zag varint) in one write: pyiceberg
+    writes each byte of a varint separately, and a manifest entry holds over a hundred."""
+    datum = (integer << 1) ^ (integer >> 63)
+    if 0 <= datum < 0x80:
+        self.write(_ONE_BYTE[datum])
+        return
+    out = bytearray()
+    while (datum & ~0x7F) != 0:
+        out.append((datum & 0x7F) | 0x80)
+        datum >>= 7
+    out.append(datum)
+    self.write(bytes(out))
 
 
 class _Keyless:

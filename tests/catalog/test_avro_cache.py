@@ -132,3 +132,52 @@ def test_a_durable_file_knows_its_length_without_a_stat(tmp_path: Path) -> None:
     assert len(again) == 0
     fresh = io.new_output(path)  # a new object over an existing file: stat, as pyiceberg does
     assert len(fresh) == os.path.getsize(path)
+
+
+def _reference_write_int(integer: int) -> bytes:
+    # pyiceberg's zig-zag varint, byte by byte, as its BinaryEncoder.write_int writes it.
+    out = b""
+    datum = (integer << 1) ^ (integer >> 63)
+    while (datum & ~0x7F) != 0:
+        out += bytes([(datum & 0x7F) | 0x80])
+        datum >>= 7
+    return out + bytes([datum])
+
+
+def test_varints_are_encoded_as_pyiceberg_encodes_them(tmp_path: Path) -> None:
+    import io
+
+    from pyiceberg.avro.decoder_fast import CythonBinaryDecoder
+    from pyiceberg.avro.encoder import BinaryEncoder
+
+    RocksCatalog("avro", warehouse=str(tmp_path / "wh")).close()  # installs the caches
+    values = [0, 1, -1, 63, -64, 64, -65, 127, 128, 8191, 8192, -8193, 2**31 - 1, -(2**31), 2**53, 2**63 - 1, -(2**63)]
+    for value in values:
+        buffer = io.BytesIO()
+        BinaryEncoder(buffer).write_int(value)
+        assert buffer.getvalue() == _reference_write_int(value), value
+        assert CythonBinaryDecoder(buffer.getvalue()).read_int() == value
+
+
+def test_a_cached_header_differs_only_in_its_sync_marker(tmp_path: Path) -> None:
+    # Manifests of one table share their encoded header; each file keeps its own sync marker
+    # (its blocks end with it), and every manifest still opens with the right schema.
+    cat = RocksCatalog("avro", warehouse=str(tmp_path / "wh"))
+    try:
+        cat.create_namespace("ns")
+        table = cat.create_table("ns.t", ROWS.schema)
+        for _ in range(3):
+            table.append(ROWS)
+        table = cat.load_table("ns.t")
+        snapshot = table.current_snapshot()
+        assert snapshot is not None
+        headers = []
+        for manifest in snapshot.manifests(table.io):
+            with avro_file.AvroFile(table.io.new_input(manifest.manifest_path)) as f:
+                headers.append(f.header)
+                assert sum(1 for _ in f) == 1
+        assert len({h.sync for h in headers}) == 3
+        assert all(h.meta == headers[0].meta for h in headers)
+        assert headers[0].get_schema() is not None
+    finally:
+        cat.close()
