@@ -34,6 +34,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from catalog.lru import LockedLRU
+
 logger = logging.getLogger("icefloe.catalog.avro_cache")
 
 CACHE_SIZE = 256
@@ -127,8 +129,7 @@ def install() -> None:
         # A header is the magic, the metadata map and the file's sync marker. A manifest's
         # metadata (schema, spec, format version, content) is the same for every manifest of
         # a table, so its encoding is kept by the map's items; the sync marker is per file.
-        encoded_headers: OrderedDict[tuple[tuple[str, str], ...], bytes] = OrderedDict()
-        headers_lock = threading.Lock()
+        encoded_headers: LockedLRU[tuple[tuple[str, str], ...], bytes] = LockedLRU(CACHE_SIZE)
 
         def write_header(self: Any) -> None:
             # pyiceberg's _write_header, with the schema's Avro JSON, the writers and the
@@ -140,19 +141,13 @@ def install() -> None:
             json_schema = avro_schema_json(self.file_schema, self.schema_name)
             meta = {**self.metadata, schema_key: json_schema, codec_key: codec_name}
             key = tuple(meta.items())
-            with headers_lock:
-                encoded = encoded_headers.get(key)
-                if encoded is not None:
-                    encoded_headers.move_to_end(key)
+            encoded = encoded_headers.get(key)
             if encoded is None:
                 buffer = io.BytesIO()
                 cached_construct_writer(meta_schema).write(
                     encoder_class(buffer), header_class(magic, meta, self.sync_bytes))
                 encoded = buffer.getvalue()[: -len(self.sync_bytes)]
-                with headers_lock:
-                    encoded_headers[key] = encoded
-                    while len(encoded_headers) > CACHE_SIZE:
-                        encoded_headers.popitem(last=False)
+                encoded_headers.put(key, encoded)
             self.encoder.write(encoded)
             self.encoder.write(self.sync_bytes)
 

@@ -177,8 +177,8 @@ def _rows_of(table: Table, files: list[DataFile]) -> tuple[pa.Schema, Iterator[p
         if len(physical) == 1:
             file_schema = physical.pop()
             if _holds_fields_of(file_schema, schema):
-                scanner = ds.dataset(cast(list[str], paths), schema=file_schema, format="parquet")
-                return file_schema, scanner.to_batches(batch_readahead=4, fragment_readahead=8)
+                # The dataset's schema is its first file's, here every file's: scan it as it is.
+                return file_schema, dataset.to_batches(batch_readahead=4, fragment_readahead=8)
     arrow_schema = schema.as_arrow()
     scan = ArrowScan(table.metadata, table.io, schema, AlwaysTrue())
     # A list, not a generator: ArrowScan walks its tasks more than once.

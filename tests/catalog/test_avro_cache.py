@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
 import pyiceberg.avro.file as avro_file
+from pyiceberg.manifest import ManifestFile
+from pyiceberg.table import Table
 
 from catalog import RocksCatalog
 from catalog.maintenance import compact
@@ -13,7 +17,9 @@ from catalog.maintenance import compact
 ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": pa.array(["a", "b", "c"])})
 
 
-def test_manifests_read_the_same_and_share_schema_and_reader(tmp_path: Path) -> None:
+@contextmanager
+def _three_appends(tmp_path: Path) -> Iterator[tuple[Table, list[ManifestFile]]]:
+    """A table after three appends of ROWS, and its current snapshot's manifests."""
     cat = RocksCatalog("avro", warehouse=str(tmp_path / "wh"))
     try:
         cat.create_namespace("ns")
@@ -23,7 +29,13 @@ def test_manifests_read_the_same_and_share_schema_and_reader(tmp_path: Path) -> 
         table = cat.load_table("ns.t")
         snapshot = table.current_snapshot()
         assert snapshot is not None
-        manifests = snapshot.manifests(table.io)
+        yield table, snapshot.manifests(table.io)
+    finally:
+        cat.close()
+
+
+def test_manifests_read_the_same_and_share_schema_and_reader(tmp_path: Path) -> None:
+    with _three_appends(tmp_path) as (table, manifests):
         assert len(manifests) == 3  # one per append
         opened = []
         for manifest in manifests:
@@ -38,8 +50,6 @@ def test_manifests_read_the_same_and_share_schema_and_reader(tmp_path: Path) -> 
         files = [e.data_file.file_path for m in manifests for e in m.fetch_manifest_entry(table.io)]
         assert len(set(files)) == 3
         assert table.scan().to_arrow().num_rows == 9
-    finally:
-        cat.close()
 
 
 def test_compaction_with_shared_readers_keeps_every_row(tmp_path: Path) -> None:
@@ -162,22 +172,12 @@ def test_varints_are_encoded_as_pyiceberg_encodes_them(tmp_path: Path) -> None:
 def test_a_cached_header_differs_only_in_its_sync_marker(tmp_path: Path) -> None:
     # Manifests of one table share their encoded header; each file keeps its own sync marker
     # (its blocks end with it), and every manifest still opens with the right schema.
-    cat = RocksCatalog("avro", warehouse=str(tmp_path / "wh"))
-    try:
-        cat.create_namespace("ns")
-        table = cat.create_table("ns.t", ROWS.schema)
-        for _ in range(3):
-            table.append(ROWS)
-        table = cat.load_table("ns.t")
-        snapshot = table.current_snapshot()
-        assert snapshot is not None
+    with _three_appends(tmp_path) as (table, manifests):
         headers = []
-        for manifest in snapshot.manifests(table.io):
+        for manifest in manifests:
             with avro_file.AvroFile(table.io.new_input(manifest.manifest_path)) as f:
                 headers.append(f.header)
                 assert sum(1 for _ in f) == 1
         assert len({h.sync for h in headers}) == 3
         assert all(h.meta == headers[0].meta for h in headers)
         assert headers[0].get_schema() is not None
-    finally:
-        cat.close()
