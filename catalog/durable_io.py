@@ -231,6 +231,14 @@ class DurableFileIO(PyArrowFileIO):
         return durable
 
 
+def _confine(file_io: FileIO, location: str) -> None:
+    # A table's FileIO (catalog.sandbox.ConfinedFileIO) refuses paths outside its folder; the
+    # direct os calls below must ask it too.
+    check = getattr(file_io, "confine", None)
+    if check is not None:
+        check(location)
+
+
 def write_new(file_io: FileIO, location: str, data: bytes, pending: list[str] | None = None) -> None:
     """Write a new file holding ``data`` (refused if it exists).
 
@@ -245,6 +253,7 @@ def write_new(file_io: FileIO, location: str, data: bytes, pending: list[str] | 
         FileExistsError: The file exists.
         OSError: It could not be written (a partly written local file is removed).
     """
+    _confine(file_io, location)
     local = local_path(location) if isinstance(file_io, DurableFileIO) else None
     if local is None:
         with file_io.new_output(location).create(overwrite=False) as stream:
@@ -278,6 +287,7 @@ def remove(file_io: FileIO, location: str) -> None:
         FileNotFoundError: It does not exist.
         OSError: It could not be deleted.
     """
+    _confine(file_io, location)
     local = local_path(location) if isinstance(file_io, DurableFileIO) else None
     if local is None:
         file_io.delete(location)

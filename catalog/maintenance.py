@@ -59,6 +59,7 @@ from catalog.maintenance_worker import (
 from catalog.metadata_ops import DEFAULT_SNAPSHOTS_RETAIN, SNAPSHOTS_RETAIN
 from catalog.pipes import checkpoint_snapshots
 from catalog.rebase import rebase
+from catalog.sandbox import ConfinedFileIO, OutsideTableError, confine
 from catalog.writer import delete_files
 
 if TYPE_CHECKING:
@@ -401,6 +402,9 @@ def remove_orphans(
     parsed = urlparse(table.location())
     if parsed.scheme not in ("", "file"):
         return 0  # object stores: not handled here
+    if not isinstance(table.io, ConfinedFileIO):
+        logger.warning("orphan removal of %s refused: its FileIO is not confined to its folder", ".".join(identifier))
+        return 0
     root = local_path(table.location())
     cutoff = time.time() - grace_s
     # Every retained manifest is read outside the table's commit slot (it takes long; appends
@@ -431,10 +435,15 @@ def remove_orphans(
     removed = 0
     for path in candidates:
         try:
+            # The table's FileIO decides (real paths): never a file outside its folder, never
+            # the catalog or the key file, whatever the folder walk met.
+            confine(table.io, path)
             os.remove(path)
             removed += 1
         except FileNotFoundError:
             pass
+        except OutsideTableError as exc:
+            logger.warning("orphan removal of %s: %s", ".".join(identifier), exc)
     if removed:
         logger.info("removed %d orphan files of %s", removed, ".".join(identifier))
     return removed

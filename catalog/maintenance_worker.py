@@ -38,7 +38,6 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 from pyiceberg.catalog.noop import NoopCatalog
 from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.io import load_file_io
 from pyiceberg.io.pyarrow import ArrowScan, pyarrow_to_schema
 from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.schema import Schema
@@ -49,6 +48,7 @@ from pyiceberg.table.update import AssertTableUUID
 from pyiceberg.table.update.snapshot import _MergeAppendFiles, _OverwriteFiles
 
 from catalog import avro_cache, durable_io, manifest_list_cache
+from catalog.sandbox import ConfinedFileIO, Warehouse, confine
 from catalog.table import RocksTable
 from catalog.writer import DataFileWriter
 
@@ -72,15 +72,21 @@ class TableRef:
 
     identifier: tuple[str, ...]
     metadata_location: str
-    # The FileIO properties the catalog itself would use for this table.
+    # The FileIO properties the catalog itself uses (never a table's own).
     io_properties: dict[str, str]
+    # The warehouse and what the server keeps in it: the worker's FileIO is confined to the
+    # table's folder by the same rules as the catalog's (catalog.sandbox).
+    warehouse: str = ""
+    reserved: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, catalog: RocksCatalog, table: Table) -> TableRef:
         return cls(
             identifier=tuple(table.name()),
             metadata_location=table.metadata_location,
-            io_properties={**catalog.properties, **table.properties},
+            io_properties=catalog._io_properties(),
+            warehouse=catalog.files.location,
+            reserved=catalog.files.extra_reserved,
         )
 
     def open(self) -> Table:
@@ -89,11 +95,13 @@ class TableRef:
         Raises:
             MetadataGone: If its metadata file was deleted (see ``MetadataGone``).
         """
-        io = load_file_io(self.io_properties, self.metadata_location)
+        warehouse = Warehouse(self.warehouse, self.reserved)
         try:
-            metadata = FromInputFile.table_metadata(io.new_input(self.metadata_location))
+            metadata = FromInputFile.table_metadata(
+                ConfinedFileIO(self.io_properties, warehouse, None).new_input(self.metadata_location))
         except FileNotFoundError:
             raise MetadataGone(self.metadata_location) from None
+        io = ConfinedFileIO(self.io_properties, warehouse, warehouse.table_root(metadata.location))
         # A RocksTable: its transactions apply updates without pyiceberg's deep copy of the
         # whole metadata per update (a third of a 170-file compaction's CPU went to copying).
         return RocksTable(
@@ -167,6 +175,8 @@ def _rows_of(table: Table, files: list[DataFile]) -> tuple[pa.Schema, Iterator[p
     schema) goes through pyiceberg's scan, which resolves columns by field id.
     """
     schema = table.schema()
+    for f in files:
+        confine(table.io, f.file_path)
     paths = [durable_io.local_path(f.file_path) for f in files]
     if all(paths):
         try:

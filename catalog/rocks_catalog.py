@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlparse
@@ -37,7 +38,7 @@ from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 
-from catalog import avro_cache, keys, manifest_list_cache, table_commits
+from catalog import avro_cache, keys, manifest_list_cache, table_commits, table_files
 from catalog.commit_log import CommitLog, CommitRecord
 from catalog.context import current_commit_context
 from catalog.idempotency import batch_extras
@@ -51,6 +52,14 @@ from catalog.names import (
     namespace_folder,
 )
 from catalog.pins import SnapshotPins
+from catalog.sandbox import (
+    CATALOG_DIR,
+    ConfinedFileIO,
+    InvalidLocationError,
+    OutsideTableError,
+    TableLocationTakenError,
+    Warehouse,
+)
 from catalog.store import RocksStore, StoreLockedError
 from catalog.subscriptions import CommitHub
 from catalog.table import RocksTable
@@ -64,7 +73,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("icefloe.catalog")
 
-CATALOG_DIR = "catalog.rocksdb"
 READ_ONLY = "read-only"  # "true", "false" or "auto" (read-only when another process writes)
 CATALOG_PATH = "catalog-path"  # where the RocksDB lives when the warehouse is not local
 DEFAULT_IO_IMPL = "catalog.durable_io.DurableFileIO"
@@ -126,6 +134,8 @@ class RocksCatalog(MetastoreCatalog):
         props = {"py-io-impl": DEFAULT_IO_IMPL, **properties, "warehouse": warehouse}
         super().__init__(name, **props)
         self.warehouse = warehouse
+        # Which files the server may touch: every table's FileIO is confined by these rules.
+        self.files = Warehouse(warehouse, reserved=[db_path] if parsed.scheme in ("", "file") else ())
         mode = str(props.get(READ_ONLY, "auto")).lower()
         if mode == "true":
             self._store = RocksStore(db_path, read_only=True)
@@ -221,14 +231,72 @@ class RocksCatalog(MetastoreCatalog):
         self._metadata_cache[(ns, table)] = (location, metadata)
         return metadata
 
+    def _load_file_io(self, properties: Properties = EMPTY_DICT, location: str | None = None) -> FileIO:
+        """A FileIO confined to the warehouse (outside reserved entries).
+
+        Table properties are ignored on purpose: a table must not pick the FileIO class or
+        its endpoint. Table files go through ``table_io``, confined to the table's folder.
+        """
+        return ConfinedFileIO(self._io_properties(), self.files, None)
+
+    def _io_properties(self) -> dict[str, str]:
+        return {k: v for k, v in self.properties.items() if k != "py-io-impl"}
+
+    def table_io(self, table_location: str) -> ConfinedFileIO:
+        """The FileIO of the table at ``table_location``: it touches nothing outside that folder.
+
+        Raises:
+            OutsideTableError: The location is not a valid table folder of this warehouse
+                (a table landed before the sandbox, with its folder at the warehouse root...).
+        """
+        try:
+            root = self.files.table_root(table_location)
+        except InvalidLocationError as exc:
+            raise OutsideTableError(f"refused: {exc}") from None
+        return ConfinedFileIO(self._io_properties(), self.files, root)
+
     def _table(self, ns: tuple[str, ...], table: str, location: str, metadata: TableMetadata) -> Table:
         return RocksTable(
             identifier=(*ns, table),
             metadata=metadata,
             metadata_location=location,
-            io=self._load_file_io(metadata.properties, location),
+            io=self.table_io(metadata.location),
             catalog=self,
         )
+
+    def table_root(self, location: str, identifier: tuple[str, ...] | None = None) -> str:
+        """Validate a table location: inside the warehouse, and neither inside nor around
+        another table's folder (``identifier`` names the table itself, which may keep its own).
+
+        Raises:
+            InvalidLocationError: It is not allowed.
+        """
+        root = self.files.table_root(location)
+        for other in self._all_table_keys():
+            if identifier is not None and other == identifier:
+                continue
+            pointer = self._pointer(other[:-1], other[-1])
+            if pointer is None:
+                continue
+            try:
+                other_location = self._read_metadata(other[:-1], other[-1], pointer["metadata_location"]).location
+            except Exception:  # noqa: BLE001 - a table we cannot read has no folder to protect
+                continue
+            other_root = self.files.canonical(other_location)
+            if other_root is None:
+                continue
+            if Warehouse._under(root, other_root) or Warehouse._under(other_root, root):
+                raise TableLocationTakenError(
+                    f"table location {location[:200]!r} overlaps the folder of table {'.'.join(other)}"
+                )
+        return root
+
+    def _all_table_keys(self) -> list[tuple[str, ...]]:
+        found = []
+        for key, _ in self._store.scan(keys.TABLE):
+            ns, name = keys.decode_table_key(key)
+            found.append((*ns, name))
+        return found
 
     def _land(
         self,
@@ -317,6 +385,16 @@ class RocksCatalog(MetastoreCatalog):
         )
         iceberg_schema: Schema = self._convert_schema_if_needed(schema, format_version)
         table_location = self._resolve_table_location(location, "\x1f".join(ns), table)
+        try:
+            root = self.table_root(table_location, (*ns, table))
+        except TableLocationTakenError:
+            if location:
+                raise
+            # The default folder is still another table's (renamed tables keep their folder):
+            # this one gets a folder of its own next to it.
+            table_location = f"{table_location}-{uuid.uuid4().hex[:8]}"
+            root = self.table_root(table_location, (*ns, table))
+        table_files.check_properties(self.files, root, properties)
         provider = load_location_provider(table_location, properties)
         metadata_location = provider.new_table_metadata_file_location()
         metadata = new_table_metadata(
@@ -326,7 +404,7 @@ class RocksCatalog(MetastoreCatalog):
             sort_order=sort_order,
             properties=properties,
         )
-        io = self._load_file_io(properties=properties, location=metadata_location)
+        io = self.table_io(table_location)
         return StagedTable(
             identifier=(*ns, table), metadata=metadata, metadata_location=metadata_location, io=io, catalog=self
         )
@@ -409,8 +487,16 @@ class RocksCatalog(MetastoreCatalog):
         self._require_namespace(ns)
         if not overwrite and self._pointer(ns, table) is not None:
             raise TableAlreadyExistsError(f"Table {'.'.join((*ns, table))} already exists")
+        if not self.files.inside(metadata_location):
+            raise InvalidLocationError(
+                f"metadata file {str(metadata_location)[:200]!r} must lie inside the catalog's warehouse"
+            )
         io = self._load_file_io(location=metadata_location)
         metadata = FromInputFile.table_metadata(io.new_input(metadata_location))
+        # Every file the registered metadata names must lie under its own table folder, as
+        # for a commit: the server will read, rewrite and delete them.
+        root = self.table_root(metadata.location, (*ns, table))
+        table_files.check_metadata(self.table_io(metadata.location), root, metadata, None, metadata_location)
         return self._register_pointer(ns, table, metadata_location, metadata, "register", overwrite=overwrite)
 
     def load_table(self, identifier: str | Identifier) -> Table:
@@ -459,6 +545,47 @@ class RocksCatalog(MetastoreCatalog):
                 (keys.table_key(ns, table),),
             )
             self._metadata_cache.pop((ns, table), None)
+
+    def purge_table(self, identifier: str | Identifier) -> None:
+        """Drop a table and delete its files: only those under the table's own folder, through
+        its confined FileIO (a file named outside it is logged and left alone).
+
+        Raises:
+            NoSuchTableError: If the table does not exist.
+        """
+        table = self.load_table(identifier)
+        self.drop_table(identifier)
+        io = table.io
+        metadata = table.metadata
+        doomed: list[str] = []
+        seen_manifests: set[str] = set()
+        for snapshot in metadata.snapshots:
+            try:
+                manifests = snapshot.manifests(io)
+            except OSError as exc:
+                logger.warning("purge of %s: cannot read manifest list: %s", table.name(), exc)
+                continue
+            for manifest in manifests:
+                if manifest.manifest_path in seen_manifests:
+                    continue
+                seen_manifests.add(manifest.manifest_path)
+                try:
+                    entries = manifest.fetch_manifest_entry(io, discard_deleted=False)
+                    doomed.extend(e.data_file.file_path for e in entries)
+                except OSError as exc:
+                    logger.warning("purge of %s: cannot read a manifest: %s", table.name(), exc)
+            doomed.append(snapshot.manifest_list)
+        doomed.extend(seen_manifests)
+        doomed.extend(log.metadata_file for log in metadata.metadata_log)
+        doomed.extend(s.statistics_path for s in metadata.statistics)
+        doomed.append(table.metadata_location)
+        for path in dict.fromkeys(doomed):
+            try:
+                io.delete(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                logger.warning("purge of %s: %s not deleted: %s", table.name(), str(path)[:200], exc)
 
     def rename_table(self, from_identifier: str | Identifier, to_identifier: str | Identifier) -> Table:
         """Rename a table; its files stay where they are.
@@ -548,6 +675,7 @@ class RocksCatalog(MetastoreCatalog):
         self._check_writable()
         ns = self._namespace(namespace, err=InvalidNameError)
         checked = check_properties(properties, "namespace")
+        self._check_namespace_location(checked)
         with self._commit_lock:
             if self._ns_exists(ns):
                 raise NamespaceAlreadyExistsError(f"Namespace {'.'.join(ns)} already exists")
@@ -645,6 +773,7 @@ class RocksCatalog(MetastoreCatalog):
         self._check_writable()
         ns = self._namespace(namespace)
         checked = check_properties(updates, "namespace")
+        self._check_namespace_location(checked)
         if removals and any(not isinstance(key, str) for key in removals):
             raise ValueError("namespace property keys to remove must be strings")
         with self._commit_lock:
@@ -652,6 +781,14 @@ class RocksCatalog(MetastoreCatalog):
             summary, updated = self._get_updated_props_and_update_summary(current, removals, checked)
             self._store.write({keys.namespace_key(ns): json.dumps(updated).encode("utf-8")})
         return summary
+
+    def _check_namespace_location(self, properties: Properties) -> None:
+        """A namespace ``location`` (where its tables' folders go) lies inside the warehouse."""
+        location = properties.get("location")
+        if location is not None and not self.files.inside(location):
+            raise InvalidLocationError(
+                f"namespace location {str(location)[:200]!r} must lie inside the catalog's warehouse"
+            )
 
     # -- views: not supported ------------------------------------------------------------
 

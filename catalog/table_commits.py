@@ -23,7 +23,7 @@ from pyiceberg.table.update import AddSnapshotUpdate, AssertCreate, TableRequire
 from pyiceberg.typedef import Identifier
 from pyiceberg.utils.properties import property_as_bool
 
-from catalog import keys
+from catalog import keys, table_files
 from catalog.durable_io import remove
 from catalog.metadata_json import write_metadata
 from catalog.metadata_ops import apply_updates, describe_commit, expire_snapshots, snapshots_to_retain
@@ -91,10 +91,15 @@ def stage(
     if any(isinstance(update, AddSnapshotUpdate) for update in updates):
         # Bounded metadata keeps the cost of every later commit flat.
         new = expire_snapshots(new, snapshots_to_retain(new), catalog.pins.pinned(ns, name))
+    # Nothing lands that names a file outside the table's folder (REST and in-process alike).
+    moved = base is None or new.location != base.location
+    root = catalog.table_root(new.location, (*ns, name)) if moved else catalog.files.table_root(new.location)
+    io = catalog.table_io(new.location)
+    table_files.check_metadata(io, root, new, base)
     version = catalog._parse_metadata_version(base_location) + 1 if base_location else 0
     provider = load_location_provider(new.location, new.properties)
     new_location = provider.new_table_metadata_file_location(version)
-    io = catalog._load_file_io(new.properties, new_location)
+    io.confine(new_location)
     write_metadata(new, io, new_location)
     info = describe_commit(tuple(updates), new)
     if base is None:

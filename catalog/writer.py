@@ -52,6 +52,7 @@ from pyiceberg.utils.properties import property_as_int
 
 from catalog.durable_io import background_fsync, fsync_all, local_path, local_paths
 from catalog.lru import LockedLRU
+from catalog.sandbox import OutsideTableError, confine
 from catalog.schema_policy import check_required, schema_text, strip_field_ids
 
 logger = logging.getLogger("icefloe.catalog.writer")
@@ -62,6 +63,13 @@ _DONE = object()
 # Row groups encoded at once by a long stream (each lane holds at most two: one being
 # encoded, one waiting).
 ENCODERS = max(1, min(2, os.cpu_count() or 1))
+
+
+def _raise_refusal(error: BaseException | None) -> None:
+    # A file the sandbox refused is the client's doing (a table folder that leads outside),
+    # not a writer failure: it reaches the client as itself (PERMISSION_DENIED).
+    if isinstance(error, OutsideTableError):
+        raise OutsideTableError(str(error)) from None
 
 
 class WriteAborted(RuntimeError):
@@ -142,6 +150,7 @@ class _RollingFile:
     def __init__(self, path: str, io: FileIO, schema: pa.Schema, writer_kwargs: dict[str, Any]) -> None:
         self.path = path
         self.local_path = local_path(path)
+        confine(io, path)  # before any folder is made: the table's folder only (catalog.sandbox)
         if self.local_path is not None:
             os.makedirs(os.path.dirname(self.local_path), exist_ok=True)
             self._stream: Any = pa.OSFile(self.local_path, "wb")  # native stream: no GIL per write
@@ -242,6 +251,7 @@ class DataFileWriter:
             WriteAborted: The encoder failed earlier.
         """
         if self._error is not None:
+            _raise_refusal(self._error)
             raise WriteAborted("the data file writer failed") from self._error
         if batch.num_rows == 0:
             return
@@ -267,6 +277,7 @@ class DataFileWriter:
         self._closed = True
         if self._error is not None:
             self.abort()
+            _raise_refusal(self._error)
             raise WriteAborted("the data file writer failed") from self._error
         if sync:
             fsync_all(local_paths(self._written_paths))
@@ -426,6 +437,7 @@ class _Lane:
             self._write(table, last)
             return
         if self.error is not None:
+            _raise_refusal(self.error)
             raise WriteAborted("a Parquet encoder failed") from self.error
         self._queue.put((table, last))
 

@@ -47,6 +47,7 @@ from pyiceberg.table import FileScanTask
 from catalog import CursorExpiredError
 from catalog.commit_log import CommitRecord
 from catalog.names import InvalidNameError, check_name, check_namespace
+from catalog.sandbox import confine
 from flight_server import errors
 from flight_server.appended_files import local_path, shared_reader
 from flight_server.changelog import net_changes
@@ -323,6 +324,9 @@ class ChangeScanService:
         except (FileNotFoundError, RowsUnavailable) as exc:
             logger.info("change scan of %s: %s", request.qualified, exc)
             raise errors.OutOfRange(_expired(request, record.seq)) from None
+        for unit in units:  # nothing outside the table's folder is read (catalog.sandbox)
+            for data_file in (*unit.added, *unit.removed):
+                confine(unit.io, data_file.file_path)
         if schema is None:
             schema = self._current_schema(request)
         return _Plan(schema, units, non_appends)

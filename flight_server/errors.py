@@ -169,6 +169,12 @@ def classify(exc: BaseException) -> tuple[str, str]:
     from catalog.maintenance_worker import WorkerDied
     from catalog.names import InvalidNameError
 
+    from catalog.sandbox import InvalidLocationError, OutsideTableError
+
+    if isinstance(exc, OutsideTableError):  # a file outside the table's folder (catalog.sandbox)
+        return "PERMISSION_DENIED", str(exc)
+    if isinstance(exc, InvalidLocationError):  # a client named such a file or folder
+        return "INVALID_ARGUMENT", str(exc)
     if isinstance(exc, InvalidNameError):
         # First: an empty namespace (EmptyNamespaceError) is also a NoSuchNamespaceError, as
         # pyiceberg's catalogs answer; to a client it is a bad name, not a missing one.

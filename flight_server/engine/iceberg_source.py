@@ -32,6 +32,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from catalog.lru import LockedLRU
+from catalog.sandbox import confine
 from flight_server.engine.splits import ScanUnit, assign, scan_units
 
 logger = logging.getLogger("icefloe.engine.iceberg")
@@ -200,6 +201,7 @@ class IcebergSources:
                 from flight_server import errors
 
                 raise errors.Unimplemented("tables with row-level delete files cannot be queried yet")
+            confine(table.io, task.file.file_path)  # nothing outside the table's folder is read
             offsets = tuple(int(o) for o in (task.file.split_offsets or ()))
             files.append((task.file.file_path, int(task.file.file_size_in_bytes), offsets))
         self._files.put(key, tuple(files))

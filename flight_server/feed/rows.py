@@ -31,6 +31,7 @@ from pyiceberg.table import FileScanTask
 from pyiceberg.table.metadata import TableMetadata
 
 from catalog.commit_log import CommitRecord
+from catalog.sandbox import confine
 from flight_server import errors
 from flight_server.feed.events import metadata_message, record_matches, record_summary
 from flight_server.feed.stream import FeedStream
@@ -137,7 +138,7 @@ class RowStream(FeedStream):
         location = record.metadata_location
         cached = self._metadata.get(location) if location is not None else None
         if cached is not None:
-            return cached, self.server.catalog._load_file_io(location=location)
+            return cached, self.server.catalog.table_io(cached.location)
         metadata, io = load_commit_metadata(self.server.catalog, record)
         assert location is not None  # load_commit_metadata refuses a record without one
         self._metadata[location] = metadata
@@ -155,6 +156,8 @@ def _commit_batches(
     from flight_server.appended_files import shared_reader
 
     reader = shared_reader()
+    for data_file in files:
+        confine(io, data_file.file_path)
     if reader.readable(schema, files):
         yield from reader.batches([(record, f) for f in files], schema, target)
         return
@@ -177,7 +180,9 @@ def load_commit_metadata(catalog: Any, record: CommitRecord) -> tuple[TableMetad
         raise RowsUnavailable("commit has no metadata location")
     io = catalog._load_file_io(location=location)
     try:
-        return FromInputFile.table_metadata(io.new_input(location)), io
+        metadata = FromInputFile.table_metadata(io.new_input(location))
+        # Its files are read through the table's own FileIO: confined to the table's folder.
+        return metadata, catalog.table_io(metadata.location)
     except FileNotFoundError:
         try:
             table = catalog.load_table((*record.namespace, record.table))

@@ -25,6 +25,7 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 from sqlglot import exp
 
+from catalog.sandbox import confine
 from flight_server import errors
 from flight_server.engine import PinnedTable
 from flight_server.engine.iceberg_source import quote
@@ -184,6 +185,7 @@ class _Files:
             for task in table.scan(snapshot_id=self.base.snapshot_id).plan_files():
                 if task.delete_files:
                     raise errors.Unimplemented(f"{what}: tables with row-level delete files are not supported")
+                confine(table.io, task.file.file_path)
                 self.files.append(task.file)
         self.tags = {(target.namespace, target.name): [f.file_path for f in self.files]}
 

@@ -136,6 +136,7 @@ def test_register_table(any_catalog: Catalog) -> None:
     table = cat.create_table("ns.t", SCHEMA)
     table.append(rows(0, 6))
     location = cat.load_table("ns.t").metadata_location
+    cat.drop_table("ns.t")  # its files stay; a folder belongs to one table at a time
     registered = cat.register_table("ns.copy", location)
     assert registered.metadata_location == location
     assert ids(cat.load_table("ns.copy")) == list(range(6))
@@ -143,7 +144,7 @@ def test_register_table(any_catalog: Catalog) -> None:
         cat.register_table("ns.copy", location)
     with pytest.raises(NoSuchNamespaceError):
         cat.register_table("missing.copy", location)
-    assert sorted(cat.list_tables("ns")) == [("ns", "copy"), ("ns", "t")]
+    assert sorted(cat.list_tables("ns")) == [("ns", "copy")]
 
 
 def test_partitioned_table_with_sort_order(any_catalog: Catalog) -> None:
@@ -166,11 +167,12 @@ def test_partitioned_table_with_sort_order(any_catalog: Catalog) -> None:
 
 def test_table_locations(any_catalog: Catalog, tmp_path: os.PathLike[str]) -> None:
     cat = any_catalog
-    ns_location = f"{tmp_path}/elsewhere/ns_loc"
+    # Inside the warehouse: RocksCatalog refuses folders outside it (catalog.sandbox).
+    ns_location = f"{tmp_path}/warehouse/elsewhere/ns_loc"
     cat.create_namespace("located", {"location": ns_location})
     in_ns = cat.create_table("located.t", SCHEMA)
     assert local_path(in_ns.location()) == f"{ns_location}/t"
-    explicit = f"{tmp_path}/explicit/table"
+    explicit = f"{tmp_path}/warehouse/explicit/table"
     cat.create_namespace("ns")
     table = cat.create_table("ns.t", SCHEMA, location=explicit + "/")
     assert local_path(table.location()) == explicit
@@ -243,7 +245,7 @@ def test_default_locations_keep_the_warehouse_form(any_catalog: Catalog, given_w
 def test_explicit_location_is_kept_as_given(any_catalog: Catalog, tmp_path: os.PathLike[str]) -> None:
     cat = any_catalog
     cat.create_namespace("ns")
-    uri = f"file://{tmp_path}/given/location"
+    uri = f"file://{tmp_path}/warehouse/given/location"
     spec = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=IdentityTransform(), name="x"))
     table = cat.create_table("ns.t", NESTED, location=uri + "/", partition_spec=spec, properties={"k": "v"})
     assert table.location() == uri
@@ -255,8 +257,10 @@ def test_metadata_path_property(any_catalog: Catalog, tmp_path: os.PathLike[str]
     """``write.metadata.path`` moves metadata files and manifests; the table location stays."""
     cat = any_catalog
     cat.create_namespace("ns")
-    custom = f"file://{tmp_path}/custom/metadata"
-    table = cat.create_table("ns.t", SCHEMA, properties={TableProperties.WRITE_METADATA_PATH: custom})
+    located = f"file://{tmp_path}/warehouse/located"
+    custom = f"{located}/custom/metadata"  # under the table's own folder (catalog.sandbox)
+    table = cat.create_table("ns.t", SCHEMA, location=located,
+                             properties={TableProperties.WRITE_METADATA_PATH: custom})
     table.append(rows(0, 1))
     snapshot = table.current_snapshot()
     assert snapshot is not None
@@ -265,7 +269,7 @@ def test_metadata_path_property(any_catalog: Catalog, tmp_path: os.PathLike[str]
     assert table.location() != custom
     other = cat.create_table("ns.u", SCHEMA)
     assert other.location_provider().new_metadata_location("m.json") == f"{other.location()}/metadata/m.json"
-    moved = f"file://{tmp_path}/moved"
+    moved = f"file://{local_path(other.location())}/moved"
     other.transaction().set_properties({TableProperties.WRITE_METADATA_PATH: moved}).commit_transaction()
     assert other.location_provider().new_metadata_location("m.json") == f"{moved}/m.json"
     assert cat.load_table("ns.u").metadata_location.startswith(moved)

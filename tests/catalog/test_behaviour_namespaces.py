@@ -61,9 +61,9 @@ def test_create_table_without_namespace_is_no_such_namespace(any_catalog: Catalo
     assert any_catalog.list_namespaces() == []
 
 
-def test_namespace_properties_round_trip(any_catalog: Catalog) -> None:
+def test_namespace_properties_round_trip(any_catalog: Catalog, given_warehouse: str) -> None:
     cat = any_catalog
-    props = {"comment": "a description", "location": "/somewhere/else", "p1": "1", "p2": "2"}
+    props = {"comment": "a description", "location": f"{given_warehouse}/somewhere/else", "p1": "1", "p2": "2"}
     cat.create_namespace("ns", props)
     assert _user_properties(cat, "ns") == props
     cat.create_namespace("bare")

@@ -24,6 +24,7 @@ import pytest
 from catalog_testlib import SCHEMA, ids, missing_files, rows
 from pyiceberg.exceptions import NamespaceNotEmptyError, NoSuchViewError, TableAlreadyExistsError
 
+from catalog.sandbox import TableLocationTakenError
 from catalog import RocksCatalog, commit_context
 
 
@@ -56,9 +57,14 @@ def test_register_table_overwrite(rocks: RocksCatalog) -> None:
     first.append(rows(0, 2))
     second = rocks.create_table("ns.second", SCHEMA)
     second.append(rows(100, 1))
+    first_location = rocks.load_table("ns.first").metadata_location
     with pytest.raises(TableAlreadyExistsError):
-        rocks.register_table("ns.second", rocks.load_table("ns.first").metadata_location)
-    rocks.register_table("ns.second", rocks.load_table("ns.first").metadata_location, overwrite=True)
+        rocks.register_table("ns.second", first_location)
+    # Two tables never share a folder (catalog.sandbox): the first must be dropped first.
+    with pytest.raises(TableLocationTakenError, match="ns.first"):
+        rocks.register_table("ns.second", first_location, overwrite=True)
+    rocks.drop_table("ns.first")
+    rocks.register_table("ns.second", first_location, overwrite=True)
     assert ids(rocks.load_table("ns.second")) == [0, 1]
 
 
@@ -93,11 +99,12 @@ def test_commit_log_records_every_table_change(rocks: RocksCatalog) -> None:
     with table.update_schema() as update:
         update.rename_column("name", "label")
     rocks.rename_table("ns.t", "other.u")
-    rocks.register_table("ns.copy", rocks.load_table("other.u").metadata_location)
-    rocks.drop_table("ns.copy")
+    location = rocks.load_table("other.u").metadata_location
+    rocks.drop_table("other.u")
+    rocks.register_table("ns.copy", location)
     records = list(rocks.log.read(0))
     assert [r.seq for r in records] == list(range(1, 8))
-    assert [r.operation for r in records] == ["create", "append", "overwrite", "schema", "rename", "register", "drop"]
+    assert [r.operation for r in records] == ["create", "append", "overwrite", "schema", "rename", "drop", "register"]
     create, append, overwrite = records[0], records[1], records[2]
     assert create.qualified_name == "ns.t" and create.snapshot_id is None
     assert append.added_rows == 5 and append.added_files == 1 and append.principal == "ana"

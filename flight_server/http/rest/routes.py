@@ -64,7 +64,7 @@ class RestCatalogApp:
     def __init__(self, catalog: RocksCatalog, auth: RestAuth) -> None:
         self.catalog = catalog
         self.auth = auth
-        locations = Locations(catalog.warehouse)
+        locations = Locations(catalog.files)
         ns = namespaces.NamespaceHandlers(catalog)
         tb = tables.TableHandlers(catalog, locations)
         self.endpoints: list[Endpoint] = [
@@ -107,7 +107,7 @@ class RestCatalogApp:
         if asked in (self.catalog.name, self.catalog.warehouse):
             return True
         try:
-            Locations(self.catalog.warehouse).check(asked, "warehouse")
+            Locations(self.catalog.files).check(asked, "warehouse")
         except RestError:
             return False
         return asked.rstrip("/").removeprefix("file://") == self.catalog.warehouse.rstrip("/").removeprefix("file://")

@@ -10,10 +10,8 @@ at. A table whose schema policy is ``strict`` refuses schema changes, as its app
 
 from __future__ import annotations
 
-import os
 import typing
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from pydantic import TypeAdapter, ValidationError
 from pyiceberg.table.update import (
@@ -25,6 +23,7 @@ from pyiceberg.table.update import (
     TableUpdate,
 )
 
+from catalog.sandbox import Warehouse
 from catalog.schema_policy import STRICT, SchemaMismatchError, policy_of
 from flight_server.http.rest.errors import RestError, bad_request, validation_message
 
@@ -94,39 +93,21 @@ def parse_requirements(raw: Any) -> tuple[TableRequirement, ...]:
 
 
 class Locations:
-    """Decides whether a location a client names lies inside the warehouse.
+    """Refuses, early and with a REST error, locations a client names outside the warehouse.
+
+    The rules are the catalog's (``catalog.sandbox.Warehouse``: real paths, reserved entries);
+    the catalog applies them again, with the table's own folder, before anything lands.
 
     Args:
-        warehouse: The catalog's warehouse (a local path, ``file://`` or another URI).
+        warehouse: The catalog's warehouse rules (``RocksCatalog.files``).
     """
 
-    def __init__(self, warehouse: str) -> None:
-        root = self._normal(warehouse)
-        if root is None:
-            raise ValueError("the warehouse location is not a valid location")
-        self._root: str = root
-
-    @staticmethod
-    def _normal(location: str) -> str | None:
-        if not isinstance(location, str) or not location or "\x00" in location:
-            return None
-        parsed = urlparse(location)
-        if parsed.scheme in ("", "file"):
-            if parsed.netloc not in ("", "localhost"):
-                return None
-            path = unquote(parsed.path) if parsed.scheme == "file" else location
-            if not os.path.isabs(path):
-                return None
-            return "file://" + os.path.normpath(path)
-        segments = parsed.path.split("/")
-        if any(segment in (".", "..") for segment in segments):
-            return None
-        return f"{parsed.scheme}://{parsed.netloc}{parsed.path.rstrip('/')}"
+    def __init__(self, warehouse: Warehouse) -> None:
+        self._warehouse = warehouse
 
     def check(self, location: str, what: str) -> None:
         """Raise 400 unless ``location`` is the warehouse or inside it."""
-        normal = self._normal(location)
-        if normal is None or not (normal == self._root or normal.startswith(self._root.rstrip("/") + "/")):
+        if not self._warehouse.inside(location):
             raise bad_request(f"{what} must lie inside the catalog's warehouse")
 
     def check_updates(self, updates: tuple[TableUpdate, ...]) -> None:
