@@ -23,12 +23,13 @@ An object-store warehouse follows the same rule on bucket + prefix (there are no
 from __future__ import annotations
 
 import os
+import re
 import stat
 import threading
 import time
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 from pyiceberg.exceptions import ForbiddenError
 from pyiceberg.io import InputFile, OutputFile
@@ -44,6 +45,7 @@ RESERVED_PREFIX = ".icefloe"  # any other file of the server's own (".icefloe-*"
 
 _LOCAL_SCHEMES = ("", "file")
 _OBJECT_SCHEMES = {"s3": "s3", "s3a": "s3", "s3n": "s3", "gs": "gs", "gcs": "gs", "abfs": "abfs", "abfss": "abfs"}
+_HIDING_ESCAPE = re.compile(r"%(2e|2f|5c|00)", re.IGNORECASE)
 _DIR_TTL_S = 1.0  # how long a folder's resolved real path is reused (symlinks may change)
 
 
@@ -105,37 +107,36 @@ class Warehouse:
     def canonical(self, location: str) -> str | None:
         """The real location ``location`` names, or None when it cannot name a file here.
 
-        Local: every form an opener might use (the raw path and its URL-decoded form) must
-        resolve to the same real path, ``..`` and symlinks resolved. Object stores: scheme,
-        bucket and key, with no ``.`` / ``..`` segment in either form.
+        Local: the path an opener uses (a plain path, or a ``file:`` URI's path), with ``..``
+        and symlinks resolved; the lexical reading of ``..`` (``os.path.abspath``, as
+        pyiceberg's FileIO does) must agree with the real one. Escapes that hide a dot, a
+        slash or a NUL (``%2e``, ``%2f``, ``%5c``, ``%00``) are refused outright: whether a
+        reader decodes them differs between engines. Object stores: scheme, bucket and key,
+        with no ``.`` / ``..`` segment.
         """
         if not isinstance(location, str) or not location or "\x00" in location or len(location) > 4096:
+            return None
+        if _HIDING_ESCAPE.search(location):
             return None
         parsed = urlparse(location)
         if self.local:
             if parsed.scheme == "file":
-                if parsed.netloc not in ("", "localhost"):
+                if parsed.netloc not in ("", "localhost") or parsed.query or parsed.fragment:
                     return None
-                raw = location[len("file://"):]
-                if parsed.netloc == "localhost":
-                    raw = raw[len("localhost"):]
-                forms = {raw, parsed.path, unquote(parsed.path), unquote(raw)}
+                path = parsed.path
             elif parsed.scheme == "":
-                forms = {location, unquote(location)}
+                path = location
             else:
                 return None
-            reals = set()
-            for form in forms:
-                if not form.startswith("/"):
-                    return None
-                reals.add(self._real(form))
+            if not path.startswith("/"):
+                return None
+            reals = {self._real(path), self._real(os.path.normpath(path))}
             return reals.pop() if len(reals) == 1 else None
         scheme = _OBJECT_SCHEMES.get(parsed.scheme)
         if scheme is None or parsed.query or parsed.fragment:
             return None
         key = _object_key(parsed.path)
-        decoded = _object_key(unquote(parsed.path))
-        if key is None or decoded is None:
+        if key is None:
             return None
         return f"{scheme}://{parsed.netloc}/{key}".rstrip("/")
 
