@@ -46,7 +46,7 @@ from pyiceberg.table.update import (
     TableUpdate,
 )
 
-from catalog import manifest_list_cache
+from catalog import manifest_list_cache, table_files
 from catalog.durable_io import PendingSync, write_new
 from catalog.lru import LockedLRU
 
@@ -109,6 +109,7 @@ def append(table: Table, data_files: Sequence[DataFile], snapshot_properties: di
                     status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id, sequence_number=None,
                     file_sequence_number=None, data_file=data_file))
         _land(table.io, manifest_out, result)
+        table_files.remember_manifest(manifest_out.location, [f.file_path for f in data_files])
         manifests: list[ManifestFile] = [manifest_writer.to_manifest_file(), *_live_manifests(parent, table.io)]
 
         list_out = _BufferedOutput(locations.new_metadata_location(f"snap-{snapshot_id}-0-{commit_uuid}.avro"))

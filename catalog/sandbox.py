@@ -116,6 +116,9 @@ class Warehouse:
         """
         if not isinstance(location, str) or not location or "\x00" in location or len(location) > 4096:
             return None
+        if location[0] == "/" and self.local and "%" not in location and "/." not in location \
+                and "//" not in location:
+            return self._real(location)  # the common case: a plain, normal absolute path
         if _HIDING_ESCAPE.search(location):
             return None
         parsed = urlparse(location)
@@ -173,9 +176,8 @@ class Warehouse:
         """Whether a real path is, or lies inside, something the server keeps for itself."""
         if any(self._under(real, r) for r in self._reserved):
             return True
-        if self.local and self._under(real, self.root) and real != self.root:
-            first = os.path.relpath(real, self.root).split(os.sep, 1)[0]
-            return first.startswith(RESERVED_PREFIX)
+        if self.local and real.startswith(self.root) and real[len(self.root):len(self.root) + 1] == "/":
+            return real[len(self.root) + 1:].startswith(RESERVED_PREFIX)
         return False
 
     def inside(self, location: str) -> bool:
