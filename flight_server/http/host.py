@@ -29,6 +29,11 @@ from flight_server.http.limits import AcceptErrorLog, ConnectionGuard, HttpLimit
 
 logger = logging.getLogger("icefloe.http")
 
+ACCEPT_BATCH = 64
+# The kernel's queue of connections not yet accepted: they hold no descriptor of ours, so it
+# can be long (a burst waits there instead of being dropped and retried seconds later).
+LISTEN_BACKLOG = 1024
+
 
 @dataclass(frozen=True)
 class TlsFiles:
@@ -78,6 +83,9 @@ class HttpHost:
             access_log=False,
             lifespan="off",
             http=guarded_protocol(guard),
+            # asyncio accepts up to ``backlog`` connections per loop turn before any of them is
+            # checked: a small batch keeps the descriptors held by refused ones small too.
+            backlog=min(ACCEPT_BATCH, guard.limits.max_connections),
             ws="none",  # no WebSocket routes: an upgrade request is served as plain HTTP
             timeout_keep_alive=guard.limits.keepalive_timeout_s,  # type: ignore[arg-type] # call_later takes float
             # Bodies beyond this are refused by the apps themselves; uvicorn bounds headers.
@@ -112,6 +120,8 @@ class HttpHost:
                 raise RuntimeError(f"the {self.name} HTTP server did not start within {timeout_s:.0f} s")
             self._thread.join(0.02)
             waited += 0.02
+        # asyncio listened with the accept batch size; lengthen the kernel's queue (same socket).
+        self._socket.listen(LISTEN_BACKLOG)
 
     def _run(self) -> None:
         # uvicorn installs signal handlers only on the main thread; ours stay in charge.

@@ -26,8 +26,8 @@ Errors use the REST spec's error model ``{"error": {"message", "type", "code"}}`
 The Host allow-list (``AllowedHosts``) for a request that came in on local address
 ``IP:PORT`` (the port the server is bound to):
 
-- the bound ``--host`` and ``localhost`` (the latter when bound to loopback or to all
-  interfaces), each with the bound port;
+- the bound ``--host`` (``0.0.0.0`` / ``::`` too: an IP literal is never a rebound name) and
+  ``localhost`` (when bound to loopback or to all interfaces), each with the bound port;
 - any IP literal equal to the local address the connection arrived at, with the bound port
   (a DNS-rebinding page always carries the attacker's *name*, never an IP literal; this also
   admits probes that address a pod or machine by IP);
@@ -133,8 +133,8 @@ class AllowedHosts:
         bind = self.bind_host.strip("[]").lower()
         self._wildcard = bind in WILDCARD_BINDS
         names: set[str] = set()
-        if not self._wildcard:
-            names.add(bind)
+        if bind:
+            names.add(bind)  # 0.0.0.0 / :: too: an IP literal, never a rebound name
         if self._wildcard or _is_loopback(bind):
             names.add("localhost")
         if self._wildcard:
