@@ -50,7 +50,8 @@ DEFAULT_KEEPALIVE_TIMEOUT_S = 5.0
 # Flight connections, RocksDB, DuckDB spills, Parquet files and the logs.
 NOFILE_SHARE = 4
 
-_OVERLOADED_BODY = b'{"error":{"message":"too many connections; retry later","type":"ServiceUnavailableException","code":503}}'
+_OVERLOADED_BODY = (b'{"error":{"message":"too many connections; retry later",'
+                    b'"type":"ServiceUnavailableException","code":503}}')
 OVERLOADED_RESPONSE = (
     b"HTTP/1.1 503 Service Unavailable\r\n"
     b"content-type: application/json\r\n"

@@ -194,7 +194,10 @@ class AllowedHosts:
         return address is not None and arrived is not None and _same_ip(address, arrived)
 
 
-def _same_ip(a: ipaddress.IPv4Address | ipaddress.IPv6Address, b: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _same_ip(a: IpAddress, b: IpAddress) -> bool:
     if isinstance(b, ipaddress.IPv6Address) and b.ipv4_mapped is not None:
         b = b.ipv4_mapped
     return a == b
@@ -275,7 +278,8 @@ class RequestChecks:
         origin = headers.get("origin")
         if origin is not None and not self._own_origin(origin, local_addr):
             logger.info("HTTP %s refused: Origin %r is not this server", method, origin[:80])
-            return _error(403, "ForbiddenException", f"{method} from another origin is refused (Origin is not this server)")
+            return _error(403, "ForbiddenException",
+                          f"{method} from another origin is refused (Origin is not this server)")
         media = _media_type(headers.get("content-type"))
         path = scope.get("path", "")
         if path in FORM_PATHS:

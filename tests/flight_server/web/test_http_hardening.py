@@ -65,7 +65,8 @@ def test_cross_site_writes_are_refused_and_commit_nothing(server: ServerProcess)
     base = rest_url(server)
     before = head_seq(server.warehouse)
     create = json.dumps({"namespace": ["pwned"]})
-    rename = json.dumps({"source": {"namespace": ["ns"], "name": "t"}, "destination": {"namespace": ["ns"], "name": "x"}})
+    rename = json.dumps({"source": {"namespace": ["ns"], "name": "t"},
+                         "destination": {"namespace": ["ns"], "name": "x"}})
     with httpx.Client(base_url=base, timeout=10) as client:
         # What a cross-site <form> or no-cors fetch can send.
         for path, body in (("/v1/namespaces", create), ("/v1/tables/rename", rename)):
@@ -171,7 +172,7 @@ def test_allowed_hosts_from_the_environment_and_a_wildcard_bind(tmp_path: Path) 
     with rest_server(tmp_path / "wh", ["--host", "0.0.0.0", "--allow-remote-without-auth"]) as proc:
         port = port_of(rest_url(proc))
         base = f"http://127.0.0.1:{port}"
-        for host in (socket.gethostname(), f"127.0.0.1", f"0.0.0.0", "localhost"):
+        for host in (socket.gethostname(), "127.0.0.1", "0.0.0.0", "localhost"):
             answer = httpx.get(f"{base}/v1/config", headers={"host": f"{host}:{port}"}, timeout=10)
             assert answer.status_code == 200, (host, answer.text)
         assert httpx.get(f"{base}/v1/config", headers={"host": f"evil.example:{port}"}, timeout=10).status_code == 421

@@ -17,7 +17,6 @@ import selectors
 import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pyarrow as pa
@@ -234,7 +233,8 @@ def test_accept_errors_are_logged_at_most_once_a_second() -> None:
                        "exception": OSError(24, "Too many open files")})
         assert len(records) == 1 and "Too many open files" in records[0].getMessage()
         time.sleep(1.05)
-        log(loop, {"message": "socket.accept() out of system resource", "exception": OSError(24, "Too many open files")})
+        log(loop, {"message": "socket.accept() out of system resource",
+                   "exception": OSError(24, "Too many open files")})
         assert len(records) == 2 and "999 more" in records[1].getMessage()
     finally:
         logger.removeHandler(handler)
