@@ -22,8 +22,13 @@ checks run in ``connection_made``, before uvicorn sees the connection. Errors fr
 reported by asyncio through the loop's exception handler, once per failed accept;
 ``AcceptErrorLog`` logs them at most once a second, with a count of those it held back.
 
-TLS: asyncio calls ``connection_made`` only after the TLS handshake, so a client stalling
-in the handshake holds a descriptor until asyncio's own handshake timeout (60 s) ends it.
+Limits of these limits: asyncio accepts a batch of connections (``host.ACCEPT_BATCH``) per
+loop turn before any is checked, so for a moment the descriptors in use may exceed the cap by
+a few batches. With TLS, asyncio calls ``connection_made`` only after the handshake, so a
+client stalling in the handshake holds a descriptor until asyncio's handshake timeout (60 s).
+A request whose headers are in but whose body trickles is bounded by the caps, not a timeout.
+Behind a reverse proxy every client has the proxy's address: raise the per-IP cap to the
+total there (``--http-max-connections-per-ip``).
 """
 
 from __future__ import annotations
