@@ -30,7 +30,7 @@ from typing import Any
 import pyarrow.flight as flight
 
 from flight_server.config import Config
-from flight_server.tokens import InvalidToken, TokenSigner, load_or_create_keys
+from flight_server.tokens import InvalidToken, TokenClaims, TokenSigner, load_or_create_keys
 from flight_server.users import ROLE_RANK, SecurityConfigError, User, load_users, verify_password
 
 logger = logging.getLogger("icefloe.auth")
@@ -213,6 +213,23 @@ class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[mis
         """A bearer token for ``user``, the same kind Handshake hands out."""
         return self.signer.issue(user.name, user.password_hash)
 
+    def exchange_token(self, subject_token: str) -> tuple[User, str, int]:
+        """A new bearer token for a valid one (the REST token exchange): ``(user, token,
+        expires_at)``. It keeps the subject token's login time and session, as Flight's
+        renewals do (``TokenSigner.renew``), so exchanging cannot extend a login.
+
+        Raises:
+            flight.FlightUnauthenticatedError: The token is bad, expired, revoked, or its
+                login is older than the session cap (log in again).
+        """
+        claims, user = self._verified_bearer(subject_token)
+        try:
+            token = self.signer.renew(claims, user.password_hash)
+            return user, token, self.signer.verify(token).expires_at
+        except InvalidToken:
+            logger.info("token exchange refused for user %r: login older than the session cap", user.name)
+            raise flight.FlightUnauthenticatedError("bearer token's login is too old; log in again") from None
+
     def principal_for(self, authorization: str | None) -> Principal:
         """The caller named by an ``authorization`` header value (Bearer or Basic).
 
@@ -273,6 +290,15 @@ class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[mis
 
     def _check_bearer(self, token: str) -> tuple[Principal, str | None]:
         """The caller, and a renewed token to send back when this one is past half its life."""
+        claims, user = self._verified_bearer(token)
+        return Principal(user.name, user.role), self.signer.renewal(claims, user.password_hash)
+
+    def _verified_bearer(self, token: str) -> tuple[TokenClaims, User]:
+        """The claims of a valid token and its (current) user.
+
+        Raises:
+            flight.FlightUnauthenticatedError: Bad, expired or revoked token.
+        """
         try:
             claims = self.signer.verify(token)
         except InvalidToken as exc:
@@ -284,7 +310,7 @@ class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[mis
         if user is None or not hmac.compare_digest(fingerprint, claims.password_fingerprint):
             logger.info("bearer token refused: user %r removed or password changed", claims.user)
             raise flight.FlightUnauthenticatedError("bearer token revoked; log in again")
-        return Principal(user.name, user.role), self.signer.renewal(claims, user.password_hash)
+        return claims, user
 
 
 class HandshakeHandler(flight.ServerAuthHandler):  # type: ignore[misc]

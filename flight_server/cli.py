@@ -23,6 +23,20 @@ def _finite_seconds(_ctx: click.Context, param: click.Parameter, value: float) -
     return value
 
 
+def _comma_list(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """Repeated values, each possibly a comma-separated list (how the ``ICEFLOE_*`` list reads),
+    checked as Host allow-list entries."""
+    items = tuple(item.strip() for raw in value for item in raw.split(",") if item.strip())
+    if items:
+        from flight_server.http.request_checks import AllowedHosts
+
+        try:
+            AllowedHosts("127.0.0.1", items)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc).removeprefix("--http-allowed-host "), param=_param) from None
+    return items
+
+
 @click.group()
 @click.version_option(__version__, prog_name="icefloe")
 def main() -> None:
@@ -64,6 +78,27 @@ def main() -> None:
               help="Serve the Iceberg REST catalog API on this HTTP port (0 = a free port); default: off.")
 @click.option("--metrics-port", envvar="ICEFLOE_METRICS_PORT", default=None, type=click.IntRange(0, 65535),
               help="Serve /metrics, /healthz, /readyz and the watch page on this HTTP port (0 = a free port).")
+@click.option("--http-allowed-host", "http_allowed_hosts", envvar="ICEFLOE_HTTP_ALLOWED_HOSTS", multiple=True,
+              callback=_comma_list,
+              help="Another Host name the HTTP ports answer to (repeatable; env: comma-separated): NAME (any port), "
+                   "NAME:PORT, *.DOMAIN, or * (no Host check). Always allowed: --host, localhost on loopback, the "
+                   "address a connection arrives at, --advertise-uri names, the machine's name on 0.0.0.0 / ::.")
+@click.option("--http-max-connections", envvar="ICEFLOE_HTTP_MAX_CONNECTIONS", default=1024, show_default=True,
+              type=click.IntRange(min=1),
+              help="HTTP connections held at once, all ports (at most a quarter of the open-file limit).")
+@click.option("--http-max-connections-per-ip", envvar="ICEFLOE_HTTP_MAX_CONNECTIONS_PER_IP", default=64,
+              show_default=True, type=click.IntRange(min=1), help="HTTP connections held at once per client IP.")
+@click.option("--http-header-timeout", "http_header_timeout_s", envvar="ICEFLOE_HTTP_HEADER_TIMEOUT", default=10.0,
+              show_default=True, type=click.FloatRange(min=0.05, max=3600),
+              help="Seconds a client has to send a request's headers before the connection is closed.")
+@click.option("--http-keepalive-timeout", "http_keepalive_timeout_s", envvar="ICEFLOE_HTTP_KEEPALIVE_TIMEOUT",
+              default=5.0, show_default=True, type=click.FloatRange(min=0.05, max=3600),
+              help="Seconds an idle HTTP keep-alive connection stays open.")
+@click.option("--http-max-event-streams", envvar="ICEFLOE_HTTP_MAX_EVENT_STREAMS", default=100, show_default=True,
+              type=click.IntRange(min=1), help="Watch-page event streams (/api/events) open at once.")
+@click.option("--http-max-event-streams-per-user", envvar="ICEFLOE_HTTP_MAX_EVENT_STREAMS_PER_USER", default=16,
+              show_default=True, type=click.IntRange(min=1),
+              help="Event streams one user (one client IP without --users) may hold; more get 429.")
 @click.option("--log-level", envvar="ICEFLOE_LOG_LEVEL", default="info", show_default=True)
 @click.option("--log-format", envvar="ICEFLOE_LOG_FORMAT", default="text", show_default=True,
               type=click.Choice(["text", "json"]), help="json: one JSON object per log line.")

@@ -35,6 +35,20 @@ class Config:
     # the operator endpoints (metrics, health, watch page; also on the REST port when it is on).
     rest_port: int | None = None
     metrics_port: int | None = None
+    # Host names the HTTP ports answer to beyond their own (flight_server.http.request_checks):
+    # "name" (any port), "name:port", "*.domain", or "*" (no check).
+    http_allowed_hosts: tuple[str, ...] = ()
+    # Connections the HTTP ports hold at once, in all and per client IP; both are lowered to a
+    # quarter of RLIMIT_NOFILE so Flight and RocksDB keep their descriptors (http.limits).
+    http_max_connections: int = 1024
+    http_max_connections_per_ip: int = 64
+    # A request's headers must be complete this long after its first byte (slowloris); an
+    # idle keep-alive connection is closed after http_keepalive_timeout_s.
+    http_header_timeout_s: float = 10.0
+    http_keepalive_timeout_s: float = 5.0
+    # Watch-page event streams (/api/events): in all, and per user (per client IP without --users).
+    http_max_event_streams: int = 100
+    http_max_event_streams_per_user: int = 16
     max_subscribers: int = 1000
     allow_remote_without_auth: bool = False
     # Lifetime of bearer tokens issued at login (a working day by default).

@@ -39,8 +39,9 @@ class InvalidToken(Exception):
     """The token is malformed, forged, expired or revoked (message is for the log only)."""
 
 
-# A token is renewed (a fresh one sent back on a call) once less than half its lifetime is
-# left, but never beyond this long after the password login it descends from.
+# A token is renewed (a fresh one sent back on a call, or exchanged for over REST) once less
+# than half its lifetime is left, but never beyond this long after the password login it
+# descends from: a renewed token expires at the latest at login + MAX_SESSION_S.
 MAX_SESSION_S = 7 * 24 * 3600
 
 
@@ -78,9 +79,10 @@ class TokenSigner:
         return _b64(hmac.new(self._key, b"pw\x00" + password_hash.encode(), hashlib.sha256).digest()[:12])
 
     def issue(self, user: str, password_hash: str, now: float | None = None, login_at: int | None = None,
-              login_id: str | None = None) -> str:
+              login_id: str | None = None, expires_at: int | None = None) -> str:
         now = time.time() if now is None else now
-        payload = {"u": user, "exp": int(now + self.ttl_s), "pw": self.password_fingerprint(password_hash),
+        exp = int(now + self.ttl_s) if expires_at is None else min(int(now + self.ttl_s), expires_at)
+        payload = {"u": user, "exp": exp, "pw": self.password_fingerprint(password_hash),
                    "at": int(now) if login_at is None else login_at,
                    "sid": login_id or _b64(secrets.token_bytes(9))}
         body = _b64(json.dumps(payload, separators=(",", ":")).encode())
@@ -110,9 +112,27 @@ class TokenSigner:
     def renewal(self, claims: TokenClaims, password_hash: str, now: float | None = None) -> str | None:
         """A fresh token for a valid one past half its lifetime (None: not due, or session too old)."""
         now = time.time() if now is None else now
-        if claims.expires_at - now > self.ttl_s / 2 or now - claims.login_at > MAX_SESSION_S:
+        if claims.expires_at - now > self.ttl_s / 2:
             return None
-        return self.issue(claims.user, password_hash, now, login_at=claims.login_at, login_id=claims.login_id)
+        try:
+            return self.renew(claims, password_hash, now)
+        except InvalidToken:
+            return None
+
+    def renew(self, claims: TokenClaims, password_hash: str, now: float | None = None) -> str:
+        """A fresh token of the same login as ``claims`` (verified by the caller): same login
+        time and session id, expiring at the latest ``MAX_SESSION_S`` after that login, so no
+        chain of renewals (Flight's, or the REST token exchange) outlives it.
+
+        Raises:
+            InvalidToken: The login is ``MAX_SESSION_S`` old or older (log in again).
+        """
+        now = time.time() if now is None else now
+        session_end = claims.login_at + MAX_SESSION_S
+        if now >= session_end:
+            raise InvalidToken("session too old")
+        return self.issue(claims.user, password_hash, now, login_at=claims.login_at, login_id=claims.login_id,
+                          expires_at=session_end)
 
     def _mac(self, body: str, key: bytes | None = None) -> str:
         return _b64(hmac.new(key or self._key, f"{PREFIX}.{body}".encode(), hashlib.sha256).digest())

@@ -8,19 +8,33 @@ imports no HTTP code at all.
 - ``REST_PROVIDERS``: the Iceberg REST catalog API (``--rest-port``).
 - ``OPS_PROVIDERS``: metrics, health and the watch page (``--metrics-port``, and the REST
   port too when it is on, as DESIGN.md says).
+
+Every app is wrapped in ``request_checks.RequestChecks`` (Host allow-list, Origin /
+Sec-Fetch-Site and Content-Type checks of state-changing requests) and carries, in
+``app.state.connection_guard``, the connection caps shared by all HTTP ports of the server
+(``limits.ConnectionGuard``), which ``host.HttpHost`` applies below uvicorn.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
+import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
+
+from flight_server.http.limits import ConnectionGuard, HttpLimits
+from flight_server.http.request_checks import AllowedHosts, RequestChecks
 
 if TYPE_CHECKING:
     from flight_server.server import IcefloeServer
+
+logger = logging.getLogger("icefloe.http")
 
 RouteProvider = Callable[["IcefloeServer"], Sequence[BaseRoute]]
 
@@ -37,9 +51,43 @@ def _routes(server: IcefloeServer, providers: Sequence[str]) -> list[BaseRoute]:
     return routes
 
 
+# One guard per server, shared by its ports: the descriptors they use are the process's.
+_GUARDS: weakref.WeakKeyDictionary[Any, ConnectionGuard] = weakref.WeakKeyDictionary()
+_GUARDS_LOCK = threading.Lock()
+
+
+def connection_guard(server: IcefloeServer) -> ConnectionGuard:
+    """The connection caps of ``server``'s HTTP ports (made on first use, from its config)."""
+    with _GUARDS_LOCK:
+        guard = _GUARDS.get(server)
+        if guard is None:
+            config = server.config
+            guard = ConnectionGuard(HttpLimits(config.http_max_connections, config.http_max_connections_per_ip,
+                                               config.http_header_timeout_s, config.http_keepalive_timeout_s))
+            limits = guard.limits
+            logger.info("HTTP limits: %d connections, %d per client IP, headers within %g s, idle keep-alive %g s",
+                        limits.max_connections, limits.max_connections_per_ip, limits.header_timeout_s,
+                        limits.keepalive_timeout_s)
+            _GUARDS[server] = guard
+        return guard
+
+
+def allowed_hosts(server: IcefloeServer) -> AllowedHosts:
+    """The Host names ``server``'s HTTP ports answer to (see ``request_checks``)."""
+    config = server.config
+    return AllowedHosts(config.host, config.http_allowed_hosts, config.advertise_uris)
+
+
 def build_app(server: IcefloeServer, providers: Sequence[str], **options: Any) -> Starlette:
-    """One Starlette app holding every route of ``providers`` (in order: first match wins)."""
-    return Starlette(routes=_routes(server, providers), **options)
+    """One Starlette app holding every route of ``providers`` (in order: first match wins),
+    behind the request checks, carrying the server's connection guard."""
+    hosts = allowed_hosts(server)
+    routes = _routes(server, providers)
+    middleware = [Middleware(RequestChecks, hosts=hosts, routes=routes), *options.pop("middleware", [])]
+    app = Starlette(routes=routes, middleware=middleware, **options)
+    app.state.connection_guard = connection_guard(server)
+    logger.info("HTTP Host names allowed: %s", hosts.describe())
+    return app
 
 
 def rest_app(server: IcefloeServer) -> Starlette:

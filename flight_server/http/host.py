@@ -6,6 +6,11 @@ next to the Flight server in one process (the REST catalog must share the catalo
 
 The socket is bound here, before uvicorn starts, so ``--rest-port 0`` knows its port at once
 and the readiness line can name it.
+
+Connections are counted and timed below uvicorn (``limits``): a total and a per-client-IP cap
+derived from the process's descriptor limit, a header timeout and uvicorn's idle keep-alive
+timeout. The guard is shared by every port of one server (the descriptors are the process's);
+the app assembled by ``flight_server.http.apps`` carries it in ``app.state.connection_guard``.
 """
 
 from __future__ import annotations
@@ -20,7 +25,14 @@ from typing import Any
 
 import uvicorn
 
+from flight_server.http.limits import AcceptErrorLog, ConnectionGuard, HttpLimits, guarded_protocol
+
 logger = logging.getLogger("icefloe.http")
+
+ACCEPT_BATCH = 64
+# The kernel's queue of connections not yet accepted: they hold no descriptor of ours, so it
+# can be long (a burst waits there instead of being dropped and retried seconds later).
+LISTEN_BACKLOG = 1024
 
 
 @dataclass(frozen=True)
@@ -41,10 +53,16 @@ class HttpHost:
         port: Port to bind; 0 picks a free one (see ``port`` after ``start``).
         tls: Certificate files for HTTPS; None serves plain HTTP.
         name: Used in the thread name and log lines ("rest", "metrics").
+        guard: Connection caps and timeouts; default: the app's ``state.connection_guard``,
+            else one of its own with the default limits.
     """
 
-    def __init__(self, app: Any, host: str, port: int, tls: TlsFiles | None = None, name: str = "http") -> None:
+    def __init__(self, app: Any, host: str, port: int, tls: TlsFiles | None = None, name: str = "http",
+                 guard: ConnectionGuard | None = None) -> None:
         self.name = name
+        if guard is None:
+            guard = getattr(getattr(app, "state", None), "connection_guard", None) or ConnectionGuard(HttpLimits())
+        self.guard = guard
         self.host = host
         self.tls = tls
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -64,6 +82,12 @@ class HttpHost:
             log_config=None,  # our logging configuration stays in charge
             access_log=False,
             lifespan="off",
+            http=guarded_protocol(guard),
+            # asyncio accepts up to ``backlog`` connections per loop turn before any of them is
+            # checked: a small batch keeps the descriptors held by refused ones small too.
+            backlog=min(ACCEPT_BATCH, guard.limits.max_connections),
+            ws="none",  # no WebSocket routes: an upgrade request is served as plain HTTP
+            timeout_keep_alive=guard.limits.keepalive_timeout_s,  # type: ignore[arg-type] # call_later takes float
             # Bodies beyond this are refused by the apps themselves; uvicorn bounds headers.
             h11_max_incomplete_event_size=64 * 1024,
             timeout_graceful_shutdown=5,
@@ -96,11 +120,17 @@ class HttpHost:
                 raise RuntimeError(f"the {self.name} HTTP server did not start within {timeout_s:.0f} s")
             self._thread.join(0.02)
             waited += 0.02
+        # asyncio listened with the accept batch size; lengthen the kernel's queue (same socket).
+        self._socket.listen(LISTEN_BACKLOG)
 
     def _run(self) -> None:
         # uvicorn installs signal handlers only on the main thread; ours stay in charge.
+        async def serve() -> None:
+            asyncio.get_running_loop().set_exception_handler(AcceptErrorLog(self.name))
+            await self._server.serve(sockets=[self._socket])
+
         try:
-            asyncio.run(self._server.serve(sockets=[self._socket]))
+            asyncio.run(serve())
         except Exception:  # noqa: BLE001 - reported, and start() notices the dead thread
             logger.exception("the %s HTTP server stopped with an error", self.name)
 

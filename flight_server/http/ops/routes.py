@@ -15,6 +15,10 @@ up: the page shows what a reader sees over Flight). Missing or bad credentials g
 ``WWW-Authenticate: Basic`` (a browser then asks for the login, and sends it with the page's
 script, API calls and event stream), before anything is read.
 
+Event streams are capped per user (``--http-max-event-streams-per-user``, 429 beyond; the
+client IP stands for the user without ``--users``) and in total (``--http-max-event-streams``,
+503 beyond; admins get a small reserve past it).
+
 Every handler checks its request before it reads anything: a bad one gets a 4xx with a JSON
 ``{"error": ...}`` and never reaches the catalog. Handlers that read the catalog are plain
 functions, which Starlette runs on its thread pool, so the event loop never blocks on RocksDB.
@@ -34,12 +38,12 @@ from starlette.routing import BaseRoute, Route
 
 from catalog.names import InvalidNameError, check_name, check_namespace
 from flight_server import errors
-from flight_server.http.ops.events import CommitBroadcaster, TooManyWatchers
+from flight_server.http.ops.events import CommitBroadcaster, TooManyWatchers, TooManyWatchersForUser
 from flight_server.metrics import CONTENT_TYPE, Metrics
 from flight_server.operations import Operations, for_browser
 
 if TYPE_CHECKING:
-    from flight_server.auth import AuthMiddlewareFactory
+    from flight_server.auth import AuthMiddlewareFactory, Principal
     from flight_server.server import IcefloeServer
 
 logger = logging.getLogger("icefloe.http.ops")
@@ -64,8 +68,10 @@ _CHALLENGE = {"www-authenticate": 'Basic realm="icefloe operator", charset="UTF-
 
 def routes(server: IcefloeServer) -> list[BaseRoute]:
     """The provider: takes the server's operations view, metrics, commit hub and stopping flag."""
-    return ops_routes(server.ops, server.metrics, CommitBroadcaster(server.catalog.hub, server.stopping),
-                      server.security.auth)
+    config = server.config
+    broadcaster = CommitBroadcaster(server.catalog.hub, server.stopping, config.http_max_event_streams,
+                                    config.http_max_event_streams_per_user)
+    return ops_routes(server.ops, server.metrics, broadcaster, server.security.auth)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -110,16 +116,21 @@ def table_param(raw: str | None) -> str:
 def login_refusal(auth: AuthMiddlewareFactory | None, request: Request) -> Response | None:
     """None when the request may go on (auth off, or credentials of a user with ``OPS_ROLE``);
     else the 401 / 403 answer. Checks only headers: nothing is read before it."""
+    return login(auth, request)[0]
+
+
+def login(auth: AuthMiddlewareFactory | None, request: Request) -> tuple[Response | None, Principal | None]:
+    """``(refusal, principal)``: the 401 / 403 answer, or None and the caller (None: auth off)."""
     if auth is None:
-        return None
+        return None, None
     try:
         principal = auth.principal_for(request.headers.get("authorization"))
     except flight.FlightUnauthenticatedError as exc:
         message = str(exc).split(". Detail:")[0].strip() or "authentication required"
-        return JSONResponse({"error": message}, status_code=401, headers=_CHALLENGE)
+        return JSONResponse({"error": message}, status_code=401, headers=_CHALLENGE), None
     if not principal.allows(OPS_ROLE):
-        return _error(403, f"user {principal.name!r} has role {principal.role}; this needs role {OPS_ROLE}")
-    return None
+        return _error(403, f"user {principal.name!r} has role {principal.role}; this needs role {OPS_ROLE}"), None
+    return None, principal
 
 
 def ops_routes(ops: Operations, metrics: Metrics, broadcaster: CommitBroadcaster,
@@ -173,14 +184,21 @@ def ops_routes(ops: Operations, metrics: Metrics, broadcaster: CommitBroadcaster
         return serve
 
     async def events(request: Request) -> Response:
-        refused = await run_in_threadpool(login_refusal, auth, request)  # Basic hashes a password
+        refused, principal = await run_in_threadpool(login, auth, request)  # Basic hashes a password
         if refused is not None:
             return refused
+        # Streams are capped per user: the login name, or the client's address without --users.
+        if principal is not None:
+            user, admin = f"user:{principal.name}", principal.allows("admin")
+        else:
+            user, admin = f"ip:{request.client.host if request.client else '?'}", False
         try:
             _only(request, ())
-            client = broadcaster.open()
+            client = broadcaster.open(user, admin)
         except errors.IcefloeError as exc:
             return _error(400, str(exc))
+        except TooManyWatchersForUser as exc:
+            return _error(429, str(exc))
         except TooManyWatchers as exc:
             return _error(503, str(exc))
         try:

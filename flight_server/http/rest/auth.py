@@ -4,13 +4,17 @@ With ``--users``, ``POST /v1/oauth/tokens`` takes ``grant_type=client_credential
 user name as ``client_id`` and the password as ``client_secret`` (what pyiceberg's and
 Iceberg-Java's ``credential = "id:secret"`` send) and answers a bearer token signed exactly as
 Flight's Handshake tokens are, so one token works on both ports. The token-exchange grant
-(Iceberg-Java's refresh: the current token as ``subject_token``) renews a valid token.
+(Iceberg-Java's refresh: the current token as ``subject_token``) renews a valid token the way
+Flight renews tokens: the new one keeps the subject's login time and session, and expires at
+the latest 7 days after that login (``tokens.MAX_SESSION_S``), so renewing cannot keep a
+login alive forever; past that the exchange is refused (401) and the client logs in again.
 Without ``--users`` every call is anonymous and the token endpoint says so.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from urllib.parse import parse_qs
 
 import pyarrow.flight as flight
@@ -80,26 +84,31 @@ class RestAuth:
         except (UnicodeDecodeError, ValueError):
             return _oauth_error(400, "invalid_request", "token request must be application/x-www-form-urlencoded")
         grant = form.get("grant_type")
+        expires_in = int(self._ttl_s)
         try:
             if grant == CLIENT_CREDENTIALS:
                 client_id, secret = form.get("client_id"), form.get("client_secret")
                 if not client_id or secret is None:
                     return _oauth_error(400, "invalid_request", "client_credentials needs client_id and client_secret")
                 user = self._auth.check_password(client_id, secret)
+                token = self._auth.issue_token(user)
             elif grant == TOKEN_EXCHANGE:
-                principal = self._auth.principal_for(f"Bearer {form.get('subject_token', '')}")
-                user = self._auth.users[principal.name]
+                subject = form.get("subject_token", "")
+                if not subject:
+                    return _oauth_error(400, "invalid_request", "token exchange needs subject_token")
+                user, token, expires_at = self._auth.exchange_token(subject)
+                expires_in = max(0, min(expires_in, int(expires_at - time.time())))
             else:
-                return _oauth_error(400, "unsupported_grant_type", "grant_type must be client_credentials")
-        except (flight.FlightUnauthenticatedError, KeyError) as exc:
-            message = _flight_message(exc) if isinstance(exc, flight.FlightError) else "unknown user"
-            return _oauth_error(401, "invalid_client", message)
-        token = self._auth.issue_token(user)
-        logger.info("REST token issued to user %r (role %s)", user.name, user.role)
+                return _oauth_error(400, "unsupported_grant_type",
+                                    f"grant_type must be {CLIENT_CREDENTIALS} or {TOKEN_EXCHANGE}")
+        except flight.FlightUnauthenticatedError as exc:
+            return _oauth_error(401, "invalid_client", _flight_message(exc))
+        logger.info("REST token issued to user %r (role %s, %s)", user.name, user.role,
+                    "exchange" if grant == TOKEN_EXCHANGE else "login")
         return JSONResponse({
             "access_token": token,
             "token_type": "bearer",
-            "expires_in": int(self._ttl_s),
+            "expires_in": expires_in,
             "issued_token_type": ACCESS_TOKEN_TYPE,
         })
 

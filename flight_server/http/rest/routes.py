@@ -126,6 +126,15 @@ class RestCatalogApp:
             response = error_response(exc, head)
         await response(scope, receive, send)
 
+    def handles(self, scope: Scope) -> bool:
+        """Whether an endpoint takes this path and method: ``RequestChecks`` leaves requests no
+        endpoint takes (they change nothing) to get their precise 404 / 405 / 400 here."""
+        try:
+            self._match(scope)
+        except RestError:
+            return False
+        return True
+
     def _match(self, scope: Scope) -> tuple[Endpoint, dict[str, str]]:
         raw = scope.get("raw_path") or scope["path"].encode("utf-8")
         raw_path = raw.split(b"?", 1)[0]

@@ -249,7 +249,7 @@ def test_metrics_reports_are_accepted(rest: RestCatalog, server: ServerProcess) 
     report = {"report-type": "scan-report", "table-name": "metrics.t", "snapshot-id": 1, "filter": True,
               "schema-id": 0, "projected-field-ids": [1], "projected-field-names": ["id"], "metrics": {}}
     assert httpx.post(url, json=report, timeout=10).status_code == 204
-    assert httpx.post(url, content=b"{", timeout=10).status_code == 400
+    assert httpx.post(url, content=b"{", headers={"content-type": "application/json"}, timeout=10).status_code == 400
 
 
 def test_rest_appends_reach_rows_v1_and_change_scans(rest: RestCatalog, server: ServerProcess) -> None:
