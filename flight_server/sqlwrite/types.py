@@ -143,3 +143,29 @@ def schema_from_query_types(columns: list[tuple[str, str]]) -> Schema:
 
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+_DUCKDB_NAMES = {
+    "boolean": "BOOLEAN", "int": "INTEGER", "long": "BIGINT", "float": "FLOAT", "double": "DOUBLE",
+    "date": "DATE", "time": "TIME", "timestamp": "TIMESTAMP", "timestamptz": "TIMESTAMPTZ",
+    "timestamp_ns": "TIMESTAMP_NS", "string": "VARCHAR", "uuid": "UUID", "binary": "BLOB",
+    # DuckDB has no nanosecond TIMESTAMPTZ; microseconds is the nearest it can bind.
+    "timestamptz_ns": "TIMESTAMPTZ",
+}
+
+
+def duckdb_type(t: IcebergType) -> str:
+    """The DuckDB type SQL sees for an Iceberg type (what the engine's views expose): used to
+    type the parameters of a write and to name column types. Struct fields keep their case."""
+    if isinstance(t, DecimalType):
+        return f"DECIMAL({t.precision}, {t.scale})"
+    if isinstance(t, ListType):
+        return f"{duckdb_type(t.element_type)}[]"
+    if isinstance(t, MapType):
+        return f"MAP({duckdb_type(t.key_type)}, {duckdb_type(t.value_type)})"
+    if isinstance(t, StructType):
+        return "STRUCT(" + ", ".join(f"{_quote(f.name)} {duckdb_type(f.field_type)}" for f in t.fields) + ")"
+    text = str(t)
+    if text.startswith("fixed"):
+        return "BLOB"
+    return _DUCKDB_NAMES.get(text, "VARCHAR")
