@@ -53,6 +53,9 @@ _SIMPLE: dict[str, IcebergType] = {
     "date": DateType(),
     "time": TimeType(),
     "timestamp": TimestampType(),
+    # Coarser timestamps widen to microseconds without loss.
+    "timestamp_ms": TimestampType(),
+    "timestamp_s": TimestampType(),
     "timestamp with time zone": TimestamptzType(),
     "uuid": UUIDType(),
 }
@@ -89,6 +92,12 @@ def iceberg_type(t: Any, ids: _Ids, where: str) -> IcebergType:
             fid = ids()
             fields.append(NestedField(fid, str(name), iceberg_type(child, ids, f"{where}.{name}"), required=False))
         return StructType(*fields)
+    if kind == "timestamp_ns":
+        # Iceberg's timestamp_ns is a format-v3 type, and pyiceberg cannot write v3 metadata yet.
+        raise errors.InvalidArgument(
+            f"column {where}: TIMESTAMP_NS needs Iceberg format v3, which icefloe cannot write yet; "
+            "use TIMESTAMP (microseconds)"
+        )
     raise errors.InvalidArgument(f"column {where}: type {t} has no Iceberg equivalent")
 
 
