@@ -39,7 +39,7 @@ from flight_server.flightsql.statements import (
 )
 from flight_server.headers import call_headers
 from flight_server.sqlwrite import SqlWriter
-from flight_server.sqlwrite.params import write_parameter_schema
+from flight_server.sqlwrite.params import client_parameter_schema, write_parameter_schema
 
 if TYPE_CHECKING:
     from flight_server.server import IcefloeServer
@@ -516,6 +516,7 @@ class FlightSqlService:
         else:
             sql, pins = self.engine.plan(req.query, default_schema, context)
             schema, params = self.engine.describe(sql, pins, default_schema)
+            params = client_parameter_schema(params)
             schema = md.annotate(schema, self.engine.column_origins(sql, pins, default_schema))
             handle = PreparedHandle(req.query, default_schema, is_query=True)
             result = p.ActionCreatePreparedStatementResult(

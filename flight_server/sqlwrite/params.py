@@ -36,10 +36,10 @@ from sqlglot import exp
 from flight_server import errors
 from flight_server.engine import CATALOG_NAME
 from flight_server.engine.iceberg_source import quote
+from flight_server.engine.slots import SANDBOX_SETTINGS
 from flight_server.engine.sql_text import parameter_markers
 from flight_server.engine.tables import name_candidates
 from flight_server.sqlwrite.parse import parse
-from flight_server.engine.slots import SANDBOX_SETTINGS
 from flight_server.sqlwrite.types import duckdb_type
 
 logger = logging.getLogger("icefloe.sqlwrite.params")
@@ -74,9 +74,30 @@ def write_parameter_schema(sql: str, default_schema: tuple[str, ...] | None, cat
             logger.debug("write parameters not typed: %s", errors.first_line(exc))
         names = [f"${i}" for i in range(1, count + 1)]
         types = [_seam.parse_type(con, _known(found.get(i))) for i in range(1, count + 1)]
-        return _seam.arrow_schema(con, names, types)
+        return client_parameter_schema(_seam.arrow_schema(con, names, types))
     finally:
         con.close()
+
+
+def client_parameter_schema(schema: pa.Schema) -> pa.Schema:
+    """A parameter schema as clients can fill it correctly (queries' and writes').
+
+    The stock Flight SQL JDBC driver (18.x) writes the epoch *milliseconds* of a
+    ``setTimestamp`` / ``setTime`` value into whatever timestamp / time vector the schema names,
+    without converting the unit: a microsecond parameter would arrive 1000 times too small.
+    So timestamps and times are declared in milliseconds, the unit every client fills right;
+    clients that bind Arrow batches of their own (ADBC) may still send any unit, and the value
+    is cast to the column's microseconds when the statement runs.
+    """
+    fields = []
+    for f in schema:
+        typ = f.type
+        if pa.types.is_timestamp(typ) and typ.unit in ("us", "ns"):
+            typ = pa.timestamp("ms", typ.tz)
+        elif pa.types.is_time(typ) and typ.unit in ("us", "ns"):
+            typ = pa.time32("ms")
+        fields.append(f.with_type(typ))
+    return pa.schema(fields, metadata=schema.metadata)
 
 
 def _known(name: str | None) -> str:

@@ -22,7 +22,7 @@ import pytest
 from doput_client import do_put
 from servers import ServerProcess
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 U1 = "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
 
 
