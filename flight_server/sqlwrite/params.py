@@ -201,8 +201,9 @@ def _typed(node: exp.Expression, tree: exp.Expression, tables: _Tables) -> str |
     if isinstance(parent, _ARITHMETIC + _COMPARISON):
         other = parent.expression if node is parent.this else parent.this
         operand = _operand_type(other, tables)
-        if isinstance(parent, _ARITHMETIC):
-            # ``? + 1`` filling a column: the column's type; else the other operand's.
+        if isinstance(parent, _ARITHMETIC) and not (operand and isinstance(other.unnest(), exp.Column)):
+            # ``? + 1`` filling a column: the column's type; else the other operand's. A column
+            # operand wins (``id + ? > 3``: id's type, not the literal's).
             return _typed(parent, tree, tables) or operand
         return operand
     return _target_type(node, tree, tables)
