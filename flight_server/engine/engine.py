@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import hashlib
 import logging
 import queue
@@ -62,7 +61,7 @@ from flight_server.engine.pushdown import row_filter
 from flight_server.engine.runs import QueryRuns
 from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 from flight_server.engine.slots import CATALOG_NAME, Slot, SlotPool, SpillFolder
-from flight_server.engine.tables import PinnedTable, name_candidates
+from flight_server.engine.tables import PinnedTable, name_candidates, table_hint
 from flight_server.engine.watchdog import Running, Watchdog
 
 logger = logging.getLogger("icefloe.engine")
@@ -361,13 +360,7 @@ class Engine:
         hint = ""
         if candidates:
             ns, table = candidates[0]
-            try:
-                names = [t[-1] for t in self.catalog.list_tables(ns)]
-            except (NoSuchNamespaceError, ValueError):
-                names = []
-            close = difflib.get_close_matches(table, names, n=1)
-            if close:
-                hint = f' (did you mean {".".join((*ns, close[0]))}?)'
+            hint = table_hint(self.catalog, ns, table)
         return errors.NotFound(f"table {name} does not exist{hint}")
 
     def _pin_one(self, ns: tuple[str, ...], table: str) -> PinnedTable | None:

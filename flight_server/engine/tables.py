@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,3 +67,41 @@ def name_candidates(
     if len(parts) == 3 and parts[0] == CATALOG_NAME:
         return [((*split_namespace(parts[1]),), parts[2])]
     return [((*split_namespace(parts[-2]),), parts[-1])] if len(parts) == 2 else []
+
+
+# How many namespaces a "did you mean" search looks through (it runs only on a failed lookup).
+_HINT_NAMESPACES = 500
+
+
+def table_hint(catalog: Any, namespace: tuple[str, ...], table: str) -> str:
+    """`` (did you mean ns.t?)`` for a table name that does not exist in ``namespace``: a close
+    name there, else the same name (any case) or a close one in another namespace; else ''."""
+    def names(ns: tuple[str, ...]) -> list[str]:
+        try:
+            return [t[-1] for t in catalog.list_tables(ns)]
+        except Exception:  # a namespace that went away meanwhile: nothing to suggest from it
+            return []
+
+    close = difflib.get_close_matches(table, names(namespace), n=1)
+    if close:
+        return f" (did you mean {'.'.join((*namespace, close[0]))}?)"
+    others: list[tuple[str, ...]] = []
+    pending = [()]
+    while pending and len(others) < _HINT_NAMESPACES:
+        try:
+            children = [tuple(n) for n in catalog.list_namespaces(pending.pop())]
+        except Exception:
+            continue
+        others.extend(n for n in children if n != namespace)
+        pending.extend(children)
+    near: list[str] = []
+    for ns in others[:_HINT_NAMESPACES]:
+        found = names(ns)
+        exact = [n for n in found if n.lower() == table.lower()]
+        if exact:
+            return f" (did you mean {'.'.join((*ns, exact[0]))}?)"
+        near.extend(".".join((*ns, n)) for n in difflib.get_close_matches(table, found, n=1))
+    best = difflib.get_close_matches(table, [n.rsplit(".", 1)[-1] for n in near], n=1)
+    if best:
+        return f" (did you mean {next(n for n in near if n.rsplit('.', 1)[-1] == best[0])}?)"
+    return ""

@@ -39,6 +39,7 @@ from flight_server.flightsql.statements import (
 )
 from flight_server.headers import call_headers
 from flight_server.sqlwrite import SqlWriter
+from flight_server.sqlwrite.params import client_parameter_schema, write_parameter_schema
 
 if TYPE_CHECKING:
     from flight_server.server import IcefloeServer
@@ -505,17 +506,17 @@ class FlightSqlService:
             ).pack()
         kind = self.engine.classify(req.query)
         if kind == Kind.WRITE:
-            # No dataset schema: that is how JDBC knows it is an update. Parameter types of writes
-            # are not known until the SQL write path binds them against the table; utf8 for now.
+            # No dataset schema: that is how JDBC knows it is an update. Each parameter is typed
+            # by the column or expression it fills (sqlwrite.params), so JDBC's setInt binds.
             handle = PreparedHandle(req.query, default_schema, is_query=False)
-            count = parameter_markers(req.query)
-            params = pa.schema([pa.field(f"${i + 1}", pa.utf8()) for i in range(count)])
+            params = write_parameter_schema(req.query, default_schema, self.server.catalog)
             result = p.ActionCreatePreparedStatementResult(
-                self.handles.prepared(handle), b"", _ipc(params) if count else b"", is_update=True
+                self.handles.prepared(handle), b"", _ipc(params) if len(params) else b"", is_update=True
             )
         else:
             sql, pins = self.engine.plan(req.query, default_schema, context)
             schema, params = self.engine.describe(sql, pins, default_schema)
+            params = client_parameter_schema(params)
             schema = md.annotate(schema, self.engine.column_origins(sql, pins, default_schema))
             handle = PreparedHandle(req.query, default_schema, is_query=True)
             result = p.ActionCreatePreparedStatementResult(

@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyiceberg.io.pyarrow import schema_to_pyarrow
-from pyiceberg.types import DecimalType
+from pyiceberg.types import DecimalType, ListType, MapType, StructType
 
 from flight_server import __version__
 from flight_server.engine import CATALOG_NAME
@@ -286,12 +286,25 @@ _SQL_TYPE_NAMES = {
 
 
 def sql_type_name(iceberg_type: Any) -> str:
+    """The SQL name of an Iceberg type as DuckDB spells it (``typeof``): nested types spelled out
+    recursively with their fields' own case, never Iceberg's ``struct<1: a: optional int>``."""
+    if isinstance(iceberg_type, ListType):
+        return f"{sql_type_name(iceberg_type.element_type)}[]"
+    if isinstance(iceberg_type, MapType):
+        return f"MAP({sql_type_name(iceberg_type.key_type)}, {sql_type_name(iceberg_type.value_type)})"
+    if isinstance(iceberg_type, StructType):
+        fields = ", ".join(f"{_field_name(f.name)} {sql_type_name(f.field_type)}" for f in iceberg_type.fields)
+        return f"STRUCT({fields})"
     text = str(iceberg_type)
     if text.startswith("decimal"):
         return text.upper()
     if text.startswith("fixed"):
         return "BLOB"
     return _SQL_TYPE_NAMES.get(text, text.upper())
+
+
+def _field_name(name: str) -> str:
+    return name if name.isidentifier() and name.isascii() else '"' + name.replace('"', '""') + '"'
 
 
 def column_metadata(typ: pa.DataType, db_schema: str | None, table: str | None, read_only: bool = False
@@ -389,4 +402,11 @@ _XDBC_TYPES = [
     _xdbc("DATE", 91, 10, "DATE '", "'", unsigned=None, sql_type=9, subcode=1),
     _xdbc("TIME", 92, 15, "TIME '", "'", unsigned=None, sql_type=9, subcode=2),
     _xdbc("TIMESTAMP", 93, 26, "TIMESTAMP '", "'", unsigned=None, sql_type=9, subcode=3),
+    # XdbcDatetimeSubcode 5: TIMESTAMP_WITH_TIMEZONE.
+    _xdbc("TIMESTAMP WITH TIME ZONE", 93, 32, "TIMESTAMPTZ '", "'", unsigned=None, sql_type=9, subcode=5),
+    # Types XdbcDataType has no code for (XDBC_UNKNOWN_TYPE): Iceberg's uuid and nested types.
+    _xdbc("UUID", 0, 36, "'", "'::UUID", unsigned=None),
+    _xdbc("LIST", 0, None, unsigned=None, params=["element type"]),
+    _xdbc("MAP", 0, None, unsigned=None, params=["key type", "value type"]),
+    _xdbc("STRUCT", 0, None, unsigned=None, params=["field names and types"]),
 ]

@@ -58,8 +58,25 @@ def bound_rows(batch: pa.RecordBatch | None) -> list[list[Any]] | None:
     executeBatch / ADBC executemany bind several)."""
     if batch is None or batch.num_columns == 0:
         return None
-    columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+    columns = [[_duckdb_value(v, batch.schema.field(i).type) for v in batch.column(i).to_pylist()]
+               for i in range(batch.num_columns)]
     return [list(row) for row in zip(*columns, strict=True)]
+
+
+def _duckdb_value(value: Any, typ: pa.DataType) -> Any:
+    """A bound value as DuckDB binds it with its meaning: Arrow maps come out of ``to_pylist``
+    as lists of (key, value) pairs, which DuckDB would bind as a list of lists; DuckDB binds
+    ``{"key": [...], "value": [...]}`` as a MAP (nested inside lists and structs too)."""
+    if value is None:
+        return None
+    if pa.types.is_map(typ):
+        return {"key": [_duckdb_value(k, typ.key_type) for k, _ in value],
+                "value": [_duckdb_value(v, typ.item_type) for _, v in value]}
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+        return [_duckdb_value(v, typ.value_type) for v in value]
+    if pa.types.is_struct(typ):
+        return {f.name: _duckdb_value(value.get(f.name), f.type) for f in typ}
+    return value
 
 
 def param_rows(batch: pa.RecordBatch | None) -> list[list[Any]] | None:

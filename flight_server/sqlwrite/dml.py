@@ -29,6 +29,7 @@ from catalog.sandbox import confine
 from flight_server import errors
 from flight_server.engine import PinnedTable
 from flight_server.engine.iceberg_source import quote
+from flight_server.engine.tables import table_hint
 from flight_server.sqlwrite.commit import commit_once
 from flight_server.sqlwrite.ddl import view_sql
 from flight_server.sqlwrite.parse import TableName, bind_subset, sql_of, table_name, table_reference
@@ -44,7 +45,8 @@ def _load(w: Write, target: TableName, what: str) -> Any:
     try:
         return w.catalog.load_table(target.identifier)
     except (NoSuchTableError, NoSuchNamespaceError):
-        raise errors.NotFound(f"{what}: table {target.qualified} does not exist") from None
+        hint = table_hint(w.catalog, target.namespace, target.name)
+        raise errors.NotFound(f"{what}: table {target.qualified} does not exist{hint}") from None
 
 
 def _refuse(tree: exp.Expression, what: str, *args: str) -> None:
@@ -90,13 +92,16 @@ def insert(w: Write) -> int:
     columns = _column_types(w, target, base)
     mapping = _insert_mapping(tree, what, [n for n, _ in sources], [n for n, _ in columns])
     required = {f.name for f in table.schema().fields if f.required}
+    # Each source column is named after the target column it fills, so that a failed cast
+    # ("when casting from source column city_id") names the user's column.
+    alias = {src: quote(name) for (name, _), src in zip(columns, mapping, strict=True) if src is not None}
     select = []
     for (name, typ), src in zip(columns, mapping, strict=True):
         if src is None and name in required:
             raise errors.InvalidArgument(f"{what}: column {name} is NOT NULL and needs a value")
-        value = "NULL" if src is None else f"__icefloe_src.c{src}"
+        value = "NULL" if src is None else f"__icefloe_src.{alias[src]}"
         select.append(f"CAST({value} AS {typ}) AS {quote(name)}")
-    aliases = ", ".join(f"c{i}" for i in range(len(sources)))
+    aliases = ", ".join(alias.get(i, f"c{i}") for i in range(len(sources)))
     final = f"SELECT {', '.join(select)} FROM ({sql}) AS __icefloe_src({aliases})"
     inputs = input_names([p for p in pins if p is not base])
     if w.appender is not None and not w.param_rows:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.io.pyarrow import schema_to_pyarrow
@@ -36,11 +38,12 @@ def conform(data: pa.Table, schema: Schema, source_names: list[str], what: str) 
             raise errors.InvalidArgument(f"{what}: NULL in column {field.name}, which is NOT NULL")
         if column.type != field.type:
             try:
-                column = pc.cast(column, field.type, safe=True)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                column = _cast(column, field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, ValueError) as exc:
                 source = source_names[i] if i < len(source_names) else field.name
                 raise errors.InvalidArgument(
-                    f"{what}: column {field.name} ({field.type}) cannot hold {source} ({column.type}): {exc}"
+                    f"{what}: column {field.name} ({_type_name(field.type)}) cannot hold {source} "
+                    f"({_type_name(column.type)}): {errors.first_line(exc)}"
                 ) from None
         columns.append(column)
     return pa.Table.from_arrays(columns, schema=target)
@@ -49,3 +52,30 @@ def conform(data: pa.Table, schema: Schema, source_names: list[str], what: str) 
 def input_names(pins: list[PinnedTable]) -> list[str]:
     """Qualified names of the catalog tables a statement read (lineage inputs)."""
     return sorted({".".join((*p.namespace, p.name)) for p in pins})
+
+
+def _type_name(typ: pa.DataType) -> str:
+    return "uuid" if isinstance(typ, pa.UuidType) else str(typ)
+
+
+def _cast(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
+    """``column`` as ``target``. DuckDB hands a UUID over as its text (``CAST(... AS UUID)``,
+    ``uuid()``) and Arrow has no cast from text to Iceberg's 16-byte UUID: parse it here."""
+    if isinstance(target, pa.UuidType):
+        storage = target.storage_type
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            values = [None if v is None else _uuid_bytes(v) for v in column.to_pylist()]
+            raw = pa.array(values, storage)
+        elif column.type == storage or pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+            raw = pc.cast(column, storage, safe=True).combine_chunks()
+        else:
+            raise ValueError(f"{column.type} is not a UUID (text or 16 bytes)")
+        return pa.chunked_array([pa.ExtensionArray.from_storage(target, raw)], target)
+    return pc.cast(column, target, safe=True)
+
+
+def _uuid_bytes(text: str) -> bytes:
+    try:
+        return uuid.UUID(text).bytes
+    except ValueError:
+        raise ValueError(f"{text[:60]!r} is not a UUID") from None

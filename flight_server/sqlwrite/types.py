@@ -53,6 +53,9 @@ _SIMPLE: dict[str, IcebergType] = {
     "date": DateType(),
     "time": TimeType(),
     "timestamp": TimestampType(),
+    # Coarser timestamps widen to microseconds without loss.
+    "timestamp_ms": TimestampType(),
+    "timestamp_s": TimestampType(),
     "timestamp with time zone": TimestamptzType(),
     "uuid": UUIDType(),
 }
@@ -89,6 +92,12 @@ def iceberg_type(t: Any, ids: _Ids, where: str) -> IcebergType:
             fid = ids()
             fields.append(NestedField(fid, str(name), iceberg_type(child, ids, f"{where}.{name}"), required=False))
         return StructType(*fields)
+    if kind == "timestamp_ns":
+        # Iceberg's timestamp_ns is a format-v3 type, and pyiceberg cannot write v3 metadata yet.
+        raise errors.InvalidArgument(
+            f"column {where}: TIMESTAMP_NS needs Iceberg format v3, which icefloe cannot write yet; "
+            "use TIMESTAMP (microseconds)"
+        )
     raise errors.InvalidArgument(f"column {where}: type {t} has no Iceberg equivalent")
 
 
@@ -143,3 +152,29 @@ def schema_from_query_types(columns: list[tuple[str, str]]) -> Schema:
 
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+_DUCKDB_NAMES = {
+    "boolean": "BOOLEAN", "int": "INTEGER", "long": "BIGINT", "float": "FLOAT", "double": "DOUBLE",
+    "date": "DATE", "time": "TIME", "timestamp": "TIMESTAMP", "timestamptz": "TIMESTAMPTZ",
+    "timestamp_ns": "TIMESTAMP_NS", "string": "VARCHAR", "uuid": "UUID", "binary": "BLOB",
+    # DuckDB has no nanosecond TIMESTAMPTZ; microseconds is the nearest it can bind.
+    "timestamptz_ns": "TIMESTAMPTZ",
+}
+
+
+def duckdb_type(t: IcebergType) -> str:
+    """The DuckDB type SQL sees for an Iceberg type (what the engine's views expose): used to
+    type the parameters of a write and to name column types. Struct fields keep their case."""
+    if isinstance(t, DecimalType):
+        return f"DECIMAL({t.precision}, {t.scale})"
+    if isinstance(t, ListType):
+        return f"{duckdb_type(t.element_type)}[]"
+    if isinstance(t, MapType):
+        return f"MAP({duckdb_type(t.key_type)}, {duckdb_type(t.value_type)})"
+    if isinstance(t, StructType):
+        return "STRUCT(" + ", ".join(f"{_quote(f.name)} {duckdb_type(f.field_type)}" for f in t.fields) + ")"
+    text = str(t)
+    if text.startswith("fixed"):
+        return "BLOB"
+    return _DUCKDB_NAMES.get(text, "VARCHAR")

@@ -54,13 +54,13 @@ public class JdbcWrites {
             out("insert_values", st.executeUpdate(
                 "INSERT INTO jdbc.t VALUES (1, 'ann', 1.50, DATE '2024-01-01'), (2, 'bob', 2.25, NULL)"));
             try (PreparedStatement ps = conn.prepareStatement("INSERT INTO jdbc.t (id, name) VALUES (?, ?)")) {
-                ps.setString(1, "3");
+                ps.setLong(1, 3L);
                 ps.setString(2, "cy");
                 out("prepared_insert", ps.executeUpdate());
-                ps.setString(1, "4");
+                ps.setLong(1, 4L);
                 ps.setString(2, "dee");
                 ps.addBatch();
-                ps.setString(1, "5");
+                ps.setLong(1, 5L);
                 ps.setString(2, "eve");
                 ps.addBatch();
                 int[] counts = ps.executeBatch();
@@ -71,7 +71,7 @@ public class JdbcWrites {
             out("insert_select", st.executeUpdate("INSERT INTO jdbc.t BY NAME SELECT id + 100 AS id FROM jdbc.t WHERE id <= 2"));
             out("update", st.executeUpdate("UPDATE jdbc.t SET amount = 9.99 WHERE id IN (1, 3)"));
             try (PreparedStatement ps = conn.prepareStatement("DELETE FROM jdbc.t WHERE id = ?")) {
-                ps.setString(1, "101");
+                ps.setLong(1, 101L);
                 out("prepared_delete", ps.executeUpdate());
             }
             out("delete", st.executeUpdate("DELETE FROM jdbc.t WHERE id >= 100"));
