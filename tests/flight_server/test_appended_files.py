@@ -99,9 +99,12 @@ def test_nested_columns_and_files_without_field_ids_read_right(cat: Any, tmp_pat
                                                              {"id": 2, "p": {"x": 3, "why": 4}}]
 
     cat.create_table("ns.plain", pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string())]))
-    foreign = tmp_path / "foreign.parquet"  # written elsewhere: no field ids, read by name mapping
-    pq.write_table(pa.table({"id": pa.array([7, 8], pa.int64()), "s": ["p", "q"]}), foreign)
     plain = cat.load_table("ns.plain")
+    # Written by another tool (no field ids: read by name mapping), inside the table's own
+    # folder, where add_files may take it from (catalog.sandbox refuses files elsewhere).
+    foreign = Path(plain.location().removeprefix("file://")) / "data" / "foreign.parquet"
+    foreign.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"id": pa.array([7, 8], pa.int64()), "s": ["p", "q"]}), foreign)
     plain.append(pa.table({"id": pa.array([6], pa.int64()), "s": ["o"]}))
     cat.load_table("ns.plain").add_files([str(foreign)])
     out = read_changes(cat, ChangeRequest(("ns",), "plain", 0, cat.log.head())).read_all()

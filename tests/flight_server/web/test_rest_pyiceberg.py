@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import (
+    BadRequestError,
     CommitFailedException,
     NamespaceAlreadyExistsError,
     NamespaceNotEmptyError,
@@ -226,10 +227,14 @@ def test_staged_create_drop_rename_register(rest: RestCatalog, server: ServerPro
         rest.rename_table("life.ctas", "life.other")
 
     location = rest.load_table("life.renamed").metadata_location
+    # A folder belongs to one table at a time: registering a live table's metadata under a
+    # second name is refused (a purge of either would delete the other's files).
+    with pytest.raises(BadRequestError, match="overlaps the folder of table life.renamed"):
+        rest.register_table("life.registered", location)
+    rest.drop_table("life.renamed")  # files stay
     registered = rest.register_table("life.registered", location)
     assert registered.scan().to_arrow().num_rows == 4
-
-    rest.drop_table("life.registered")  # files stay: life.renamed still uses them
+    rest.rename_table("life.registered", "life.renamed")
     assert rest.load_table("life.renamed").scan().to_arrow().num_rows == 4
     data_dir = Path(rest.load_table("life.renamed").location().removeprefix("file://")) / "data"
     assert any(data_dir.iterdir())
@@ -239,7 +244,7 @@ def test_staged_create_drop_rename_register(rest: RestCatalog, server: ServerPro
     with pytest.raises(NoSuchTableError):
         rest.drop_table("life.renamed")
     ops = [r.operation for r in commit_records(server.warehouse) if r.namespace == ("life",)]
-    assert ops == ["create", "rename", "register", "drop", "drop"]
+    assert ops == ["create", "rename", "drop", "register", "rename", "drop"]
 
 
 def test_metrics_reports_are_accepted(rest: RestCatalog, server: ServerProcess) -> None:

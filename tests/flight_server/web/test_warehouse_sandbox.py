@@ -267,8 +267,15 @@ def _hand_made_snapshot(site: Site, table: str, data_file: str) -> dict[str, Any
     """An add-snapshot a REST client with storage access could send: a manifest list and a
     manifest it wrote inside the table's folder, naming ``data_file``."""
     from pyiceberg.catalog.rest import RestCatalog
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestEntry, ManifestEntryStatus
-    from pyiceberg.manifest import write_manifest, write_manifest_list
+    from pyiceberg.manifest import (
+        DataFile,
+        DataFileContent,
+        FileFormat,
+        ManifestEntry,
+        ManifestEntryStatus,
+        write_manifest,
+        write_manifest_list,
+    )
     from pyiceberg.typedef import Record
 
     catalog = RestCatalog("c", uri=rest_url(site.server))
@@ -354,11 +361,20 @@ def test_appends_do_not_follow_a_symlink_out(site: Site, untouched: None) -> Non
 
 def _land_legacy(warehouse: Path, outside: Path) -> None:
     """Write, with the server stopped, tables as an older icefloe let them land."""
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestEntry, ManifestEntryStatus
-    from pyiceberg.manifest import write_manifest, write_manifest_list
+    from pyiceberg.manifest import (
+        DataFile,
+        DataFileContent,
+        FileFormat,
+        ManifestEntry,
+        ManifestEntryStatus,
+        write_manifest,
+        write_manifest_list,
+    )
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
     from pyiceberg.schema import Schema
     from pyiceberg.table.metadata import new_table_metadata
     from pyiceberg.table.snapshots import Operation, Snapshot, Summary
+    from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
     from pyiceberg.table.update import AddSnapshotUpdate, SetSnapshotRefUpdate, update_table_metadata
     from pyiceberg.typedef import Record
     from pyiceberg.types import LongType, NestedField
@@ -367,8 +383,6 @@ def _land_legacy(warehouse: Path, outside: Path) -> None:
     from catalog.durable_io import DurableFileIO
     from catalog.metadata_json import write_metadata
     from catalog.sandbox import OutsideTableError
-    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
-    from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 
     schema = Schema(NestedField(1, "id", LongType(), required=False))
     io = DurableFileIO({})
