@@ -168,7 +168,6 @@ def classify(exc: BaseException) -> tuple[str, str]:
     from catalog import CatalogReadOnlyError, CursorExpiredError, TooManySubscribersError
     from catalog.maintenance_worker import WorkerDied
     from catalog.names import InvalidNameError
-
     from catalog.sandbox import InvalidLocationError, OutsideTableError
 
     if isinstance(exc, OutsideTableError):  # a file outside the table's folder (catalog.sandbox)

@@ -102,7 +102,7 @@ def _guarded(site: Site) -> Guarded:
     catalog = site.warehouse / "catalog.rocksdb"
     return Guarded(_digest(site.outside), _digest(site.warehouse / "ns" / "victim"),
                    (site.warehouse / ".icefloe-token.key").read_bytes(),
-                   {p.name for p in catalog.iterdir() if p.suffix in (".sst", "") and p.name.startswith(("CURRENT", "IDENTITY"))})
+                   {p.name for p in catalog.iterdir() if p.name in ("CURRENT", "IDENTITY")})
 
 
 @pytest.fixture
