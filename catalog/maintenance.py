@@ -20,9 +20,10 @@ file or manifest compaction) or ``"expire"`` (snapshot expiry):
 
 ``BackgroundMaintainer`` runs these in a server thread for tables that received many small
 files, and expires a table's snapshots only after it committed (an idle table commits nothing;
-periods from ``ICEFLOE_EXPIRY_PERIOD_S`` / ``ICEFLOE_SWEEP_PERIOD_S``); ``maintain`` runs them once (the ``icefloe maintain`` command). Compaction's file and
-manifest work runs in a ``MaintenanceWorker`` (``catalog.maintenance_worker``): the server's
-runs it in a worker process and only applies the staged commit.
+periods from ``ICEFLOE_EXPIRY_PERIOD_S`` / ``ICEFLOE_SWEEP_PERIOD_S``); ``maintain`` runs them
+once (the ``icefloe maintain`` command). Compaction's file and manifest work runs in a
+``MaintenanceWorker`` (``catalog.maintenance_worker``): the server's runs it in a worker process
+and only applies the staged commit.
 """
 
 from __future__ import annotations
