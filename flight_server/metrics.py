@@ -26,6 +26,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from flight_server import __version__, errors
+from flight_server.commit_kinds import is_maintenance
 from flight_server.metric_cells import CellCollector, CellCounter, CellHistogram
 
 if TYPE_CHECKING:
@@ -82,12 +83,17 @@ class Metrics:
                                              "Age of the newest commit in each commits.v1 event batch read from the "
                                              "durable log (a replay from 'after', or a subscriber catching up)", (),
                                              REPLAY_BUCKETS)
+        self.commit_rows = CellCounter("icefloe_commit_rows", "Rows landed commits added or deleted, as readers see "
+                                       "them (commits that change no row, such as compaction, not counted)",
+                                       ["change"])
+        self.statement_seconds = CellHistogram("icefloe_statement_seconds", "SQL statement time, as the query log "
+                                               "records it (a SELECT until its stream ends)", (), RPC_BUCKETS)
         self.maintenance_runs = CellCounter("icefloe_maintenance_runs", "Maintenance runs of one table, by status",
                                             ["status"])
         self.registry.register(CellCollector([
             self.rpc_seconds, self.statements, self.stream_rows, self.stream_bytes, self.append_requests,
             self.append_rows, self.append_bytes, self.append_seconds, self.commits, self.group_size, self.feed_lag,
-            self.feed_replay_lag, self.maintenance_runs,
+            self.feed_replay_lag, self.commit_rows, self.statement_seconds, self.maintenance_runs,
         ]))
         # Called before each exposition (the query log writes its pending lines and counts).
         self.before_scrape: list[Callable[[], None]] = []
@@ -103,9 +109,11 @@ class Metrics:
             self.stream_rows.inc((), rows)
             self.stream_bytes.inc((), nbytes)
 
-    def statement(self, kind: str, status: str) -> None:
+    def statement(self, kind: str, status: str, seconds: float | None = None) -> None:
         if self.enabled:
             self.statements.inc((kind, status))
+            if seconds is not None:
+                self.statement_seconds.observe((), seconds)
 
     def appended(self, status: str, rows: int = 0, nbytes: int = 0, seconds: float | None = None) -> None:
         if not self.enabled:
@@ -122,6 +130,11 @@ class Metrics:
         if not self.enabled:
             return
         self.commits.inc((record.operation,))
+        if not is_maintenance(record):
+            if record.added_rows:
+                self.commit_rows.inc(("added",), record.added_rows)
+            if record.deleted_rows:
+                self.commit_rows.inc(("deleted",), record.deleted_rows)
         if record.operation == "append":
             self.group_size.observe((), int(record.extra.get("group_size", 1) or 1))
 
