@@ -59,6 +59,7 @@ logger = logging.getLogger("icefloe.http.ops")
 _STATIC = {
     "index.html": "text/html; charset=utf-8",
     "watch.js": "text/javascript; charset=utf-8",
+    "watch-views.js": "text/javascript; charset=utf-8",
     "watch.css": "text/css; charset=utf-8",
 }
 # The page's own script and style only: no inline script, nothing from elsewhere.
@@ -245,8 +246,10 @@ def ops_routes(ops: Operations, metrics: Metrics, broadcaster: CommitBroadcaster
         Route("/metrics", guarded(metrics_text), methods=get),
         Route("/healthz", guarded(healthz, open_probe=True), methods=get),
         Route("/readyz", guarded(readyz, open_probe=True), methods=get),
-        Route("/", guarded(static("index.html")), methods=get),
+        # The page reads these two itself (page size and bound of its commit list).
+        Route("/", guarded(static("index.html"), "page_size", "max_rows"), methods=get),
         Route("/static/watch.js", guarded(static("watch.js")), methods=get),
+        Route("/static/watch-views.js", guarded(static("watch-views.js")), methods=get),
         Route("/static/watch.css", guarded(static("watch.css")), methods=get),
         Route("/api/tables", guarded(tables), methods=get),
         Route("/api/lineage", guarded(lineage, "table"), methods=get),
