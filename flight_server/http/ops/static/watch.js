@@ -176,6 +176,7 @@ function follow() {
     state.textContent = "live";
     state.className = "state live";
     loadTables();
+    refreshSummary();  // this stream now counts among the watch pages
     // On every (re)connection: whatever landed while disconnected comes from the log.
     if (history.atLatest) loadHistory();
   });
@@ -193,12 +194,16 @@ function follow() {
 
 // -- health strip -------------------------------------------------------------------------------
 
-async function pollSummary() {
+async function refreshSummary() {
   try {
     showSummary(await getJson("/api/summary"));
   } catch (_) {
     setStat("stat-ready", "unreachable", "bad");
   }
+}
+
+async function pollSummary() {
+  await refreshSummary();
   setTimeout(pollSummary, SUMMARY_EVERY_MS);
 }
 
