@@ -114,8 +114,11 @@ def page(catalog: RocksCatalog, before: int | None, limit: int, table: str | Non
     found: list[CommitRecord] = []
     scanned = 0
     low = top + 1  # lowest seq read so far
+    filtered = table is not None or operation is not None
     while low > log_start and len(found) < limit and scanned < MAX_SCAN:
-        start = max(log_start, low - min(CHUNK, MAX_SCAN - scanned))
+        # Unfiltered, every record read is shown: read exactly what is still wanted.
+        want = CHUNK if filtered else limit - len(found)
+        start = max(log_start, low - min(want, MAX_SCAN - scanned))
         try:
             chunk = list(log.read(start - 1, limit=low - start))
         except CursorExpiredError:  # trimmed under us: go on from the new start

@@ -43,7 +43,8 @@ def worked_server(tmp_path: Path) -> Iterator[tuple[ServerProcess, dict[str, int
     with serving(tmp_path / "wh", ["--metrics-port", "0", "--demo"]) as server:
         seqs: dict[str, int] = {}
         for i in range(4):
-            seqs[f"put{i}"] = do_put(server.location, ("demo", "cities"), city_rows(2, first_id=100 + 10 * i))["commit_seq"]
+            answer = do_put(server.location, ("demo", "cities"), city_rows(2, first_id=100 + 10 * i))
+            seqs[f"put{i}"] = answer["commit_seq"]
         with flightsql.connect(server.location) as conn, conn.cursor() as cur:
             cur.execute("DELETE FROM demo.floe_sightings WHERE city_id IN (3, 5)")
             assert cur.rowcount in (-1, 120)
