@@ -19,9 +19,11 @@ file or manifest compaction) or ``"expire"`` (snapshot expiry):
   flight.
 
 ``BackgroundMaintainer`` runs these in a server thread for tables that received many small
-files; ``maintain`` runs them once (the ``icefloe maintain`` command). Compaction's file and
-manifest work runs in a ``MaintenanceWorker`` (``catalog.maintenance_worker``): the server's
-runs it in a worker process and only applies the staged commit.
+files, and expires a table's snapshots only after it committed (an idle table commits nothing;
+periods from ``ICEFLOE_EXPIRY_PERIOD_S`` / ``ICEFLOE_SWEEP_PERIOD_S``); ``maintain`` runs them
+once (the ``icefloe maintain`` command). Compaction's file and manifest work runs in a
+``MaintenanceWorker`` (``catalog.maintenance_worker``): the server's runs it in a worker process
+and only applies the staged commit.
 """
 
 from __future__ import annotations
@@ -501,6 +503,26 @@ def catalog_tables(catalog: Any) -> list[tuple[str, ...]]:
 
 EXPIRY_PERIOD_S = 30.0
 SWEEP_PERIOD_S = DEFAULT_ORPHAN_GRACE_S / 4
+# Environment overrides of the two periods (seconds), read when a maintainer starts: tests
+# (and operators who want faster or slower background work) set them without code changes.
+EXPIRY_PERIOD_ENV = "ICEFLOE_EXPIRY_PERIOD_S"
+SWEEP_PERIOD_ENV = "ICEFLOE_SWEEP_PERIOD_S"
+
+
+def _period(env: str, default: float) -> float:
+    """``env`` as a positive number of seconds; ``default`` when unset or not such a number
+    (logged: a typo must not stop the server, and background work must not spin)."""
+    raw = os.environ.get(env, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        logger.warning("%s=%r is not a positive number of seconds; using %g", env, raw, default)
+        return default
+    return value
 
 
 class BackgroundMaintainer:
@@ -525,7 +547,12 @@ class BackgroundMaintainer:
         self._new_files: dict[tuple[str, ...], int] = {}  # small files since the last compaction
         self._last_expiry: dict[tuple[str, ...], float] = {}
         self._last_sweep: dict[tuple[str, ...], float] = {}
+        # The metadata location each table had right after its last expiry check: unchanged
+        # means nobody committed since, and the table is left alone (see ``_expire_if_written``).
+        self._expiry_checked_at: dict[tuple[str, ...], str] = {}
         self._last_key_expiry = time.monotonic()
+        self.expiry_period_s = _period(EXPIRY_PERIOD_ENV, EXPIRY_PERIOD_S)
+        self.sweep_period_s = _period(SWEEP_PERIOD_ENV, SWEEP_PERIOD_S)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="icefloe-maintenance", daemon=True)
@@ -555,7 +582,7 @@ class BackgroundMaintainer:
                     if self._stopped():
                         return  # the worker was stopped under it
                     logger.warning("background maintenance of %s failed", ".".join(identifier), exc_info=True)
-            if time.monotonic() - self._last_key_expiry > SWEEP_PERIOD_S:
+            if time.monotonic() - self._last_key_expiry > self.sweep_period_s:
                 self._last_key_expiry = time.monotonic()
                 try:
                     self._appender.idempotency.expire()
@@ -582,14 +609,32 @@ class BackgroundMaintainer:
         if self._new_files.get(identifier, 0) >= threshold:
             compact(self._appender, identifier, worker=self.worker)
             self._new_files[identifier] = 0
-        if now - self._last_expiry.get(identifier, 0.0) > EXPIRY_PERIOD_S:
+        if now - self._last_expiry.get(identifier, 0.0) > self.expiry_period_s:
             self._last_expiry[identifier] = now
-            expire_snapshots(self._appender, identifier)
-        if now - self._last_sweep.get(identifier, now) > SWEEP_PERIOD_S:
+            self._expire_if_written(identifier, table.metadata_location)
+        if now - self._last_sweep.get(identifier, now) > self.sweep_period_s:
             self._last_sweep[identifier] = now
             remove_orphans(self._appender, identifier, worker=self.worker)
         self._last_sweep.setdefault(identifier, now)
 
+    def _expire_if_written(self, identifier: tuple[str, ...], location: str) -> None:
+        """Time-based expiry, only for a table that committed since its last check.
+
+        Snapshots age past the retention window one by one: expiring whatever had aged out at
+        each period made a table nobody wrote commit ``expire`` every period for a whole
+        window after its last write (20 commits over 10 minutes by default), and feed
+        subscribers and the watch page saw commits no one made. Now a table is expired at most
+        once after each burst of commits (theirs, or a compaction's); what is still inside the
+        window then waits for the table's next commit (the commit path caps the count at
+        ``icefloe.snapshots.retain``) or for ``icefloe maintain``. An idle table commits nothing.
+        """
+        if self._expiry_checked_at.get(identifier) == location:
+            return
+        expire_snapshots(self._appender, identifier)
+        # Our own expire commit moved the location: remember the one after it. A commit landing
+        # in between is taken as seen; its snapshots wait for the next commit, as above.
+        self._expiry_checked_at[identifier] = self._appender.catalog.load_table(identifier).metadata_location
+
     def _forget(self, identifier: tuple[str, ...]) -> None:
-        for state in (self._new_files, self._last_expiry, self._last_sweep):
+        for state in (self._new_files, self._last_expiry, self._last_sweep, self._expiry_checked_at):
             state.pop(identifier, None)

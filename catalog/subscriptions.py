@@ -37,6 +37,9 @@ class Subscription:
         self.closed = False
         # How often this subscriber overflowed its queue and caught up from the log.
         self.catch_ups = 0
+        # Whether the last ``poll`` read the durable log (a replay or a catch-up) rather than
+        # taking records published live: the feed keeps the two delivery lags apart.
+        self.last_poll_from_log = False
 
     def _offer(self, record: CommitRecord) -> None:
         if self._paused or self._lagging.is_set():
@@ -78,10 +81,13 @@ class Subscription:
             self._lagging.clear()
             self.catch_ups += 1
             records = list(self._hub.log.read(self.last_seq, limit=limit))
+            self.last_poll_from_log = True
         elif self.last_seq < self._hub.log.head():
             # Replay (or a record landed but not yet published): the log is the source.
             records = list(self._hub.log.read(self.last_seq, limit=limit))
+            self.last_poll_from_log = True
         else:
+            self.last_poll_from_log = False
             records = []
             try:
                 records.append(self._queue.get(timeout=timeout))
@@ -97,6 +103,7 @@ class Subscription:
             # The queue skipped a seq (published out of order, or a record is still being
             # published): every landed record is in the log, which is contiguous.
             fresh = list(self._hub.log.read(self.last_seq, limit=limit))
+            self.last_poll_from_log = True
         if fresh:
             self.last_seq = fresh[-1].seq
         return fresh

@@ -26,6 +26,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from flight_server import __version__, errors
+from flight_server.commit_kinds import is_maintenance
 from flight_server.metric_cells import CellCollector, CellCounter, CellHistogram
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 RPC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0)
+# A replay delivers history: its "lag" is the age of the commits read, seconds to days.
+REPLAY_BUCKETS = (0.1, 1.0, 10.0, 60.0, 600.0, 3600.0, 6 * 3600.0, 86400.0, 7 * 86400.0)
 
 
 def instrumentation_on() -> bool:
@@ -71,14 +74,26 @@ class Metrics:
         self.commits = CellCounter("icefloe_commits", "Catalog commits landed, by operation", ["operation"])
         self.group_size = CellHistogram("icefloe_append_group_size", "Appends folded into one group commit", (),
                                         GROUP_BUCKETS)
+        # Live and replayed deliveries apart: one catch-up over old history made a 24 s
+        # observation in the live histogram, and an alert on it would have fired.
         self.feed_lag = CellHistogram("icefloe_feed_delivery_lag_seconds",
-                                      "Commit to commits.v1 write, per event batch sent", (), LAG_BUCKETS)
+                                      "Commit to commits.v1 write, per event batch sent live (published to the "
+                                      "stream as it landed); alert on this one", (), LAG_BUCKETS)
+        self.feed_replay_lag = CellHistogram("icefloe_feed_replay_lag_seconds",
+                                             "Age of the newest commit in each commits.v1 event batch read from the "
+                                             "durable log (a replay from 'after', or a subscriber catching up)", (),
+                                             REPLAY_BUCKETS)
+        self.commit_rows = CellCounter("icefloe_commit_rows", "Rows landed commits added or deleted, as readers see "
+                                       "them (commits that change no row, such as compaction, not counted)",
+                                       ["change"])
+        self.statement_seconds = CellHistogram("icefloe_statement_seconds", "SQL statement time, as the query log "
+                                               "records it (a SELECT until its stream ends)", (), RPC_BUCKETS)
         self.maintenance_runs = CellCounter("icefloe_maintenance_runs", "Maintenance runs of one table, by status",
                                             ["status"])
         self.registry.register(CellCollector([
             self.rpc_seconds, self.statements, self.stream_rows, self.stream_bytes, self.append_requests,
             self.append_rows, self.append_bytes, self.append_seconds, self.commits, self.group_size, self.feed_lag,
-            self.maintenance_runs,
+            self.feed_replay_lag, self.commit_rows, self.statement_seconds, self.maintenance_runs,
         ]))
         # Called before each exposition (the query log writes its pending lines and counts).
         self.before_scrape: list[Callable[[], None]] = []
@@ -94,9 +109,11 @@ class Metrics:
             self.stream_rows.inc((), rows)
             self.stream_bytes.inc((), nbytes)
 
-    def statement(self, kind: str, status: str) -> None:
+    def statement(self, kind: str, status: str, seconds: float | None = None) -> None:
         if self.enabled:
             self.statements.inc((kind, status))
+            if seconds is not None:
+                self.statement_seconds.observe((), seconds)
 
     def appended(self, status: str, rows: int = 0, nbytes: int = 0, seconds: float | None = None) -> None:
         if not self.enabled:
@@ -113,12 +130,19 @@ class Metrics:
         if not self.enabled:
             return
         self.commits.inc((record.operation,))
+        if not is_maintenance(record):
+            if record.added_rows:
+                self.commit_rows.inc(("added",), record.added_rows)
+            if record.deleted_rows:
+                self.commit_rows.inc(("deleted",), record.deleted_rows)
         if record.operation == "append":
             self.group_size.observe((), int(record.extra.get("group_size", 1) or 1))
 
-    def delivered(self, committed_at_us: int) -> None:
+    def delivered(self, committed_at_us: int, live: bool = True) -> None:
+        """An event batch was written to a commits.v1 stream; ``live``: published to it as the
+        commit landed (else read from the log: counted apart, see ``feed_replay_lag``)."""
         if self.enabled:
-            self.feed_lag.observe((), max(0.0, time.time() - committed_at_us / 1e6))
+            (self.feed_lag if live else self.feed_replay_lag).observe((), max(0.0, time.time() - committed_at_us / 1e6))
 
     def maintained(self, status: str) -> None:
         if self.enabled:

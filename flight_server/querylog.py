@@ -164,7 +164,7 @@ class QueryLog:
     def _write(self, sql: str, principal: str | None, seconds: float, status: str, rows: int | None,
                nbytes: int | None) -> None:
         kind, text = normalise(sql)
-        self.metrics.statement(kind, status)
+        self.metrics.statement(kind, status, seconds)
         slow = self.slow_s is not None and seconds >= self.slow_s
         level = logging.WARNING if slow or status == "INTERNAL" else logging.INFO
         if not logger.isEnabledFor(level):

@@ -25,5 +25,6 @@ class CommitStream(FeedStream):
         if event_batch is None:
             return False
         self.send_batch(event_batch.batch)
-        self.server.metrics.delivered(event_batch.last_committed_at_us)
+        live = self.delivering_live and event_batch.last_seq > self.replay_until
+        self.server.metrics.delivered(event_batch.last_committed_at_us, live=live)
         return True

@@ -75,6 +75,7 @@ class EventBatch(NamedTuple):
 
     batch: pa.RecordBatch
     last_committed_at_us: int
+    last_seq: int
 
 
 def _records_key(records: Sequence[CommitRecord]) -> tuple[int, ...]:
@@ -134,7 +135,7 @@ class EventBatchCache:
         if event_batch is not None:
             self._batches.move_to_end(key)
             return event_batch
-        event_batch = EventBatch(records_to_batch(records), records[-1].committed_at_us)
+        event_batch = EventBatch(records_to_batch(records), records[-1].committed_at_us, records[-1].seq)
         self._batches[key] = event_batch
         while len(self._batches) > self._size:
             self._batches.popitem(last=False)

@@ -57,6 +57,13 @@ class FeedStream:
         # Streams that can be written by the shared fan-out workers once caught up.
         self.fanout: FanOut | None = None
         self.heartbeat_s = request.heartbeat_ms / 1000.0
+        # Whether the records being handled were published live (the queue, the fan-out) or
+        # read from the durable log (a replay from ``after``, a catch-up): metrics keep the
+        # two lags apart, since a replay's "lag" is the age of history, not a delay.
+        self.delivering_live = True
+        # The head when the stream said hello: commits up to it are history the client asked
+        # for with ``after``, a replay however they reach it (the fan-out's recent records too).
+        self.replay_until = 0
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -105,6 +112,7 @@ class FeedStream:
                 after = head
             assert isinstance(after, int)
             subscription.last_seq = after
+            self.replay_until = head
             if after < log_start - 1:
                 raise errors.OutOfRange(f"cursor expired: log starts at {log_start}")
             if after > head:
@@ -141,6 +149,7 @@ class FeedStream:
             records = subscription.poll(timeout=self._wait_s(last_sent), limit=POLL_LIMIT)
             if until is not None:
                 records = [r for r in records if r.seq <= until]
+            self.delivering_live = not subscription.last_poll_from_log
             if records and self.handle(records):
                 last_sent = time.monotonic()
             elif time.monotonic() - last_sent >= self.heartbeat_s:
@@ -195,6 +204,7 @@ class FeedStream:
 
     def deliver(self, records: list[CommitRecord], heartbeat: bool, head: int) -> bool:
         """Called by a fan-out worker while this stream is attached (see ``fanout``)."""
+        self.delivering_live = True
         if records and self.handle(records):
             return True
         if heartbeat:

@@ -23,7 +23,8 @@ from collections.abc import AsyncIterator
 
 from catalog.commit_log import CommitRecord
 from catalog.subscriptions import CommitHub
-from flight_server.operations import event_json, for_browser
+from flight_server.http.ops.history import commit_view
+from flight_server.operations import for_browser
 
 logger = logging.getLogger("icefloe.http.events")
 
@@ -70,6 +71,11 @@ class CommitBroadcaster:
         self._per_user: dict[str, int] = {}
         hub.add_listener(self.on_commit)
 
+    @property
+    def open_count(self) -> int:
+        """Event streams open now (read from any thread: a size, never the set itself)."""
+        return len(self._clients)
+
     def on_commit(self, record: CommitRecord) -> None:
         """Hub listener (committing thread, commit lock held): schedule, never wait."""
         loop = self._loop
@@ -81,7 +87,8 @@ class CommitBroadcaster:
             self._loop = None
 
     def _fan_out(self, record: CommitRecord) -> None:
-        data = json.dumps(for_browser(event_json(record)), separators=(",", ":"))
+        # The same fields as the history (/api/commits): a live row and a paged one look alike.
+        data = json.dumps(for_browser(commit_view(record)), separators=(",", ":"))
         message = f"id: {record.seq}\nevent: commit\ndata: {data}\n\n"
         for client in self._clients:
             if client.overflowed:

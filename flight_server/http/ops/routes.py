@@ -5,7 +5,12 @@
   open, lineage worker alive), else 503, with the checks as JSON either way;
 - ``GET /``: the watch page (package data, no CDN), ``/static/watch.js`` its script;
 - ``GET /api/tables``, ``GET /api/lineage?table=ns.t``, ``GET /api/events`` (server-sent
-  events): what the page shows.
+  events): what the page shows;
+- ``GET /api/commits?before=SEQ&limit=N&table=ns.t&operation=OP``: the commit history, newest
+  first, paged with bounded work (``history``);
+- ``GET /api/table?table=ns.t``: one table's files, bytes, snapshots, schema and last
+  maintenance (``table_detail``);
+- ``GET /api/summary``: the health strip and the chart series (``summary``).
 
 With authentication on (``--users``), every route but ``/healthz`` and ``/readyz`` (left open for
 an orchestrator's probes; they reveal only up/ready and the names of the checks) needs the
@@ -27,6 +32,7 @@ functions, which Starlette runs on its thread pool, so the event loop never bloc
 from __future__ import annotations
 
 import logging
+import threading
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +44,9 @@ from starlette.routing import BaseRoute, Route
 
 from catalog.names import InvalidNameError, check_name, check_namespace
 from flight_server import errors
+from flight_server.http.ops import history, table_detail
 from flight_server.http.ops.events import CommitBroadcaster, TooManyWatchers, TooManyWatchersForUser
+from flight_server.http.ops.summary import Sampler, sampler_of, summary
 from flight_server.metrics import CONTENT_TYPE, Metrics
 from flight_server.operations import Operations, for_browser
 
@@ -51,6 +59,7 @@ logger = logging.getLogger("icefloe.http.ops")
 _STATIC = {
     "index.html": "text/html; charset=utf-8",
     "watch.js": "text/javascript; charset=utf-8",
+    "watch-views.js": "text/javascript; charset=utf-8",
     "watch.css": "text/css; charset=utf-8",
 }
 # The page's own script and style only: no inline script, nothing from elsewhere.
@@ -71,7 +80,7 @@ def routes(server: IcefloeServer) -> list[BaseRoute]:
     config = server.config
     broadcaster = CommitBroadcaster(server.catalog.hub, server.stopping, config.http_max_event_streams,
                                     config.http_max_event_streams_per_user)
-    return ops_routes(server.ops, server.metrics, broadcaster, server.security.auth)
+    return ops_routes(server.ops, server.metrics, broadcaster, server.security.auth, sampler_of(server))
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -134,8 +143,10 @@ def login(auth: AuthMiddlewareFactory | None, request: Request) -> tuple[Respons
 
 
 def ops_routes(ops: Operations, metrics: Metrics, broadcaster: CommitBroadcaster,
-               auth: AuthMiddlewareFactory | None = None) -> list[BaseRoute]:
+               auth: AuthMiddlewareFactory | None = None, sampler: Sampler | None = None) -> list[BaseRoute]:
     """The routes over these collaborators (see the module docstring); ``auth`` None: no login."""
+    if sampler is None:
+        sampler = Sampler(metrics, threading.Event())
 
     def guarded(handler: Any, *allowed: str, open_probe: bool = False) -> Any:
         """Check the login (unless ``open_probe``), refuse unknown parameters, map our errors to
@@ -171,6 +182,27 @@ def ops_routes(ops: Operations, metrics: Metrics, broadcaster: CommitBroadcaster
     def tables(_params: dict[str, str]) -> Response:
         body = for_browser({"head": ops.head(), "tables": ops.tables()})
         return JSONResponse(body, headers={"cache-control": "no-store"})
+
+    def existing_table(raw: str | None) -> str:
+        table = table_param(raw)
+        ops.head()  # Unavailable (503) when the catalog is closed
+        if not ops.catalog.table_exists(table):
+            raise errors.NotFound(f"table {table} does not exist")
+        return table
+
+    def commits(params: dict[str, str]) -> Response:
+        table = existing_table(params["table"]) if "table" in params else None
+        before, limit, operation = history.parse_query(params)
+        body = history.page(ops.catalog, before, limit, table, operation)
+        return JSONResponse(for_browser(body), headers={"cache-control": "no-store"})
+
+    def table(params: dict[str, str]) -> Response:
+        body = table_detail.detail(ops.catalog, existing_table(params.get("table")))
+        return JSONResponse(for_browser(body), headers={"cache-control": "no-store"})
+
+    def summary_json(_params: dict[str, str]) -> Response:
+        body = summary(ops, metrics, sampler, broadcaster)
+        return JSONResponse(for_browser(body), headers={"cache-control": "no-store"})
 
     def lineage(params: dict[str, str]) -> Response:
         return JSONResponse(ops.lineage_graph(table_param(params.get("table"))), headers={"cache-control": "no-store"})
@@ -214,10 +246,15 @@ def ops_routes(ops: Operations, metrics: Metrics, broadcaster: CommitBroadcaster
         Route("/metrics", guarded(metrics_text), methods=get),
         Route("/healthz", guarded(healthz, open_probe=True), methods=get),
         Route("/readyz", guarded(readyz, open_probe=True), methods=get),
-        Route("/", guarded(static("index.html")), methods=get),
+        # The page reads these two itself (page size and bound of its commit list).
+        Route("/", guarded(static("index.html"), "page_size", "max_rows"), methods=get),
         Route("/static/watch.js", guarded(static("watch.js")), methods=get),
+        Route("/static/watch-views.js", guarded(static("watch-views.js")), methods=get),
         Route("/static/watch.css", guarded(static("watch.css")), methods=get),
         Route("/api/tables", guarded(tables), methods=get),
         Route("/api/lineage", guarded(lineage, "table"), methods=get),
+        Route("/api/commits", guarded(commits, "before", "limit", "table", "operation"), methods=get),
+        Route("/api/table", guarded(table, "table"), methods=get),
+        Route("/api/summary", guarded(summary_json), methods=get),
         Route("/api/events", events, methods=get),
     ]

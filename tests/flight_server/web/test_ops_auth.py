@@ -16,8 +16,9 @@ from tests.flight_server.web.ops_support import ops_url
 from tests.flight_server.web.rest_support import rest_url
 from tests.servers import ServerProcess
 
-PROTECTED = ["/metrics", "/", "/static/watch.js", "/static/watch.css", "/api/tables", "/api/lineage?table=ns.t",
-             "/api/events"]
+PROTECTED = ["/metrics", "/", "/static/watch.js", "/static/watch-views.js", "/static/watch.css", "/api/tables",
+             "/api/lineage?table=ns.t", "/api/events", "/api/commits", "/api/commits?table=ns.t&before=x",
+             "/api/table?table=ns.t", "/api/summary"]
 
 
 @pytest.fixture(scope="module")
@@ -84,5 +85,10 @@ def test_credentials_of_any_role_open_every_endpoint(server: ServerProcess) -> N
             assert _get(f"{base}/api/lineage?table=ns.t", headers).status_code == 404  # checked, then looked up
             events = _get(f"{base}/api/events", headers)
             assert events.status_code == 200 and events.headers["content-type"].startswith("text/event-stream")
+            history = _get(f"{base}/api/commits", headers)
+            assert history.status_code == 200 and history.json()["commits"] == []
+            assert _get(f"{base}/api/table?table=ns.t", headers).status_code == 404
+            summary = _get(f"{base}/api/summary", headers)
+            assert summary.status_code == 200 and summary.json()["ready"] is True
             # A bad request after a good login is still the request's 4xx.
             assert _get(f"{base}/api/tables?x=1", headers).status_code == 400

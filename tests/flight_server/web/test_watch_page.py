@@ -3,9 +3,6 @@ the tables, a DoPut shows up as a new commit row within a second, and a table's 
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,39 +12,15 @@ import adbc_driver_flightsql.dbapi as flightsql
 import pytest
 
 from tests.doput_client import do_put
+from tests.flight_server.web.browser_support import By, WebDriverWait, chromium, screenshot  # skips without chromium
 from tests.flight_server.web.ops_support import ops_url
 from tests.flight_server.web.test_ops_metrics import city_rows
 from tests.servers import ServerProcess, serving
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage"]
-
-webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
-if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
-    pytest.skip("Debian's chromium / chromium-driver are not installed (scripts/fetch-browser)",
-                allow_module_level=True)
-
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
-
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    profile = tempfile.mkdtemp(prefix="icefloe-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in [*FLAGS, f"--user-data-dir={profile}"]:
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    try:
-        yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
+    yield from chromium()
 
 
 @pytest.fixture
@@ -74,7 +47,8 @@ def _lineage_nodes(driver: Any) -> set[str]:
     return set(nodes)
 
 
-def test_the_page_shows_tables_and_a_doput_within_a_second(page_server: ServerProcess, browser: Any) -> None:
+def test_the_page_shows_tables_and_a_doput_within_a_second(page_server: ServerProcess, browser: Any,
+                                                           request: pytest.FixtureRequest) -> None:
     base = ops_url(page_server)
     browser.get(f"{base}/")
     wait = WebDriverWait(browser, 30, poll_frequency=0.05)
@@ -102,9 +76,11 @@ def test_the_page_shows_tables_and_a_doput_within_a_second(page_server: ServerPr
     shown = browser.execute_script(
         "return document.querySelector('#tables tr[data-table=\"demo.cities\"]').children[2].textContent")
     assert shown == str(answer["snapshot_id"])
+    screenshot(browser, request, "after-doput")
 
 
-def test_the_page_draws_a_tables_lineage(page_server: ServerProcess, browser: Any) -> None:
+def test_the_page_draws_a_tables_lineage(page_server: ServerProcess, browser: Any,
+                                         request: pytest.FixtureRequest) -> None:
     with flightsql.connect(page_server.location) as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE big_cities AS SELECT c.name, s.floes FROM demo.cities c "
                     "JOIN demo.floe_sightings s ON c.city_id = s.city_id WHERE c.population > 100000")
@@ -116,6 +92,7 @@ def test_the_page_draws_a_tables_lineage(page_server: ServerProcess, browser: An
     wait.until(lambda d: len(_lineage_nodes(d)) == 3)
     assert _lineage_nodes(browser) == {"default.big_cities", "demo.cities", "demo.floe_sightings"}
     assert len(browser.find_elements(By.CSS_SELECTOR, "#lineage line")) == 2
+    screenshot(browser, request, "lineage")
     # demo.cities' own graph has big_cities downstream.
     _click_table(browser, "demo.cities")
     wait.until(lambda d: _lineage_nodes(d) == {"demo.cities", "default.big_cities"})
