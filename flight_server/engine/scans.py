@@ -88,6 +88,8 @@ class ScanPaths:
             return None  # object stores would need DuckDB's httpfs; the dataset path reads them
         if part.partial_files:
             return None  # read_parquet reads whole files; the dataset reads the chosen row groups
+        if getattr(part, "has_deletes", False):
+            return None  # read_parquet would return deleted rows; the dataset's scanner leaves them out
         if any(p.startswith(MISSING_COLUMN.format("")) for p in physical):
             return None
         if any(not _SIMPLE_TYPE.fullmatch(t) for t in type_names):
@@ -154,6 +156,13 @@ def _scan(part: Any, physical: list[str], target: pa.Schema) -> pa.RecordBatchRe
     columns = {field.name: ds.field(phys) for phys, field in zip(physical, target, strict=True)}
     # use_threads: Arrow decodes a batch's columns in parallel and reads the next file ahead
     # while gRPC sends (CPU per scan about the same as one thread; bench_flightsql_scan).
+    if getattr(part, "has_deletes", False):
+        # A dataset with deletes reads right only through its own scanner (engine.deletes).
+        scanner = part.data.scanner(columns=physical, batch_size=BATCH_ROWS)
+        return pa.RecordBatchReader.from_batches(
+            target, (pa.RecordBatch.from_arrays(b.columns, schema=target) if b.schema != target else b
+                     for b in scanner.to_reader().cast(pa.schema([f.with_name(p) for p, f in zip(physical, target, strict=True)])))
+        )
     scanner = ds.Scanner.from_dataset(part.data, columns=columns, batch_size=BATCH_ROWS, use_threads=True)
     return scanner.to_reader().cast(target)
 
