@@ -47,6 +47,7 @@ from pyiceberg.manifest import (
     ManifestFile,
     _inherit_from_manifest,
 )
+from pyiceberg.schema import Schema
 from pyiceberg.table import ManifestGroupPlanner
 from pyiceberg.table.metadata import TableMetadata
 
@@ -368,6 +369,47 @@ def _fill_nulls(values: Any) -> Any:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             continue
     raise ValueError(f"equality deletes on columns of type {typ} are not supported")
+
+
+def file_batches(io: FileIO, data_file: DataFile, schema: Schema, target: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The file's rows in order (positions count from 0) as ``target`` = ``schema`` in Arrow:
+    columns matched by field id, a column the file lacks read as NULLs."""
+    confine(io, data_file.file_path)
+    with io.new_input(data_file.file_path).open() as stream:
+        parquet = pq.ParquetFile(stream)
+        by_id: dict[int, str] = {}
+        for f in parquet.schema_arrow:
+            raw = (f.metadata or {}).get(b"PARQUET:field_id")
+            if raw is not None:
+                by_id[int(raw)] = f.name
+        if not by_id:
+            names = set(parquet.schema_arrow.names)
+            by_id = {f.field_id: f.name for f in schema.fields if f.name in names}
+        columns = [by_id[f.field_id] for f in schema.fields if f.field_id in by_id]
+        for batch in parquet.iter_batches(columns=columns, batch_size=131_072):
+            arrays = []
+            for f, af in zip(schema.fields, target, strict=True):
+                if f.field_id in by_id:
+                    arrays.append(batch.column(by_id[f.field_id]).cast(af.type))
+                else:
+                    arrays.append(pa.nulls(batch.num_rows, af.type))
+            yield pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+def visible_batches(
+    io: FileIO, sets: DeleteSets, data_file: DataFile, deletes: FileDeletes, schema: Schema, target: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """The rows of ``data_file`` its ``deletes`` leave, as ``target`` (compaction, change scans)."""
+    bound = bind(io, sets, deletes, data_file.file_path)
+    names = {f.field_id: f.name for f in schema.fields}
+    position = 0
+    for batch in file_batches(io, data_file, schema, target):
+        mask = bound.keep(batch, position, names)
+        position += batch.num_rows
+        if mask is not None:
+            batch = batch.filter(pa.array(mask))
+        if batch.num_rows:
+            yield batch
 
 
 def read_with_deletes(

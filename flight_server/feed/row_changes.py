@@ -12,20 +12,17 @@ masks); a data file new after contributes its rows visible after. Carry-overs ca
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
 
-from catalog.deletes import DeleteSets, FileDeletes, PlannedFile, bind, plan_files
-from catalog.sandbox import confine
+from catalog.deletes import DeleteSets, FileDeletes, PlannedFile, bind, file_batches, plan_files
 from flight_server.feed.rows import RowsUnavailable
 
 _SETS = DeleteSets(64)
@@ -70,30 +67,6 @@ def _concat(tables: list[pa.Table], target: pa.Schema) -> pa.Table:
     return pa.concat_tables(tables) if tables else target.empty_table()
 
 
-def _batches(io: FileIO, data_file: DataFile, schema: Schema, target: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The file's rows in order as ``target`` (columns by field id; a missing one is NULL)."""
-    confine(io, data_file.file_path)
-    with io.new_input(data_file.file_path).open() as stream:
-        parquet = pq.ParquetFile(stream)
-        by_id: dict[int, str] = {}
-        for f in parquet.schema_arrow:
-            raw = (f.metadata or {}).get(b"PARQUET:field_id")
-            if raw is not None:
-                by_id[int(raw)] = f.name
-        if not by_id:
-            names = set(parquet.schema_arrow.names)
-            by_id = {f.field_id: f.name for f in schema.fields if f.name in names}
-        columns = [by_id[f.field_id] for f in schema.fields if f.field_id in by_id]
-        for batch in parquet.iter_batches(columns=columns, batch_size=131_072):
-            arrays = []
-            for f, af in zip(schema.fields, target, strict=True):
-                if f.field_id in by_id:
-                    arrays.append(batch.column(by_id[f.field_id]).cast(af.type))
-                else:
-                    arrays.append(pa.nulls(batch.num_rows, af.type))
-            yield pa.RecordBatch.from_arrays(arrays, schema=target)
-
-
 def _read(
     io: FileIO, data_file: DataFile, schema: Schema, target: pa.Schema, keep: FileDeletes, minus: FileDeletes | None
 ) -> pa.Table:
@@ -103,7 +76,7 @@ def _read(
     removing = bind(io, _SETS, minus, data_file.file_path) if minus is not None else None
     out = []
     position = 0
-    for batch in _batches(io, data_file, schema, target):
+    for batch in file_batches(io, data_file, schema, target):
         mask = kept.keep(batch, position, names)
         visible = np.ones(batch.num_rows, dtype=bool) if mask is None else mask
         if removing is not None:
