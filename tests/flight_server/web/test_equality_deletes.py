@@ -24,6 +24,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
 import icefloe
+from tests.flight_server.feed.feed_helpers import FeedReader
 from tests.flight_server.web.rest_support import commit_records, head_seq, rest_server, rest_url, sql
 from tests.row_deletes_support import data_files, equality_delete, position_delete
 from tests.servers import ServerProcess
@@ -83,6 +84,22 @@ def test_single_key(rest: RestCatalog, server: ServerProcess) -> None:
     finally:
         lake.close()
     assert sorted(scanned.column("id").to_pylist()) == sorted([r[0] for r in want] + [3])
+
+
+def test_feed_counts_row_deletes(rest: RestCatalog, server: ServerProcess) -> None:
+    """commits.v1 events carry the true counts and ``data_change``."""
+    table = _new(rest, "feedcount", BASE)
+    start = head_seq(server.warehouse)
+    equality_delete(table, {"id": [1, 2]})
+    table = rest.load_table("eq.feedcount")
+    (path, _count), = data_files(table)
+    position_delete(table, {path: [5, 6, 7]})
+    with rest.load_table("eq.feedcount").update_schema() as update:
+        update.add_column("extra", StringType())
+    with FeedReader(server.location, {"feed": "commits.v1", "after": start, "tables": ["eq.feedcount"]}) as feed:
+        events = feed.events(3)
+    got = [(e["operation"], e["added_rows"], e["deleted_rows"], e["added_files"], e["data_change"]) for e in events]
+    assert got == [("delete", 0, 2, 1, True), ("delete", 0, 3, 1, True), ("schema", None, None, None, False)]
 
 
 def test_composite_key_and_nulls(rest: RestCatalog, server: ServerProcess) -> None:
