@@ -102,6 +102,29 @@ def test_feed_counts_row_deletes(rest: RestCatalog, server: ServerProcess) -> No
     assert got == [("delete", 0, 2, 1, True), ("delete", 0, 3, 1, True), ("schema", None, None, None, False)]
 
 
+def test_rows_feed_over_a_table_with_deletes(rest: RestCatalog, server: ServerProcess) -> None:
+    """rows.v1 streams appends of a table with delete files and announces the row delta."""
+    table = _new(rest, "rowsfeed", BASE[:4])
+    start = head_seq(server.warehouse) - 1  # the append's commit included
+    equality_delete(table, {"id": [0]})
+    rest.load_table("eq.rowsfeed").append(_arrow([(100, "x", 1)]))
+    reader = FeedReader(server.location, {"feed": "rows.v1", "after": start, "tables": ["eq.rowsfeed"],
+                                          "heartbeat_ms": 100})
+    with reader:
+        announced = []
+        for _ in range(3):
+            rows: list[dict[str, Any]] = []
+            while True:
+                msg = reader.next()
+                if msg.batch is not None:
+                    rows.extend(msg.batch.to_pylist())
+                if msg.metadata is not None and "commit" in msg.metadata:
+                    announced.append((sorted(r["id"] for r in rows), msg.metadata["commit"]))
+                    break
+    assert [a[0] for a in announced] == [[0, 1, 2, 3], [], [100]]
+    assert (announced[1][1]["operation"], announced[1][1]["deleted_rows"]) == ("delete", 1)
+
+
 def test_composite_key_and_nulls(rest: RestCatalog, server: ServerProcess) -> None:
     table = _new(rest, "composite", BASE)
     # (id, name): (1, 'n1') matches; (2, 'zz') does not; (10, NULL) matches the NULL name of id 10.
