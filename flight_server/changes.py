@@ -54,7 +54,7 @@ from flight_server import errors
 from flight_server.appended_files import local_path, shared_reader
 from flight_server.changelog import net_changes
 from flight_server.engine import splits
-from flight_server.feed.row_changes import commit_row_changes
+from flight_server.feed.row_changes import commit_row_changes, snapshot_has_deletes
 from flight_server.feed.rows import (
     RowsUnavailable,
     commit_changes,
@@ -328,6 +328,10 @@ class ChangeScanService:
                 kind = snapshot_operation(metadata, record)
                 if request.include == "all" and kind in _ROW_CHANGES and record.operation in _ROW_CHANGES:
                     change = commit_changes(metadata, io, record)
+                    # A copy-on-write commit over files that had deletes: their removed rows are
+                    # the visible ones, read with those deletes (feed.row_changes) like a MOR commit.
+                    if change is not None and snapshot_has_deletes(metadata, record.parent_snapshot_id):
+                        change = None
                     if change is not None:
                         written, added, removed = change
                         units.append(_Unit(record, metadata, io, added, removed, changelog=True))

@@ -125,6 +125,27 @@ def test_rows_feed_over_a_table_with_deletes(rest: RestCatalog, server: ServerPr
     assert (announced[1][1]["operation"], announced[1][1]["deleted_rows"]) == ("delete", 1)
 
 
+def test_icefloe_delete_over_deletes_changelog_and_files_table(rest: RestCatalog, server: ServerProcess) -> None:
+    """A copy-on-write DELETE of icefloe over a file with deletes: the change scan lists only
+    the rows it removed (not those the delete files had removed); ``$files`` lists every file."""
+    table = _new(rest, "cowover", BASE)
+    equality_delete(table, {"id": [0, 1, 2]})
+    start = head_seq(server.warehouse)
+    sql(server.location, "DELETE FROM eq.cowover WHERE id >= 15")
+    end = head_seq(server.warehouse)
+    client = flight.FlightClient(server.location)
+    try:
+        request = {"changes": "eq.cowover", "after": start, "until": end, "include": "all"}
+        info = client.get_flight_info(flight.FlightDescriptor.for_command(json.dumps(request).encode()))
+        rows = [r for e in info.endpoints for r in client.do_get(e.ticket).read_all().to_pylist()]
+    finally:
+        client.close()
+    assert sorted((r["_operation"], r["id"]) for r in rows) == [("delete", i) for i in range(15, 20)]
+    equality_delete(rest.load_table("eq.cowover"), {"id": [3]})
+    files = sql(server.location, 'SELECT content FROM eq."cowover$files"').column("content").to_pylist()
+    assert sorted(files) == ["data", "equality_deletes", "equality_deletes"]
+
+
 def test_composite_key_and_nulls(rest: RestCatalog, server: ServerProcess) -> None:
     table = _new(rest, "composite", BASE)
     # (id, name): (1, 'n1') matches; (2, 'zz') does not; (10, NULL) matches the NULL name of id 10.
