@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from row_deletes_support import data_files, position_delete  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 
 from catalog import RocksCatalog  # noqa: E402
-from tests.row_deletes_support import data_files, position_delete  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "deletes.json"
 QUERIES = {"scan": "SELECT * FROM b.{t}", "aggregate": "SELECT count(*), sum(v), max(name) FROM b.{t}"}

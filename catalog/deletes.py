@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -33,9 +33,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from pyiceberg.avro.file import AvroFile
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.io import FileIO
-from pyiceberg.avro.file import AvroFile
 from pyiceberg.manifest import (
     MANIFEST_ENTRY_SCHEMAS,
     DataFile,
@@ -112,7 +112,7 @@ class PlannedFile:
 
 def _partition_key(data_file: DataFile) -> tuple[int, Any]:
     partition = data_file.partition
-    return int(data_file.spec_id or 0), tuple(partition) if partition is not None else ()
+    return int(data_file.spec_id or 0), tuple(cast(Any, partition)) if partition is not None else ()
 
 
 def _referenced_path(delete_file: DataFile) -> str | None:
@@ -136,7 +136,9 @@ def _may_name(delete_file: DataFile, path: str) -> bool:
     low, high = lower.get(_PATH_FIELD_ID), upper.get(_PATH_FIELD_ID)
     encoded = path.encode()
     # Iceberg truncates string bounds (lower: a prefix; upper: a prefix with its last byte bumped).
-    return (low is None or bytes(low) <= encoded) and (high is None or encoded <= bytes(high) or encoded.startswith(bytes(high)[:-1]))
+    if low is not None and bytes(low) > encoded:
+        return False
+    return high is None or encoded <= bytes(high) or encoded.startswith(bytes(high)[:-1])
 
 
 class DeleteIndex:
@@ -355,7 +357,7 @@ def _equality_hits(
     key_names = [k for k in left if k != _ROW]
     matched = pa.table(left).join(pa.table(right).group_by(key_names).aggregate([]), keys=key_names,
                                   join_type="left semi", use_threads=False)
-    return matched.column(_ROW).to_numpy()
+    return np.asarray(matched.column(_ROW).to_numpy(), dtype=np.int64)
 
 
 def _fill_nulls(values: Any) -> Any:

@@ -198,7 +198,7 @@ def _rewrite_with_deletes(table: Table, base: Any, chosen: list[PlannedFile]) ->
     except BaseException:
         writer.abort()
         raise
-    return Rewrite(base.snapshot_id, [p.data_file for p in chosen], new_files,
+    return Rewrite(base.snapshot_id if base is not None else None, [p.data_file for p in chosen], new_files,
                    {p.data_file.file_path: p.deletes.key for p in chosen})
 
 
@@ -257,8 +257,9 @@ def stage_rewrite(ref: TableRef, rewrite: Rewrite) -> str | None:
         live = {f.file_path for f in live_data_files(table)}
         if any(f.file_path not in live for f in rewrite.old):
             return None
-        if rewrite.deletes:  # a merge-on-read delete since the read would be undone
-            now = {p.data_file.file_path: p.deletes.key for p in plan_files(table.metadata, table.io, current.snapshot_id)}
+        if rewrite.deletes and current is not None:  # a merge-on-read delete since the read would be undone
+            planned = plan_files(table.metadata, table.io, current.snapshot_id)
+            now = {p.data_file.file_path: p.deletes.key for p in planned}
             if any(now.get(path) != key for path, key in rewrite.deletes.items()):
                 return None
     tx = table.transaction()

@@ -341,10 +341,9 @@ class ChangeScanService:
                     snapshot = metadata.snapshot_by_id(record.snapshot_id)
                     if snapshot is None:
                         raise RowsUnavailable("the commit's snapshot was expired")
-                    written = metadata.schema_by_id(snapshot.schema_id) if snapshot.schema_id is not None \
-                        else None
+                    own = metadata.schema_by_id(snapshot.schema_id) if snapshot.schema_id is not None else None
                     units.append(_Unit(record, metadata, io, [], [], changelog=True, row_level=True))
-                    schema = _latest(schema, written or metadata.schema())
+                    schema = _latest(schema, own or metadata.schema())
                     continue
                 data_change = kind != "replace" and not record.extra.get("maintenance")
                 non_appends.append((record, data_change))

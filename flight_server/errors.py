@@ -168,7 +168,6 @@ def classify(exc: BaseException) -> tuple[str, str]:
     from catalog import CatalogReadOnlyError, CursorExpiredError, TooManySubscribersError
     from catalog.maintenance_worker import WorkerDied
     from catalog.names import InvalidNameError
-
     from catalog.sandbox import InvalidLocationError, OutsideTableError
     from catalog.v3 import UnsupportedFormatError
 

@@ -63,7 +63,8 @@ def equality_delete(table: Any, keys: dict[str, list[Any]], partition: Record | 
     for name in keys:
         field = schema.find_field(name)
         arrow = schema.as_arrow().field(name)
-        fields.append(pa.field(f"col_{field.field_id}", arrow.type, metadata={b"PARQUET:field_id": str(field.field_id).encode()}))
+        field_id = {b"PARQUET:field_id": str(field.field_id).encode()}
+        fields.append(pa.field(f"col_{field.field_id}", arrow.type, metadata=field_id))
         ids.append(field.field_id)
     data = pa.table([pa.array(v, f.type) for v, f in zip(keys.values(), fields, strict=True)], schema=pa.schema(fields))
     _commit(table, [_delete_file(table, DataFileContent.EQUALITY_DELETES, data, ids, partition)])
@@ -72,8 +73,10 @@ def equality_delete(table: Any, keys: dict[str, list[Any]], partition: Record | 
 def position_delete(table: Any, positions: dict[str, list[int]]) -> None:
     """Commit one position delete file deleting ``positions`` (row numbers) of data files."""
     rows = sorted((path, pos) for path, ps in positions.items() for pos in ps)
-    schema = pa.schema([pa.field("file_path", pa.string(), False, metadata={b"PARQUET:field_id": str(PATH_ID).encode()}),
-                        pa.field("pos", pa.int64(), False, metadata={b"PARQUET:field_id": str(POS_ID).encode()})])
+    schema = pa.schema([
+        pa.field("file_path", pa.string(), False, metadata={b"PARQUET:field_id": str(PATH_ID).encode()}),
+        pa.field("pos", pa.int64(), False, metadata={b"PARQUET:field_id": str(POS_ID).encode()}),
+    ])
     data = pa.table([pa.array([r[0] for r in rows]), pa.array([r[1] for r in rows], pa.int64())], schema=schema)
     _commit(table, [_delete_file(table, DataFileContent.POSITION_DELETES, data, None)])
 

@@ -47,7 +47,7 @@ class DeletedFile:
             return self._bound
 
 
-class DeletedDataset(ds.FileSystemDataset):
+class DeletedDataset(ds.FileSystemDataset):  # type: ignore[misc]
     """A FileSystemDataset whose scans leave out deleted rows (see the module docstring)."""
 
     _icefloe: tuple[Any, ...]

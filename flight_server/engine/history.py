@@ -209,7 +209,7 @@ def metadata_table(table: Table, kind: str, snapshot_id: int | None) -> pa.Table
         rows = []
         # Every live entry of the snapshot's manifests, data and delete files (delete manifests
         # read with the v3 schema; pyiceberg's planner refuses equality deletes).
-        files = []
+        files: list[Any] = []
         snapshot = table.metadata.snapshot_by_id(pinned.snapshot_id)
         for manifest in snapshot.manifests(table.io) if snapshot is not None else []:
             if manifest.content == ManifestContent.DELETES:

@@ -157,14 +157,23 @@ def _scan(part: Any, physical: list[str], target: pa.Schema) -> pa.RecordBatchRe
     # use_threads: Arrow decodes a batch's columns in parallel and reads the next file ahead
     # while gRPC sends (CPU per scan about the same as one thread; bench_flightsql_scan).
     if getattr(part, "has_deletes", False):
-        # A dataset with deletes reads right only through its own scanner (engine.deletes).
-        scanner = part.data.scanner(columns=physical, batch_size=BATCH_ROWS)
-        return pa.RecordBatchReader.from_batches(
-            target, (pa.RecordBatch.from_arrays(b.columns, schema=target) if b.schema != target else b
-                     for b in scanner.to_reader().cast(pa.schema([f.with_name(p) for p, f in zip(physical, target, strict=True)])))
-        )
+        return _deleted_scan(part, physical, target)
     scanner = ds.Scanner.from_dataset(part.data, columns=columns, batch_size=BATCH_ROWS, use_threads=True)
     return scanner.to_reader().cast(target)
+
+
+def _deleted_scan(part: Any, physical: list[str], target: pa.Schema) -> pa.RecordBatchReader:
+    """A dataset with deletes read through its own scanner (engine.deletes), which C++'s
+    ``Scanner.from_dataset`` would bypass; columns renamed and cast to ``target``."""
+    unique = list(dict.fromkeys(physical))
+    reader = part.data.scanner(columns=unique, batch_size=BATCH_ROWS).to_reader()
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for batch in reader:
+            columns = [batch.column(unique.index(p)).cast(f.type) for p, f in zip(physical, target, strict=True)]
+            yield pa.RecordBatch.from_arrays(columns, schema=target)
+
+    return pa.RecordBatchReader.from_batches(target, batches())
 
 
 def _dataset_stream(plans: list[tuple[Any, list[str]]], target: pa.Schema) -> pa.RecordBatchReader:

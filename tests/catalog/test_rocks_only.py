@@ -24,8 +24,8 @@ import pytest
 from catalog_testlib import SCHEMA, ids, missing_files, rows
 from pyiceberg.exceptions import NamespaceNotEmptyError, NoSuchViewError, TableAlreadyExistsError
 
-from catalog.sandbox import TableLocationTakenError
 from catalog import RocksCatalog, commit_context
+from catalog.sandbox import TableLocationTakenError
 
 
 def test_views_answer_clearly(rocks: RocksCatalog) -> None:

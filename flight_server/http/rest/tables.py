@@ -18,8 +18,8 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import AddSnapshotUpdate, TableRequirement, TableUpdate
 from starlette.responses import JSONResponse, Response
 
-from catalog.metadata_json import dump_metadata
 from catalog.context import commit_context
+from catalog.metadata_json import dump_metadata
 from flight_server.http.rest.errors import bad_request, validation_message
 from flight_server.http.rest.updates import Locations, check_schema_policy, parse_requirements, parse_updates
 from flight_server.http.rest.wire import Call, checked_name, identifier_from_json, page, properties_from_json

@@ -58,7 +58,8 @@ def _new(rest: RestCatalog, name: str, rows: list[tuple[Any, ...]]) -> Any:
 
 
 def _arrow(rows: list[tuple[Any, ...]]) -> pa.Table:
-    return pa.table({"id": pa.array([r[0] for r in rows], pa.int64()), "name": pa.array([r[1] for r in rows], pa.string()),
+    return pa.table({"id": pa.array([r[0] for r in rows], pa.int64()),
+                     "name": pa.array([r[1] for r in rows], pa.string()),
                      "v": pa.array([r[2] for r in rows], pa.int64())})
 
 
@@ -211,7 +212,8 @@ def test_random_sequences_match_duckdb(rest: RestCatalog, server: ServerProcess,
     for step, kind in enumerate(plan):
         table = rest.load_table(tname)
         if kind == "append":
-            rows = [(next_id + i, rng.choice([None, "a", "b", "c"]), rng.randrange(5)) for i in range(rng.randrange(5, 30))]
+            count = rng.randrange(5, 30)
+            rows = [(next_id + i, rng.choice([None, "a", "b", "c"]), rng.randrange(5)) for i in range(count)]
             next_id += len(rows)
             table.append(_arrow(rows))
             reference.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
@@ -243,8 +245,8 @@ def test_random_sequences_match_duckdb(rest: RestCatalog, server: ServerProcess,
             sql(server.location, f"DELETE FROM {tname} WHERE v = {v} AND id % 2 = 0")
             reference.execute(f"DELETE FROM t WHERE v = {v} AND id % 2 = 0")
         snapshot = rest.load_table(tname).metadata.current_snapshot_id
-        got = sorted(sql(server.location, f"SELECT id, name, v FROM {tname}").to_pylist(), key=lambda r: repr(tuple(r.values())))
-        assert [tuple(r.values()) for r in got] == expected(), (step, kind)
+        got = [tuple(r.values()) for r in sql(server.location, f"SELECT id, name, v FROM {tname}").to_pylist()]
+        assert sorted(got, key=repr) == expected(), (step, kind)
         history.append((snapshot, expected()))
     for snapshot, rows in history:  # time travel: every snapshot still reads as it did
         got = sql(server.location, f"SELECT id, name, v FROM {tname} AT (VERSION => {snapshot})").to_pylist()
