@@ -231,6 +231,10 @@ class IcebergSources:
     def file_deletes(self, table: Table, snapshot_id: int) -> dict[str, FileDeletes]:
         """Data file path -> the delete files that apply to it, for the snapshot's files that
         have any (an empty dict for most tables)."""
+        snapshot = table.metadata.snapshot_by_id(snapshot_id)
+        summary = snapshot.summary if snapshot is not None else None
+        if summary is not None and summary.get("total-delete-files") == "0":
+            return {}  # most tables: no second pass over the manifests
         key = (str(table.metadata.table_uuid), snapshot_id)
         cached = self._deletes.get(key)
         if cached is not None:

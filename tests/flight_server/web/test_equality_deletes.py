@@ -20,7 +20,10 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
 import icefloe
@@ -145,6 +148,17 @@ def test_icefloe_delete_over_deletes_changelog_and_files_table(rest: RestCatalog
     equality_delete(rest.load_table("eq.cowover"), {"id": [3]})
     files = sql(server.location, 'SELECT content FROM eq."cowover$files"').column("content").to_pylist()
     assert sorted(files) == ["data", "equality_deletes", "equality_deletes"]
+
+
+def test_partition_scoped_equality_deletes(rest: RestCatalog, server: ServerProcess) -> None:
+    """An equality delete in a partitioned spec applies to its own partition only."""
+    spec = PartitionSpec(PartitionField(source_id=3, field_id=1000, transform=IdentityTransform(), name="v"))
+    table = rest.create_table("eq.parted", SCHEMA, partition_spec=spec)
+    rows = [(i, "n", i % 2) for i in range(8)]
+    table.append(_arrow(rows))
+    table = rest.load_table("eq.parted")
+    equality_delete(table, {"id": [0, 1, 2, 3]}, partition=Record(0))  # partition v = 0
+    assert _rows(server, "eq.parted") == sorted(r for r in rows if r[0] not in (0, 2))
 
 
 def test_composite_key_and_nulls(rest: RestCatalog, server: ServerProcess) -> None:
