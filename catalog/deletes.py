@@ -299,6 +299,8 @@ class BoundDeletes:
 
     positions: np.ndarray  # sorted deleted positions
     equality: list[tuple[tuple[int, ...], pa.Table]]  # (field ids, keys named str(id)), per id set
+    # (field ids, key types) -> the delete keys encoded for the join (see _equality_hits)
+    prepared: dict[Any, pa.Table] = field(default_factory=dict)
 
     def columns_needed(self, names: dict[int, str]) -> set[str]:
         return {names[i] for ids, _ in self.equality for i in ids if i in names}
@@ -314,7 +316,7 @@ class BoundDeletes:
                 mask = np.ones(n, dtype=bool)
                 mask[self.positions[lo:hi] - start] = False
         for ids, keys in self.equality:
-            hits = _equality_hits(batch, ids, keys, names)
+            hits = _equality_hits(batch, ids, keys, names, self.prepared)
             if hits is not None and len(hits):
                 mask = np.ones(n, dtype=bool) if mask is None else mask
                 mask[hits] = False
@@ -335,28 +337,35 @@ def bind(io: FileIO, sets: DeleteSets, deletes: FileDeletes, data_path: str) -> 
 
 
 def _equality_hits(
-    batch: pa.RecordBatch | pa.Table, ids: tuple[int, ...], keys: pa.Table, names: dict[int, str]
+    batch: pa.RecordBatch | pa.Table, ids: tuple[int, ...], keys: pa.Table, names: dict[int, str],
+    prepared: dict[Any, pa.Table],
 ) -> np.ndarray | None:
-    """Row indices of ``batch`` whose key equals some delete key (NULL-safe)."""
+    """Row indices of ``batch`` whose key equals some delete key (NULL-safe).
+
+    Each key column becomes (is-null flag, value with NULLs filled) on both sides, so the hash
+    join's equality is IS NOT DISTINCT FROM. The delete side is encoded and de-duplicated once
+    per key types (``prepared``), not once per batch."""
     if keys.num_rows == 0 or batch.num_rows == 0:
         return None
     left: dict[str, Any] = {}
-    right: dict[str, Any] = {}
+    types = []
     for i in ids:
-        if i not in names:
-            column = pa.nulls(batch.num_rows, keys.column(str(i)).type)  # a column the data lacks: NULL
-        else:
-            column = batch.column(names[i])
-        other = keys.column(str(i))
-        if other.type != column.type:
-            other = other.cast(column.type)
-        for side, values in ((left, column), (right, other)):
-            side[f"n{i}"] = pc.is_null(values)
-            side[f"v{i}"] = _fill_nulls(values)
+        column = batch.column(names[i]) if i in names else pa.nulls(batch.num_rows, keys.column(str(i)).type)
+        types.append(column.type)
+        left[f"n{i}"] = pc.is_null(column)
+        left[f"v{i}"] = _fill_nulls(column)
+    key_names = list(left)
+    right = prepared.get((ids, tuple(types)))
+    if right is None:
+        encoded: dict[str, Any] = {}
+        for i, typ in zip(ids, types, strict=True):
+            other = keys.column(str(i))
+            other = other.cast(typ) if other.type != typ else other
+            encoded[f"n{i}"] = pc.is_null(other)
+            encoded[f"v{i}"] = _fill_nulls(other)
+        right = prepared[(ids, tuple(types))] = pa.table(encoded).group_by(key_names).aggregate([])
     left[_ROW] = pa.array(np.arange(batch.num_rows, dtype=np.int64))
-    key_names = [k for k in left if k != _ROW]
-    matched = pa.table(left).join(pa.table(right).group_by(key_names).aggregate([]), keys=key_names,
-                                  join_type="left semi", use_threads=False)
+    matched = pa.table(left).join(right, keys=key_names, join_type="left semi", use_threads=False)
     return np.asarray(matched.column(_ROW).to_numpy(), dtype=np.int64)
 
 
