@@ -41,6 +41,7 @@ from catalog.metadata_json import write_metadata
 from catalog.schema_policy import SchemaMismatchError, SchemaPlan, check_unique_names, plan, policy_of, strip_field_ids
 from catalog.staging import StagingStore
 from catalog.table import FastTransaction
+from catalog.v3 import refuse_v3_write
 from catalog.writer import DataFileWriter, delete_files
 
 if TYPE_CHECKING:
@@ -247,6 +248,7 @@ class Appender:
         if idempotency_key is not None:
             check_key(idempotency_key)
         table = self.catalog.load_table(identifier)
+        refuse_v3_write(table.metadata, f"append to {'.'.join(identifier)}")
         if idempotency_key is not None:
             first = self.idempotency.get(namespace, name, idempotency_key)
             if first is not None:

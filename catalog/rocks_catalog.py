@@ -329,6 +329,15 @@ class RocksCatalog(MetastoreCatalog):
             if ctx.operation and fields.get("operation") not in ("create", "drop", "rename", "register", "replace"):
                 fields["operation"] = ctx.operation
             extra = {**ctx.extra, **fields.pop("extra", {})}
+            # A writer that knows exactly which rows it changed (SQL UPDATE / DELETE) says so;
+            # the snapshot summary only gives net counts for a copy-on-write rewrite.
+            exact = extra.pop("row_counts", None)
+            if isinstance(exact, dict) and "snapshot_id" in fields:
+                fields["added_rows"], fields["deleted_rows"] = int(exact["added"]), int(exact["deleted"])
+            if extra.get("maintenance") and "snapshot_id" in fields:
+                # Compaction and manifest merges change no row a reader sees (a compaction that
+                # applies delete files drops deleted rows that no reader saw).
+                fields.update(data_change=False, added_rows=0, deleted_rows=0)
             record = CommitRecord(
                 seq=seq,
                 committed_at_us=_now_us(),

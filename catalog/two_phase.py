@@ -32,6 +32,7 @@ from catalog.staging import (
     remove_staged_files,
     write_staging_manifest,
 )
+from catalog.v3 import refuse_v3_write
 from catalog.writer import DataFileWriter, delete_files
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ class TwoPhaseAppends:
         check_job(job)
         namespace, name = tuple(identifier[:-1]), identifier[-1]
         table = self._catalog.load_table(identifier)
+        refuse_v3_write(table.metadata, f"staged append to {'.'.join(identifier)}")
         metadata = table.metadata
         policy_plan = plan(table.schema(), schema, policy_of(table.properties), metadata.format_version)
         if policy_plan.changes_table:

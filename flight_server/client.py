@@ -57,6 +57,8 @@ class CommitEvent:
     added_files: int | None
     metadata_location: str | None
     principal: str | None
+    data_change: bool | None = None
+    removed_files: int | None = None
 
     @property
     def qualified_name(self) -> str:
@@ -225,8 +227,10 @@ def _first_line(text: str) -> str:
 
 def events_of(batch: pa.RecordBatch) -> Iterator[CommitEvent]:
     """The commit events of one ``commits.v1`` record batch."""
+    known = CommitEvent.__dataclass_fields__
     for row in batch.to_pylist():
-        yield CommitEvent(**row)
+        # By name: a newer server's extra columns are skipped, not an error.
+        yield CommitEvent(**{k: v for k, v in row.items() if k in known})
 
 
 class _Connection:

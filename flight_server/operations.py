@@ -46,6 +46,7 @@ def event_json(record: CommitRecord) -> dict[str, Any]:
         "namespace": ".".join(record.namespace), "table": record.table, "operation": record.operation,
         "snapshot_id": record.snapshot_id, "added_rows": record.added_rows, "deleted_rows": record.deleted_rows,
         "added_files": record.added_files, "principal": record.principal,
+        "removed_files": record.removed_files, "data_change": record.data_change,
     }
 
 

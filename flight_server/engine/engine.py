@@ -573,7 +573,9 @@ class Engine:
                 parts = [SourcePart(history.metadata_table(table, pin.kind, pin.snapshot_id), "*")]
             elif tagged is not None:
                 table = self._pinned_table(pin)
-                parts = self.sources.file_parts(table, tagged, table.schemas().get(pin.schema_id) or table.schema())
+                parts = self.sources.file_parts(
+                    table, tagged, table.schemas().get(pin.schema_id) or table.schema(), pin.snapshot_id
+                )
             else:
                 parts = self._data_parts(pin, sql, prune=sql is not None and len(pins) == 1)
                 run.parts = parts if len(pins) == 1 else []

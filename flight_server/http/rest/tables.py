@@ -19,6 +19,7 @@ from pyiceberg.table.update import AddSnapshotUpdate, TableRequirement, TableUpd
 from starlette.responses import JSONResponse, Response
 
 from catalog.context import commit_context
+from catalog.metadata_json import dump_metadata
 from flight_server.http.rest.errors import bad_request, validation_message
 from flight_server.http.rest.updates import Locations, check_schema_policy, parse_requirements, parse_updates
 from flight_server.http.rest.wire import Call, checked_name, identifier_from_json, page, properties_from_json
@@ -33,7 +34,7 @@ MAX_TRANSACTION_TABLES = 100
 
 def _metadata_body(location: str | None, metadata: TableMetadata) -> Response:
     # pyiceberg's own serialisation (aliases, no nulls), as in the metadata files themselves.
-    text = f'{{"metadata-location":{json.dumps(location)},"metadata":{metadata.model_dump_json()},"config":{{}}}}'
+    text = f'{{"metadata-location":{json.dumps(location)},"metadata":{dump_metadata(metadata)},"config":{{}}}}'
     return Response(text, media_type="application/json")
 
 
@@ -173,7 +174,7 @@ class TableHandlers:
             response = self._catalog.commit_tables([change])[0]
         return JSONResponse({
             "metadata-location": response.metadata_location,
-            "metadata": json.loads(response.metadata.model_dump_json()),
+            "metadata": json.loads(dump_metadata(response.metadata)),
         })
 
     def commit_transaction(self, call: Call) -> Response:
