@@ -564,37 +564,7 @@ class RocksCatalog(MetastoreCatalog):
         """
         table = self.load_table(identifier)
         self.drop_table(identifier)
-        io = table.io
-        metadata = table.metadata
-        doomed: list[str] = []
-        seen_manifests: set[str] = set()
-        for snapshot in metadata.snapshots:
-            try:
-                manifests = snapshot.manifests(io)
-            except OSError as exc:
-                logger.warning("purge of %s: cannot read manifest list: %s", table.name(), exc)
-                continue
-            for manifest in manifests:
-                if manifest.manifest_path in seen_manifests:
-                    continue
-                seen_manifests.add(manifest.manifest_path)
-                try:
-                    entries = manifest.fetch_manifest_entry(io, discard_deleted=False)
-                    doomed.extend(e.data_file.file_path for e in entries)
-                except OSError as exc:
-                    logger.warning("purge of %s: cannot read a manifest: %s", table.name(), exc)
-            doomed.append(snapshot.manifest_list)
-        doomed.extend(seen_manifests)
-        doomed.extend(log.metadata_file for log in metadata.metadata_log)
-        doomed.extend(s.statistics_path for s in metadata.statistics)
-        doomed.append(table.metadata_location)
-        for path in dict.fromkeys(doomed):
-            try:
-                io.delete(path)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                logger.warning("purge of %s: %s not deleted: %s", table.name(), str(path)[:200], exc)
+        table_files.purge(table)
 
     def rename_table(self, from_identifier: str | Identifier, to_identifier: str | Identifier) -> Table:
         """Rename a table; its files stay where they are.
