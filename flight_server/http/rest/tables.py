@@ -15,11 +15,19 @@ from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
-from pyiceberg.table.update import AddSnapshotUpdate, TableRequirement, TableUpdate
+from pyiceberg.table.update import (
+    AddSnapshotUpdate,
+    RemovePropertiesUpdate,
+    SetPropertiesUpdate,
+    TableRequirement,
+    TableUpdate,
+)
 from starlette.responses import JSONResponse, Response
 
 from catalog.context import commit_context
-from flight_server.http.rest.errors import bad_request, validation_message
+from flight_server import roles
+from flight_server.auth import Principal
+from flight_server.http.rest.errors import RestError, bad_request, validation_message
 from flight_server.http.rest.updates import Locations, check_schema_policy, parse_requirements, parse_updates
 from flight_server.http.rest.wire import Call, checked_name, identifier_from_json, page, properties_from_json
 
@@ -52,6 +60,35 @@ def _engine_from_snapshots(updates: tuple[TableUpdate, ...]) -> str | None:
             if isinstance(engine, str) and engine:
                 return engine[:64]
     return None
+
+
+def _require(principal: Principal | None, role: str, what: str) -> None:
+    """403 unless the caller has ``role`` for ``what`` (the route's own role is checked by the
+    router; this is for what a body asks beyond it, see flight_server.roles)."""
+    if principal is not None and not principal.allows(role):
+        raise RestError(403, "ForbiddenException",
+                        f"user {principal.name!r} has role {principal.role}; {what} needs role {role}")
+
+
+def _require_properties(principal: Principal | None, keys: list[str], table: str) -> None:
+    if keys:
+        _require(principal, roles.ADMIN, f"changing table properties {', '.join(keys)[:200]} of {table}")
+
+
+def _require_updates(principal: Principal | None, current: dict[str, str], updates: tuple[TableUpdate, ...],
+                     table: str) -> None:
+    """Admin-only table properties and admin-only update actions need admin (roles table)."""
+    set_: dict[str, str] = {}
+    removed: list[str] = []
+    for update in updates:
+        if isinstance(update, SetPropertiesUpdate):
+            set_.update(update.updates)
+        elif isinstance(update, RemovePropertiesUpdate):
+            removed.extend(update.removals)
+        needed = roles.COMMIT_UPDATES.get(update.action)
+        if needed is not None:
+            _require(principal, needed, f"update {update.action} of {table}")
+    _require_properties(principal, roles.changed_admin_properties(current, set_, removed), table)
 
 
 class TableHandlers:
@@ -116,6 +153,7 @@ class TableHandlers:
         order = _model(SortOrder, body["write-order"], "write-order") if body.get("write-order") \
             else UNSORTED_SORT_ORDER
         properties = properties_from_json(body.get("properties"), "properties")
+        _require_properties(call.principal, roles.admin_properties(properties), ".".join((*ns, name)))
         location = body.get("location")
         if location is not None:
             if not isinstance(location, str):
@@ -150,16 +188,18 @@ class TableHandlers:
             raise bad_request("metadata-location cannot be read") from None
         return _metadata_body(table.metadata_location, table.metadata)
 
-    def _change(self, raw: dict[str, Any], table: tuple[tuple[str, ...], str]) -> tuple[
+    def _change(self, raw: dict[str, Any], table: tuple[tuple[str, ...], str], principal: Principal | None) -> tuple[
         tuple[str, ...], tuple[TableRequirement, ...], tuple[TableUpdate, ...]
     ]:
         requirements = parse_requirements(raw.get("requirements"))
         updates = parse_updates(raw.get("updates"))
         self._locations.check_updates(updates)
         ns, name = table
+        properties: dict[str, str] = {}  # a create transaction's table does not exist yet
         if self._catalog.table_exists((*ns, name)):
             properties = self._catalog.load_table((*ns, name)).metadata.properties
             check_schema_policy(properties, updates, ".".join((*ns, name)))
+        _require_updates(principal, properties, updates, ".".join((*ns, name)))
         return (*ns, name), requirements, updates
 
     def commit(self, call: Call) -> Response:
@@ -168,7 +208,7 @@ class TableHandlers:
         body = call.json()
         if body.get("identifier") is not None and identifier_from_json(body["identifier"], "identifier") != (ns, name):
             raise bad_request("identifier in the body names another table than the path")
-        change = self._change(body, (ns, name))
+        change = self._change(body, (ns, name), call.principal)
         with commit_context(extra=self._engine(change[2])):
             response = self._catalog.commit_tables([change])[0]
         return JSONResponse({
@@ -188,7 +228,8 @@ class TableHandlers:
         for index, raw in enumerate(raw_changes):
             if not isinstance(raw, dict):
                 raise bad_request(f"table-changes[{index}] must be a JSON object")
-            changes.append(self._change(raw, identifier_from_json(raw.get("identifier"), f"table-changes[{index}]")))
+            identifier = identifier_from_json(raw.get("identifier"), f"table-changes[{index}]")
+            changes.append(self._change(raw, identifier, call.principal))
         with commit_context(extra=self._engine(tuple(u for change in changes for u in change[2]))):
             self._catalog.commit_tables(changes)
         return Response(status_code=204)
