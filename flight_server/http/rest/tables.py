@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from pyiceberg.exceptions import TableAlreadyExistsError
+from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import (
@@ -50,6 +52,10 @@ def _model(model: Any, raw: Any, what: str) -> Any:
         return model.model_validate(raw)
     except ValidationError as exc:
         raise bad_request(validation_message(exc, what)) from None
+    except IcebergValidationError as exc:  # pyiceberg's own type parsing: "decimal(99, 2)", "fixed[-1]"
+        raise bad_request(f"{what} is invalid: {str(exc)[:300]}") from None
+    except (AttributeError, TypeError, KeyError):  # a model's own validator tripped over a wrong JSON type
+        raise bad_request(f"{what} is invalid: a field is missing or has the wrong JSON type") from None
 
 
 def _engine_from_snapshots(updates: tuple[TableUpdate, ...]) -> str | None:
@@ -60,6 +66,24 @@ def _engine_from_snapshots(updates: tuple[TableUpdate, ...]) -> str | None:
             if isinstance(engine, str) and engine:
                 return engine[:64]
     return None
+
+
+_FORMAT_VERSIONS = "this server writes Iceberg format versions 1 and 2 (pyiceberg cannot write version 3 yet)"
+
+
+def _check_format_version(field: Any, prop: str | None) -> None:
+    """Refuse a format version other than 1 or 2 up front: pyiceberg raises NotImplementedError
+    (a 500) for 3, and its own error for others, only while writing the metadata."""
+    if field is not None and (isinstance(field, bool) or field not in (1, 2)):
+        raise bad_request(f"format-version must be 1 or 2, got {str(field)[:20]}: {_FORMAT_VERSIONS}")
+    if prop is not None and prop.strip() not in ("1", "2"):
+        raise bad_request(f"table property format-version must be 1 or 2, got {prop[:20]!r}: {_FORMAT_VERSIONS}")
+
+
+def _format_version(catalog: RocksCatalog, location: str) -> int:
+    """The format version of the metadata file at ``location`` (raises as reading it does)."""
+    io = catalog._load_file_io(location=location)
+    return int(FromInputFile.table_metadata(io.new_input(location)).format_version)
 
 
 def _require(principal: Principal | None, role: str, what: str) -> None:
@@ -153,6 +177,7 @@ class TableHandlers:
         order = _model(SortOrder, body["write-order"], "write-order") if body.get("write-order") \
             else UNSORTED_SORT_ORDER
         properties = properties_from_json(body.get("properties"), "properties")
+        _check_format_version(body.get("format-version"), properties.get("format-version"))
         _require_properties(call.principal, roles.admin_properties(properties), ".".join((*ns, name)))
         location = body.get("location")
         if location is not None:
@@ -183,9 +208,16 @@ class TableHandlers:
         if not isinstance(overwrite, bool):
             raise bad_request("overwrite must be true or false")
         try:
+            # Read first, commit only what this server can serve: the catalog would register
+            # V3 metadata, which pyiceberg then cannot write out (every later load a 500).
+            version = _format_version(self._catalog, location)
+            if version > 2:
+                raise bad_request(f"metadata-location holds format version {version} metadata; {_FORMAT_VERSIONS}")
             table = self._catalog.register_table((*ns, name), location, overwrite=overwrite)
-        except (FileNotFoundError, OSError):
-            raise bad_request("metadata-location cannot be read") from None
+        except (FileNotFoundError, IsADirectoryError, PermissionError, OSError):
+            raise bad_request("metadata-location cannot be read (missing, a folder, or not readable)") from None
+        except (ValueError, ValidationError, IcebergValidationError):  # UnicodeDecodeError / JSON ones too
+            raise bad_request("metadata-location is not an Iceberg table metadata JSON file") from None
         return _metadata_body(table.metadata_location, table.metadata)
 
     def _change(self, raw: dict[str, Any], table: tuple[tuple[str, ...], str], principal: Principal | None) -> tuple[
