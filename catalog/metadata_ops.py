@@ -40,6 +40,10 @@ def apply_updates(
     context = _TableMetadataUpdateContext()
     metadata = _with_row_ids(base)
     for update in updates:
+        if isinstance(update, RemovePropertiesUpdate) and not set(update.removals) <= metadata.properties.keys():
+            # Removing a property that is not set is a no-op in Iceberg (Java's TableMetadata
+            # builder); pyiceberg's apply raises KeyError, which would be a 500 over REST.
+            update = RemovePropertiesUpdate(removals=[key for key in update.removals if key in metadata.properties])
         metadata = _with_row_ids(_apply_table_update(update, metadata, context))
     if context.has_changes():
         if metadata_location:

@@ -26,7 +26,7 @@ from catalog.maintenance import DEFAULT_ORPHAN_GRACE_S, BackgroundMaintainer, al
 from catalog.names import InvalidNameError, check_name, check_namespace
 from catalog.pipes import InvalidPipeCommit, PipeCommit
 from catalog.schema_policy import SchemaMismatchError
-from flight_server import errors
+from flight_server import errors, roles
 from flight_server.engine.sql_text import DEFAULT_SCHEMA
 from flight_server.headers import IDEMPOTENCY_HEADER, PIPE_HEADER, STAGE_HEADER, single_header
 
@@ -107,7 +107,7 @@ class AppendService:
         reader: flight.MetadataRecordBatchReader,
         writer: flight.FlightMetadataWriter,
     ) -> None:
-        principal = self.server.authorize(context, "write")
+        principal = self.server.authorize(context, roles.FLIGHT_COMMANDS["append"])
         identifier = self._identifier(descriptor)
         key = self._idempotency_key(context)
         pipe = self._pipe_commit(context)
@@ -241,7 +241,7 @@ class AppendService:
 
         Answers one JSON result per table (see ``MaintenanceReport``).
         """
-        principal = self.server.authorize(context, "admin")
+        principal = self.server.authorize(context, roles.action_role(self.MAINTAIN_ACTION))
         try:
             body = json.loads(action.body.to_pybytes() or b"{}")
             if not isinstance(body, dict):
@@ -305,7 +305,7 @@ class AppendService:
         Create modes create a missing namespace. Without a namespace the target is
         ``default``. Temporary tables are refused.
         """
-        principal = self.server.authorize(context, "write")
+        principal = self.server.authorize(context, roles.FLIGHT_COMMANDS["statement-ingest"])
         if temporary:
             raise errors.Unimplemented("temporary tables are not supported by icefloe; ingest into a regular table")
         if mode not in INGEST_MODES:

@@ -38,7 +38,7 @@ from catalog.staging import (
     check_job,
 )
 from catalog.two_phase import TwoPhaseAppends
-from flight_server import errors
+from flight_server import errors, roles
 from flight_server.appends import client_errors
 from flight_server.auth import MIDDLEWARE_KEY as AUTH_MIDDLEWARE_KEY
 from flight_server.handles import HandleSigner
@@ -194,7 +194,7 @@ def _staging_errors() -> Iterator[None]:
 
 def _is_admin(context: flight.ServerCallContext) -> bool:
     session = context.get_middleware(AUTH_MIDDLEWARE_KEY)
-    return session is not None and session.principal.allows("admin")
+    return session is not None and session.principal.allows(roles.OTHERS_STAGED)
 
 
 def _encode(value: dict[str, Any]) -> bytes:

@@ -21,6 +21,7 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
     ValidationException,
 )
+from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from starlette.responses import JSONResponse, Response
 
 from catalog.names import InvalidNameError
@@ -92,6 +93,10 @@ def from_exception(exc: BaseException) -> RestError | None:
         return RestError(403, "ForbiddenException", message)
     if isinstance(exc, ValidationError):
         return bad_request(validation_message(exc))
+    if isinstance(exc, IcebergValidationError):
+        # pyiceberg's checks of metadata a client sent ("Unknown format version: 9", a type it
+        # cannot parse); not a ValueError, so named here.
+        return bad_request(message)
     if isinstance(exc, (InvalidNameError, ValidationException, ValueError)):
         # pyiceberg's own update validation raises ValueError with messages about the
         # metadata (ids, names), never about the server.
