@@ -15,7 +15,7 @@ Beyond the entry points, the *content* of a change can need more than its route:
 - table properties named ``icefloe.*`` steer the server itself (snapshot retention, schema
   policy, compaction, quality expectations): setting or removing one needs ``admin`` on every
   path (REST create-table properties, REST commits and multi-table transactions; Flight SQL
-  ``ALTER TABLE ... SET``, which needs admin for any property anyway);
+  ``ALTER TABLE ... SET``); any other property needs ``write``, on every path;
 - expiring snapshots (REST ``remove-snapshots``) is maintenance, ``admin`` as
   ``icefloe.maintain`` is;
 - the namespace ``default`` (every Flight SQL session's current schema) is never dropped.
@@ -125,8 +125,8 @@ SQL_STATEMENTS: Mapping[str, str] = {
     "query": READ,  # SELECT, SHOW, DESCRIBE, ...
     "dml": WRITE,  # INSERT, UPDATE, DELETE, MERGE, TRUNCATE
     "ddl": WRITE,  # CREATE / DROP SCHEMA, CREATE / DROP / ALTER TABLE, views
-    # ALTER TABLE ... SET (...): any table property, not only icefloe.* ones (properties are
-    # how operators tune a table over SQL; Flight has always asked admin for them).
+    # ALTER TABLE ... SET (...) of an icefloe.* property (``property_role``); other
+    # properties need write, as over REST.
     "alter-table-properties": ADMIN,
     "icefloe.changes": READ,  # as a change scan
     "icefloe.commit_staged": WRITE,  # as the actions
@@ -156,7 +156,7 @@ def admin_properties(keys: Iterable[str]) -> list[str]:
 
 
 def property_role(keys: Iterable[str]) -> str:
-    """Least role that may set or remove the table properties ``keys`` (outside SQL ALTER)."""
+    """Least role that may set or remove the table properties ``keys`` (REST and SQL alike)."""
     return ADMIN if admin_properties(keys) else WRITE
 
 

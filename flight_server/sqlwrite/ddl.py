@@ -191,8 +191,10 @@ def alter_table(w: Write) -> int:
             w.catalog.rename_table(target.identifier, new.identifier)
         return 0
     if isinstance(action, exp.AlterSet):
-        w.authorize(roles.SQL_STATEMENTS["alter-table-properties"])
         props = _properties(action, what)
+        # As over REST: icefloe.* keys steer the server (admin), other properties are the
+        # table owner's (write) — one rule on every port (flight_server.roles).
+        w.authorize(roles.property_role(props))
         table = _load(w, target, what)
         with w.committing("properties", [target.qualified]):
             txn = table.transaction()
