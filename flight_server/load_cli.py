@@ -26,7 +26,7 @@ import pyarrow.flight as flight
 
 from flight_server.cli_connect import Connection, clean_error
 from flight_server.flightsql import protocol as p
-from flight_server.headers import IDEMPOTENCY_HEADER
+from flight_server.headers import IDEMPOTENCY_HEADER, SCHEMA_POLICY_HEADER
 
 FORMATS = {".parquet": "parquet", ".parq": "parquet", ".pq": "parquet", ".csv": "csv"}
 CSV_BLOCK_BYTES = 1 << 20
@@ -108,6 +108,25 @@ def _parquet(path: str, batch_rows: int) -> Source:
                   lambda rows: rows, pf.close)
 
 
+def _csv_types(path: str, delimiter: str, types: pa.Schema) -> dict[str, pa.DataType]:
+    """The table's types for the file's header names: the server matches a header that
+    differs from a column only in case to that column, so it must be read as that column's
+    type too (else an ``ID`` of small numbers is read as int64 and refused for an INTEGER)."""
+    wanted = {f.name: f.type for f in types}
+    try:
+        with open(path, newline="", encoding="utf-8", errors="replace") as handle:
+            header = next(csv.reader(handle, delimiter=delimiter), [])
+    except (OSError, csv.Error):
+        return wanted
+    folded: dict[str, list[str]] = {}
+    for name in wanted:
+        folded.setdefault(name.casefold(), []).append(name)
+    for name in header:
+        if name not in wanted and len(folded.get(name.casefold(), [])) == 1:
+            wanted[name] = wanted[folded[name.casefold()][0]]
+    return wanted
+
+
 def _csv(path: str, delimiter: str, types: pa.Schema | None) -> Source:
     import pyarrow.csv as pacsv
 
@@ -116,7 +135,7 @@ def _csv(path: str, delimiter: str, types: pa.Schema | None) -> Source:
     # without an active exception" (exit 134): at exit the interpreter was finalizing while
     # that thread still waited to call into Python.
     handle = pa.OSFile(path, "rb")
-    column_types = {f.name: f.type for f in types} if types is not None else None
+    column_types = _csv_types(path, delimiter, types) if types is not None else None
     try:
         reader = pacsv.open_csv(
             handle,
@@ -187,7 +206,8 @@ def table_schema(conn: Connection, client: flight.FlightClient, identifier: tupl
 
 
 def run_load(conn: Connection, path: str, table: str, fmt: str | None, create: bool, batch_rows: int,
-             delimiter: str, progress: bool | None, idempotency_key: str | None) -> dict[str, Any]:
+             delimiter: str, progress: bool | None, idempotency_key: str | None,
+             evolve: bool = False) -> dict[str, Any]:
     """Stream the file into the table; return the server's answer (printed as one JSON line)."""
     identifier = split_table_name(table)
     fmt = file_format(path, fmt)
@@ -206,6 +226,8 @@ def run_load(conn: Connection, path: str, table: str, fmt: str | None, create: b
             headers = list(conn.headers())
             if idempotency_key:
                 headers.append((IDEMPOTENCY_HEADER.encode(), idempotency_key.encode()))
+            if evolve:
+                headers.append((SCHEMA_POLICY_HEADER.encode(), b"evolve"))
             options = flight.FlightCallOptions(headers=headers)
             if existing is not None:
                 descriptor = flight.FlightDescriptor.for_path(*identifier)

@@ -122,7 +122,7 @@ class Backend(ABC):
 
     @abstractmethod
     def append(self, name: str, data: pa.RecordBatchReader, idempotency_key: str | None,
-               pipe: PipeCommit | None = None) -> AppendEvent:
+               pipe: PipeCommit | None = None, schema_policy: str | None = None) -> AppendEvent:
         """Append a stream to a table in one durable commit.
 
         Args:
@@ -132,6 +132,8 @@ class Backend(ABC):
                 answers the first commit.
             pipe: A pipe step: its checkpoint goes into the snapshot summary and its lineage
                 into the commit, atomically with the rows.
+            schema_policy: This append's schema policy (``match``, ``evolve``, ``strict``);
+                None: the table's (``icefloe.schema-policy``, default ``match``).
 
         Returns:
             The event of the commit (``duplicate`` set on a replayed key).

@@ -135,7 +135,7 @@ class Table:
         return Scan(self._backend.scan(self.name, list(columns) if columns is not None else None, filter,
                                        snapshot_id))
 
-    def append(self, data: Any, idempotency_key: str | None = None) -> AppendEvent:
+    def append(self, data: Any, idempotency_key: str | None = None, schema_policy: str | None = None) -> AppendEvent:
         """Append rows in one durable commit.
 
         Args:
@@ -143,6 +143,11 @@ class Table:
                 batches and readers, polars frames, DuckDB relations, a ``Scan``).
             idempotency_key: A retry with the same key commits nothing new and returns the
                 first commit's event (``duplicate`` true).
+            schema_policy: ``"evolve"`` lets this append add new columns and widen existing
+                ones; ``"match"`` (the default, unless the table's ``icefloe.schema-policy``
+                says otherwise) requires the data to fit the table (narrower types are cast
+                up, missing nullable columns are nulls); ``"strict"`` requires exactly the
+                table's columns and types.
 
         Returns:
             The commit's event (``rows``: this append's rows).
@@ -153,7 +158,7 @@ class Table:
             Conflict: The commit kept losing races.
             PermissionDenied: Not allowed (``ReadOnly`` in-process beside a running server).
         """
-        return self._backend.append(self.name, as_reader(data), idempotency_key)
+        return self._backend.append(self.name, as_reader(data), idempotency_key, schema_policy=schema_policy)
 
     def subscribe(self, after: int | str = "latest", stop: threading.Event | None = None) -> Iterator[CommitEvent]:
         """Every later commit of this table, live, exactly once and in order.

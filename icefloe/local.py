@@ -108,12 +108,13 @@ class LocalBackend(Backend):
 
     @_mapped
     def append(self, name: str, data: pa.RecordBatchReader, idempotency_key: str | None,
-               pipe: PipeCommit | None = None) -> AppendEvent:
+               pipe: PipeCommit | None = None, schema_policy: str | None = None) -> AppendEvent:
         self.catalog.check_writable()  # before any file is written
         result = self.appender.append_stream(
             _identifier(name), data.schema, data, idempotency_key=idempotency_key,
             snapshot_properties=pipe.snapshot_properties() if pipe else None,
             extra=pipe.commit_extra() if pipe else None,
+            schema_policy=_policy(schema_policy),
         )
         record = self.catalog.log.get(result.commit_seq) if result.rows or result.duplicate else None
         return append_event(name, result.to_json(), _event(record) if record is not None else None)
@@ -159,6 +160,17 @@ class LocalBackend(Backend):
 
     def close(self) -> None:
         self.catalog.close()
+
+
+def _policy(schema_policy: str | None) -> str | None:
+    if schema_policy is None:
+        return None
+    from catalog.schema_policy import check_policy
+
+    try:
+        return check_policy(schema_policy) if isinstance(schema_policy, str) else check_policy(repr(schema_policy))
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
 
 
 def _event(record: CommitRecord) -> CommitEvent:

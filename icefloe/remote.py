@@ -24,7 +24,7 @@ from catalog.pipes import PipeCommit
 from flight_server.client import CommitEvent, FeedCursorExpired, FeedError, feed_head, subscribe
 from flight_server.engine.iceberg_source import quote
 from flight_server.flightsql import protocol as p
-from flight_server.headers import IDEMPOTENCY_HEADER, PIPE_HEADER
+from flight_server.headers import IDEMPOTENCY_HEADER, PIPE_HEADER, SCHEMA_POLICIES, SCHEMA_POLICY_HEADER
 from icefloe.backend import AppendEvent, Backend, ScanSource
 from icefloe.errors import CursorExpired, Error, InvalidArgument, NotFound, Unauthenticated, from_remote
 from icefloe.local import append_event
@@ -236,7 +236,7 @@ class RemoteBackend(Backend):
         return RemoteScan(self, self._info(p.CommandStatementQuery(query=sql).pack()))
 
     def append(self, name: str, data: pa.RecordBatchReader, idempotency_key: str | None,
-               pipe: PipeCommit | None = None) -> AppendEvent:
+               pipe: PipeCommit | None = None, schema_policy: str | None = None) -> AppendEvent:
         namespace, _, table = name.rpartition(".")
         _table_sql(name)
         headers: list[tuple[bytes, bytes]] = []
@@ -248,6 +248,10 @@ class RemoteBackend(Backend):
             headers.append((IDEMPOTENCY_HEADER.encode(), idempotency_key.encode("utf-8")))
         if pipe is not None:
             headers.append((PIPE_HEADER.encode(), pipe.to_json().encode("utf-8")))
+        if schema_policy is not None:
+            if not isinstance(schema_policy, str) or schema_policy.strip().lower() not in SCHEMA_POLICIES:
+                raise InvalidArgument(f"schema_policy must be one of {', '.join(SCHEMA_POLICIES)}, not {schema_policy!r}")
+            headers.append((SCHEMA_POLICY_HEADER.encode(), schema_policy.strip().lower().encode()))
         descriptor = flight.FlightDescriptor.for_path(*namespace.split("."), table)
 
         def run() -> dict[str, Any]:
