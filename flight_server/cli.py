@@ -73,12 +73,13 @@ def serve(**options: object) -> None:
     """Serve the warehouse over Arrow Flight SQL."""
     config = Config(**options)  # type: ignore[arg-type]
     configure_logging(config.log_level, config.log_format)
+    from flight_server.server import StartupError
     from flight_server.server import serve as run
     from flight_server.users import SecurityConfigError
 
     try:
         run(config)
-    except SecurityConfigError as exc:
+    except (SecurityConfigError, StartupError) as exc:
         raise click.ClickException(str(exc)) from None
 
 
