@@ -20,7 +20,7 @@ from catalog.context import current_commit_context
 from catalog.durable_io import fsync_all, local_paths
 from catalog.idempotency import check_key
 from catalog.maintenance_worker import live_data_files
-from catalog.schema_policy import SchemaMismatchError, plan, policy_of, renamed
+from catalog.schema_policy import EVOLVE, STRICT, SchemaMismatchError, plan, policy_of, renamed
 from catalog.staging import (
     StagedAlreadyCommitted,
     StagedAppend,
@@ -74,7 +74,10 @@ class TwoPhaseAppends:
         namespace, name = tuple(identifier[:-1]), identifier[-1]
         table = self._catalog.load_table(identifier)
         metadata = table.metadata
-        policy_plan = plan(table.schema(), schema, policy_of(table.properties, schema_policy), metadata.format_version)
+        policy = policy_of(table.properties, schema_policy)
+        # Planned as evolve (unless strict) so that the refusal below names what would change
+        # and says the fix that works for a staged writer; "opt in to evolve" would not.
+        policy_plan = plan(table.schema(), schema, STRICT if policy == STRICT else EVOLVE, metadata.format_version)
         if policy_plan.changes_table:
             # Staged files are written against the schema the commit will find; a schema
             # change cannot wait in a staging for its commit. Name what differs and the one

@@ -101,9 +101,10 @@ def as_reader(data: Any) -> pa.RecordBatchReader:
 class Table:
     """One table of a lake: a source (scan, changes, subscribe) and a sink (append)."""
 
-    def __init__(self, backend: Backend, name: str) -> None:
+    def __init__(self, backend: Backend, name: str, schema: pa.Schema | None = None) -> None:
         self._backend = backend
         self.name = name
+        self._opened_schema = schema  # as of lake.table() / create_table(), for the repr only
 
     @property
     def backend(self) -> Backend:
@@ -193,7 +194,14 @@ class Table:
         return self._backend.changes(self.name, after, self._backend.head() if until is None else until)
 
     def __repr__(self) -> str:
-        return f"icefloe.Table({self.name!r})"
+        # No I/O in a repr: the columns are the ones the table had when it was opened.
+        columns = ""
+        if self._opened_schema is not None:
+            shown = [f"{f.name} {f.type}{'' if f.nullable else ' not null'}" for f in self._opened_schema]
+            if len(shown) > 12:
+                shown = [*shown[:12], f"... {len(shown) - 12} more"]
+            columns = f", columns: {', '.join(shown)}"
+        return f"icefloe.Table({self.name!r}{columns}; {self._backend.describe()})"
 
 
 class Lake:
@@ -227,8 +235,8 @@ class Lake:
         """
         if not isinstance(schema, pa.Schema):
             raise InvalidArgument("schema must be a pyarrow.Schema")
-        self._backend.create_table(name, schema)
-        return Table(self._backend, name)
+        created = self._backend.create_table(name, schema)
+        return Table(self._backend, name, created)
 
     def table(self, name: str) -> Table:
         """An existing table.
@@ -236,8 +244,7 @@ class Lake:
         Raises:
             NotFound: It does not exist.
         """
-        self._backend.table_schema(name)
-        return Table(self._backend, name)
+        return Table(self._backend, name, self._backend.table_schema(name))
 
     def head(self) -> int:
         """The seq of the lake's latest commit."""
@@ -245,6 +252,9 @@ class Lake:
 
     def close(self) -> None:
         self._backend.close()
+
+    def __repr__(self) -> str:
+        return f"icefloe.Lake({self._backend.describe()})"
 
     def __enter__(self) -> Lake:
         return self
