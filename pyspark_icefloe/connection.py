@@ -158,7 +158,10 @@ def _env(name: str, what: str) -> str:
 
 
 def is_retryable(exc: BaseException) -> bool:
-    return isinstance(exc, flight.FlightUnavailableError)
+    # FlightClient.get_schema reports UNAVAILABLE as a plain ArrowIOError (it checks its status
+    # as an Arrow one, not a Flight one), with Flight's wording.
+    return isinstance(exc, flight.FlightUnavailableError) or (
+        isinstance(exc, pa.ArrowIOError) and str(exc).startswith("Flight returned unavailable error"))
 
 
 def clean(exc: BaseException) -> str:
@@ -223,8 +226,8 @@ class Client:
         for attempt in range(self.settings.retries + 1):
             try:
                 return call()
-            except flight.FlightUnavailableError as exc:
-                if attempt == self.settings.retries:
+            except (flight.FlightUnavailableError, pa.ArrowIOError) as exc:
+                if attempt == self.settings.retries or not is_retryable(exc):
                     raise
                 logger.info("icefloe server unavailable (%s); retrying in %.1f s", clean(exc), delay)
                 time.sleep(delay)
