@@ -30,8 +30,8 @@ from __future__ import annotations
 import difflib
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -270,10 +270,10 @@ def _plan(table_schema: Schema, input_schema: pa.Schema, policy: str, format_ver
         elif policy == MATCH and _widening(want, given):
             wider.append(f"column {name!r} is {given} in the input, wider than the table's {want}")
         else:
+            castable = _widening(given, want) or _widening(want, given)
             clashes.append(
                 f"column {name!r}: the table has type {want}, the input has {given}"
-                + (" (schema policy is strict)" if policy == STRICT and (_widening(given, want) or _widening(want, given))
-                   else "")
+                + (" (schema policy is strict)" if policy == STRICT and castable else "")
             )
         if existing.required:
             result.required_columns.append(table_name)

@@ -244,7 +244,8 @@ class RemoteBackend(Backend):
         return self.table_schema(name)
 
     def table_schema(self, name: str) -> pa.Schema:
-        return plain_schema(self._info(p.CommandStatementQuery(query=f"SELECT * FROM {_table_sql(name)}").pack()).schema)
+        query = p.CommandStatementQuery(query=f"SELECT * FROM {_table_sql(name)}")
+        return plain_schema(self._info(query.pack()).schema)
 
     def scan(self, name: str, columns: Sequence[str] | None, filter: str | None,
              snapshot_id: int | None) -> ScanSource:
@@ -275,7 +276,8 @@ class RemoteBackend(Backend):
             headers.append((PIPE_HEADER.encode(), pipe.to_json().encode("utf-8")))
         if schema_policy is not None:
             if not isinstance(schema_policy, str) or schema_policy.strip().lower() not in SCHEMA_POLICIES:
-                raise InvalidArgument(f"schema_policy must be one of {', '.join(SCHEMA_POLICIES)}, not {schema_policy!r}")
+                raise InvalidArgument(
+                    f"schema_policy must be one of {', '.join(SCHEMA_POLICIES)}, not {schema_policy!r}")
             headers.append((SCHEMA_POLICY_HEADER.encode(), schema_policy.strip().lower().encode()))
         descriptor = flight.FlightDescriptor.for_path(*namespace.split("."), table)
 
