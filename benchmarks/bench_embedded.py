@@ -160,6 +160,8 @@ def bench_thin_client(runs: int) -> dict[str, Any]:
             env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
             times: dict[str, list[float]] = {name: [] for name in scripts}
             loads: list[float] = []
+            for script in scripts.values():  # warm-up, not timed: the server's first plans, cold .pyc pages
+                subprocess.run([sys.executable, "-c", script], check=True, env=env)
             for r in range(runs):
                 order = list(scripts) if r % 2 == 0 else list(reversed(scripts))
                 for name in order:
