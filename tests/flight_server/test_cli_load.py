@@ -130,6 +130,26 @@ def test_a_bad_first_block_exits_1_every_time(server: ServerProcess, tmp_path: P
     clean_failure(icefloe("load", "--uri", server.location, str(wrong), "f_ns.t"), "line 3: Expected 2 columns, got 3")
 
 
+def test_a_typo_d_header_is_refused_unless_evolve(server: ServerProcess, tmp_path: Path) -> None:
+    """A CSV whose header does not match used to add columns to the table silently."""
+    _sql(server, "CREATE SCHEMA e_ns")
+    _sql(server, "CREATE TABLE e_ns.t (id INTEGER, name VARCHAR)")
+    typo = tmp_path / "typo.csv"
+    typo.write_text("ID,nmae\n1,a\n2,b\n")  # ID: only the case differs (fine); nmae: a typo
+    refused = icefloe("load", "--uri", server.location, str(typo), "e_ns.t")
+    clean_failure(refused, "column 'nmae' (did you mean 'name'?) is not in the table (its columns: id, name)")
+    assert "--evolve" in refused.stderr and "nothing was committed" in refused.stderr
+    assert _sql(server, "SELECT count(*) AS n FROM e_ns.t") == [{"n": 0}]
+    no_column = icefloe("sql", "--uri", server.location, "SELECT nmae FROM e_ns.t")  # the table did not grow
+    assert no_column.returncode != 0 and "nmae" in no_column.stderr
+    fixed = tmp_path / "fixed.csv"
+    fixed.write_text("ID,name\n1,a\n2,b\n")  # ID is read as the table's INTEGER, not refused as int64
+    assert icefloe("load", "--uri", server.location, str(fixed), "e_ns.t").returncode == 0
+    evolve = icefloe("load", "--uri", server.location, str(typo), "e_ns.t", "--evolve")
+    assert evolve.returncode == 0, evolve.stderr
+    assert _sql(server, "SELECT count(*) AS n, count(nmae) AS typo FROM e_ns.t") == [{"n": 4, "typo": 2}]
+
+
 def test_idempotency_key_makes_a_retry_commit_nothing(server: ServerProcess, tmp_path: Path) -> None:
     _sql(server, "CREATE SCHEMA i_ns")
     _sql(server, "CREATE TABLE i_ns.t (id BIGINT, v VARCHAR)")
