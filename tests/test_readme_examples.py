@@ -245,3 +245,26 @@ def _snapshot_id(server: ServerProcess) -> int:
     with flight_sql.connect(server.location, autocommit=True) as conn, conn.cursor() as cur:
         cur.execute('SELECT snapshot_id FROM sales."orders$snapshots" ORDER BY committed_at LIMIT 1')
         return int(cur.fetchall()[0][0])
+
+
+def test_icefloe_tail_install_puts_it_on_path() -> None:
+    """The README ran ``icefloe-tail`` after a plain ``cargo build``, which leaves it in
+    target/release (not on PATH). It now says ``cargo install --path ...``: that package must
+    declare the binary (cargo install puts it in ~/.cargo/bin, which rustup puts on PATH).
+    Checked with ``cargo metadata`` (offline); compiling arrow-flight here would take minutes."""
+    import json
+    import shutil
+
+    text = (ROOT / "README.md").read_text()
+    install = re.search(r"^cargo install --locked --path (\S+)", text, re.M)
+    assert install is not None, "the README must install icefloe-tail with cargo install"
+    assert "cargo build --release        # target/release/icefloe-tail" not in text
+    assert re.search(r"^icefloe-tail --uri ", text, re.M), "the README runs icefloe-tail by name"
+    if shutil.which("cargo") is None:
+        pytest.skip("cargo is not installed")
+    meta = subprocess.run(["cargo", "metadata", "--no-deps", "--offline", "--format-version", "1",
+                           "--manifest-path", str(ROOT / install.group(1) / "Cargo.toml")],
+                          capture_output=True, text=True, timeout=120, check=True)
+    package = json.loads(meta.stdout)["packages"][0]
+    assert Path(package["manifest_path"]).parent == ROOT / install.group(1)
+    assert any(t["name"] == "icefloe-tail" and "bin" in t["kind"] for t in package["targets"])
