@@ -243,6 +243,7 @@ class StartupError(Exception):
 def _port_in_use(host: str, port: int) -> bool:
     """Whether something listens on ``host:port`` already. Bound as gRPC binds (SO_REUSEADDR),
     so a port that only has connections in TIME_WAIT counts as free, as it is for gRPC."""
+    import errno
     import socket
 
     try:
@@ -254,8 +255,9 @@ def _port_in_use(host: str, port: int) -> bool:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind(address)
-            except OSError:
-                return True
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:  # (not e.g. an address family this host lacks)
+                    return True
     return False
 
 
