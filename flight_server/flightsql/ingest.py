@@ -18,6 +18,7 @@ import pyarrow.flight as flight
 
 from catalog.names import InvalidNameError, check_name, check_namespace
 from flight_server import errors, roles
+from flight_server.appends import requested_policy
 from flight_server.engine import CATALOG_NAME, split_namespace
 from flight_server.flightsql import protocol as p
 from flight_server.headers import IDEMPOTENCY_HEADER, STAGE_HEADER, single_header
@@ -101,6 +102,6 @@ def _stage(server: IcefloeServer, context: flight.ServerCallContext, cmd: p.Comm
         raise errors.InvalidArgument(str(exc)) from None
     # The DoPut path's batch reader: full validation of every batch, cancellation, shutdown.
     batches = server.appends._batches(reader, context)
-    answer = server.staged.stage(identifier, reader, batches, job, principal)
+    answer = server.staged.stage(identifier, reader, batches, job, principal, requested_policy(context))
     logger.debug("staged ingest of %d rows into %s (job %s)", answer["rows"], answer["table"], job)
     return int(answer["rows"])
