@@ -438,7 +438,7 @@ class RocksCatalog(MetastoreCatalog):
         ns, table = self._split(identifier, err=InvalidNameError)
         self._require_namespace(ns)
         if self._pointer(ns, table) is not None:
-            raise TableAlreadyExistsError(f"Table {'.'.join((*ns, table))} already exists")
+            raise TableAlreadyExistsError(f"Table already exists: {'.'.join((*ns, table))}")
         staged = self._create_staged_table(identifier, schema, location, partition_spec, sort_order, properties)
         write_metadata(staged.metadata, staged.io, staged.metadata_location)
         return self._register_pointer(ns, table, staged.metadata_location, staged.metadata, "create", overwrite=False)
@@ -462,7 +462,7 @@ class RocksCatalog(MetastoreCatalog):
             self._require_namespace(ns)
             current = self._pointer(ns, table)
             if current is not None and not overwrite:
-                raise TableAlreadyExistsError(f"Table {'.'.join((*ns, table))} already exists")
+                raise TableAlreadyExistsError(f"Table already exists: {'.'.join((*ns, table))}")
             snapshot = metadata.current_snapshot()
             self._land(
                 {
@@ -495,7 +495,7 @@ class RocksCatalog(MetastoreCatalog):
         ns, table = self._split(identifier, err=InvalidNameError)
         self._require_namespace(ns)
         if not overwrite and self._pointer(ns, table) is not None:
-            raise TableAlreadyExistsError(f"Table {'.'.join((*ns, table))} already exists")
+            raise TableAlreadyExistsError(f"Table already exists: {'.'.join((*ns, table))}")
         if not self.files.inside(metadata_location):
             raise InvalidLocationError(
                 f"metadata file {str(metadata_location)[:200]!r} must lie inside the catalog's warehouse"
@@ -583,7 +583,7 @@ class RocksCatalog(MetastoreCatalog):
                 raise NoSuchTableError(f"Table does not exist: {'.'.join((*src_ns, src))}")
             self._require_namespace(dst_ns)
             if self._pointer(dst_ns, dst) is not None:
-                raise TableAlreadyExistsError(f"Table {'.'.join((*dst_ns, dst))} already exists")
+                raise TableAlreadyExistsError(f"Table already exists: {'.'.join((*dst_ns, dst))}")
             location = pointer["metadata_location"]
             metadata = self._read_metadata(src_ns, src, location)
             self._land(
@@ -657,7 +657,7 @@ class RocksCatalog(MetastoreCatalog):
         self._check_namespace_location(checked)
         with self._commit_lock:
             if self._ns_exists(ns):
-                raise NamespaceAlreadyExistsError(f"Namespace {'.'.join(ns)} already exists")
+                raise NamespaceAlreadyExistsError(f"Namespace already exists: {'.'.join(ns)}")
             # Missing parent levels are created (without properties) in the same batch, so a
             # child namespace always has a parent that exists, lists and can be dropped last.
             puts = {

@@ -27,6 +27,7 @@ from catalog import keys, table_files
 from catalog.durable_io import remove
 from catalog.metadata_json import write_metadata
 from catalog.metadata_ops import apply_updates, describe_commit, expire_snapshots, snapshots_to_retain
+from catalog.requirements import check as check_requirement
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -77,7 +78,7 @@ def stage(
         # Requirements on a table that is not there: it is missing, not a lost race.
         raise NoSuchTableError(f"Table does not exist: {'.'.join((*ns, name))}")
     for requirement in requirements:
-        requirement.validate(base)
+        check_requirement(requirement, base)
     if base is None and not updates:
         raise NoSuchTableError(f"Table does not exist: {'.'.join((*ns, name))}")
     new = apply_updates(
