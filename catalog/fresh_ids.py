@@ -111,7 +111,7 @@ def _renumbered(base: TableMetadata, updates: tuple[TableUpdate, ...]) -> Iterat
             fixed = UNSORTED_ORDER_ID if not order.fields else None
             assigned, new = orders.assign(order.order_id, _order_key(order), fixed)
             if new:
-                yield update if assigned == order.order_id else AddSortOrderUpdate(
+                yield update if assigned == order.order_id else AddSortOrderUpdate(  # type: ignore[call-arg]
                     sort_order=SortOrder(*order.fields, order_id=assigned))
         elif isinstance(update, SetCurrentSchemaUpdate):
             yield _retarget(update, "schema_id", schemas)

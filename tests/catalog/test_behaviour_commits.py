@@ -187,8 +187,8 @@ def test_concurrent_schema_changes_conflict(any_catalog: Catalog) -> None:
     with first.update_schema() as update:
         update.add_column(path="b", field_type=IntegerType())
     # SqlCatalog words it as pyiceberg does; RocksCatalog as Iceberg-Java does (catalog.requirements)
-    with pytest.raises(CommitFailedException,
-                       match="current schema id has changed: expected 0, found 1|current schema changed: expected id 0 != 1"):
+    pattern = "current schema id has changed: expected 0, found 1|current schema changed: expected id 0 != 1"
+    with pytest.raises(CommitFailedException, match=pattern):
         with second.update_schema() as update:
             update.add_column(path="c", field_type=IntegerType())
     assert [f.name for f in cat.load_table("ns.t").schema().fields][-1] == "b"

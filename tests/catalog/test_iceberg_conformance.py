@@ -84,7 +84,8 @@ def test_uuid_and_ref_requirements_use_iceberg_javas_wording(cat: RocksCatalog) 
     with pytest.raises(CommitFailedException) as failed:
         _commit(cat, AssertTableUUID(uuid=other))
     # Java's order: the table's UUID, then the one the client expected
-    assert str(failed.value) == f"Requirement failed: UUID does not match: expected {table.metadata.table_uuid} != {other}"
+    expected = f"Requirement failed: UUID does not match: expected {table.metadata.table_uuid} != {other}"
+    assert str(failed.value) == expected
     table.append(pa.table({"id": [1], "name": ["a"]}))
     head = cat.load_table("ns.t").metadata.current_snapshot_id
     with pytest.raises(CommitFailedException) as failed:
@@ -101,9 +102,11 @@ def _order(field_id: int, order_id: int) -> SortOrder:
 
 def test_added_sort_order_with_a_taken_id_gets_a_fresh_one(cat: RocksCatalog) -> None:
     # Two REPLACE transactions racing: both number their new order 1 from the same base.
-    first = _commit(cat, updates=(AddSortOrderUpdate(sort_order=_order(1, 1)), SetDefaultSortOrderUpdate(sort_order_id=-1)))
+    first = _commit(cat, updates=(AddSortOrderUpdate(sort_order=_order(1, 1)),
+                                  SetDefaultSortOrderUpdate(sort_order_id=-1)))
     assert first.metadata.default_sort_order_id == 1  # type: ignore[attr-defined]
-    second = _commit(cat, updates=(AddSortOrderUpdate(sort_order=_order(2, 1)), SetDefaultSortOrderUpdate(sort_order_id=1)))
+    second = _commit(cat, updates=(AddSortOrderUpdate(sort_order=_order(2, 1)),
+                                   SetDefaultSortOrderUpdate(sort_order_id=1)))
     metadata = cat.load_table("ns.t").metadata
     assert [o.order_id for o in metadata.sort_orders] == [0, 1, 2]
     assert metadata.default_sort_order_id == 2 and metadata.sort_order().fields[0].source_id == 2
@@ -129,3 +132,32 @@ def test_added_spec_and_schema_with_taken_ids_get_fresh_ones(cat: RocksCatalog) 
                           SetCurrentSchemaUpdate(schema_id=-1)))
     metadata = cat.load_table("ns.t").metadata
     assert [s.schema_id for s in metadata.schemas] == [0, 1] and metadata.current_schema_id == 0
+
+
+@pytest.mark.parametrize("scheme", ["", "file://"])
+def test_metadata_location_keeps_the_warehouses_form_as_sqlcatalog_does(tmp_path: object, scheme: str) -> None:
+    """A warehouse given as a plain path reports plain paths, one given as a file:// URI
+    reports URIs: pyiceberg's SqlCatalog does the same (pyiceberg's own suite hands catalogs
+    file:// warehouses, and slices ``len("file://")`` off the locations it gets)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    reported = []
+    for make in (lambda w: RocksCatalog("r", warehouse=w),
+                 lambda w: SqlCatalog("s", uri=f"sqlite:///{tmp_path}/s.db", warehouse=w)):
+        cat = make(f"{scheme}{tmp_path}/{len(reported)}")
+        try:
+            cat.create_namespace("ns")
+            table = cat.create_table("ns.t", SCHEMA)
+            reported.append((table.metadata_location.startswith(f"{scheme}/"),
+                             table.location().startswith(f"{scheme}/")))
+        finally:
+            cat.close()
+    assert reported == [(True, True), (True, True)]
+
+
+def test_none_table_property_raises_pyicebergs_validation_error(cat: RocksCatalog) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="None type is not a supported value in properties: k"):
+        cat.create_table("ns.none", SCHEMA, properties={"k": None})  # type: ignore[dict-item]
+    assert not cat.table_exists("ns.none")

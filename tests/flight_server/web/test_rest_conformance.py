@@ -5,7 +5,6 @@ schemas (the second gets fresh ids, never a 400)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
