@@ -3,7 +3,7 @@
 from catalog.commit_log import CommitLog, CommitRecord, CursorExpiredError
 from catalog.context import CommitContext, commit_context, current_commit_context
 from catalog.names import EmptyNamespaceError, InvalidNameError
-from catalog.rocks_catalog import CatalogReadOnlyError, RocksCatalog
+from catalog.rocks_catalog import CatalogReadOnlyError, MetadataFileMissingError, RocksCatalog
 from catalog.subscriptions import CommitHub, Subscription, TooManySubscribersError
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "CursorExpiredError",
     "EmptyNamespaceError",
     "InvalidNameError",
+    "MetadataFileMissingError",
     "RocksCatalog",
     "Subscription",
     "TooManySubscribersError",

@@ -93,6 +93,16 @@ class CatalogReadOnlyError(ForbiddenError):
     """A write was attempted on a catalog opened read-only."""
 
 
+class MetadataFileMissingError(NoSuchTableError):
+    """The catalog points a table at a metadata file that is gone (deleted by hand, or lost
+    with its storage). The table is listed and can be dropped, but not loaded. The message is
+    Iceberg-Java's for the same case; the location is no secret (every load answer holds it)."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(f"Failed to open input stream for file: {location}")
+        self.location = location
+
+
 def _now_us() -> int:
     return time.time_ns() // 1000
 
@@ -222,12 +232,27 @@ class RocksCatalog(MetastoreCatalog):
         if not self._ns_exists(ns):
             raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(ns)}")
 
-    def _read_metadata(self, ns: tuple[str, ...], table: str, location: str) -> TableMetadata:
+    def _read_metadata(self, ns: tuple[str, ...], table: str, location: str, verify: bool = False) -> TableMetadata:
+        """The metadata at ``location``, parsed once and cached (metadata files are immutable).
+
+        Args:
+            verify: Check that a cached file still exists (a load does: a table whose metadata
+                file was removed must fail the same way whether or not this process read the
+                file before it went, and before or after a restart).
+
+        Raises:
+            MetadataFileMissingError: The file is gone.
+        """
         cached = self._metadata_cache.get((ns, table))
         if cached is not None and cached[0] == location:
-            return cached[1]
-        io = self._load_file_io(location=location)
-        metadata = FromInputFile.table_metadata(io.new_input(location))
+            if not verify or self._load_file_io(location=location).new_input(location).exists():
+                return cached[1]
+            self._metadata_cache.pop((ns, table), None)
+            raise MetadataFileMissingError(location)
+        try:
+            metadata = FromInputFile.table_metadata(self._load_file_io(location=location).new_input(location))
+        except FileNotFoundError:
+            raise MetadataFileMissingError(location) from None
         self._metadata_cache[(ns, table)] = (location, metadata)
         return metadata
 
@@ -513,6 +538,7 @@ class RocksCatalog(MetastoreCatalog):
 
         Raises:
             NoSuchTableError: If the table does not exist.
+            MetadataFileMissingError: If its metadata file is gone (a NoSuchTableError).
         """
         ns, table = self._split(identifier)
         self._refresh()
@@ -520,7 +546,7 @@ class RocksCatalog(MetastoreCatalog):
         if pointer is None:
             raise NoSuchTableError(f"Table does not exist: {'.'.join((*ns, table))}")
         location = pointer["metadata_location"]
-        return self._table(ns, table, location, self._read_metadata(ns, table, location))
+        return self._table(ns, table, location, self._read_metadata(ns, table, location, verify=True))
 
     def table_exists(self, identifier: str | Identifier) -> bool:
         try:

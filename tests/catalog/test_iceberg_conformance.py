@@ -161,3 +161,34 @@ def test_none_table_property_raises_pyicebergs_validation_error(cat: RocksCatalo
     with pytest.raises(ValidationError, match="None type is not a supported value in properties: k"):
         cat.create_table("ns.none", SCHEMA, properties={"k": None})  # type: ignore[dict-item]
     assert not cat.table_exists("ns.none")
+
+
+def test_load_after_the_metadata_file_was_removed_fails_precisely(rocks: RocksCatalog, tmp_path: object) -> None:
+    """The cache serves a metadata file only while it exists: before and after a restart, a
+    load of a table whose metadata file is gone fails with Iceberg-Java's message; the table
+    is still listed and can be dropped."""
+    import os
+
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from catalog import MetadataFileMissingError
+
+    rocks.create_namespace("ns")
+    location = rocks.create_table("ns.gone", SCHEMA).metadata_location
+    rocks.load_table("ns.gone")  # cached now
+    os.remove(location)
+    with pytest.raises(MetadataFileMissingError, match=f"^Failed to open input stream for file: {location}$"):
+        rocks.load_table("ns.gone")
+    with pytest.raises(NoSuchTableError):  # what callers that know only pyiceberg's errors catch
+        rocks.load_table("ns.gone")
+    warehouse = rocks.warehouse
+    rocks.close()
+    again = RocksCatalog("test", warehouse=warehouse)
+    try:
+        assert again.table_exists("ns.gone") and ("ns", "gone") in again.list_tables("ns")
+        with pytest.raises(MetadataFileMissingError, match="Failed to open input stream for file"):
+            again.load_table("ns.gone")
+        again.drop_table("ns.gone")
+        assert not again.table_exists("ns.gone")
+    finally:
+        again.close()

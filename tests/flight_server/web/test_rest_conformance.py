@@ -4,13 +4,20 @@ schemas (the second gets fresh ids, never a 400)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.exceptions import CommitFailedException, NamespaceAlreadyExistsError, TableAlreadyExistsError
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NamespaceAlreadyExistsError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
@@ -124,3 +131,24 @@ def test_racing_replace_transactions_get_fresh_ids(rest: RestCatalog, server: Se
     assert metadata.default_spec_id == 2 and metadata.spec().fields[0].source_id == 2
     assert [s.schema_id for s in metadata.schemas] == [0, 1, 2]
     assert metadata.current_schema_id == 2 and metadata.schema().find_field("b").field_type == StringType()
+
+
+def test_load_of_a_table_whose_metadata_file_is_gone_is_404_before_and_after_restart(tmp_path: Path) -> None:
+    with rest_server(tmp_path / "wh") as server:
+        cat = RestCatalog("icefloe", uri=rest_url(server))
+        cat.create_namespace("gone")
+        location = cat.create_table("gone.t", SCHEMA).metadata_location
+        cat.load_table("gone.t")
+        os.remove(location.removeprefix("file://"))
+        url = f"{rest_url(server)}/v1/namespaces/gone/tables/t"
+        expected = (404, "NotFoundException", f"Failed to open input stream for file: {location}")
+        assert _error(httpx.get(url, timeout=10)) == expected
+        server.log_lines.clear()  # rest_url reads the newest server's address
+        server.restart()
+        url = f"{rest_url(server)}/v1/namespaces/gone/tables/t"
+        assert _error(httpx.get(url, timeout=10)) == expected
+        with pytest.raises(NoSuchTableError, match="Failed to open input stream"):
+            RestCatalog("icefloe", uri=rest_url(server)).load_table("gone.t")
+        assert httpx.head(url, timeout=10).status_code == 204  # still listed
+        assert httpx.delete(url, timeout=10).status_code == 204  # and can be dropped
+        assert httpx.head(url, timeout=10).status_code == 404
