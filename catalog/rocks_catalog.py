@@ -26,19 +26,20 @@ from pyiceberg.exceptions import (
     NamespaceNotEmptyError,
     NoSuchNamespaceError,
     NoSuchTableError,
-    NoSuchViewError,
     TableAlreadyExistsError,
 )
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
-from pyiceberg.schema import Schema
+from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import CommitTableResponse, StagedTable, Table, TableProperties
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
+from pyiceberg.view import View
+from pyiceberg.view.metadata import ViewVersion
 
-from catalog import avro_cache, keys, manifest_list_cache, table_commits, table_files
+from catalog import avro_cache, keys, manifest_list_cache, table_commits, table_files, views
 from catalog.commit_log import CommitLog, CommitRecord
 from catalog.context import current_commit_context
 from catalog.idempotency import batch_extras
@@ -69,7 +70,6 @@ if TYPE_CHECKING:
     from pyiceberg.io import FileIO
     from pyiceberg.table.update import TableRequirement, TableUpdate
     from pyiceberg.typedef import TableVersion
-    from pyiceberg.view import View
 
 logger = logging.getLogger("icefloe.catalog")
 
@@ -225,6 +225,11 @@ class RocksCatalog(MetastoreCatalog):
         raw = self._store.get(keys.table_key(ns, table))
         return json.loads(raw) if raw is not None else None
 
+    def _refuse_view_name(self, ns: tuple[str, ...], name: str) -> None:
+        # Tables and views share one name space (Iceberg-Java's wording).
+        if views.exists(self, ns, name):
+            raise TableAlreadyExistsError(f"View with same name already exists: {'.'.join((*ns, name))}")
+
     def _ns_exists(self, ns: tuple[str, ...]) -> bool:
         return self._store.get(keys.namespace_key(ns)) is not None
 
@@ -314,6 +319,11 @@ class RocksCatalog(MetastoreCatalog):
                 raise TableLocationTakenError(
                     f"table location {location[:200]!r} overlaps the folder of table {'.'.join(other)}"
                 )
+        for other, folder in views.view_folders(self):
+            other_root = self.files.canonical(folder) if other != identifier else None
+            if other_root is not None and (Warehouse._under(root, other_root) or Warehouse._under(other_root, root)):
+                raise TableLocationTakenError(
+                    f"location {location[:200]!r} overlaps the folder of view {'.'.join(other)}")
         return root
 
     def _all_table_keys(self) -> list[tuple[str, ...]]:
@@ -488,6 +498,7 @@ class RocksCatalog(MetastoreCatalog):
             current = self._pointer(ns, table)
             if current is not None and not overwrite:
                 raise TableAlreadyExistsError(f"Table already exists: {'.'.join((*ns, table))}")
+            self._refuse_view_name(ns, table)
             snapshot = metadata.current_snapshot()
             self._land(
                 {
@@ -610,6 +621,7 @@ class RocksCatalog(MetastoreCatalog):
             self._require_namespace(dst_ns)
             if self._pointer(dst_ns, dst) is not None:
                 raise TableAlreadyExistsError(f"Table already exists: {'.'.join((*dst_ns, dst))}")
+            self._refuse_view_name(dst_ns, dst)
             location = pointer["metadata_location"]
             metadata = self._read_metadata(src_ns, src, location)
             self._land(
@@ -706,6 +718,8 @@ class RocksCatalog(MetastoreCatalog):
             tables = self.list_tables(ns)
             if tables:
                 raise NamespaceNotEmptyError(f"Namespace {'.'.join(ns)} is not empty: {len(tables)} tables exist")
+            if views.list_views(self, ns):
+                raise NamespaceNotEmptyError(f"Namespace {'.'.join(ns)} is not empty: views exist")
             children = self.list_namespaces(ns)
             if children:
                 raise NamespaceNotEmptyError(f"Namespace {'.'.join(ns)} is not empty: it has child namespaces")
@@ -795,25 +809,52 @@ class RocksCatalog(MetastoreCatalog):
                 f"namespace location {str(location)[:200]!r} must lie inside the catalog's warehouse"
             )
 
-    # -- views: not supported ------------------------------------------------------------
+    # -- views (catalog.views) -----------------------------------------------------------
 
     def list_views(self, namespace: str | Identifier) -> list[Identifier]:
-        return []
+        ns = self._namespace(namespace)
+        self._refresh()
+        self._require_namespace(ns)
+        return views.list_views(self, ns)
 
     def view_exists(self, identifier: str | Identifier) -> bool:
-        return False
+        try:
+            ns, name = self._split(identifier)
+        except NoSuchTableError:
+            return False
+        self._refresh()
+        return views.exists(self, ns, name)
 
     def load_view(self, identifier: str | Identifier) -> View:
-        raise NoSuchViewError(f"views are not supported by icefloe: {identifier}")
+        ns, name = self._split(identifier)
+        self._refresh()
+        loaded = views.load(self, ns, name)
+        return View((*ns, name), loaded.metadata)
 
     def drop_view(self, identifier: str | Identifier) -> None:
-        raise NoSuchViewError(f"views are not supported by icefloe: {identifier}")
+        ns, name = self._split(identifier)
+        views.drop(self, ns, name)
+
+    def rename_view(self, from_identifier: str | Identifier, to_identifier: str | Identifier) -> None:
+        src = self._split(from_identifier)
+        dst = self._split(to_identifier, err=InvalidNameError)
+        views.rename(self, src, dst)
 
     def register_view(self, identifier: str | Identifier, metadata_location: str) -> View:
-        raise NotImplementedError("views are not supported by icefloe")
+        raise NotImplementedError("registering views is not supported by icefloe")
 
-    def create_view(self, *args: Any, **kwargs: Any) -> View:
-        raise NotImplementedError("views are not supported by icefloe")
+    def create_view(
+        self,
+        identifier: str | Identifier,
+        schema: Schema | pa.Schema,
+        view_version: ViewVersion,
+        location: str | None = None,
+        properties: Properties = EMPTY_DICT,
+    ) -> View:
+        ns, name = self._split(identifier, err=InvalidNameError)
+        iceberg_schema = assign_fresh_schema_ids(self._convert_schema_if_needed(schema))
+        loaded = views.create(self, ns, name, iceberg_schema, view_version, location, dict(properties))
+        return View((*ns, name), loaded.metadata)
 
     # -- commit-log retention ------------------------------------------------------------
 

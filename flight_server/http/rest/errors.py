@@ -18,8 +18,10 @@ from pyiceberg.exceptions import (
     NamespaceNotEmptyError,
     NoSuchNamespaceError,
     NoSuchTableError,
+    NoSuchViewError,
     TableAlreadyExistsError,
     ValidationException,
+    ViewAlreadyExistsError,
 )
 from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from starlette.responses import JSONResponse, Response
@@ -87,7 +89,9 @@ def from_exception(exc: BaseException) -> RestError | None:
         return not_found_table(message)
     if isinstance(exc, NoSuchNamespaceError):
         return not_found_namespace(message)
-    if isinstance(exc, (TableAlreadyExistsError, NamespaceAlreadyExistsError)):
+    if isinstance(exc, NoSuchViewError):
+        return RestError(404, "NoSuchViewException", message)
+    if isinstance(exc, (TableAlreadyExistsError, NamespaceAlreadyExistsError, ViewAlreadyExistsError)):
         return RestError(409, "AlreadyExistsException", message)
     if isinstance(exc, NamespaceNotEmptyError):
         return RestError(409, "NamespaceNotEmptyException", message)
