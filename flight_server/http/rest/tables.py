@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 
 from catalog.context import commit_context
 from catalog.metadata_json import dump_metadata
+from catalog.sandbox import InvalidLocationError, OutsideTableError
 from flight_server import roles
 from flight_server.auth import Principal
 from flight_server.http.rest.errors import RestError, bad_request, validation_message
@@ -215,6 +216,10 @@ class TableHandlers:
             if version > 2:
                 raise bad_request(f"metadata-location holds format version {version} metadata; {_FORMAT_VERSIONS}")
             table = self._catalog.register_table((*ns, name), location, overwrite=overwrite)
+        except (InvalidLocationError, OutsideTableError) as exc:
+            # The sandbox's own refusal says what is wrong (another table's folder, a file
+            # outside the table's folder); the clauses below would hide it as "unreadable".
+            raise bad_request(str(exc)[:300]) from None
         except (FileNotFoundError, IsADirectoryError, PermissionError, OSError):
             raise bad_request("metadata-location cannot be read (missing, a folder, or not readable)") from None
         except (ValueError, ValidationError, IcebergValidationError):  # UnicodeDecodeError / JSON ones too
