@@ -45,12 +45,12 @@ def expand(catalog: Any, sql: str, default_schema: tuple[str, ...] | None) -> st
     if not any_views(catalog):
         return sql
     try:
-        tree = sqlglot.parse_one(sql, read=DIALECT)
+        tree: Any = sqlglot.parse_one(sql, read=DIALECT)
     except sqlglot.errors.ParseError:
         return sql
     if tree is None or not _expand(catalog, tree, default_schema, 0):
         return sql
-    return tree.sql(dialect=DIALECT)
+    return str(tree.sql(dialect=DIALECT))
 
 
 def _cte_names(tree: exp.Expression) -> set[str]:
@@ -73,12 +73,23 @@ def _expand(catalog: Any, tree: exp.Expression, default_schema: tuple[str, ...] 
                 raise errors.InvalidArgument(f"view {'.'.join((*ns, name))}: views nest deeper than {MAX_DEPTH} "
                                              "levels (a view that reads itself?)")
             body = _view_query(catalog, ns, name)
-            _expand(catalog, body, tuple(_default_namespace(catalog, ns, name)) or ns, depth + 1)
+            home = tuple(_default_namespace(catalog, ns, name)) or ns
+            _qualify(body, home)
+            _expand(catalog, body, home, depth + 1)
             alias = node.alias or name
             node.replace(exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True))))
             changed = True
             break
     return changed
+
+
+def _qualify(body: exp.Expression, home: tuple[str, ...]) -> None:
+    """Name the namespace of the view body's unqualified tables: its default namespace, not
+    the session's schema (a multi-level namespace is one schema name holding dots)."""
+    ctes = _cte_names(body)
+    for node in body.find_all(exp.Table):
+        if isinstance(node.this, exp.Identifier) and not node.args.get("db") and node.name.lower() not in ctes:
+            node.set("db", exp.to_identifier(".".join(home), quoted=True))
 
 
 def _default_namespace(catalog: Any, ns: tuple[str, ...], name: str) -> tuple[str, ...]:
@@ -91,7 +102,7 @@ def _current_version(catalog: Any, ns: tuple[str, ...], name: str) -> Any:
     return next(v for v in metadata.versions if v.version_id == metadata.current_version_id)
 
 
-def _view_query(catalog: Any, ns: tuple[str, ...], name: str) -> exp.Expression:
+def _view_query(catalog: Any, ns: tuple[str, ...], name: str) -> Any:
     """The view's current SQL as a DuckDB parse tree (translated from its dialect if needed)."""
     version = _current_version(catalog, ns, name)
     representations = [r.root for r in version.representations]
@@ -102,10 +113,10 @@ def _view_query(catalog: Any, ns: tuple[str, ...], name: str) -> exp.Expression:
         if dialect is None:
             continue
         try:
-            tree = sqlglot.parse_one(representation.sql, read=dialect)
+            tree: Any = sqlglot.parse_one(representation.sql, read=dialect)
         except sqlglot.errors.ParseError:
             continue
-        if isinstance(tree, (exp.Query, exp.Subquery)) or isinstance(tree, exp.Select):
+        if isinstance(tree, exp.Query):  # a SELECT, a set operation, a WITH ...
             return tree
     dialects = ", ".join(sorted({r.dialect for r in representations})) or "none"
     raise errors.InvalidArgument(f"view {qualified} has no SQL icefloe can run (dialects: {dialects}; "

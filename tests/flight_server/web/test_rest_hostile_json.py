@@ -171,8 +171,8 @@ def test_every_field_of_every_route_with_every_wrong_type_is_a_4xx(tmp_path: Pat
         rest.create_namespace("ns")
         rest.create_table("ns.t", SCHEMA).append(pa.table({"id": [1]}, schema=SCHEMA))
         rest.create_view("ns.v", SCHEMA, ViewVersion(**{  # type: ignore[arg-type]
-            "version-id": 1, "schema-id": 0, "representations": [{"type": "sql", "sql": "SELECT 1", "dialect": "spark"}],
-            "default-namespace": ["ns"]}))
+            "version-id": 1, "schema-id": 0, "default-namespace": ["ns"],
+            "representations": [{"type": "sql", "sql": "SELECT 1", "dialect": "spark"}]}))
         _sweep(server, client, tmp_path)
 
 
