@@ -31,18 +31,20 @@ _DIALECTS = {"duckdb": "duckdb", "spark": "spark", "spark-sql": "spark", "trino"
              "snowflake": "snowflake", "bigquery": "bigquery", "postgres": "postgres", "databricks": "databricks"}
 
 
-def any_views(catalog: Any) -> bool:
-    """Whether the catalog holds a view at all (one RocksDB seek): queries skip parsing if not."""
+def may_name_a_view(catalog: Any, sql: str) -> bool:
+    """Whether ``sql`` may name a view: some view's name occurs in its text. A query over
+    tables only is then not parsed a second time (one RocksDB scan of the view keys)."""
     store = getattr(catalog, "store", None)
     if store is None:
         return False
-    return next(iter(store.scan(keys.VIEW)), None) is not None
+    text = sql.lower()
+    return any(keys.decode_view_key(key)[1].lower() in text for key, _ in store.scan(keys.VIEW))
 
 
 def expand(catalog: Any, sql: str, default_schema: tuple[str, ...] | None) -> str:
     """``sql`` with every view it names replaced by a subquery of the view's SQL (unchanged
     when it names none, or when it does not parse: the policy check then says why)."""
-    if not any_views(catalog):
+    if not may_name_a_view(catalog, sql):
         return sql
     try:
         tree: Any = sqlglot.parse_one(sql, read=DIALECT)
