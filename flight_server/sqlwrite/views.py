@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import sqlglot
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchViewError, TableAlreadyExistsError, ViewAlreadyExistsError
 from pyiceberg.view.metadata import ViewVersion
 from sqlglot import exp
@@ -26,6 +27,20 @@ if TYPE_CHECKING:
     from flight_server.sqlwrite.writer import Write
 
 DIALECT = "duckdb"
+
+
+def _representations(query_sql: str) -> list[dict[str, str]]:
+    """The view's SQL in DuckDB's dialect, and in Spark's when sqlglot can translate it: an
+    engine picks the representation of its own dialect (else the first), so Spark reads a
+    view icefloe created without parsing DuckDB SQL."""
+    found = [{"type": "sql", "sql": query_sql, "dialect": DIALECT}]
+    try:
+        spark = sqlglot.transpile(query_sql, read=DIALECT, write="spark")
+    except sqlglot.errors.SqlglotError:
+        return found
+    if len(spark) == 1 and spark[0]:
+        found.append({"type": "sql", "sql": spark[0], "dialect": "spark"})
+    return found
 
 
 def create_view(w: Write) -> int:
@@ -49,7 +64,7 @@ def create_view(w: Write) -> int:
     schema = types.schema_from_query_types(w.engine.column_types(planned, pins, w.default_schema))
     version = ViewVersion(**{  # type: ignore[arg-type]
         "version-id": 1, "schema-id": 0, "summary": {"engine-name": "icefloe"},
-        "representations": [{"type": "sql", "sql": query_sql, "dialect": DIALECT}],
+        "representations": _representations(query_sql),
         "default-namespace": list(w.default_schema or target.namespace),
     })
     ns, name = target.namespace, target.identifier[-1]
