@@ -21,6 +21,7 @@ from sqlglot import exp
 
 from catalog import keys, views
 from flight_server import errors
+from flight_server.engine.sql_text import split_namespace
 from flight_server.engine.tables import name_candidates
 
 DIALECT = "duckdb"
@@ -75,8 +76,9 @@ def _expand(catalog: Any, tree: exp.Expression, default_schema: tuple[str, ...] 
                 raise errors.InvalidArgument(f"view {'.'.join((*ns, name))}: views nest deeper than {MAX_DEPTH} "
                                              "levels (a view that reads itself?)")
             body = _view_query(catalog, ns, name)
-            home = tuple(_default_namespace(catalog, ns, name)) or ns
-            _qualify(body, home)
+            version = _current_version(catalog, ns, name)
+            home = tuple(version.default_namespace or ()) or ns
+            _qualify(catalog, body, home)
             _expand(catalog, body, home, depth + 1)
             alias = node.alias or name
             node.replace(exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True))))
@@ -85,18 +87,26 @@ def _expand(catalog: Any, tree: exp.Expression, default_schema: tuple[str, ...] 
     return changed
 
 
-def _qualify(body: exp.Expression, home: tuple[str, ...]) -> None:
+def _qualify(catalog: Any, body: exp.Expression, home: tuple[str, ...]) -> None:
     """Name the namespace of the view body's unqualified tables: its default namespace, not
-    the session's schema (a multi-level namespace is one schema name holding dots)."""
+    the session's schema (a multi-level namespace is one schema name holding dots).
+
+    A name with a catalog part is the writing engine's name for a catalog (Spark writes
+    ``ice.ns.t`` when its session calls this catalog ``ice``; the view's ``default-catalog``
+    is the session's *current* catalog, often another). icefloe serves one catalog, so such a
+    name means this catalog's table when ``ns.t`` exists here; otherwise it stays as written
+    and the query fails with NOT_FOUND naming it.
+    """
     ctes = _cte_names(body)
     for node in body.find_all(exp.Table):
-        if isinstance(node.this, exp.Identifier) and not node.args.get("db") and node.name.lower() not in ctes:
+        if not isinstance(node.this, exp.Identifier):
+            continue
+        if node.catalog and node.db:
+            ns, name = (*split_namespace(node.db),), node.name
+            if catalog.table_exists((*ns, name)) or views.exists(catalog, ns, name):
+                node.set("catalog", None)
+        if not node.args.get("db") and node.name.lower() not in ctes:
             node.set("db", exp.to_identifier(".".join(home), quoted=True))
-
-
-def _default_namespace(catalog: Any, ns: tuple[str, ...], name: str) -> tuple[str, ...]:
-    version = _current_version(catalog, ns, name)
-    return tuple(version.default_namespace or ())
 
 
 def _current_version(catalog: Any, ns: tuple[str, ...], name: str) -> Any:
