@@ -163,6 +163,7 @@ def commit_tables(catalog: RocksCatalog, changes: Sequence[TableChange]) -> list
                         )
                     if commit.base is None:
                         catalog._require_namespace(commit.ns)
+                        catalog._refuse_view_name(commit.ns, commit.name)
             except BaseException:
                 _discard(landing)
                 raise

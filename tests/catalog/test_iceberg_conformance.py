@@ -192,3 +192,15 @@ def test_load_after_the_metadata_file_was_removed_fails_precisely(rocks: RocksCa
         assert not again.table_exists("ns.gone")
     finally:
         again.close()
+
+
+def test_a_create_transaction_cannot_take_a_views_name(cat: RocksCatalog) -> None:
+    from pyiceberg.view.metadata import ViewVersion
+
+    cat.create_view("ns.v", SCHEMA, ViewVersion(**{  # type: ignore[arg-type]
+        "version-id": 1, "schema-id": 0, "default-namespace": ["ns"],
+        "representations": [{"type": "sql", "sql": "SELECT 1", "dialect": "duckdb"}]}))
+    tx = cat.create_table_transaction("ns.v", SCHEMA)
+    with pytest.raises(TableAlreadyExistsError, match="View with same name already exists: ns.v"):
+        tx.commit_transaction()
+    assert not cat.table_exists("ns.v") and cat.view_exists("ns.v")
