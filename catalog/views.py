@@ -32,12 +32,15 @@ from pyiceberg.view.metadata import ViewHistoryEntry, ViewMetadata, ViewVersion
 
 from catalog import keys
 from catalog.durable_io import write_new
+from catalog.lru import LockedLRU
 from catalog.names import check_properties
 
 if TYPE_CHECKING:
     from catalog.rocks_catalog import RocksCatalog
 
 VIEW_FORMAT_VERSION = 1
+# Parsed view metadata by file location (every query naming a view loads it).
+_parsed: LockedLRU[str, ViewMetadata] = LockedLRU(1024)
 
 
 class ViewUpdateError(ValueError):
@@ -83,14 +86,21 @@ def load(catalog: RocksCatalog, ns: tuple[str, ...], name: str) -> LoadedView:
     if pointer is None:
         raise NoSuchViewError(f"View does not exist: {'.'.join((*ns, name))}")
     location = pointer["metadata_location"]
+    io = catalog._load_file_io(location=location)
+    cached = _parsed.get(location)
+    # Metadata files are immutable: parsed once per location, served while the file exists
+    # (a removed file fails as for tables, cached or not: see RocksCatalog._read_metadata).
+    if cached is not None and io.new_input(location).exists():
+        return LoadedView(location, cached)
     try:
-        with catalog._load_file_io(location=location).new_input(location).open() as raw:
+        with io.new_input(location).open() as raw:
             stream = Compressor.get_compressor(location).stream_decompressor(raw)
             metadata = ViewMetadata.model_validate_json(stream.read())
     except FileNotFoundError:
         from catalog.rocks_catalog import MetadataFileMissingError
 
         raise MetadataFileMissingError(location) from None
+    _parsed.put(location, metadata)
     return LoadedView(location, metadata)
 
 

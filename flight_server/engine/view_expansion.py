@@ -75,8 +75,8 @@ def _expand(catalog: Any, tree: exp.Expression, default_schema: tuple[str, ...] 
             if depth >= MAX_DEPTH:
                 raise errors.InvalidArgument(f"view {'.'.join((*ns, name))}: views nest deeper than {MAX_DEPTH} "
                                              "levels (a view that reads itself?)")
-            body = _view_query(catalog, ns, name)
             version = _current_version(catalog, ns, name)
+            body = _view_query(version, ns, name)
             home = tuple(version.default_namespace or ()) or ns
             _qualify(catalog, body, home)
             _expand(catalog, body, home, depth + 1)
@@ -114,9 +114,8 @@ def _current_version(catalog: Any, ns: tuple[str, ...], name: str) -> Any:
     return next(v for v in metadata.versions if v.version_id == metadata.current_version_id)
 
 
-def _view_query(catalog: Any, ns: tuple[str, ...], name: str) -> Any:
+def _view_query(version: Any, ns: tuple[str, ...], name: str) -> Any:
     """The view's current SQL as a DuckDB parse tree (translated from its dialect if needed)."""
-    version = _current_version(catalog, ns, name)
     representations = [r.root for r in version.representations]
     ordered = sorted(representations, key=lambda r: r.dialect.lower() != DIALECT)  # duckdb first
     qualified = ".".join((*ns, name))
