@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from catalog.commit_log import CommitLog, CommitRecord, CursorExpiredError
     from catalog.context import CommitContext, commit_context, current_commit_context
     from catalog.names import EmptyNamespaceError, InvalidNameError
-    from catalog.rocks_catalog import CatalogReadOnlyError, RocksCatalog
+    from catalog.rocks_catalog import CatalogReadOnlyError, MetadataFileMissingError, RocksCatalog
     from catalog.subscriptions import CommitHub, Subscription, TooManySubscribersError
 
 _HOMES = {
@@ -28,6 +28,7 @@ _HOMES = {
     "InvalidNameError": "catalog.names",
     "CatalogReadOnlyError": "catalog.rocks_catalog",
     "RocksCatalog": "catalog.rocks_catalog",
+    "MetadataFileMissingError": "catalog.rocks_catalog",
     "CommitHub": "catalog.subscriptions",
     "Subscription": "catalog.subscriptions",
     "TooManySubscribersError": "catalog.subscriptions",
@@ -51,6 +52,7 @@ __all__ = [
     "CursorExpiredError",
     "EmptyNamespaceError",
     "InvalidNameError",
+    "MetadataFileMissingError",
     "RocksCatalog",
     "Subscription",
     "TooManySubscribersError",

@@ -324,7 +324,7 @@ class Appender:
                             return AppendResult(**{**stored, "duplicate": True})
                     exists = self.catalog.table_exists(identifier)
                     if exists and not replace:
-                        raise TableAlreadyExistsError(f"Table {qualified} already exists")
+                        raise TableAlreadyExistsError(f"Table already exists: {qualified}")
                     record = self._land_created(staged, files, writer.rows, idempotency_key, replacing=exists)
             except BaseException:
                 delete_files(staged.io, [f.file_path for f in files])

@@ -53,6 +53,14 @@ REST_ROUTES: Mapping[tuple[str, tuple[str, ...]], str] = {
     ("POST", ("namespaces", "{namespace}", "tables", "{table}", "metrics")): READ,  # reports, dropped
     ("POST", ("tables", "rename")): WRITE,  # as SQL ALTER TABLE ... RENAME TO
     ("POST", ("transactions", "commit")): WRITE,  # see COMMIT_UPDATES, per table change
+    # Iceberg views: as tables (SQL CREATE / DROP VIEW are ddl, write).
+    ("GET", ("namespaces", "{namespace}", "views")): READ,
+    ("POST", ("namespaces", "{namespace}", "views")): WRITE,
+    ("GET", ("namespaces", "{namespace}", "views", "{view}")): READ,
+    ("HEAD", ("namespaces", "{namespace}", "views", "{view}")): READ,
+    ("POST", ("namespaces", "{namespace}", "views", "{view}")): WRITE,
+    ("DELETE", ("namespaces", "{namespace}", "views", "{view}")): WRITE,
+    ("POST", ("views", "rename")): WRITE,
 }
 
 # Update actions of a REST commit that need more than the route's ``write``. The properties

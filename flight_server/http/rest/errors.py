@@ -18,13 +18,16 @@ from pyiceberg.exceptions import (
     NamespaceNotEmptyError,
     NoSuchNamespaceError,
     NoSuchTableError,
+    NoSuchViewError,
     TableAlreadyExistsError,
     ValidationException,
+    ViewAlreadyExistsError,
 )
 from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from starlette.responses import JSONResponse, Response
 
 from catalog.names import InvalidNameError
+from catalog.rocks_catalog import MetadataFileMissingError
 
 logger = logging.getLogger("icefloe.http.rest")
 
@@ -78,12 +81,17 @@ def from_exception(exc: BaseException) -> RestError | None:
     if isinstance(exc, RestError):
         return exc
     message = str(exc) or type(exc).__name__
-    # Order matters: EmptyNamespaceError is both a NoSuchNamespaceError and an InvalidNameError.
+    # Order matters: EmptyNamespaceError is both a NoSuchNamespaceError and an InvalidNameError;
+    # a missing metadata file is a NoSuchTableError in-process, Java's NotFoundException here.
+    if isinstance(exc, MetadataFileMissingError):
+        return RestError(404, "NotFoundException", message)
     if isinstance(exc, NoSuchTableError):
         return not_found_table(message)
     if isinstance(exc, NoSuchNamespaceError):
         return not_found_namespace(message)
-    if isinstance(exc, (TableAlreadyExistsError, NamespaceAlreadyExistsError)):
+    if isinstance(exc, NoSuchViewError):
+        return RestError(404, "NoSuchViewException", message)
+    if isinstance(exc, (TableAlreadyExistsError, NamespaceAlreadyExistsError, ViewAlreadyExistsError)):
         return RestError(409, "AlreadyExistsException", message)
     if isinstance(exc, NamespaceNotEmptyError):
         return RestError(409, "NamespaceNotEmptyException", message)

@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from catalog.context import commit_context
 from flight_server import roles
-from flight_server.http.rest import namespaces, tables
+from flight_server.http.rest import namespaces, tables, views
 from flight_server.http.rest.auth import RestAuth
 from flight_server.http.rest.errors import RestError, bad_request, error_response, from_exception
 from flight_server.http.rest.updates import Locations
@@ -72,6 +72,7 @@ class RestCatalogApp:
         locations = Locations(catalog.files)
         ns = namespaces.NamespaceHandlers(catalog)
         tb = tables.TableHandlers(catalog, locations)
+        vw = views.ViewHandlers(catalog, locations)
         self.endpoints: list[Endpoint] = [
             Endpoint("GET", ("config",), self.config),
             Endpoint("POST", ("oauth", "tokens"), lambda call: self.auth.token(call.body), form=True),
@@ -91,6 +92,13 @@ class RestCatalogApp:
             Endpoint("POST", ("namespaces", "{namespace}", "tables", "{table}", "metrics"), tb.metrics),
             Endpoint("POST", ("tables", "rename"), tb.rename),
             Endpoint("POST", ("transactions", "commit"), tb.commit_transaction),
+            Endpoint("GET", ("namespaces", "{namespace}", "views"), vw.list),
+            Endpoint("POST", ("namespaces", "{namespace}", "views"), vw.create),
+            Endpoint("GET", ("namespaces", "{namespace}", "views", "{view}"), vw.load),
+            Endpoint("HEAD", ("namespaces", "{namespace}", "views", "{view}"), vw.exists),
+            Endpoint("POST", ("namespaces", "{namespace}", "views", "{view}"), vw.replace),
+            Endpoint("DELETE", ("namespaces", "{namespace}", "views", "{view}"), vw.drop),
+            Endpoint("POST", ("views", "rename"), vw.rename),
         ]
 
     # -- the config endpoint -------------------------------------------------------------

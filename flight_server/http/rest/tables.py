@@ -191,7 +191,7 @@ class TableHandlers:
             raise bad_request("stage-create must be true or false")
         if stage:
             if self._catalog.table_exists((*ns, name)):
-                raise TableAlreadyExistsError(f"Table {'.'.join((*ns, name))} already exists")
+                raise TableAlreadyExistsError(f"Table already exists: {'.'.join((*ns, name))}")
             staged = self._catalog._create_staged_table((*ns, name), schema, location, spec, order, properties)
             return _metadata_body(None, staged.metadata)
         table = self._catalog.create_table((*ns, name), schema, location, spec, order, properties)

@@ -117,6 +117,13 @@ REST_PROBES: dict[tuple[str, tuple[str, ...]], tuple[str, Any]] = {
         "/v1/namespaces/ns/tables/nope/metrics", {"report-type": "scan-report"}),
     ("POST", ("tables", "rename")): ("/v1/tables/rename", {"source": 5}),
     ("POST", ("transactions", "commit")): ("/v1/transactions/commit", {"table-changes": []}),
+    ("GET", ("namespaces", "{namespace}", "views")): ("/v1/namespaces/nope/views", None),
+    ("POST", ("namespaces", "{namespace}", "views")): ("/v1/namespaces/nope/views", {"name": 5}),
+    ("GET", ("namespaces", "{namespace}", "views", "{view}")): ("/v1/namespaces/ns/views/nope", None),
+    ("HEAD", ("namespaces", "{namespace}", "views", "{view}")): ("/v1/namespaces/ns/views/nope", None),
+    ("POST", ("namespaces", "{namespace}", "views", "{view}")): ("/v1/namespaces/ns/views/nope", {"updates": []}),
+    ("DELETE", ("namespaces", "{namespace}", "views", "{view}")): ("/v1/namespaces/ns/views/nope", None),
+    ("POST", ("views", "rename")): ("/v1/views/rename", {"source": 5}),
 }
 
 

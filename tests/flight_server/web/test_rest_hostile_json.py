@@ -16,6 +16,7 @@ import httpx
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.view.metadata import ViewVersion
 
 from catalog import RocksCatalog
 from flight_server.http.rest.auth import RestAuth
@@ -116,7 +117,29 @@ def _bodies(client: httpx.Client) -> dict[tuple[str, tuple[str, ...]], tuple[str
         {"type": "assert-default-spec-id", "default-spec-id": 0},
     ]
     table = ("namespaces", "{namespace}", "tables", "{table}")
+    view = client.get("/v1/namespaces/ns/views/v").json()["metadata"]
+    view_version = {"version-id": 1, "schema-id": 0, "timestamp-ms": 1, "summary": {"engine-name": "x"},
+                    "representations": [{"type": "sql", "sql": "SELECT 1", "dialect": "spark"}],
+                    "default-namespace": ["ns"]}
+    view_updates = [
+        {"action": "assign-uuid", "uuid": view["view-uuid"]},
+        {"action": "upgrade-format-version", "format-version": 1},
+        {"action": "add-schema", "schema": {**SCHEMA_JSON, "schema-id": 1}, "last-column-id": 1},
+        {"action": "set-location", "location": view["location"]},
+        {"action": "set-properties", "updates": {"a": "b"}},
+        {"action": "remove-properties", "removals": ["a"]},
+        {"action": "add-view-version", "view-version": {**view_version, "version-id": 2}},
+        {"action": "set-current-view-version", "view-version-id": 1},
+    ]
     return {
+        ("POST", ("namespaces", "{namespace}", "views")): ("/v1/namespaces/ns/views", [{
+            "name": "vcreated", "schema": SCHEMA_JSON, "view-version": view_version, "properties": {"a": "b"}}]),
+        ("POST", ("namespaces", "{namespace}", "views", "{view}")): ("/v1/namespaces/ns/views/v", [
+            {"identifier": {"namespace": ["ns"], "name": "v"},
+             "requirements": [{"type": "assert-view-uuid", "uuid": view["view-uuid"]}], "updates": [u]}
+            for u in view_updates]),
+        ("POST", ("views", "rename")): ("/v1/views/rename", [{
+            "source": {"namespace": ["ns"], "name": "nope"}, "destination": {"namespace": ["ns"], "name": "nope2"}}]),
         ("POST", ("namespaces",)): ("/v1/namespaces", [{"namespace": ["nx"], "properties": {"a": "b"}}]),
         ("POST", ("namespaces", "{namespace}", "properties")): (
             "/v1/namespaces/ns/properties", [{"removals": ["a"], "updates": {"b": "c"}}]),
@@ -147,6 +170,9 @@ def test_every_field_of_every_route_with_every_wrong_type_is_a_4xx(tmp_path: Pat
         rest = RestCatalog("r", uri=rest_url(server))
         rest.create_namespace("ns")
         rest.create_table("ns.t", SCHEMA).append(pa.table({"id": [1]}, schema=SCHEMA))
+        rest.create_view("ns.v", SCHEMA, ViewVersion(**{  # type: ignore[arg-type]
+            "version-id": 1, "schema-id": 0, "default-namespace": ["ns"],
+            "representations": [{"type": "sql", "sql": "SELECT 1", "dialect": "spark"}]}))
         _sweep(server, client, tmp_path)
 
 
@@ -163,7 +189,8 @@ def _sweep(server: ServerProcess, client: httpx.Client, tmp_path: Path) -> None:
                "snapshots=x", "purgeRequested=maybe", "warehouse=%00", "warehouse=s3://x"]
     for method, pattern in served:
         if (method, pattern) not in bodies:
-            path = "/v1/" + "/".join(pattern).replace("{namespace}", "ns").replace("{table}", "nope")
+            path = "/v1/" + "/".join(pattern).replace("{namespace}", "ns").replace("{table}", "nope") \
+                .replace("{view}", "nope")
             items += [(method, f"{path}?{query}", b"") for query in queries]
 
     def send(item: tuple[str, str, bytes]) -> tuple[str, str, bytes, int, str]:
