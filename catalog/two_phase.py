@@ -165,8 +165,13 @@ class TwoPhaseAppends:
             extra={"staged": {"stagings": len(stagings), "jobs": sorted({s.job for s in stagings}),
                               **({"mode": "overwrite"} if overwrite else {})}},
         )
+        # What an overwrite truly changes: every staged row added, every row a reader saw
+        # removed (the snapshot summary alone reads as a copy-on-write rewrite). Filled in the
+        # commit slot by ``prepare``; the commit-log record takes it (RocksCatalog._land_many).
+        counts: dict[str, int] = {"added": request.rows, "deleted": 0}
         if overwrite:
             request.producer = _replace_all
+            request.extra["row_counts"] = counts
 
         def prepare() -> None:  # in the table's commit slot
             current = self._catalog.load_table(identifier)
@@ -177,6 +182,8 @@ class TwoPhaseAppends:
                 files.extend(read_staging_manifest(current, record["manifest"], staged.spec_id))
                 records[staged.id] = record
             request.data_files = files
+            if overwrite:
+                counts["deleted"] = _visible_rows(current)
 
         def batch_writes(record: CommitRecord) -> dict[bytes, bytes]:
             return self.records.committed_writes(
@@ -253,6 +260,17 @@ class TwoPhaseAppends:
                 + (", under another idempotency key)" if record.get("idempotency_key") else ")")
             )
         return record
+
+
+def _visible_rows(table: Table) -> int:
+    """Rows a reader of ``table``'s current snapshot sees, from its summary (data records minus
+    position deletes; equality deletes cannot be counted without reading them)."""
+    snapshot = table.current_snapshot()
+    summary = snapshot.summary if snapshot is not None else None
+    if summary is None:
+        return 0
+    total = int(summary.get("total-records") or 0) - int(summary.get("total-position-deletes") or 0)
+    return max(total, 0)
 
 
 def _replace_all(update: Any, table: Table) -> Any:

@@ -70,16 +70,18 @@ def _engine_from_snapshots(updates: tuple[TableUpdate, ...]) -> str | None:
     return None
 
 
-_FORMAT_VERSIONS = "this server writes Iceberg format versions 1 and 2 (pyiceberg cannot write version 3 yet)"
+_FORMAT_VERSIONS = ("Iceberg format versions 1, 2 and 3 (version 3 tables are written by other engines; "
+                    "icefloe's own writers refuse them)")
 
 
 def _check_format_version(field: Any, prop: str | None) -> None:
-    """Refuse a format version other than 1 or 2 up front: pyiceberg raises NotImplementedError
-    (a 500) for 3, and its own error for others, only while writing the metadata."""
-    if field is not None and (isinstance(field, bool) or field not in (1, 2)):
-        raise bad_request(f"format-version must be 1 or 2, got {str(field)[:20]}: {_FORMAT_VERSIONS}")
-    if prop is not None and prop.strip() not in ("1", "2"):
-        raise bad_request(f"table property format-version must be 1 or 2, got {prop[:20]!r}: {_FORMAT_VERSIONS}")
+    """Refuse a format version other than 1, 2 or 3 up front, with a message (pyiceberg's own
+    error for others comes only while writing the metadata). Version 3 metadata is written by
+    catalog.metadata_json; icefloe's own data writers refuse v3 tables (catalog.v3)."""
+    if field is not None and (isinstance(field, bool) or field not in (1, 2, 3)):
+        raise bad_request(f"format-version must be 1, 2 or 3, got {str(field)[:20]}: {_FORMAT_VERSIONS}")
+    if prop is not None and prop.strip() not in ("1", "2", "3"):
+        raise bad_request(f"table property format-version must be 1, 2 or 3, got {prop[:20]!r}: {_FORMAT_VERSIONS}")
 
 
 def _format_version(catalog: RocksCatalog, location: str) -> int:
@@ -213,7 +215,7 @@ class TableHandlers:
             # Read first, commit only what this server can serve: the catalog would register
             # V3 metadata, which pyiceberg then cannot write out (every later load a 500).
             version = _format_version(self._catalog, location)
-            if version > 2:
+            if version > 3:
                 raise bad_request(f"metadata-location holds format version {version} metadata; {_FORMAT_VERSIONS}")
             table = self._catalog.register_table((*ns, name), location, overwrite=overwrite)
         except (InvalidLocationError, OutsideTableError):

@@ -34,7 +34,7 @@ def test_overwrite_is_one_snapshot_one_commit_and_idempotent(table_server: Serve
     assert scan_ids(warehouse) == list(range(1000, 1020))
     record = log_records(warehouse)[-1]
     assert record.seq == result["commit_seq"] and record.operation == "overwrite"
-    assert record.added_rows == 20 and record.snapshot_id == result["snapshot_id"]
+    assert record.added_rows == 20 and record.deleted_rows == 100 and record.snapshot_id == result["snapshot_id"]
     assert record.extra["staged"] == {"stagings": 2, "jobs": ["spark-ow"], "mode": "overwrite"}
     cat = read_only(warehouse)
     try:
