@@ -4,7 +4,9 @@ INSERT runs its source (VALUES or a query) in the engine at pinned snapshots, ca
 value to the target column's DuckDB type in the same query (DuckDB's casting rules), and
 appends the result (pyiceberg append: new data files, one snapshot).
 
-DELETE and UPDATE are copy-on-write at file granularity: the target is read at its current
+DELETE and UPDATE follow the table's ``write.delete.mode`` / ``write.update.mode``:
+merge-on-read writes position delete files (``mor``); copy-on-write (the default) is at
+file granularity: the target is read at its current
 snapshot through one source per data file, tagged ``__icefloe_file``; a first query counts
 the rows the WHERE clause selects per file, and only files with at least one selected row
 are touched. A file whose every row is deleted is dropped from the table without being
@@ -35,6 +37,7 @@ from flight_server import errors
 from flight_server.engine import PinnedTable
 from flight_server.engine.iceberg_source import quote
 from flight_server.engine.tables import table_hint
+from flight_server.sqlwrite import mor
 from flight_server.sqlwrite.commit import commit_once
 from flight_server.sqlwrite.ddl import view_sql
 from flight_server.sqlwrite.parse import TableName, bind_subset, sql_of, table_name, table_reference
@@ -261,6 +264,8 @@ def delete(w: Write) -> int:
     where = tree.args.get("where")
     cond = sql_of(where.this) if where is not None else None
     ref = table_reference(tree.this, view_sql(target))
+    if mor.write_mode(table, "write.delete.mode", what) == mor.MERGE_ON_READ:
+        return mor.delete(w, files, target.qualified, ref, cond)
     selected = files.count_selected(w, ref, cond)
     total = sum(selected.values())
     if total == 0:
@@ -318,6 +323,11 @@ def update(w: Write) -> int:
     where = tree.args.get("where")
     cond = sql_of(where.this) if where is not None else None
     ref = table_reference(tree.this, view_sql(target))
+    if mor.write_mode(table, "write.update.mode", what) == mor.MERGE_ON_READ:
+        types = dict(_column_types(w, target, files.base))
+        new_values = [f"CAST(({assignments[n]}) AS {types[n]}) AS {quote(n)}" if n in assignments else quote(n)
+                      for n in names]
+        return mor.update(w, files, target.qualified, ref, cond, new_values, names, what)
     selected = files.count_selected(w, ref, cond)
     total = sum(selected.values())
     if total == 0:

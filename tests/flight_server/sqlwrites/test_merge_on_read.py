@@ -1,0 +1,133 @@
+"""Merge-on-read SQL DELETE / UPDATE over ADBC: position delete files, a row-delta snapshot,
+true counts, change scans, time travel, pyiceberg's view, bad modes refused."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import adbc_driver_manager
+import pyarrow.flight as flight
+import pyarrow.parquet as pq
+import pytest
+from servers import ServerProcess
+from sqlwrites_lib import log_head, log_records, rows, scalar, update
+
+MOR = "'write.delete.mode' = 'merge-on-read', 'write.update.mode' = 'merge-on-read'"
+
+
+def _make(conn: Any, ns: str, partitioned: bool) -> str:
+    update(conn, f"CREATE SCHEMA {ns}")
+    update(conn, f"CREATE TABLE {ns}.t (id BIGINT NOT NULL, p INTEGER, name VARCHAR)"
+                 + (" PARTITIONED BY (p)" if partitioned else ""))
+    update(conn, f"ALTER TABLE {ns}.t SET ({MOR})")
+    # Two appends: two data files per partition.
+    update(conn, f"INSERT INTO {ns}.t SELECT i, CAST(i % 3 AS INTEGER), CAST(i AS VARCHAR) FROM range(0, 500) r(i)")
+    update(conn, f"INSERT INTO {ns}.t SELECT i, CAST(i % 3 AS INTEGER), CAST(i AS VARCHAR) FROM range(500, 1000) r(i)")
+    return f"{ns}.t"
+
+
+def _changes(server: ServerProcess, table: str, after: int, until: int) -> list[dict[str, Any]]:
+    client = flight.FlightClient(server.location)
+    try:
+        request = {"changes": table, "after": after, "until": until, "include": "all"}
+        info = client.get_flight_info(flight.FlightDescriptor.for_command(json.dumps(request).encode()))
+        out: list[dict[str, Any]] = []
+        for endpoint in info.endpoints:
+            out.extend(client.do_get(endpoint.ticket).read_all().to_pylist())
+        return out
+    finally:
+        client.close()
+
+
+def _snapshot_files(reader_catalog: Any, name: str) -> tuple[Any, list[Any], list[Any]]:
+    table = reader_catalog.load_table(name)
+    snap = table.current_snapshot()
+    data, deletes = [], []
+    for manifest in snap.manifests(table.io):
+        for entry in manifest.fetch_manifest_entry(table.io):
+            (deletes if manifest.content.value == 1 else data).append((entry, manifest))
+    return snap, data, deletes
+
+
+@pytest.mark.parametrize("partitioned", [False, True], ids=["unpartitioned", "partitioned"])
+def test_merge_on_read_delete_and_update(conn: Any, reader_catalog: Any, write_server: ServerProcess,
+                                         partitioned: bool) -> None:
+    name = _make(conn, f"mor_{'p' if partitioned else 'u'}", partitioned)
+    _, data_before, _ = _snapshot_files(reader_catalog, name)
+    head = log_head(reader_catalog)
+    before_id = reader_catalog.load_table(name).current_snapshot().snapshot_id
+
+    assert update(conn, f"DELETE FROM {name} WHERE id < 100 OR id % 50 = 7") == 118
+    deleted_seq = log_head(reader_catalog)
+    snap, data, deletes = _snapshot_files(reader_catalog, name)
+    # No data file was rewritten: the same data files, plus position delete files.
+    assert sorted(e.data_file.file_path for e, _ in data) == sorted(e.data_file.file_path for e, _ in data_before)
+    assert snap.summary.operation.value == "delete"
+    assert snap.summary["added-position-deletes"] == "118"
+    assert snap.summary["added-delete-files"] == str(len(deletes))
+    assert snap.summary["total-records"] == "1000" and snap.summary["total-position-deletes"] == "118"
+    assert len(deletes) == (3 if partitioned else 1)  # one delete file per partition
+    for entry, manifest in deletes:
+        assert entry.data_file.content.value == 1 and entry.sequence_number == snap.sequence_number
+        assert manifest.sequence_number == snap.sequence_number
+        local = entry.data_file.file_path.removeprefix("file://")
+        written = pq.read_table(local)
+        assert written.schema.names == ["file_path", "pos"]
+        assert [f.metadata[b"PARQUET:field_id"] for f in written.schema] == [b"2147483546", b"2147483545"]
+        pairs = list(zip(written.column(0).to_pylist(), written.column(1).to_pylist(), strict=True))
+        assert pairs == sorted(pairs) and len(set(pairs)) == len(pairs)
+    if partitioned:
+        assert {tuple(e.data_file.partition) for e, _ in deletes} == {(0,), (1,), (2,)}
+
+    gone = set(range(100)) | {i for i in range(1000) if i % 50 == 7}
+    expected = [i for i in range(1000) if i not in gone]
+    assert [r["id"] for r in rows(conn, f"SELECT id FROM {name} ORDER BY id")] == expected
+    assert sorted(reader_catalog.load_table(name).scan().to_arrow().column("id").to_pylist()) == expected
+    [record] = log_records(reader_catalog, head)
+    assert (record.operation, record.added_rows, record.deleted_rows) == ("delete", 0, 118)
+    changes = _changes(write_server, name, head, deleted_seq)
+    assert sorted(r["id"] for r in changes if r["_operation"] == "delete") == sorted(gone)
+    assert not [r for r in changes if r["_operation"] != "delete"]
+    # Deleting rows already deleted deletes nothing (and commits nothing).
+    assert update(conn, f"DELETE FROM {name} WHERE id < 50") == 0
+    assert log_head(reader_catalog) == deleted_seq
+
+    assert update(conn, f"UPDATE {name} SET name = 'u' || name, p = p WHERE id % 10 = 1") == 90
+    updated_seq = log_head(reader_catalog)
+    snap, data, deletes = _snapshot_files(reader_catalog, name)
+    assert snap.summary.operation.value == "overwrite"
+    assert snap.summary["added-position-deletes"] == "90" and snap.summary["added-records"] == "90"
+    [record] = log_records(reader_catalog, deleted_seq)
+    assert (record.operation, record.added_rows, record.deleted_rows) == ("overwrite", 90, 90)
+    got = rows(conn, f"SELECT id, name FROM {name} WHERE id % 10 = 1 ORDER BY id")
+    assert got == [{"id": i, "name": f"u{i}"} for i in expected if i % 10 == 1]
+    assert scalar(conn, f"SELECT count(*) FROM {name}") == len(expected)
+    changes = _changes(write_server, name, deleted_seq, updated_seq)
+    assert sorted(r["id"] for r in changes if r["_operation"] == "delete") == [i for i in expected if i % 10 == 1]
+    assert {r["name"] for r in changes if r["_operation"] == "insert"} == {f"u{i}" for i in expected if i % 10 == 1}
+    assert sorted(r["id"] for r in reader_catalog.load_table(name).scan().to_arrow().to_pylist()) == expected
+
+    # Time travel: before the DELETE every row is there; at the DELETE, not yet the UPDATE.
+    table = reader_catalog.load_table(name)
+    delete_id = table.snapshots()[-2].snapshot_id
+    assert scalar(conn, f"SELECT count(*) FROM {name} AT (VERSION => {before_id})") == 1000
+    assert scalar(conn, f"SELECT count(*) FROM {name} AT (VERSION => {delete_id}) WHERE name LIKE 'u%'") == 0
+    assert scalar(conn, f"SELECT count(*) FROM {name} AT (VERSION => {delete_id})") == len(expected)
+
+
+def test_unknown_mode_and_v1_are_invalid_argument(conn: Any, reader_catalog: Any) -> None:
+    update(conn, "CREATE SCHEMA mor_bad")
+    update(conn, "CREATE TABLE mor_bad.t (id BIGINT)")
+    update(conn, "INSERT INTO mor_bad.t VALUES (1), (2)")
+    update(conn, "ALTER TABLE mor_bad.t SET ('write.delete.mode' = 'merge-on-write')")
+    head = log_head(reader_catalog)
+    with pytest.raises(adbc_driver_manager.ProgrammingError) as info:
+        update(conn, "DELETE FROM mor_bad.t WHERE id = 1")
+    assert "INVALID_ARGUMENT" in str(info.value)
+    assert "write.delete.mode is 'merge-on-write'; expected 'copy-on-write' or 'merge-on-read'" in str(info.value)
+    assert log_head(reader_catalog) == head
+    # Copy-on-write spelled out, in any case, is the default behaviour.
+    update(conn, "ALTER TABLE mor_bad.t SET ('write.delete.mode' = 'Copy-On-Write')")
+    assert update(conn, "DELETE FROM mor_bad.t WHERE id = 1") == 1
+    assert rows(conn, "SELECT id FROM mor_bad.t") == [{"id": 2}]
