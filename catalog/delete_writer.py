@@ -54,7 +54,13 @@ from pyiceberg.manifest import (
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot, SnapshotSummaryCollector, Summary, update_snapshot_summaries
-from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId, SetSnapshotRefUpdate, TableRequirement, TableUpdate
+from pyiceberg.table.update import (
+    AddSnapshotUpdate,
+    AssertRefSnapshotId,
+    SetSnapshotRefUpdate,
+    TableRequirement,
+    TableUpdate,
+)
 from pyiceberg.types import LongType, StringType
 
 from catalog.fast_append import _live_manifests
@@ -134,7 +140,7 @@ def write_position_deletes(
 
 
 def _partition_key(data_file: DataFile) -> Any:
-    partition = data_file.partition
+    partition: Any = data_file.partition
     return tuple(partition) if partition is not None else ()
 
 

@@ -175,7 +175,9 @@ def rewrite_small_files(ref: TableRef, small_limit: int, min_files: int, max_fil
     except BaseException:
         writer.abort()
         raise
-    return Rewrite(base.snapshot_id if base else None, small, new_files)
+    # No deletes applied to them when read: a merge-on-read delete landing on one of them
+    # before the commit must drop the rewrite too (stage_rewrite), or it would be undone.
+    return Rewrite(base.snapshot_id if base else None, small, new_files, {f.file_path: () for f in small})
 
 
 def _rewrite_with_deletes(table: Table, base: Any, chosen: list[PlannedFile]) -> Rewrite:
