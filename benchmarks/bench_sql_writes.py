@@ -191,7 +191,8 @@ def main() -> None:
     for kind, r in summary.items():
         print(f"{kind:<18} {r['rows_changed']:>8,} {r['mor_median_s']:>8.3f} {r['cow_median_s']:>8.3f} "
               f"{r['duckdb_median_s']:>9.4f} {r['mor_vs_duckdb']:>8.1f}x {r['cow_vs_duckdb']:>8.1f}x "
-              f"{r['cow_vs_mor']:>7.1f}x {r['mor_bytes_written_vs_table']:>10.2%} {r['cow_bytes_written_vs_table']:>10.2%}")
+              f"{r['cow_vs_mor']:>7.1f}x {r['mor_bytes_written_vs_table']:>10.2%} "
+              f"{r['cow_bytes_written_vs_table']:>10.2%}")
     print(f"full scan after: merge-on-read {scans['mor_scan_after_s']:.3f}s, "
           f"copy-on-write {scans['cow_scan_after_s']:.3f}s; "
           f"load averages (1 min, before -> after each run): {results['loadavg']}")

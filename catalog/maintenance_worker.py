@@ -45,9 +45,10 @@ from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import CommitTableRequest, FileScanTask, Namespace, Table, TableIdentifier
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update import AssertTableUUID
-from pyiceberg.table.update.snapshot import _MergeAppendFiles, _OverwriteFiles
+from pyiceberg.table.update.snapshot import _MergeAppendFiles
 
 from catalog import avro_cache, durable_io, manifest_list_cache
+from catalog.delete_cleanup import DroppingOverwrite, unneeded_delete_files
 from catalog.deletes import DeleteSets, PlannedFile, plan_files, visible_batches
 from catalog.sandbox import ConfinedFileIO, Warehouse, confine
 from catalog.table import RocksTable
@@ -265,9 +266,12 @@ def stage_rewrite(ref: TableRef, rewrite: Rewrite) -> str | None:
             if any(now.get(path) != key for path, key in rewrite.deletes.items()):
                 return None
     tx = table.transaction()
-    producer = _OverwriteFiles(operation=Operation.OVERWRITE, transaction=tx, io=table.io)
+    producer = DroppingOverwrite(operation=Operation.OVERWRITE, transaction=tx, io=table.io)
     for data_file in rewrite.old:
         producer.delete_data_file(data_file)
+    if current is not None:  # delete files that applied only to the rewritten files go too
+        for delete_file in unneeded_delete_files(table.metadata, table.io, current, (f.file_path for f in rewrite.old)):
+            producer.drop_delete_file(delete_file)
     for data_file in rewrite.new:
         producer.append_data_file(data_file)
     producer.commit()

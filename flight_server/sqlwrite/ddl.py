@@ -24,7 +24,7 @@ from flight_server import errors
 from flight_server.engine import CATALOG_NAME
 from flight_server.engine.iceberg_source import quote
 from flight_server.engine.sql_text import DEFAULT_SCHEMA
-from flight_server.sqlwrite import types
+from flight_server.sqlwrite import mor, types
 from flight_server.sqlwrite.commit import commit_once
 from flight_server.sqlwrite.parse import TableName, bind_subset, schema_name, sql_of, table_name
 from flight_server.sqlwrite.partitioning import partition_spec
@@ -193,6 +193,7 @@ def alter_table(w: Write) -> int:
     if isinstance(action, exp.AlterSet):
         w.authorize("admin")
         props = _properties(action, what)
+        mor.check_properties(props, what)
         table = _load(w, target, what)
         with w.committing("properties", [target.qualified]):
             txn = table.transaction()

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 COPY_ON_WRITE = "copy-on-write"
 MERGE_ON_READ = "merge-on-read"
 MODES = (COPY_ON_WRITE, MERGE_ON_READ)
+MODE_PROPERTIES = ("write.delete.mode", "write.update.mode", "write.merge.mode")
 
 
 def write_mode(table: Any, prop: str, what: str) -> str:
@@ -60,6 +61,16 @@ def write_mode(table: Any, prop: str, what: str) -> str:
             "files; upgrade it to v2 (format-version = 2) or use copy-on-write"
         )
     return mode
+
+
+def check_properties(props: dict[str, str], what: str) -> None:
+    """Refuse a property change that sets a row-level write mode icefloe (and Iceberg) does
+    not know, before it is committed (a typo would otherwise fail every later DELETE)."""
+    for prop in MODE_PROPERTIES:
+        if prop in props and str(props[prop]).strip().lower() not in MODES:
+            raise errors.InvalidArgument(
+                f"{what}: {prop} must be 'copy-on-write' or 'merge-on-read', not {props[prop]!r}"
+            )
 
 
 def _positions(w: Write, files: _Files, ref: str, cond: str | None, extra: str = "") -> pa.Table:

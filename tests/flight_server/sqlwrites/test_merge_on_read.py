@@ -4,14 +4,19 @@ true counts, change scans, time travel, pyiceberg's view, bad modes refused."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import adbc_driver_flightsql.dbapi as fsql
 import adbc_driver_manager
 import pyarrow.flight as flight
 import pyarrow.parquet as pq
 import pytest
+from pyiceberg.catalog.rest import RestCatalog
 from servers import ServerProcess
 from sqlwrites_lib import log_head, log_records, rows, scalar, update
+
+from tests.flight_server.web.rest_support import head_seq, rest_server, rest_url
 
 MOR = "'write.delete.mode' = 'merge-on-read', 'write.update.mode' = 'merge-on-read'"
 
@@ -116,18 +121,50 @@ def test_merge_on_read_delete_and_update(conn: Any, reader_catalog: Any, write_s
     assert scalar(conn, f"SELECT count(*) FROM {name} AT (VERSION => {delete_id})") == len(expected)
 
 
-def test_unknown_mode_and_v1_are_invalid_argument(conn: Any, reader_catalog: Any) -> None:
+def test_unknown_mode_is_invalid_argument(conn: Any, reader_catalog: Any) -> None:
     update(conn, "CREATE SCHEMA mor_bad")
     update(conn, "CREATE TABLE mor_bad.t (id BIGINT)")
     update(conn, "INSERT INTO mor_bad.t VALUES (1), (2)")
-    update(conn, "ALTER TABLE mor_bad.t SET ('write.delete.mode' = 'merge-on-write')")
     head = log_head(reader_catalog)
     with pytest.raises(adbc_driver_manager.ProgrammingError) as info:
-        update(conn, "DELETE FROM mor_bad.t WHERE id = 1")
+        update(conn, "ALTER TABLE mor_bad.t SET ('write.delete.mode' = 'merge-on-write')")
     assert "INVALID_ARGUMENT" in str(info.value)
-    assert "write.delete.mode is 'merge-on-write'; expected 'copy-on-write' or 'merge-on-read'" in str(info.value)
+    assert "write.delete.mode must be 'copy-on-write' or 'merge-on-read', not 'merge-on-write'" in str(info.value)
     assert log_head(reader_catalog) == head
     # Copy-on-write spelled out, in any case, is the default behaviour.
     update(conn, "ALTER TABLE mor_bad.t SET ('write.delete.mode' = 'Copy-On-Write')")
     assert update(conn, "DELETE FROM mor_bad.t WHERE id = 1") == 1
     assert rows(conn, "SELECT id FROM mor_bad.t") == [{"id": 2}]
+    # MERGE is not supported by the SQL writer (so write.merge.mode has nothing to steer).
+    with pytest.raises(adbc_driver_manager.Error) as merge_error:
+        update(conn, "MERGE INTO mor_bad.t USING (SELECT 2 AS id) s ON t.id = s.id WHEN MATCHED THEN DELETE")
+    assert "MERGE statements are not supported" in str(merge_error.value)
+
+
+def test_modes_set_by_other_clients_are_checked_at_write_time(tmp_path: Path) -> None:
+    """A mode set through the REST catalog (not checked there, as Iceberg's own catalogs do
+    not) is refused by the DELETE / UPDATE that would use it: INVALID_ARGUMENT, no commit;
+    merge-on-read on a format v1 table likewise."""
+    with rest_server(tmp_path / "wh") as server:
+        with fsql.connect(server.location, autocommit=True) as c:
+            update(c, "CREATE SCHEMA r")
+            update(c, "CREATE TABLE r.t (id BIGINT)")
+            update(c, "INSERT INTO r.t VALUES (1), (2)")
+        rest = RestCatalog("icefloe", uri=rest_url(server))
+        table = rest.load_table("r.t")
+        table.transaction().set_properties({"write.update.mode": "merge_on_read"}).commit_transaction()
+        rest.create_table("r.v1", schema=table.schema(), properties={"format-version": "1",
+                                                                     "write.delete.mode": "merge-on-read"})
+        with fsql.connect(server.location, autocommit=True) as c:
+            update(c, "INSERT INTO r.v1 VALUES (1)")
+            seq = head_seq(server.warehouse)
+            with pytest.raises(adbc_driver_manager.ProgrammingError) as info:
+                update(c, "UPDATE r.t SET id = 3 WHERE id = 1")
+            assert "INVALID_ARGUMENT" in str(info.value)
+            expected = "write.update.mode is 'merge_on_read'; expected 'copy-on-write' or 'merge-on-read'"
+            assert expected in str(info.value)
+            with pytest.raises(adbc_driver_manager.ProgrammingError) as info:
+                update(c, "DELETE FROM r.v1 WHERE id = 1")
+            assert "INVALID_ARGUMENT" in str(info.value) and "format v1" in str(info.value)
+            assert head_seq(server.warehouse) == seq
+            assert rows(c, "SELECT id FROM r.t ORDER BY id") == [{"id": 1}, {"id": 2}]
