@@ -195,6 +195,8 @@ def test_compaction_applies_deletes(spark: Any, server: ServerProcess) -> None:
     assert got == want
     spark.sql("REFRESH TABLE ice.mor.c")
     assert sorted(r.id for r in spark.sql("SELECT id FROM ice.mor.c").collect()) == want
+    # Spark's delete files applied only to the rewritten files: the compaction dropped them.
+    assert spark.sql("SELECT count(*) FROM ice.mor.c.delete_files").collect()[0][0] == 0
 
 
 def test_v3_tables_are_read_not_written(spark: Any, server: ServerProcess) -> None:
@@ -263,6 +265,8 @@ def test_icefloe_merge_on_read_read_by_spark(spark: Any, server: ServerProcess, 
     report = _maintain(server, table)
     # icefloe.maintain compacts unpartitioned tables only (catalog.maintenance).
     assert report.get("compacted_files", 0) >= (0 if partitioned else 2), report
+    if not partitioned:  # the delete files applied only to rewritten files: dropped, as Spark sees
+        assert spark.sql(f"SELECT count(*) FROM ice.{table}.delete_files").collect()[0][0] == 0
     _summary(spark, server, table)
     # Spark's own merge-on-read DELETE over the compacted table, then icefloe's again.
     spark.sql(f"DELETE FROM ice.{table} WHERE id % 7 = 0")
