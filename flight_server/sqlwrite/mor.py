@@ -26,6 +26,8 @@ from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
 from catalog import delete_writer
 from catalog.context import commit_context
+from catalog.durable_io import deferred_fsync, fsync_all, local_paths
+from catalog.idempotency import extra_batch_writes
 from flight_server import errors
 from flight_server.engine.deletes import POSITION_COLUMN
 from flight_server.sqlwrite.commit import commit_once
@@ -105,21 +107,9 @@ def _commit(
     commit_uuid = uuid.uuid4()
     written: list[str] = []
     try:
-        deletes = delete_writer.write_position_deletes(table, [files.files[i] for i in indexes], positions,
-                                                       commit_uuid)
-        written += [f.file_path for f in deletes]
-        added = []
-        if rows is not None and rows.num_rows:
-            added = list(_dataframe_to_data_files(table_metadata=table.metadata, write_uuid=commit_uuid, df=rows,
-                                                  io=table.io))
-            written += [f.file_path for f in added]
-        delta = delete_writer.row_delta(table, deletes, added, commit_uuid)
-        inputs = [i for i in input_names(getattr(files, "pins", [])) if i != target_name]
-        with w.committing(operation, inputs), commit_context(extra={"row_counts": {"added": counts[0],
-                                                                                   "deleted": counts[1]}}):
-            txn = table.transaction()
-            txn._apply(delta.updates, delta.requirements)
-            commit_once(txn)
+        with deferred_fsync() as pending, extra_batch_writes(lambda _record: _durable(pending)):
+            _write_and_commit(w, files, target_name, operation, indexes, positions, rows, counts, commit_uuid,
+                              written)
     except Exception:
         # Nothing references these files unless the commit landed (and then it did not raise);
         # a failure whose outcome is unknown leaves them to orphan removal as well.
@@ -129,6 +119,36 @@ def _commit(
             except Exception:  # noqa: S110 - best effort, orphan removal deletes what is left
                 pass
         raise
+
+
+def _durable(paths: list[str]) -> dict[bytes, bytes]:
+    """Called by the catalog right before its RocksDB batch: every file the new metadata
+    references (delete and data files, manifests, manifest list, the metadata JSON) becomes
+    durable in one concurrent fsync round, not one round per file as each is closed."""
+    fsync_all(local_paths(paths))
+    return {}
+
+
+def _write_and_commit(
+    w: Write, files: _Files, target_name: str, operation: str, indexes: list[int], positions: list[np.ndarray],
+    rows: pa.Table | None, counts: tuple[int, int], commit_uuid: uuid.UUID, written: list[str],
+) -> None:
+    table = files.table
+    deletes = delete_writer.write_position_deletes(table, [files.files[i] for i in indexes], positions,
+                                                   commit_uuid)
+    written += [f.file_path for f in deletes]
+    added = []
+    if rows is not None and rows.num_rows:
+        added = list(_dataframe_to_data_files(table_metadata=table.metadata, write_uuid=commit_uuid, df=rows,
+                                              io=table.io))
+        written += [f.file_path for f in added]
+    delta = delete_writer.row_delta(table, deletes, added, commit_uuid)
+    inputs = [i for i in input_names(getattr(files, "pins", [])) if i != target_name]
+    with w.committing(operation, inputs), commit_context(extra={"row_counts": {"added": counts[0],
+                                                                               "deleted": counts[1]}}):
+        txn = table.transaction()
+        txn._apply(delta.updates, delta.requirements)
+        commit_once(txn)
 
 
 def delete(w: Write, files: _Files, target_name: str, ref: str, cond: str | None) -> int:
