@@ -168,3 +168,25 @@ def test_modes_set_by_other_clients_are_checked_at_write_time(tmp_path: Path) ->
             assert "INVALID_ARGUMENT" in str(info.value) and "format v1" in str(info.value)
             assert head_seq(server.warehouse) == seq
             assert rows(c, "SELECT id FROM r.t ORDER BY id") == [{"id": 1}, {"id": 2}]
+
+
+def test_parameters_aliases_and_other_tables(conn: Any, reader_catalog: Any) -> None:
+    name = _make(conn, "mor_q", partitioned=False)
+    update(conn, "CREATE TABLE mor_q.ids (id BIGINT)")
+    update(conn, "INSERT INTO mor_q.ids VALUES (3), (4), (5)")
+    with conn.cursor() as cur:
+        cur.execute(f"DELETE FROM {name} WHERE id = ? OR id = ?", [1, 2])
+        assert cur.rowcount == 2
+    assert update(conn, f"DELETE FROM {name} AS x WHERE x.id < 10 AND x.id IN (SELECT id FROM mor_q.ids)") == 3
+    assert update(conn, f"UPDATE {name} AS x SET name = (SELECT 'n' || count(*) FROM mor_q.ids) "
+                        "WHERE x.id BETWEEN 6 AND 7") == 2
+    assert update(conn, f"UPDATE {name} SET p = 9") == 995  # no WHERE: every visible row
+    got = rows(conn, f"SELECT id, p, name FROM {name} WHERE id < 9 ORDER BY id")
+    assert got == [{"id": 0, "p": 9, "name": "0"}, {"id": 6, "p": 9, "name": "n3"}, {"id": 7, "p": 9, "name": "n3"},
+                   {"id": 8, "p": 9, "name": "8"}]
+    assert scalar(conn, f"SELECT count(*) FROM {name}") == 995
+    records = log_records(reader_catalog, 0)
+    ours = [r for r in records
+            if r.namespace == ("mor_q",) and r.table == "t" and r.operation in ("delete", "overwrite")]
+    assert [(r.added_rows, r.deleted_rows) for r in ours] == [(0, 2), (0, 3), (2, 2), (995, 995)]
+    assert ours[1].extra["inputs"] == ["mor_q.ids"]
