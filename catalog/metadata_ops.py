@@ -26,6 +26,7 @@ from pyiceberg.table.update import (
 )
 from pyiceberg.utils.datetime import datetime_to_millis
 
+from catalog.fresh_ids import renumber
 from catalog.pipes import checkpoint_snapshots
 
 # Table property: how many snapshots a commit that adds one keeps (0 turns expiry off).
@@ -39,7 +40,11 @@ def apply_updates(
     """Return ``base`` with ``updates`` applied (``base`` itself is never modified)."""
     context = _TableMetadataUpdateContext()
     metadata = _with_row_ids(base)
-    for update in updates:
+    for update in renumber(base, updates):  # ids of added schemas, specs, orders: as Iceberg assigns
+        if isinstance(update, RemovePropertiesUpdate) and not set(update.removals) <= metadata.properties.keys():
+            # Removing a property that is not set is a no-op in Iceberg (Java's TableMetadata
+            # builder); pyiceberg's apply raises KeyError, which would be a 500 over REST.
+            update = RemovePropertiesUpdate(removals=[key for key in update.removals if key in metadata.properties])
         metadata = _with_row_ids(_apply_table_update(update, metadata, context))
     if context.has_changes():
         if metadata_location:

@@ -313,7 +313,12 @@ class ChangeScanService:
         except CursorExpiredError as exc:
             raise errors.OutOfRange(f"cursor expired: log starts at {exc.log_start}") from None
         schema: Schema | None = None
-        current = _Current(self.catalog, request) if records else None
+        # The table must exist now, as for a SELECT: the commit log and the metadata files of a
+        # dropped table outlive it, and would otherwise still answer its rows. Checked at
+        # GetFlightInfo and again at DoGet (both plan), so a table dropped in between is gone.
+        current = _Current(self.catalog, request)
+        if current.table is None:
+            raise errors.NotFound(f"table {request.qualified} does not exist")
         try:
             for record in records:
                 if record.snapshot_id is None or record.operation in _NO_DATA_CHANGE:
@@ -354,7 +359,7 @@ class ChangeScanService:
             for data_file in (*unit.added, *unit.removed):
                 confine(unit.io, data_file.file_path)
         if schema is None:
-            schema = self._current_schema(request)
+            schema = current.table.schema()
         return _Plan(schema, units, non_appends)
 
     def _appended(self, record: CommitRecord, current: _Current | None) -> tuple[Schema, list[DataFile], Any, Any]:
@@ -384,15 +389,6 @@ class ChangeScanService:
             while len(self._appends) > _APPEND_CACHE_SIZE:
                 self._appends.popitem(last=False)
         return found
-
-    def _current_schema(self, request: ChangeRequest) -> Schema:
-        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-
-        try:
-            schema: Schema = self.catalog.load_table((*request.namespace, request.table)).schema()
-            return schema
-        except (NoSuchTableError, NoSuchNamespaceError):
-            raise errors.NotFound(f"table {request.qualified} does not exist") from None
 
 
 def _runs(units: list[_Unit], fast: Callable[[_Unit], bool]) -> Iterator[tuple[bool, list[_Unit]]]:
