@@ -1,27 +1,33 @@
-"""SQL DELETE / UPDATE of 1% of a table: icefloe (Flight SQL, Iceberg copy-on-write) vs DuckDB.
+"""SQL DELETE / UPDATE of 1% of a table: icefloe merge-on-read and copy-on-write vs DuckDB.
 
-A real ``icefloe serve`` holds a fresh warehouse; one table of ``--rows`` rows is loaded with
-``--files`` INSERT ... SELECT statements (one data file each, ids in file order). The same
-rows go into a native DuckDB table in this process (the baseline). Then, ``--repeat`` times
-each, on a fresh 1% slice every time:
+A real ``icefloe serve`` holds a fresh warehouse with two tables of ``--rows`` rows each, both
+loaded with ``--files`` INSERT ... SELECT statements (one data file each, ids in file order):
+``bench.cow`` (the default, copy-on-write) and ``bench.mor`` (``write.delete.mode`` and
+``write.update.mode`` = merge-on-read: position delete files). The same rows go into a native
+DuckDB table in this process (the baseline). Then, ``--repeat`` times each, on a fresh 1%
+slice every time, the same statement runs on all three:
 
 - ``delete clustered``: ``DELETE ... WHERE id BETWEEN a AND b`` (1% of ids: one or two files);
 - ``update clustered``: ``UPDATE ... SET v = v + 1, s = 'updated' WHERE id BETWEEN a AND b``;
-- ``delete scattered``: ``DELETE ... WHERE id % 100 = r`` (1% of the rows of every file).
+- ``delete scattered``: ``DELETE ... WHERE id % 100 = r`` (1% of the rows of every file);
+- ``update scattered``: ``UPDATE ... SET v = v + 1 WHERE id % 100 = r`` (same, an UPDATE).
 
-icefloe's time is the client's round trip (ADBC ``execute_update``: plan, scan, rewrite,
-fsync'd commit); DuckDB's is ``con.execute`` on its in-memory table. Reported: median times,
-the ratio icefloe / DuckDB, and bytes rewritten (the snapshot summary's added + removed data
-file sizes) against the table's size. Copy-on-write at file granularity means a clustered 1%
-rewrites about one file, a scattered 1% rewrites the whole table.
+icefloe's time is the client's round trip (ADBC ``execute_update``: plan, scan, write,
+fsync'd commit); DuckDB's is ``con.execute`` on its in-memory table. Per run: median times,
+the ratios merge-on-read / DuckDB and copy-on-write / DuckDB, bytes written against the
+table's size, and a full scan (``count(*), sum(v)``) of each table afterwards (merge-on-read
+reads apply the delete files). ``--runs`` full runs (fresh server and tables each); the
+report is the median over runs, with the load average before and after each run.
 
-    python benchmarks/bench_sql_writes.py [--rows 10000000] [--files 20] [--repeat 3]
+    python benchmarks/bench_sql_writes.py [--rows 10000000] [--files 20] [--repeat 3] [--runs 3]
+    python benchmarks/bench_sql_writes.py --quick     # 1M rows, 10 files, one run
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -50,9 +56,9 @@ def execute_update(conn: Any, sql: str) -> tuple[int, float]:
         return int(count), time.perf_counter() - start
 
 
-def last_summary(conn: Any) -> dict[str, str]:
+def last_summary(conn: Any, table: str) -> dict[str, str]:
     with conn.cursor() as cur:
-        cur.execute('SELECT summary FROM bench."t$snapshots" ORDER BY committed_at DESC LIMIT 1')
+        cur.execute(f'SELECT summary FROM bench."{table}$snapshots" ORDER BY committed_at DESC LIMIT 1')
         return dict(cur.fetchone()[0])
 
 
@@ -60,6 +66,8 @@ def statements(kind: str, rows: int, rep: int) -> str:
     one_pct = max(1, rows // 100)
     if kind == "delete scattered":
         return f"DELETE FROM bench.t WHERE id % 100 = {rep}"
+    if kind == "update scattered":
+        return f"UPDATE bench.t SET v = v + 1 WHERE id % 100 = {50 + rep}"
     # Clustered slices step through the table so each repetition hits rows still present:
     # deletes in the first half of the ids, updates in the second.
     start = ((rep * 7 + 3) % 45 + (50 if kind.startswith("update") else 0)) * one_pct
@@ -69,85 +77,128 @@ def statements(kind: str, rows: int, rep: int) -> str:
     return f"UPDATE bench.t SET v = v + 1, s = 'updated' WHERE {where}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=10_000_000)
-    parser.add_argument("--files", type=int, default=20)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
-    rows, files = args.rows, args.files
-    per_file = rows // files
-    rows = per_file * files
+KINDS = ("delete clustered", "update clustered", "delete scattered", "update scattered")
+TABLES = ("mor", "cow")
 
+
+def one_run(rows: int, files: int, repeat: int) -> dict[str, Any]:
+    per_file = rows // files
     duck = duckdb.connect()
     duck.execute(f"CREATE TABLE t AS SELECT {COLUMNS} FROM range({rows})")
-
-    results: dict[str, Any] = {"rows": rows, "files": files, "repeat": args.repeat, "operations": {}}
+    result: dict[str, Any] = {"loadavg_before": list(os.getloadavg()), "operations": {}}
     with tempfile.TemporaryDirectory() as tmp:
         server = ServerProcess(Path(tmp) / "warehouse").start()
         try:
             conn = fsql.connect(server.location, autocommit=True)
             execute_update(conn, "CREATE SCHEMA bench")
-            execute_update(conn, "CREATE TABLE bench.t (id BIGINT NOT NULL, k INTEGER, v DOUBLE, s VARCHAR)")
-            load_start = time.perf_counter()
-            for f in range(files):
-                execute_update(conn, f"INSERT INTO bench.t SELECT {COLUMNS} FROM range({f * per_file}, "
-                                     f"{(f + 1) * per_file})")
-            results["load_s"] = time.perf_counter() - load_start
-            results["table_bytes"] = int(last_summary(conn)["total-files-size"])
-            with conn.cursor() as cur:  # warm both sides alike (file footers, DuckDB's buffers)
-                cur.execute("SELECT count(*), sum(v) FROM bench.t")
-                cur.fetchall()
+            for table in TABLES:
+                execute_update(conn, f"CREATE TABLE bench.{table} (id BIGINT NOT NULL, k INTEGER, v DOUBLE, s VARCHAR)")
+                for f in range(files):
+                    execute_update(conn, f"INSERT INTO bench.{table} SELECT {COLUMNS} FROM range({f * per_file}, "
+                                         f"{(f + 1) * per_file})")
+            execute_update(conn, "ALTER TABLE bench.mor SET ('write.delete.mode' = 'merge-on-read', "
+                                 "'write.update.mode' = 'merge-on-read')")
+            result["table_bytes"] = int(last_summary(conn, "cow")["total-files-size"])
+            for table in TABLES:  # warm every side alike (file footers, DuckDB's buffers)
+                _scan(conn, table)
             duck.execute("SELECT count(*), sum(v) FROM t").fetchall()
-            for kind in ("delete clustered", "update clustered", "delete scattered"):
-                ours, theirs, written, removed, counts = [], [], [], [], []
-                for rep in range(args.repeat):
+            for kind in KINDS:
+                times: dict[str, list[float]] = {"mor": [], "cow": [], "duckdb": []}
+                written: dict[str, list[float]] = {"mor": [], "cow": []}
+                counts = []
+                for rep in range(repeat):
                     sql = statements(kind, rows, rep)
-                    size_before = int(last_summary(conn)["total-files-size"])
-                    count, seconds = execute_update(conn, sql)
-                    summary = last_summary(conn)
                     start = time.perf_counter()
                     changed = duck.execute(sql.replace("bench.t", "t")).fetchone()
-                    theirs.append(time.perf_counter() - start)
+                    times["duckdb"].append(time.perf_counter() - start)
                     duck_count = changed[0] if changed else None
-                    if count != duck_count:
-                        raise AssertionError(f"{kind}: icefloe changed {count} rows, DuckDB {duck_count}")
-                    ours.append(seconds)
-                    counts.append(count)
-                    # Fractions of the table's size just before the statement.
-                    written.append(int(summary.get("added-files-size", 0)) / size_before)
-                    removed.append(int(summary.get("removed-files-size", 0)) / size_before)
-                ours_med, theirs_med = statistics.median(ours), statistics.median(theirs)
-                results["operations"][kind] = {
+                    for table in TABLES:
+                        size_before = int(last_summary(conn, table)["total-files-size"])
+                        count, seconds = execute_update(conn, sql.replace("bench.t", f"bench.{table}"))
+                        if count != duck_count:
+                            raise AssertionError(f"{kind} ({table}): icefloe changed {count} rows, DuckDB {duck_count}")
+                        summary = last_summary(conn, table)
+                        times[table].append(seconds)
+                        written[table].append(int(summary.get("added-files-size", 0)) / size_before)
+                    counts.append(duck_count)
+                med = {k: statistics.median(v) for k, v in times.items()}
+                result["operations"][kind] = {
                     "rows_changed": counts,
-                    "icefloe_median_s": ours_med,
-                    "duckdb_median_s": theirs_med,
-                    "ratio": ours_med / theirs_med if theirs_med else None,
-                    # New data file bytes written, and bytes of the data files the commit replaced,
-                    # each as a fraction of the table's size right before the statement.
-                    "bytes_written_vs_table": statistics.median(written),
-                    "bytes_replaced_vs_table": statistics.median(removed),
+                    "mor_median_s": med["mor"], "cow_median_s": med["cow"], "duckdb_median_s": med["duckdb"],
+                    "mor_vs_duckdb": med["mor"] / med["duckdb"], "cow_vs_duckdb": med["cow"] / med["duckdb"],
+                    "cow_vs_mor": med["cow"] / med["mor"],
+                    # Bytes of new files (data and delete files) as a fraction of the table's size.
+                    "mor_bytes_written_vs_table": statistics.median(written["mor"]),
+                    "cow_bytes_written_vs_table": statistics.median(written["cow"]),
                 }
-            with conn.cursor() as cur:
-                cur.execute("SELECT count(*), sum(v) FROM bench.t")
-                ours_check = cur.fetchone()
             duck_check = duck.execute("SELECT count(*), sum(v) FROM t").fetchone()
-            if ours_check != duck_check:
-                raise AssertionError(f"tables differ after the run: icefloe {ours_check}, DuckDB {duck_check}")
+            for table in TABLES:
+                check, seconds = _scan(conn, table)
+                if check != duck_check:
+                    raise AssertionError(f"bench.{table} differs after the run: {check}, DuckDB {duck_check}")
+                result[f"{table}_scan_after_s"] = seconds
             conn.close()
         finally:
             server.stop()
+    result["loadavg_after"] = list(os.getloadavg())
+    return result
 
-    print(f"SQL writes on {rows:,} rows in {files} files ({results['table_bytes'] / 1e6:.1f} MB), "
-          f"median of {args.repeat}; load took {results['load_s']:.1f}s")
-    print(f"{'operation':<18} {'rows':>9} {'icefloe s':>10} {'duckdb s':>10} {'ratio':>8} "
-          f"{'bytes written':>14} {'bytes replaced':>15}  (of the table's bytes)")
-    for kind, r in results["operations"].items():
-        print(f"{kind:<18} {r['rows_changed'][0]:>9,} {r['icefloe_median_s']:>10.3f} {r['duckdb_median_s']:>10.4f} "
-              f"{r['ratio']:>7.1f}x {r['bytes_written_vs_table']:>14.1%} {r['bytes_replaced_vs_table']:>15.1%}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {RESULTS.relative_to(ROOT)}")
+
+def _scan(conn: Any, table: str) -> tuple[Any, float]:
+    """A full scan's answer and its median time over three."""
+    times = []
+    for _ in range(3):
+        with conn.cursor() as cur:
+            start = time.perf_counter()
+            cur.execute(f"SELECT count(*), sum(v) FROM bench.{table}")
+            answer = cur.fetchone()
+            times.append(time.perf_counter() - start)
+    return answer, statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--files", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=3, help="full runs (fresh server and tables); median reported")
+    parser.add_argument("--quick", action="store_true", help="1M rows in 10 files, one run")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    if args.quick:
+        args.rows, args.files, args.runs = 1_000_000, 10, 1
+    rows = args.rows // args.files * args.files
+    runs = []
+    for n in range(args.runs):
+        run = one_run(rows, args.files, args.repeat)
+        runs.append(run)
+        print(f"run {n + 1}/{args.runs}: load average {run['loadavg_before'][0]:.2f} -> {run['loadavg_after'][0]:.2f}",
+              flush=True)
+    keys = ("mor_median_s", "cow_median_s", "duckdb_median_s", "mor_vs_duckdb", "cow_vs_duckdb", "cow_vs_mor",
+            "mor_bytes_written_vs_table", "cow_bytes_written_vs_table")
+    summary = {kind: {k: statistics.median(r["operations"][kind][k] for r in runs) for k in keys} for kind in KINDS}
+    for kind in KINDS:
+        summary[kind]["rows_changed"] = runs[0]["operations"][kind]["rows_changed"][0]
+    scans = {f"{t}_scan_after_s": statistics.median(r[f"{t}_scan_after_s"] for r in runs) for t in TABLES}
+    results = {"rows": rows, "files": args.files, "repeat": args.repeat, "runs": args.runs,
+               "table_bytes": runs[0]["table_bytes"], "median_over_runs": summary, "scan_after": scans,
+               "loadavg": [[r["loadavg_before"][0], r["loadavg_after"][0]] for r in runs],
+               "cpus": os.cpu_count(), "per_run": runs}
+    print(f"SQL writes on {rows:,} rows in {args.files} files ({results['table_bytes'] / 1e6:.1f} MB per table), "
+          f"median of {args.repeat} statements, median of {args.runs} runs")
+    print(f"{'operation':<18} {'rows':>8} {'MoR s':>8} {'CoW s':>8} {'DuckDB s':>9} {'MoR/duck':>9} {'CoW/duck':>9} "
+          f"{'CoW/MoR':>8} {'MoR bytes':>10} {'CoW bytes':>10}")
+    for kind, r in summary.items():
+        print(f"{kind:<18} {r['rows_changed']:>8,} {r['mor_median_s']:>8.3f} {r['cow_median_s']:>8.3f} "
+              f"{r['duckdb_median_s']:>9.4f} {r['mor_vs_duckdb']:>8.1f}x {r['cow_vs_duckdb']:>8.1f}x "
+              f"{r['cow_vs_mor']:>7.1f}x {r['mor_bytes_written_vs_table']:>10.2%} "
+              f"{r['cow_bytes_written_vs_table']:>10.2%}")
+    print(f"full scan after: merge-on-read {scans['mor_scan_after_s']:.3f}s, "
+          f"copy-on-write {scans['cow_scan_after_s']:.3f}s; "
+          f"load averages (1 min, before -> after each run): {results['loadavg']}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

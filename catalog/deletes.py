@@ -426,14 +426,56 @@ def visible_batches(
 def read_with_deletes(
     fragment_format: ds.ParquetFileFormat, path: str, filesystem: pafs.FileSystem, schema: pa.Schema,
     columns: list[str], deletes: BoundDeletes, names: dict[int, str], row_groups: Iterable[int] | None = None,
-    batch_size: int = 131_072,
+    batch_size: int = 131_072, position_column: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Batches of ``columns`` of one data file (``schema``: the dataset schema its columns are
     read as) with the rows ``deletes`` remove left out; ``row_groups`` limits the read.
 
     Row positions are counted from the footer's row group sizes, so a read of some row groups
-    still knows each row's position in the file.
+    still knows each row's position in the file. ``position_column`` (one of ``columns``, not
+    in the file): filled with each row's position, for a merge-on-read DELETE / UPDATE that
+    must name the rows it deletes by position.
     """
+    stored = [c for c in columns if c != position_column]
+    if position_column is not None and position_column in columns:
+        return _with_positions(fragment_format, path, filesystem, schema, columns, stored, deletes, names,
+                               row_groups, batch_size, position_column)
+    return _read_with_deletes(fragment_format, path, filesystem, schema, stored, deletes, names, row_groups,
+                              batch_size)
+
+
+def _with_positions(
+    fragment_format: ds.ParquetFileFormat, path: str, filesystem: pafs.FileSystem, schema: pa.Schema,
+    columns: list[str], stored: list[str], deletes: BoundDeletes, names: dict[int, str],
+    row_groups: Iterable[int] | None, batch_size: int, position_column: str,
+) -> Iterator[pa.RecordBatch]:
+    # The positions are those of the file as written, so they are attached before the deletes
+    # mask rows out: the batches are read with a position column that the mask then filters.
+    meta = pq.read_metadata(path, filesystem=filesystem)
+    starts = np.concatenate([[0], np.cumsum([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])])
+    groups = range(meta.num_row_groups) if row_groups is None else sorted(row_groups)
+    needed = list(dict.fromkeys([*stored, *sorted(deletes.columns_needed(names) - set(stored))]))
+    for group in groups:
+        position = int(starts[group])
+        fragment = fragment_format.make_fragment(path, filesystem=filesystem, row_groups=[group])
+        scanner = ds.Scanner.from_fragment(fragment, schema=schema.remove(schema.get_field_index(position_column)),
+                                           columns=needed, batch_size=batch_size, use_threads=True)
+        for batch in scanner.to_batches():
+            n = batch.num_rows
+            mask = deletes.keep(batch, position, names)
+            batch = batch.append_column(position_column, pa.array(np.arange(position, position + n, dtype=np.int64)))
+            position += n
+            if mask is not None:
+                batch = batch.filter(pa.array(mask))
+            if batch.num_rows:
+                yield batch.select(columns)
+
+
+def _read_with_deletes(
+    fragment_format: ds.ParquetFileFormat, path: str, filesystem: pafs.FileSystem, schema: pa.Schema,
+    columns: list[str], deletes: BoundDeletes, names: dict[int, str], row_groups: Iterable[int] | None = None,
+    batch_size: int = 131_072,
+) -> Iterator[pa.RecordBatch]:
     needed = list(dict.fromkeys([*columns, *sorted(deletes.columns_needed(names) - set(columns))]))
     meta = pq.read_metadata(path, filesystem=filesystem)
     starts = np.concatenate([[0], np.cumsum([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])])

@@ -45,9 +45,10 @@ from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import CommitTableRequest, FileScanTask, Namespace, Table, TableIdentifier
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update import AssertTableUUID
-from pyiceberg.table.update.snapshot import _MergeAppendFiles, _OverwriteFiles
+from pyiceberg.table.update.snapshot import _MergeAppendFiles
 
 from catalog import avro_cache, durable_io, manifest_list_cache
+from catalog.delete_cleanup import DroppingOverwrite, unneeded_delete_files
 from catalog.deletes import DeleteSets, PlannedFile, plan_files, visible_batches
 from catalog.sandbox import ConfinedFileIO, Warehouse, confine
 from catalog.table import RocksTable
@@ -175,7 +176,9 @@ def rewrite_small_files(ref: TableRef, small_limit: int, min_files: int, max_fil
     except BaseException:
         writer.abort()
         raise
-    return Rewrite(base.snapshot_id if base else None, small, new_files)
+    # No deletes applied to them when read: a merge-on-read delete landing on one of them
+    # before the commit must drop the rewrite too (stage_rewrite), or it would be undone.
+    return Rewrite(base.snapshot_id if base else None, small, new_files, {f.file_path: () for f in small})
 
 
 def _rewrite_with_deletes(table: Table, base: Any, chosen: list[PlannedFile]) -> Rewrite:
@@ -263,9 +266,12 @@ def stage_rewrite(ref: TableRef, rewrite: Rewrite) -> str | None:
             if any(now.get(path) != key for path, key in rewrite.deletes.items()):
                 return None
     tx = table.transaction()
-    producer = _OverwriteFiles(operation=Operation.OVERWRITE, transaction=tx, io=table.io)
+    producer = DroppingOverwrite(operation=Operation.OVERWRITE, transaction=tx, io=table.io)
     for data_file in rewrite.old:
         producer.delete_data_file(data_file)
+    if current is not None:  # delete files that applied only to the rewritten files go too
+        for delete_file in unneeded_delete_files(table.metadata, table.io, current, (f.file_path for f in rewrite.old)):
+            producer.drop_delete_file(delete_file)
     for data_file in rewrite.new:
         producer.append_data_file(data_file)
     producer.commit()

@@ -27,6 +27,9 @@ from pyiceberg.io import FileIO
 from catalog.deletes import BoundDeletes, DeleteSets, FileDeletes, bind, read_with_deletes
 
 _BATCH_ROWS = 122_880
+# A dataset whose schema has this column fills it with each row's position in its data file
+# (merge-on-read DELETE / UPDATE: the rows to delete, named by position).
+POSITION_COLUMN = "__icefloe_pos"
 
 
 class DeletedFile:
@@ -61,11 +64,12 @@ class DeletedDataset(ds.FileSystemDataset):  # type: ignore[misc]
         text = str(filter) if filter is not None else ""
         needed = list(dict.fromkeys([*wanted, *(n for n in schema.names if filter is not None and n in text)]))
         read_schema = pa.schema([schema.field(n) for n in needed])
+        position = POSITION_COLUMN if POSITION_COLUMN in schema.names else None
 
         def batches() -> Iterator[pa.RecordBatch]:
             for f in files:
                 yield from read_with_deletes(fmt, f.path, fs, schema, needed, f.bound(io, sets), names,
-                                             f.row_groups, kwargs.get("batch_size", _BATCH_ROWS))
+                                             f.row_groups, kwargs.get("batch_size", _BATCH_ROWS), position)
 
         return ds.Scanner.from_batches(batches(), schema=read_schema, columns=wanted, filter=filter,
                                        batch_size=kwargs.get("batch_size", _BATCH_ROWS))

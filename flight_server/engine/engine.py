@@ -427,7 +427,7 @@ class Engine:
         default_schema: tuple[str, ...] | None,
         params: list[Any] | None,
         context: Any,
-        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None,
+        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None, file_positions: bool = False,
     ) -> tuple[pa.RecordBatchReader, Running]:
         slot = self.slots.take()
         run = Running(slot, slot.cursor(), context, time.monotonic() + self.query_timeout_s)
@@ -439,7 +439,7 @@ class Engine:
             reader = self._known_plain_scan(run, sql, pins, default_schema) if not params and not file_tags else None
             if reader is not None:
                 return reader, run
-            self._setup(run, pins, default_schema, sql, file_tags)
+            self._setup(run, pins, default_schema, sql, file_tags, file_positions)
             sig = _seam.bind(run.cursor, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
@@ -499,15 +499,16 @@ class Engine:
     def query_table(
         self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None,
         params: list[Any] | None = None, context: Any = None,
-        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None,
+        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None, file_positions: bool = False,
     ) -> pa.Table:
-        """Run a query to completion (the read part of a SQL write).
+        """Run a query to completion (the read part of a SQL write); ``file_positions``: the
+        ``file_tags`` sources also have ``__icefloe_pos`` (see ``IcebergSources.file_parts``).
 
         The query is released before returning, not when the reader is collected: a reader
         kept alive by a traceback would leave the query registered with the watchdog, which
         would then ask a finished RPC's context whether it was cancelled.
         """
-        reader, run = self._start(sql, pins, default_schema, params, context, file_tags)
+        reader, run = self._start(sql, pins, default_schema, params, context, file_tags, file_positions)
         try:
             return reader.read_all()
         except duckdb.Error as exc:
@@ -556,7 +557,7 @@ class Engine:
 
     def _setup(
         self, run: Running, pins: list[PinnedTable], default_schema: tuple[str, ...] | None, sql: str | None = None,
-        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None,
+        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None, file_positions: bool = False,
     ) -> None:
         """Register each pinned table's sources and name them; ``sql`` (execution only) prunes files.
 
@@ -575,7 +576,8 @@ class Engine:
             elif tagged is not None:
                 table = self._pinned_table(pin)
                 parts = self.sources.file_parts(
-                    table, tagged, table.schemas().get(pin.schema_id) or table.schema(), pin.snapshot_id
+                    table, tagged, table.schemas().get(pin.schema_id) or table.schema(), pin.snapshot_id,
+                    file_positions,
                 )
             else:
                 parts = self._data_parts(pin, sql, prune=sql is not None and len(pins) == 1)

@@ -34,7 +34,7 @@ from pyiceberg.table import Table
 from catalog.deletes import DeleteSets, FileDeletes, plan_files
 from catalog.lru import LockedLRU
 from catalog.sandbox import confine
-from flight_server.engine.deletes import DeletedFile, deleted_dataset
+from flight_server.engine.deletes import POSITION_COLUMN, DeletedFile, deleted_dataset
 from flight_server.engine.splits import ScanUnit, assign, scan_units
 
 logger = logging.getLogger("icefloe.engine.iceberg")
@@ -175,17 +175,23 @@ class IcebergSources:
         return int(cached)
 
     def file_parts(
-        self, table: Table, paths: list[str], schema: Schema, snapshot_id: int | None = None
+        self, table: Table, paths: list[str], schema: Schema, snapshot_id: int | None = None,
+        positions: bool = False,
     ) -> list[SourcePart]:
         """One part per data file, tagged with its index in ``paths`` as ``__icefloe_file``
         (SQL DELETE / UPDATE: which files the predicate touches); the deletes that apply to a
-        file at ``snapshot_id`` are applied."""
+        file at ``snapshot_id`` are applied. ``positions``: also a column ``__icefloe_pos``, each
+        row's position in its file (a merge-on-read DELETE / UPDATE deletes rows by position;
+        every file is then read through the position-counting ``DeletedDataset``)."""
         deletes = self.file_deletes(table, snapshot_id) if snapshot_id is not None else {}
         arrow_schema = schema_to_pyarrow(schema, include_field_ids=False)
         arrow_schema = pa.schema([f.with_type(small_types(f.type)) for f in arrow_schema])
         names = ", ".join(quote(f.name) for f in schema.fields)
         if not paths:
             empty = arrow_schema.empty_table().append_column("__icefloe_file", pa.array([], pa.int64()))
+            if positions:
+                empty = empty.append_column(POSITION_COLUMN, pa.array([], pa.int64()))
+                return [SourcePart(ds.dataset(empty), f"{names}, __icefloe_file, {POSITION_COLUMN}")]
             return [SourcePart(ds.dataset(empty), f"{names}, __icefloe_file")]
         fs, _ = pafs.FileSystem.from_uri(paths[0])
         parts = []
@@ -199,7 +205,12 @@ class IcebergSources:
                 select.append(f"{quote(phys)} AS {quote(f.name)}")
             select.append(f"CAST({index} AS BIGINT) AS __icefloe_file")
             dataset: Any
-            if path in deletes:
+            if positions:
+                fields.append(pa.field(POSITION_COLUMN, pa.int64(), nullable=False))
+                select.append(POSITION_COLUMN)
+                dataset = self._deleted(table, [(path, None)], {path: deletes.get(path, FileDeletes())},
+                                        pa.schema(fields), ds.ParquetFileFormat(), fs, schema, id_to_phys)
+            elif path in deletes:
                 dataset = self._deleted(table, [(path, None)], deletes, pa.schema(fields), ds.ParquetFileFormat(),
                                         fs, schema, id_to_phys)
             else:

@@ -24,7 +24,7 @@ from flight_server import errors, roles
 from flight_server.engine import CATALOG_NAME
 from flight_server.engine.iceberg_source import quote
 from flight_server.engine.sql_text import DEFAULT_SCHEMA
-from flight_server.sqlwrite import types
+from flight_server.sqlwrite import mor, types
 from flight_server.sqlwrite.commit import commit_once
 from flight_server.sqlwrite.parse import TableName, bind_subset, schema_name, sql_of, table_name
 from flight_server.sqlwrite.partitioning import partition_spec
@@ -195,6 +195,7 @@ def alter_table(w: Write) -> int:
         # As over REST: icefloe.* keys steer the server (admin), other properties are the
         # table owner's (write) — one rule on every port (flight_server.roles).
         w.authorize(roles.property_role(props))
+        mor.check_properties(props, what)
         table = _load(w, target, what)
         with w.committing("properties", [target.qualified]):
             txn = table.transaction()

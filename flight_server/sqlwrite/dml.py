@@ -4,7 +4,9 @@ INSERT runs its source (VALUES or a query) in the engine at pinned snapshots, ca
 value to the target column's DuckDB type in the same query (DuckDB's casting rules), and
 appends the result (pyiceberg append: new data files, one snapshot).
 
-DELETE and UPDATE are copy-on-write at file granularity: the target is read at its current
+DELETE and UPDATE follow the table's ``write.delete.mode`` / ``write.update.mode``:
+merge-on-read writes position delete files (``mor``); copy-on-write (the default) is at
+file granularity: the target is read at its current
 snapshot through one source per data file, tagged ``__icefloe_file``; a first query counts
 the rows the WHERE clause selects per file, and only files with at least one selected row
 are touched. A file whose every row is deleted is dropped from the table without being
@@ -34,7 +36,9 @@ from catalog.v3 import refuse_v3_write
 from flight_server import errors
 from flight_server.engine import PinnedTable
 from flight_server.engine.iceberg_source import quote
+from flight_server.engine.pushdown import row_filter
 from flight_server.engine.tables import table_hint
+from flight_server.sqlwrite import mor
 from flight_server.sqlwrite.commit import commit_once
 from flight_server.sqlwrite.ddl import view_sql
 from flight_server.sqlwrite.parse import TableName, bind_subset, sql_of, table_name, table_reference
@@ -186,7 +190,7 @@ def _insert_mapping(tree: exp.Expression, what: str, sources: list[str], targets
 class _Files:
     """The target's data files at the base snapshot, and how many rows the condition selects in each."""
 
-    def __init__(self, w: Write, table: Any, target: TableName, what: str) -> None:
+    def __init__(self, w: Write, table: Any, target: TableName, what: str, prune: str | None = None) -> None:
         self.table = table
         self.target = target
         self.base = _target_pin(table, target)
@@ -196,7 +200,9 @@ class _Files:
         self.with_deletes: set[int] = set()
         if self.base.snapshot_id is not None:
             refuse_v3_write(table.metadata, what)
-            for planned in plan_files(table.metadata, table.io, self.base.snapshot_id):
+            # ``prune`` (a WHERE condition): leave out files whose column bounds rule it out.
+            found = row_filter(f"SELECT * FROM t WHERE {prune}", table.schema()) if prune is not None else None
+            for planned in plan_files(table.metadata, table.io, self.base.snapshot_id, found):
                 confine(table.io, planned.data_file.file_path)
                 if planned.deletes:
                     self.with_deletes.add(len(self.files))
@@ -257,10 +263,14 @@ def delete(w: Write) -> int:
     target, what = _target_of(w, tree.this, "DELETE FROM")
     _refuse(tree, what, "using", "returning", "limit", "order")
     table = _load(w, target, what)
-    files = _Files(w, table, target, what)
     where = tree.args.get("where")
     cond = sql_of(where.this) if where is not None else None
     ref = table_reference(tree.this, view_sql(target))
+    if mor.write_mode(table, "write.delete.mode", what) == mor.MERGE_ON_READ:
+        # Only files the condition may match are read (a copy-on-write DELETE reads them all
+        # to count, which is cheap next to its rewrite).
+        return mor.delete(w, _Files(w, table, target, what, prune=cond), target.qualified, ref, cond)
+    files = _Files(w, table, target, what)
     selected = files.count_selected(w, ref, cond)
     total = sum(selected.values())
     if total == 0:
@@ -302,7 +312,6 @@ def update(w: Write) -> int:
     target, what = _target_of(w, tree.this, "UPDATE")
     _refuse(tree, what, "from", "returning", "limit", "order", "with")
     table = _load(w, target, what)
-    files = _Files(w, table, target, what)
     names = [f.name for f in table.schema().fields]
     assignments: dict[str, str] = {}
     for item in tree.expressions:
@@ -318,6 +327,13 @@ def update(w: Write) -> int:
     where = tree.args.get("where")
     cond = sql_of(where.this) if where is not None else None
     ref = table_reference(tree.this, view_sql(target))
+    if mor.write_mode(table, "write.update.mode", what) == mor.MERGE_ON_READ:
+        files = _Files(w, table, target, what, prune=cond)
+        types = dict(_column_types(w, target, files.base))
+        new_values = [f"CAST(({assignments[n]}) AS {types[n]}) AS {quote(n)}" if n in assignments else quote(n)
+                      for n in names]
+        return mor.update(w, files, target.qualified, ref, cond, new_values, names, what)
+    files = _Files(w, table, target, what)
     selected = files.count_selected(w, ref, cond)
     total = sum(selected.values())
     if total == 0:

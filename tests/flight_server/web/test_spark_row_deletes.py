@@ -195,6 +195,8 @@ def test_compaction_applies_deletes(spark: Any, server: ServerProcess) -> None:
     assert got == want
     spark.sql("REFRESH TABLE ice.mor.c")
     assert sorted(r.id for r in spark.sql("SELECT id FROM ice.mor.c").collect()) == want
+    # Spark's delete files applied only to the rewritten files: the compaction dropped them.
+    assert spark.sql("SELECT count(*) FROM ice.mor.c.delete_files").collect()[0][0] == 0
 
 
 def test_v3_tables_are_read_not_written(spark: Any, server: ServerProcess) -> None:
@@ -213,3 +215,73 @@ def test_v3_tables_are_read_not_written(spark: Any, server: ServerProcess) -> No
             sql(server.location, statement)
         assert "format v3" in str(sql_error.value) and "INVALID_ARGUMENT" in str(sql_error.value).upper()
     assert sorted(sql(server.location, "SELECT id FROM mor.v3").column("id").to_pylist()) == [1, 2, 3]
+
+
+def _maintain(server: ServerProcess, table: str) -> dict[str, Any]:
+    client = flight.FlightClient(server.location)
+    try:
+        body = json.dumps({"table": table}).encode()
+        return json.loads(list(client.do_action(flight.Action("icefloe.maintain", body)))[-1].body.to_pybytes())
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("partitioned", [False, True], ids=["unpartitioned", "partitioned"])
+def test_icefloe_merge_on_read_read_by_spark(spark: Any, server: ServerProcess, partitioned: bool) -> None:
+    """icefloe's own merge-on-read DELETE / UPDATE (position delete files, row-delta snapshots)
+    read by Spark's Iceberg runtime: Spark's answers equal icefloe's, before and after
+    compaction, at every snapshot (time travel); Spark then deletes on top of icefloe's files."""
+    table = f"mor.i{'p' if partitioned else 'u'}"
+    sql(server.location, f"CREATE TABLE {table} (id BIGINT, p INTEGER, name VARCHAR)"
+                         + (" PARTITIONED BY (p)" if partitioned else ""))
+    sql(server.location, f"ALTER TABLE {table} SET ('write.delete.mode' = 'merge-on-read', "
+                         "'write.update.mode' = 'merge-on-read')")
+    for start in (0, 500):
+        sql(server.location, f"INSERT INTO {table} SELECT i, CAST(i % 3 AS INTEGER), CAST(i AS VARCHAR) "
+                             f"FROM range({start}, {start + 500}) r(i)")
+    before = head_seq(server.warehouse)
+    sql(server.location, f"DELETE FROM {table} WHERE id < 100 OR id % 50 = 7")
+    deleted = head_seq(server.warehouse)
+    record = next(r for r in commit_records(server.warehouse, before) if r.seq == deleted)
+    assert (record.operation, record.added_rows, record.deleted_rows) == ("delete", 0, 118)
+    files = [p.name for p in (server.warehouse / "mor" / table.split(".")[1] / "data").rglob("*")]
+    assert sum(n.endswith(".parquet") and "-deletes-" in n for n in files) == (3 if partitioned else 1)
+    _summary(spark, server, table)
+    meta, rows = _changes(server, table, before, deleted)
+    assert len([r for r in rows if r["_operation"] == "delete"]) == 118
+
+    sql(server.location, f"UPDATE {table} SET name = 'u' || name WHERE id % 10 = 1")
+    updated = head_seq(server.warehouse)
+    record = next(r for r in commit_records(server.warehouse, deleted) if r.seq == updated)
+    assert (record.operation, record.added_rows, record.deleted_rows) == ("overwrite", 90, 90)
+    _summary(spark, server, table)
+    snapshots = [r.snapshot_id for r in spark.sql(
+        f"SELECT snapshot_id FROM ice.{table}.snapshots ORDER BY committed_at").collect()]
+    for snapshot, count in ((snapshots[1], 1000), (snapshots[2], 882), (snapshots[3], 882)):
+        got = sql(server.location, f"SELECT count(*) AS n FROM {table} AT (VERSION => {snapshot})")
+        assert got.column("n")[0].as_py() == count
+        assert spark.sql(f"SELECT count(*) FROM ice.{table} VERSION AS OF {snapshot}").collect()[0][0] == count
+
+    report = _maintain(server, table)
+    # icefloe.maintain compacts unpartitioned tables only (catalog.maintenance).
+    assert report.get("compacted_files", 0) >= (0 if partitioned else 2), report
+    if not partitioned:  # the delete files applied only to rewritten files: dropped, as Spark sees
+        assert spark.sql(f"SELECT count(*) FROM ice.{table}.delete_files").collect()[0][0] == 0
+    _summary(spark, server, table)
+    # Spark's own merge-on-read DELETE over the compacted table, then icefloe's again.
+    spark.sql(f"DELETE FROM ice.{table} WHERE id % 7 = 0")
+    sql(server.location, f"DELETE FROM {table} WHERE id % 11 = 0")
+    _summary(spark, server, table)
+    want = spark.sql(f"SELECT count(*) FROM ice.{table}").collect()[0][0]
+    assert want == sum(1 for i in range(1000) if not (i < 100 or i % 50 == 7 or i % 7 == 0 or i % 11 == 0))
+
+
+def test_merge_on_read_on_v3_is_refused(spark: Any, server: ServerProcess) -> None:
+    spark.sql(f"CREATE TABLE ice.mor.v3m (id bigint) USING iceberg TBLPROPERTIES ('format-version'='3', {MOR})")
+    spark.sql("INSERT INTO ice.mor.v3m VALUES (1), (2)")
+    seq = head_seq(server.warehouse)
+    for statement in ("DELETE FROM mor.v3m WHERE id = 1", "UPDATE mor.v3m SET id = 3 WHERE id = 1"):
+        with pytest.raises(Exception) as error:
+            sql(server.location, statement)
+        assert "format v3" in str(error.value) and "INVALID_ARGUMENT" in str(error.value).upper()
+    assert head_seq(server.warehouse) == seq

@@ -1,0 +1,176 @@
+"""Merge-on-read DELETE and UPDATE: position delete files instead of rewritten data files.
+
+Which mode a statement uses is the table's Iceberg property (``write.delete.mode`` for
+DELETE, ``write.update.mode`` for UPDATE; ``write.merge.mode`` would be MERGE's, which the SQL
+writer does not support): ``copy-on-write`` (the default, ``dml``) or ``merge-on-read`` (here).
+
+The rows to delete are found in one DuckDB query over the target at the base snapshot, each
+data file read through its own source with two extra columns, ``__icefloe_file`` (the file's
+index) and ``__icefloe_pos`` (the row's position in the file, counted before the deletes
+already applied to it mask rows out): ``SELECT __icefloe_file, __icefloe_pos [, new values]
+FROM target WHERE condition``. Rows already deleted are not seen, so no position is deleted
+twice and the counts are exact. The positions are grouped per file with one numpy sort
+(no per-row Python), written as position delete files (``catalog.delete_writer``) and
+committed as one row-delta snapshot based on the snapshot read (a concurrent commit makes
+the statement run again on the new snapshot: ``SqlWriter._attempts``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+from catalog import delete_writer
+from catalog.context import commit_context
+from catalog.durable_io import deferred_fsync, fsync_all, local_paths
+from catalog.idempotency import extra_batch_writes
+from flight_server import errors
+from flight_server.engine.deletes import POSITION_COLUMN
+from flight_server.sqlwrite.commit import commit_once
+from flight_server.sqlwrite.parse import bind_subset
+from flight_server.sqlwrite.rows import conform, input_names
+
+if TYPE_CHECKING:
+    from flight_server.sqlwrite.dml import _Files
+    from flight_server.sqlwrite.writer import Write
+
+COPY_ON_WRITE = "copy-on-write"
+MERGE_ON_READ = "merge-on-read"
+MODES = (COPY_ON_WRITE, MERGE_ON_READ)
+MODE_PROPERTIES = ("write.delete.mode", "write.update.mode", "write.merge.mode")
+
+
+def write_mode(table: Any, prop: str, what: str) -> str:
+    """The table's mode for one kind of row-level write (``prop``: ``write.delete.mode`` ...).
+
+    Raises:
+        errors.InvalidArgument: an unknown mode, or merge-on-read on a table whose format
+            cannot hold position delete files (v1).
+    """
+    raw = table.metadata.properties.get(prop)
+    mode = COPY_ON_WRITE if raw is None else str(raw).strip().lower()  # Iceberg ignores case here
+    if mode not in MODES:
+        raise errors.InvalidArgument(
+            f"{what}: table property {prop} is {raw!r}; expected 'copy-on-write' or 'merge-on-read'"
+        )
+    if mode == MERGE_ON_READ and int(table.metadata.format_version) < 2:
+        raise errors.InvalidArgument(
+            f"{what}: {prop} is merge-on-read but the table is Iceberg format v1, which has no delete "
+            "files; upgrade it to v2 (format-version = 2) or use copy-on-write"
+        )
+    return mode
+
+
+def check_properties(props: dict[str, str], what: str) -> None:
+    """Refuse a property change that sets a row-level write mode icefloe (and Iceberg) does
+    not know, before it is committed (a typo would otherwise fail every later DELETE)."""
+    for prop in MODE_PROPERTIES:
+        if prop in props and str(props[prop]).strip().lower() not in MODES:
+            raise errors.InvalidArgument(
+                f"{what}: {prop} must be 'copy-on-write' or 'merge-on-read', not {props[prop]!r}"
+            )
+
+
+def _positions(w: Write, files: _Files, ref: str, cond: str | None, extra: str = "") -> pa.Table:
+    """``__icefloe_file``, ``__icefloe_pos`` (and ``extra`` select items) of the rows ``cond``
+    selects, read at the base snapshot."""
+    from flight_server.sqlwrite.dml import TAG, _with_target
+
+    where = f" WHERE {cond}" if cond is not None else ""
+    sql, pins = w.engine.plan(f"SELECT {TAG}, {POSITION_COLUMN}{extra} FROM {ref}{where}", w.default_schema)
+    files.pins = _with_target(pins, files.base)
+    sql, params = bind_subset(sql, w.params)
+    return w.engine.query_table(sql, files.pins, w.default_schema, params, context=w.context,
+                                file_tags=files.tags, file_positions=True)
+
+
+def _grouped(hits: pa.Table) -> tuple[list[int], list[np.ndarray]]:
+    """The file indexes hit and, for each, its sorted positions (one sort for all rows)."""
+    tags = hits.column(0).to_numpy()
+    pos = hits.column(1).to_numpy()
+    order = np.lexsort((pos, tags))
+    tags, pos = tags[order], pos[order]
+    uniq, starts = np.unique(tags, return_index=True)
+    return [int(t) for t in uniq], np.split(pos, starts[1:])
+
+
+def _commit(
+    w: Write, files: _Files, target_name: str, operation: str, hits: pa.Table, rows: pa.Table | None,
+    counts: tuple[int, int],
+) -> None:
+    table = files.table
+    indexes, positions = _grouped(hits)
+    commit_uuid = uuid.uuid4()
+    written: list[str] = []
+    try:
+        with deferred_fsync() as pending, extra_batch_writes(lambda _record: _durable(pending)):
+            _write_and_commit(w, files, target_name, operation, indexes, positions, rows, counts, commit_uuid,
+                              written)
+    except Exception:
+        # Nothing references these files unless the commit landed (and then it did not raise);
+        # a failure whose outcome is unknown leaves them to orphan removal as well.
+        for location in written:
+            try:
+                table.io.delete(location)
+            except Exception:  # noqa: S110 - best effort, orphan removal deletes what is left
+                pass
+        raise
+
+
+def _durable(paths: list[str]) -> dict[bytes, bytes]:
+    """Called by the catalog right before its RocksDB batch: every file the new metadata
+    references (delete and data files, manifests, manifest list, the metadata JSON) becomes
+    durable in one concurrent fsync round, not one round per file as each is closed."""
+    fsync_all(local_paths(paths))
+    return {}
+
+
+def _write_and_commit(
+    w: Write, files: _Files, target_name: str, operation: str, indexes: list[int], positions: list[np.ndarray],
+    rows: pa.Table | None, counts: tuple[int, int], commit_uuid: uuid.UUID, written: list[str],
+) -> None:
+    table = files.table
+    deletes = delete_writer.write_position_deletes(table, [files.files[i] for i in indexes], positions,
+                                                   commit_uuid)
+    written += [f.file_path for f in deletes]
+    added = []
+    if rows is not None and rows.num_rows:
+        added = list(_dataframe_to_data_files(table_metadata=table.metadata, write_uuid=commit_uuid, df=rows,
+                                              io=table.io))
+        written += [f.file_path for f in added]
+    delta = delete_writer.row_delta(table, deletes, added, commit_uuid)
+    inputs = [i for i in input_names(getattr(files, "pins", [])) if i != target_name]
+    with w.committing(operation, inputs), commit_context(extra={"row_counts": {"added": counts[0],
+                                                                               "deleted": counts[1]}}):
+        txn = table.transaction()
+        txn._apply(delta.updates, delta.requirements)
+        commit_once(txn)
+
+
+def delete(w: Write, files: _Files, target_name: str, ref: str, cond: str | None) -> int:
+    """A merge-on-read DELETE; returns the rows deleted."""
+    if not files.files:
+        return 0
+    hits = _positions(w, files, ref, cond)
+    if hits.num_rows == 0:
+        return 0
+    _commit(w, files, target_name, "delete", hits, None, (0, hits.num_rows))
+    return int(hits.num_rows)
+
+
+def update(w: Write, files: _Files, target_name: str, ref: str, cond: str | None, select: list[str],
+           names: list[str], what: str) -> int:
+    """A merge-on-read UPDATE: the old rows deleted by position, their new values appended;
+    ``select``: the new row's select items (SET expressions cast to the column types)."""
+    if not files.files:
+        return 0
+    hits = _positions(w, files, ref, cond, ", " + ", ".join(select))
+    if hits.num_rows == 0:
+        return 0
+    new_rows = conform(hits.select(list(range(2, hits.num_columns))), files.table.schema(), names, what)
+    _commit(w, files, target_name, "overwrite", hits.select([0, 1]), new_rows, (hits.num_rows, hits.num_rows))
+    return int(hits.num_rows)
