@@ -53,6 +53,7 @@ from duckdb import _seam  # binder access: schema of a statement without running
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 from flight_server import errors
+from flight_server.transactions import staged_table
 from flight_server.engine import history, messages, policy, splits
 from flight_server.engine.bound import Bound, BoundSchemas
 from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
@@ -599,7 +600,10 @@ class Engine:
 
     def _pinned_table(self, pin: PinnedTable) -> Any:
         """The pinned table, refusing a pinned snapshot that no longer exists."""
-        table = self.catalog.load_table((*pin.namespace, pin.name))
+        # A write inside a transaction reads its target at the transaction's staged snapshot.
+        table = staged_table(self.catalog, pin.namespace, pin.name)
+        if table is None:
+            table = self.catalog.load_table((*pin.namespace, pin.name))
         if pin.snapshot_id is not None and table.metadata.snapshot_by_id(pin.snapshot_id) is None:
             raise errors.FailedPrecondition(
                 f"snapshot {pin.snapshot_id} of {'.'.join((*pin.namespace, pin.name))} no longer exists; "
