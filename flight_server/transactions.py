@@ -103,6 +103,8 @@ class Transaction:
     tables: dict[tuple[str, ...], StagedTable] = field(default_factory=dict)
     # The snapshot id each table was first seen at (None: empty table).
     pins: dict[tuple[str, ...], int | None] = field(default_factory=dict)
+    # The gRPC peer that began it (see ``TransactionManager.by_peer``).
+    peer: str | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 
@@ -122,12 +124,12 @@ class TransactionManager:
 
     # -- ids ------------------------------------------------------------------------------
 
-    def begin(self, principal: str | None) -> bytes:
+    def begin(self, principal: str | None, peer: str | None = None) -> bytes:
         self._expire()
         tid = secrets.token_hex(16)
         now = time.monotonic()
         with self._lock:
-            self._open[tid] = Transaction(tid, principal, now, now)
+            self._open[tid] = Transaction(tid, principal, now, now, peer=peer)
         logger.info("transaction %s begun by %s", tid, principal or "anonymous")
         return self.seal(tid, principal)
 
@@ -186,6 +188,14 @@ class TransactionManager:
                                        "committed")
                 finally:
                     txn.lock.release()
+
+    def by_peer(self, peer: str | None, principal: str | None) -> bytes | None:
+        """The sealed id of the one open transaction ``peer`` began as ``principal`` (else None)."""
+        if not peer:
+            return None
+        with self._lock:
+            found = [t for t in self._open.values() if t.peer == peer and t.principal == principal]
+        return self.seal(found[0].id, principal) if len(found) == 1 else None
 
     def open_count(self) -> int:
         with self._lock:

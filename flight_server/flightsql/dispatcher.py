@@ -79,6 +79,7 @@ _LOGGED = "_icefloe_querylogged"
 # What a write statement sent as a query returns: the number of rows it affected.
 WRITE_RESULT_SCHEMA = pa.schema([pa.field("count", pa.int64())])
 # SQL transaction control; the driver APIs (BeginTransaction / EndTransaction) do the same.
+ADBC_USER_AGENT = "ADBC Flight SQL Driver"
 _CONTROL = re.compile(
     r"^\s*(BEGIN|START|COMMIT|END|ROLLBACK|ABORT)(\s+(TRANSACTION|WORK))?\s*;?\s*$", re.IGNORECASE
 )
@@ -325,8 +326,7 @@ class FlightSqlService:
             return 0  # a batch of zero parameter rows runs nothing
         txn = _ACTIVE.get()
         catalog = None
-        if txn is not None:
-            _refuse_ddl(sql)
+        if txn is not None and _is_data_change(sql, txn, default_schema):
             catalog = self.transactions.catalog_for(txn)
         return self.writer.run(sql, default_schema, rows[0] if rows else None, principal,
                                lambda role: self.server.authorize(context, role), context=context, param_rows=rows,
@@ -469,8 +469,9 @@ class FlightSqlService:
                 count = self._update(context, prepared.sql, prepared.default_schema, params)
             writer.write(pa.py_buffer(p.DoPutUpdateResult(record_count=count).encode()))
         elif isinstance(cmd, p.CommandStatementIngest):
-            with self._in_transaction(context, cmd.transaction_id, None):
-                count = self._ingest(context, cmd, reader)
+            tid = cmd.transaction_id or self._adbc_ingest_transaction(context)
+            with self._in_transaction(context, tid, None):
+                count = self._ingest(context, cmd, reader, implicit=not cmd.transaction_id)
             writer.write(pa.py_buffer(p.DoPutUpdateResult(record_count=count).encode()))
         else:
             raise errors.InvalidArgument(f"{type(cmd).__name__} is not valid for DoPut")
@@ -490,12 +491,30 @@ class FlightSqlService:
             raise errors.InvalidArgument("this statement is a query; execute it with GetFlightInfo/DoGet")
         return self._write(context, sql, default_schema, params)
 
-    def _ingest(self, context: flight.ServerCallContext, cmd: p.CommandStatementIngest, reader: Any) -> int:
+    def _ingest(self, context: flight.ServerCallContext, cmd: p.CommandStatementIngest, reader: Any,
+                implicit: bool = False) -> int:
         txn = _ACTIVE.get()
         if txn is not None:
-            return transactional_ingest(self.server, context, cmd, self.default_schema(context), reader,
-                                        self.transactions.catalog_for(txn))
+            staged = transactional_ingest(self.server, context, cmd, self.default_schema(context), reader,
+                                          self.transactions.catalog_for(txn), implicit)
+            if staged is not None:
+                return staged
         return ingest(self.server, context, cmd, self.default_schema(context), reader)
+
+    def _adbc_ingest_transaction(self, context: flight.ServerCallContext) -> bytes | None:
+        """The transaction an ADBC connection's ingest belongs to.
+
+        The ADBC Flight SQL driver (Go, 1.13) begins a transaction when autocommit is off and
+        sends its id with statements, but not with ``adbc_ingest``: without this, an ingest
+        would land at once and a rollback would keep it. Its calls come over the connection's
+        own gRPC channel, so the transaction that channel (peer address) began, for the same
+        user, is the one it means. Only for that driver (by its user agent): other clients
+        send the id they mean.
+        """
+        agents = call_headers(context, "user-agent")
+        if not agents or not agents[-1].startswith(ADBC_USER_AGENT):
+            return None
+        return self.transactions.by_peer(context.peer(), self.server.principal_name(context))
 
     # -- transactions ----------------------------------------------------------------------
 
@@ -543,7 +562,7 @@ class FlightSqlService:
                     self.transactions.get(session.transaction, principal)
                     raise errors.FailedPrecondition("a transaction is already open in this session; "
                                                     "COMMIT or ROLLBACK it first")
-            session.transaction = self.transactions.begin(principal)
+            session.transaction = self.transactions.begin(principal)  # (no peer: bound to the session)
             return
         self.server.authorize(context, roles.action_role("EndTransaction"))
         sealed = session.transaction if session is not None else None
@@ -558,7 +577,8 @@ class FlightSqlService:
 
     def _begin_transaction(self, context: flight.ServerCallContext) -> bytes:
         principal = self.server.authorize(context, roles.action_role("BeginTransaction"))
-        return p.ActionBeginTransactionResult(transaction_id=self.transactions.begin(principal)).pack()
+        sealed = self.transactions.begin(principal, peer=context.peer())
+        return p.ActionBeginTransactionResult(transaction_id=sealed).pack()
 
     def _end_transaction(self, context: flight.ServerCallContext, req: p.ActionEndTransactionRequest) -> None:
         principal = self.server.authorize(context, roles.action_role("EndTransaction"))
@@ -727,22 +747,43 @@ def _check_parameter_count(sql: str, params: pa.RecordBatch | None) -> None:
         )
 
 
-def _refuse_ddl(sql: str) -> None:
-    """Inside a transaction only data changes are staged; DDL would land at once (outside it)."""
+def _is_data_change(sql: str, txn: Transaction, default_schema: tuple[str, ...] | None) -> bool:
+    """True for a data change (staged in the transaction); False for DDL, which is not part of
+    a transaction: it lands at once, as with autocommit (SqlInfo says DDL neither commits the
+    transaction nor is ignored). ADBC connections are in a transaction whenever autocommit is
+    off, so refusing DDL there would refuse it to every default DB-API connection. DDL on a
+    table the transaction wrote is refused: it would change what the staged writes are based on.
+    """
     from sqlglot import exp
 
-    from flight_server.sqlwrite.parse import parse
+    from flight_server.sqlwrite.parse import parse, table_name
 
-    if not isinstance(parse(sql), (exp.Insert, exp.Delete, exp.Update, exp.TruncateTable)):
-        raise errors.FailedPrecondition(
-            "inside a transaction only INSERT, UPDATE, DELETE and TRUNCATE are supported (DDL would not be "
-            "part of it); COMMIT or ROLLBACK first"
-        )
+    tree = parse(sql)
+    if isinstance(tree, (exp.Insert, exp.Delete, exp.Update, exp.TruncateTable)):
+        return True
+    nodes = list(tree.args.get("tables") or []) + [tree.this]
+    for node in nodes:
+        node = node.this if isinstance(node, exp.Schema) else node
+        if not isinstance(node, exp.Table):
+            continue
+        try:
+            target = tuple(table_name(node, default_schema).identifier)
+        except errors.IcefloeError:
+            continue  # the DDL handler names the bad name itself
+        if target in txn.tables:
+            raise errors.FailedPrecondition(
+                f"table {'.'.join(target)} has uncommitted writes in this transaction; COMMIT or ROLLBACK "
+                "before changing or dropping it"
+            )
+    return False
 
 
 def transactional_ingest(server: IcefloeServer, context: flight.ServerCallContext, cmd: p.CommandStatementIngest,
-                         namespace: tuple[str, ...], reader: Any, catalog: Any) -> int:
-    """``adbc_ingest`` inside a transaction: the rows are staged in it (existing tables only)."""
+                         namespace: tuple[str, ...], reader: Any, catalog: Any, implicit: bool) -> int | None:
+    """``adbc_ingest`` inside a transaction: the rows are staged in it (appends to existing
+    tables). An ingest that creates or replaces a table is DDL: refused when the client named
+    the transaction, run at once (None: not handled here) when it was the driver's implicit one
+    (as DDL statements are, see ``_is_data_change``)."""
     from catalog.context import commit_context
     from flight_server.flightsql.ingest import ingest_mode
     from flight_server.sqlwrite.commit import commit_once
@@ -755,6 +796,8 @@ def transactional_ingest(server: IcefloeServer, context: flight.ServerCallContex
     identifier = (*ns, cmd.table)
     exists = server.catalog.table_exists(identifier)
     if mode not in ("append", "create_append") or not exists or cmd.temporary:
+        if implicit:
+            return None
         raise errors.FailedPrecondition(
             "inside a transaction, ingest appends to an existing table (mode append); creating or replacing "
             "tables is DDL and not part of a transaction"
