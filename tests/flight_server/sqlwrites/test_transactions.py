@@ -7,6 +7,7 @@ edges (signed ids, foreign principals, expiry). A second connection checks visib
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -297,3 +298,46 @@ def test_kill_9_between_writes_and_commit_lands_nothing(tmp_path: Path) -> None:
             check.close()
     finally:
         proc.stop()
+
+
+def _feed_events(location: str, tables: list[str], count: int) -> list[dict[str, Any]]:
+    """The first ``count`` commits.v1 events on ``tables``, from the start of the log."""
+    client = flight.connect(location)
+    request = {"feed": "commits.v1", "after": "earliest", "tables": tables, "heartbeat_ms": 200}
+    writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(json.dumps(request).encode()))
+    writer.done_writing()
+    events: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(events) < count and time.monotonic() < deadline:
+            chunk = reader.read_chunk()
+            if chunk.data is not None:
+                events.extend(chunk.data.to_pylist())
+    finally:
+        for step in (reader.cancel, writer.close):  # the feed never ends by itself
+            try:
+                step()
+            except Exception:  # closing a cancelled call reports the cancellation
+                pass
+        client.close()
+    return events
+
+
+def test_feed_shows_each_table_commit_with_the_shared_transaction_id(txn_server: ServerProcess, other: Any) -> None:
+    _tables(other, "tf")
+    conn = fsql.connect(txn_server.location, autocommit=False)
+    try:
+        _exec(conn, "INSERT INTO tf.orders VALUES (1, 1)")
+        _exec(conn, "INSERT INTO tf.ledger VALUES (1, 'a')")
+        conn.commit()
+    finally:
+        conn.close()
+    update(other, "INSERT INTO tf.ledger VALUES (2, 'b')")  # outside any transaction
+    events = _feed_events(txn_server.location, ["tf.*"], 5)  # 2 creates, 2 in the transaction, 1 more
+    appends = [e for e in events if e["operation"] == "append"]
+    assert [(e["table"], e["added_rows"]) for e in appends] == [("orders", 1), ("ledger", 1), ("ledger", 1)] \
+        or [(e["table"], e["added_rows"]) for e in appends] == [("ledger", 1), ("orders", 1), ("ledger", 1)]
+    assert appends[0]["transaction_id"] is not None
+    assert appends[0]["transaction_id"] == appends[1]["transaction_id"]
+    assert appends[1]["seq"] == appends[0]["seq"] + 1
+    assert appends[2]["transaction_id"] is None
