@@ -636,6 +636,12 @@ class FlightSqlService:
             # Checked now (signed, this caller's, open) and carried in the handle for its runs.
             self.transactions.get(req.transaction_id, self.server.principal_name(context))
         default_schema = self.default_schema(context)
+        if _CONTROL.match(req.query):
+            # BEGIN / COMMIT / ROLLBACK: an update with no parameters (run by its DoPut).
+            return p.ActionCreatePreparedStatementResult(
+                self.handles.prepared(PreparedHandle(req.query, default_schema, is_query=False)), b"", b"",
+                is_update=True,
+            ).pack()
         call = calls.recognise(req.query, bound=False)
         if call is not None:
             # Queries both: a commit / abort answers its one row (runs at GetFlightInfo, or as an
