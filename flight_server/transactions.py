@@ -118,8 +118,9 @@ class TransactionManager:
         self.timeout_s = timeout_s
         self._lineage = lineage
         self._open: dict[str, Transaction] = {}
-        # Ended transactions, remembered briefly so a later use says what happened to them.
-        self._ended: dict[str, str] = {}
+        # Ended transactions, remembered briefly so a later use says what happened to them:
+        # id -> (state, principal, whether it had staged writes when it ended).
+        self._ended: dict[str, tuple[str, str | None, bool]] = {}
         self._lock = threading.Lock()
 
     # -- ids ------------------------------------------------------------------------------
@@ -154,9 +155,18 @@ class TransactionManager:
         with self._lock:
             txn = self._open.get(tid)
             ended = self._ended.get(tid)
+        if txn is None and ended is not None and ended[0].startswith("expired") and not ended[2]:
+            # An expired transaction that had staged nothing lost nothing: it goes on (with
+            # fresh snapshots). ADBC keeps a transaction open whenever autocommit is off, so
+            # otherwise every idle default DB-API connection would fail its next query.
+            now = time.monotonic()
+            with self._lock:
+                self._ended.pop(tid, None)
+                txn = self._open.setdefault(tid, Transaction(tid, ended[1], now, now))
+            logger.info("transaction %s resumed after expiry (it had staged nothing)", tid)
         if txn is None:
             if ended is not None:
-                raise errors.FailedPrecondition(f"transaction {tid[:8]} is {ended}; begin a new one")
+                raise errors.FailedPrecondition(f"transaction {tid[:8]} is {ended[0]}; begin a new one")
             raise errors.NotFound(
                 f"transaction {tid[:8]} is not open on this server (it ended, or the server restarted); "
                 "nothing of it was committed; begin a new one"
@@ -165,11 +175,12 @@ class TransactionManager:
         return txn
 
     def _end(self, txn: Transaction, state: str) -> None:
+        had_writes = bool(txn.tables)
         txn.state = state
         txn.tables.clear()
         with self._lock:
             self._open.pop(txn.id, None)
-            self._ended[txn.id] = state
+            self._ended[txn.id] = (state, txn.principal, had_writes)
             while len(self._ended) > 10_000:
                 self._ended.pop(next(iter(self._ended)))
 

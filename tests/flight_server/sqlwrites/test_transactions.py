@@ -341,3 +341,19 @@ def test_feed_shows_each_table_commit_with_the_shared_transaction_id(txn_server:
     assert appends[0]["transaction_id"] == appends[1]["transaction_id"]
     assert appends[1]["seq"] == appends[0]["seq"] + 1
     assert appends[2]["transaction_id"] is None
+
+
+def test_idle_transaction_without_writes_goes_on_after_expiry(txn_server: ServerProcess, other: Any) -> None:
+    """A default DB-API connection (autocommit off: always in a transaction) that idles past the
+    timeout can still query, and then write and commit: nothing was staged, nothing was lost."""
+    _tables(other, "t10")
+    conn = fsql.connect(txn_server.location, autocommit=False)
+    try:
+        assert scalar(conn, "SELECT count(*) FROM t10.orders") == 0
+        time.sleep(4)  # --transaction-timeout 3
+        assert scalar(conn, "SELECT count(*) FROM t10.orders") == 0
+        _exec(conn, "INSERT INTO t10.orders VALUES (1, 1)")
+        conn.commit()
+    finally:
+        conn.close()
+    assert scalar(other, "SELECT count(*) FROM t10.orders") == 1
