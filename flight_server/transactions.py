@@ -30,6 +30,7 @@ import logging
 import secrets
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,7 +83,7 @@ class StagedTable:
     identifier: tuple[str, ...]
     base_location: str
     base_snapshot_id: int | None
-    table_uuid: str
+    table_uuid: uuid.UUID
     metadata: TableMetadata
     updates: list[TableUpdate] = field(default_factory=list)
     sql: list[str] = field(default_factory=list)
@@ -273,8 +274,10 @@ class TransactionManager:
             changes: list[tuple[tuple[str, ...], Sequence[TableRequirement], Sequence[TableUpdate]]] = []
             fields: list[dict[str, Any]] = []
             for staged in tables:
-                requirements = [AssertTableUUID(uuid=staged.table_uuid),
-                                AssertRefSnapshotId(ref="main", snapshot_id=staged.base_snapshot_id)]
+                requirements: list[TableRequirement] = [
+                    AssertTableUUID(uuid=staged.table_uuid),
+                    AssertRefSnapshotId(ref="main", snapshot_id=staged.base_snapshot_id),  # type: ignore[call-arg]
+                ]
                 changes.append((staged.identifier, requirements, staged.updates))
                 extra: dict[str, Any] = {"transaction_id": txn.id, "sql": "; ".join(staged.sql),
                                          "inputs": sorted(staged.inputs - {".".join(staged.identifier)}),
@@ -295,7 +298,7 @@ class TransactionManager:
                 raise errors.Aborted(f"transaction {txn.id[:8]}: {exc}; nothing was committed") from None
             self._end(txn, "committed")
         logger.info("transaction %s committed %d tables", txn.id, len(tables))
-        return responses
+        return list(responses)
 
 
 class TransactionCatalog:
@@ -347,7 +350,7 @@ class TransactionCatalog:
         if staged is None:
             snap = table.metadata.current_snapshot()
             staged = StagedTable(key, str(table.metadata_location), snap.snapshot_id if snap else None,
-                                 str(table.metadata.table_uuid), table.metadata)
+                                 table.metadata.table_uuid, table.metadata)
         for requirement in requirements:
             requirement.validate(staged.metadata)
         new = apply_updates(staged.metadata, tuple(updates), staged.base_location, creating=False)

@@ -53,7 +53,6 @@ from duckdb import _seam  # binder access: schema of a statement without running
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 from flight_server import errors
-from flight_server.transactions import staged_table
 from flight_server.engine import history, messages, policy, splits
 from flight_server.engine.bound import Bound, BoundSchemas
 from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
@@ -64,6 +63,7 @@ from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 from flight_server.engine.slots import CATALOG_NAME, Slot, SlotPool, SpillFolder
 from flight_server.engine.tables import PinnedTable, name_candidates, table_hint
 from flight_server.engine.watchdog import Running, Watchdog
+from flight_server.transactions import staged_table
 
 logger = logging.getLogger("icefloe.engine")
 

@@ -164,7 +164,6 @@ class FlightSqlService:
             return self.changes.flight_info(descriptor, ChangeRequest.parse(descriptor.command), target, most,
                                             self._locations)
         cmd = self._descriptor_command(descriptor)
-        total_records = -1
         if isinstance(cmd, (p.CommandStatementQuery, p.CommandPreparedStatementQuery)):
             if isinstance(cmd, p.CommandStatementQuery):
                 sql, default_schema, params, txn_id = cmd.query, None, None, cmd.transaction_id
@@ -184,22 +183,21 @@ class FlightSqlService:
         default_schema: tuple[str, ...] | None, params: pa.RecordBatch | None,
     ) -> flight.FlightInfo:
         total_records = -1
-        if True:  # (kept as one block with the code it was split from)
-            call = _recognised(sql, params)
-            if call is not None:
-                principal = self.server.authorize(context, roles.SQL_STATEMENTS[f"icefloe.{call.function}"])
-                target, most = self._scan_options(context)
-                return self.calls.flight_info(context, descriptor, call, sql, principal, target, most,
-                                              self._locations)
-            handle = self._logged_plan(context, sql, default_schema, params)
-            if handle.written is not None:
-                # A write sent as a query ran here, at GetFlightInfo; the result is its row count.
-                total_records = handle.written
-            rows = param_rows(handle.params)
-            schema, _ = self.engine.describe(handle.sql, handle.pins, handle.default_schema, rows[0] if rows else None)
-            schema = self._annotated(schema, handle)
-            endpoints = [self._endpoint(p.TicketStatementQuery(self.handles.statement(h)).pack())
-                         for h in self._endpoints(context, handle)]
+        call = _recognised(sql, params)
+        if call is not None:
+            principal = self.server.authorize(context, roles.SQL_STATEMENTS[f"icefloe.{call.function}"])
+            target, most = self._scan_options(context)
+            return self.calls.flight_info(context, descriptor, call, sql, principal, target, most,
+                                          self._locations)
+        handle = self._logged_plan(context, sql, default_schema, params)
+        if handle.written is not None:
+            # A write sent as a query ran here, at GetFlightInfo; the result is its row count.
+            total_records = handle.written
+        rows = param_rows(handle.params)
+        schema, _ = self.engine.describe(handle.sql, handle.pins, handle.default_schema, rows[0] if rows else None)
+        schema = self._annotated(schema, handle)
+        endpoints = [self._endpoint(p.TicketStatementQuery(self.handles.statement(h)).pack())
+                     for h in self._endpoints(context, handle)]
         # Several endpoints are disjoint parts of one scan, in no particular order.
         return flight.FlightInfo(schema, descriptor, endpoints, total_records, -1, ordered=False)
 

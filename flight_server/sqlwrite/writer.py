@@ -102,7 +102,8 @@ class SqlWriter:
             return sum(self.run(sql, default_schema, row, principal, authorize, context, catalog=catalog)
                        for row in param_rows)
         appender = self._appender() if self._appender is not None and catalog is None else None
-        write = Write(sql, tree, self.engine, catalog if catalog is not None else self.catalog, principal, default_schema, params, context, authorize,
+        target_catalog = catalog if catalog is not None else self.catalog
+        write = Write(sql, tree, self.engine, target_catalog, principal, default_schema, params, context, authorize,
                       appender, param_rows=param_rows if param_rows is not None and len(param_rows) > 1 else None)
         handler = _handler(tree)
         with self._tracked(tree, sql, default_schema, principal):

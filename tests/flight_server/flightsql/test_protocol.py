@@ -119,7 +119,11 @@ def test_bad_tickets_are_invalid_argument(channel: grpc.Channel, ticket: bytes) 
             grpc.StatusCode.INVALID_ARGUMENT,
         ),
         ("BeginTransaction", b"\xff", grpc.StatusCode.INVALID_ARGUMENT),
-        ("EndTransaction", any_of("ActionEndTransactionRequest", field_bytes(1, b"x")), grpc.StatusCode.INVALID_ARGUMENT),
+        (  # an unsigned transaction id
+            "EndTransaction",
+            any_of("ActionEndTransactionRequest", field_bytes(1, b"x")),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
         ("EndTransaction", any_of("ActionEndTransactionRequest"), grpc.StatusCode.INVALID_ARGUMENT),
         ("BeginSavepoint", b"", grpc.StatusCode.UNIMPLEMENTED),
         ("CreatePreparedSubstraitPlan", b"", grpc.StatusCode.UNIMPLEMENTED),

@@ -27,7 +27,8 @@ def _update(client: flight.FlightClient, options: flight.FlightCallOptions, sql:
 
 
 def _begin(client: flight.FlightClient, options: flight.FlightCallOptions) -> bytes:
-    result = list(client.do_action(flight.Action("BeginTransaction", p.ActionBeginTransactionRequest().pack()), options))
+    action = flight.Action("BeginTransaction", p.ActionBeginTransactionRequest().pack())
+    result = list(client.do_action(action, options))
     return p.ActionBeginTransactionResult.unpack(result[0].body.to_pybytes()).transaction_id
 
 
