@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-import secrets
 import threading
 import time
 import uuid
@@ -35,6 +34,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import uuid6
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table import CommitTableResponse
 from pyiceberg.table.metadata import TableMetadata
@@ -128,7 +128,9 @@ class TransactionManager:
 
     def begin(self, principal: str | None, peer: str | None = None) -> bytes:
         self._expire()
-        tid = secrets.token_hex(16)
+        # A UUIDv7 (time-ordered; clients only ever hold it sealed): it is also the lineage
+        # runId of the transaction's commits (catalog.lineage.events.commit_run_id).
+        tid = uuid6.uuid7().hex
         now = time.monotonic()
         with self._lock:
             self._open[tid] = Transaction(tid, principal, now, now, peer=peer)
@@ -279,7 +281,10 @@ class TransactionManager:
                     AssertRefSnapshotId(ref="main", snapshot_id=staged.base_snapshot_id),  # type: ignore[call-arg]
                 ]
                 changes.append((staged.identifier, requirements, staged.updates))
-                extra: dict[str, Any] = {"transaction_id": txn.id, "sql": "; ".join(staged.sql),
+                # job_name: the tables' events are one lineage run of one job (the runId is the
+                # transaction id, see catalog.lineage.events.commit_run_id).
+                extra: dict[str, Any] = {"transaction_id": txn.id, "job_name": "icefloe.transaction",
+                                         "sql": "; ".join(staged.sql),
                                          "inputs": sorted(staged.inputs - {".".join(staged.identifier)}),
                                          "row_counts": {"added": staged.added, "deleted": staged.deleted}}
                 fields.append({"extra": extra})
