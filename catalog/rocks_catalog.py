@@ -652,7 +652,9 @@ class RocksCatalog(MetastoreCatalog):
         """
         return table_commits.commit_tables(self, [(table.name(), requirements, updates)])[0]
 
-    def commit_tables(self, changes: Sequence[table_commits.TableChange]) -> list[CommitTableResponse]:
+    def commit_tables(
+        self, changes: Sequence[table_commits.TableChange], record_fields: Sequence[dict[str, Any]] | None = None
+    ) -> list[CommitTableResponse]:
         """Commit changes to several tables atomically: one write batch for all, or nothing.
 
         Args:
@@ -668,7 +670,7 @@ class RocksCatalog(MetastoreCatalog):
                 table changed.
             CatalogReadOnlyError: If the catalog is open read-only.
         """
-        return table_commits.commit_tables(self, changes)
+        return table_commits.commit_tables(self, changes, record_fields)
 
     @staticmethod
     def _delete_old_metadata(io: FileIO, base: TableMetadata, metadata: TableMetadata) -> None:

@@ -117,12 +117,17 @@ def _discard(staged: Sequence[StagedCommit]) -> None:
                 logger.warning("could not remove unreferenced metadata file after a refused commit")
 
 
-def commit_tables(catalog: RocksCatalog, changes: Sequence[TableChange]) -> list[CommitTableResponse]:
+def commit_tables(
+    catalog: RocksCatalog, changes: Sequence[TableChange], record_fields: Sequence[dict[str, Any]] | None = None
+) -> list[CommitTableResponse]:
     """Commit changes to several tables atomically: all land in one write batch, or none.
 
     Args:
         catalog: The catalog to commit to.
         changes: (identifier, requirements, updates) per table; each table at most once.
+        record_fields: Per change, fields merged into its commit-log record (``extra`` there
+            is merged into the record's extra): a Flight SQL transaction names itself and
+            each table's SQL and exact row counts this way.
 
     Returns:
         The new metadata and its location, per change, in order.
@@ -151,6 +156,8 @@ def commit_tables(catalog: RocksCatalog, changes: Sequence[TableChange]) -> list
     except BaseException:
         _discard(staged)
         raise
+    for commit, more in zip(staged, record_fields or [{}] * len(staged), strict=True):
+        commit.info.update(more)
     landing = [commit for commit in staged if commit.new_location is not None]
     if landing:
         with catalog._commit_lock:

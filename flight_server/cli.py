@@ -68,6 +68,9 @@ def main() -> None:
 @click.option("--demo", envvar="ICEFLOE_DEMO", is_flag=True, default=False, help="Load a small sample dataset.")
 @click.option("--query-timeout", "query_timeout_s", envvar="ICEFLOE_QUERY_TIMEOUT", default=300.0, show_default=True,
               type=float, help="Seconds a SQL query may run before it is interrupted (DEADLINE_EXCEEDED).")
+@click.option("--transaction-timeout", "transaction_timeout_s", envvar="ICEFLOE_TRANSACTION_TIMEOUT", default=300.0,
+              show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds a Flight SQL transaction may stay idle before it is ended (nothing of it commits).")
 @click.option("--max-concurrent-queries", envvar="ICEFLOE_MAX_CONCURRENT_QUERIES", default=16, show_default=True,
               type=int, help="Queries that may run at once; more wait briefly, then get RESOURCE_EXHAUSTED.")
 @click.option("--advertise-uri", "advertise_uris", envvar="ICEFLOE_ADVERTISE_URI", multiple=True,

@@ -24,6 +24,9 @@ class Config:
     # Statements at least this slow are logged at WARNING in the query log (None: never).
     slow_query_ms: float | None = 1000.0
     query_timeout_s: float = 300.0
+    # A Flight SQL transaction idle this long is ended (nothing of it commits); a later use of
+    # its id is FAILED_PRECONDITION naming the expiry.
+    transaction_timeout_s: float = 300.0
     max_concurrent_queries: int = 16
     # DuckDB memory per running query (e.g. "2GB"); beyond it sorts and joins spill to a private
     # folder. None: DuckDB's default (80% of RAM).

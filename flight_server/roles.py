@@ -95,10 +95,12 @@ FLIGHT_ACTIONS: Mapping[str, str] = {
     "SetSessionOptions": READ,
     "GetSessionOptions": READ,
     "CloseSession": READ,
-    # Answered "not supported" to everyone, so nobody is told they lack a role for them.
-    "CreatePreparedSubstraitPlan": READ,
+    # A transaction holds nothing until a write inside it (which needs write) stages something;
+    # a read user may use one for repeatable reads.
     "BeginTransaction": READ,
     "EndTransaction": READ,
+    # Answered "not supported" to everyone, so nobody is told they lack a role for them.
+    "CreatePreparedSubstraitPlan": READ,
     "BeginSavepoint": READ,
     "EndSavepoint": READ,
     "CancelQuery": READ,

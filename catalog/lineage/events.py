@@ -138,7 +138,14 @@ def iso_time(us: int) -> str:
 
 
 def commit_run_id(record: CommitRecord) -> str:
-    """The run's UUIDv7: commit time in the timestamp bits, the rest hashed from the commit."""
+    """The run's UUIDv7: commit time in the timestamp bits, the rest hashed from the commit.
+
+    The commits of one Flight SQL transaction are one run: its id (a UUIDv7 made when the
+    transaction began) is the runId of every table's events.
+    """
+    transaction = transaction_run_id(record)
+    if transaction is not None:
+        return transaction
     ms, sub_ms = divmod(record.committed_at_us, 1000)
     digest = hashlib.sha256(
         f"icefloe-commit:{record.table_uuid}:{record.seq}:{record.committed_at_us}".encode()
@@ -146,6 +153,17 @@ def commit_run_id(record: CommitRecord) -> str:
     rand_b = int.from_bytes(digest[:8], "big") & ((1 << 62) - 1)
     value = ((ms & 0xFFFFFFFFFFFF) << 80) | (sub_ms << 64) | rand_b
     return str(uuid6.UUID(int=value, version=7))
+
+
+def transaction_run_id(record: CommitRecord) -> str | None:
+    """The run id of a commit made by a Flight SQL transaction, else None."""
+    value = record.extra.get("transaction_id") if record.extra else None
+    if not isinstance(value, str):
+        return None
+    try:
+        return str(uuid6.UUID(hex=value))
+    except ValueError:
+        return None
 
 
 def new_run_id() -> str:

@@ -46,6 +46,7 @@ from catalog.lineage.events import (
     build_failure_events,
     check_unfinished_event_type,
     new_run_id,
+    transaction_run_id,
 )
 from catalog.lineage.sender import OK, REJECTED, ChildSender, InProcessSender
 from catalog.lineage.transport import ResolvedClient, resolve_client
@@ -402,8 +403,11 @@ class LineageExporter:
             for record in records:
                 events = build_commit_events(record, self._metadata_for(record), self.settings, self._columns_of)
                 run_id = events[0]["run"]["runId"]
+                # A transaction's commits share one run: each commit's events get their own
+                # outbox slots (by seq), in commit order within a capture.
+                base = 2 * (record.seq % 100) if transaction_run_id(record) is not None else 0
                 for index, event in enumerate(events):
-                    puts[outbox_key(run_id, index)] = json.dumps(event).encode("utf-8")
+                    puts[outbox_key(run_id, base + index)] = json.dumps(event).encode("utf-8")
             puts[keys.LINEAGE_CURSOR] = keys.encode_u64(records[-1].seq)
             # Not fsync'd on its own: the next commit's fsync (or a clean close) makes it
             # durable, and if it is lost the cursor is lost with it and capture repeats.

@@ -63,6 +63,7 @@ from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 from flight_server.engine.slots import CATALOG_NAME, Slot, SlotPool, SpillFolder
 from flight_server.engine.tables import PinnedTable, name_candidates, table_hint
 from flight_server.engine.watchdog import Running, Watchdog
+from flight_server.transactions import staged_table
 
 logger = logging.getLogger("icefloe.engine")
 
@@ -602,7 +603,10 @@ class Engine:
 
     def _pinned_table(self, pin: PinnedTable) -> Any:
         """The pinned table, refusing a pinned snapshot that no longer exists."""
-        table = self.catalog.load_table((*pin.namespace, pin.name))
+        # A write inside a transaction reads its target at the transaction's staged snapshot.
+        table = staged_table(self.catalog, pin.namespace, pin.name)
+        if table is None:
+            table = self.catalog.load_table((*pin.namespace, pin.name))
         if pin.snapshot_id is not None and table.metadata.snapshot_by_id(pin.snapshot_id) is None:
             raise errors.FailedPrecondition(
                 f"snapshot {pin.snapshot_id} of {'.'.join((*pin.namespace, pin.name))} no longer exists; "

@@ -34,6 +34,9 @@ EVENT_SCHEMA = pa.schema(
         # expiry, schema); data and delete files the commit removed.
         pa.field("data_change", pa.bool_()),
         pa.field("removed_files", pa.int64()),
+        # The Flight SQL transaction a commit belongs to (flight_server.transactions): every
+        # table it wrote has its own event, all with this id; null outside transactions.
+        pa.field("transaction_id", pa.utf8()),
     ]
 )
 
@@ -48,6 +51,11 @@ def record_matches(request: FeedRequest, record: CommitRecord) -> bool:
         return True
     renamed_from = record.extra.get("renamed_from") if record.extra else None
     return isinstance(renamed_from, str) and request.matches(tuple(renamed_from.split(".")))
+
+
+def _transaction_id(record: CommitRecord) -> str | None:
+    value = record.extra.get("transaction_id") if record.extra else None
+    return value if isinstance(value, str) else None
 
 
 def records_to_batch(records: Sequence[CommitRecord]) -> pa.RecordBatch:
@@ -70,6 +78,7 @@ def records_to_batch(records: Sequence[CommitRecord]) -> pa.RecordBatch:
             r.principal,
             r.data_change,
             r.removed_files,
+            _transaction_id(r),
         )
         for column, value in zip(columns, row, strict=True):
             column.append(value)
@@ -168,6 +177,8 @@ def record_summary(record: CommitRecord) -> dict[str, Any]:
         "data_change": record.data_change,
         "removed_files": record.removed_files,
     }
+    if _transaction_id(record) is not None:
+        summary["transaction_id"] = _transaction_id(record)
     renamed_from = record.extra.get("renamed_from") if record.extra else None
     if renamed_from:
         summary["renamed_from"] = renamed_from

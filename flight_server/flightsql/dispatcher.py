@@ -3,13 +3,16 @@
 Families: statements (queries, updates, prepared statements), metadata (catalogs, schemas,
 tables, types, keys, SqlInfo), ingest (handed to the append service) and sessions.
 Unknown or malformed commands are INVALID_ARGUMENT; known ones icefloe does not support
-(Substrait, transactions, savepoints, CancelQuery) are UNIMPLEMENTED.
+(Substrait, savepoints, CancelQuery) are UNIMPLEMENTED. Transactions (``BeginTransaction`` /
+``EndTransaction``, a command's ``transaction_id``, SQL ``BEGIN`` / ``COMMIT`` / ``ROLLBACK``)
+go to ``flight_server.transactions``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -40,6 +43,8 @@ from flight_server.flightsql.statements import (
 from flight_server.headers import call_headers
 from flight_server.sqlwrite import SqlWriter
 from flight_server.sqlwrite.params import client_parameter_schema, write_parameter_schema
+from flight_server.transactions import ACTIVE as _ACTIVE
+from flight_server.transactions import Transaction, TransactionManager
 
 if TYPE_CHECKING:
     from flight_server.server import IcefloeServer
@@ -49,8 +54,6 @@ logger = logging.getLogger("icefloe.flightsql")
 _UNSUPPORTED_COMMANDS = (p.CommandStatementSubstraitPlan,)
 _UNSUPPORTED_ACTIONS = {
     "CreatePreparedSubstraitPlan": "Substrait plans are not supported",
-    "BeginTransaction": "transactions are not supported (every statement commits on its own)",
-    "EndTransaction": "transactions are not supported (every statement commits on its own)",
     "BeginSavepoint": "savepoints are not supported",
     "EndSavepoint": "savepoints are not supported",
     "CancelQuery": "CancelQuery is not supported; cancel the DoGet call instead",
@@ -63,6 +66,8 @@ _ACTIONS = [
     ("SetSessionOptions", "Set session options: catalog, schema"),
     ("GetSessionOptions", "Get session options"),
     ("CloseSession", "Close the session"),
+    ("BeginTransaction", "Begin a transaction: writes to any tables land together at EndTransaction COMMIT"),
+    ("EndTransaction", "Commit (one catalog batch for every table written) or roll back a transaction"),
 ]
 # Split scans (see engine.splits): a session option or a call header of the same name.
 SCAN_TARGET_BYTES = "icefloe.scan.target-partition-bytes"
@@ -73,6 +78,11 @@ T = TypeVar("T")
 _LOGGED = "_icefloe_querylogged"
 # What a write statement sent as a query returns: the number of rows it affected.
 WRITE_RESULT_SCHEMA = pa.schema([pa.field("count", pa.int64())])
+# SQL transaction control; the driver APIs (BeginTransaction / EndTransaction) do the same.
+ADBC_USER_AGENT = "ADBC Flight SQL Driver"
+_CONTROL = re.compile(
+    r"^\s*(BEGIN|START|COMMIT|END|ROLLBACK|ABORT)(\s+(TRANSACTION|WORK))?\s*;?\s*$", re.IGNORECASE
+)
 
 
 def _ipc(schema: pa.Schema) -> bytes:
@@ -101,6 +111,8 @@ class FlightSqlService:
         self.calls = calls.IcefloeCalls(self.changes, lambda: server.staged, server.handle_signer, server.querylog,
                                         server.catalog.table_exists)
         self.sessions = SessionStore()
+        self.transactions = TransactionManager(server.catalog, server.handle_signer,
+                                               getattr(config, "transaction_timeout_s", 300.0))
         self.writer = SqlWriter(self.engine, server.catalog,
                                 lambda: getattr(getattr(server, "appends", None), "appender", None),
                                 lambda: getattr(server, "lineage", None))
@@ -122,8 +134,6 @@ class FlightSqlService:
             raise errors.InvalidArgument(f"malformed Flight SQL command: {exc}") from None
         if isinstance(cmd, _UNSUPPORTED_COMMANDS):
             raise errors.Unimplemented(f"{type(cmd).__name__} is not supported")
-        if getattr(cmd, "transaction_id", None):
-            raise errors.Unimplemented("transactions are not supported (every statement commits on its own)")
         return cmd
 
     def _descriptor_command(self, descriptor: flight.FlightDescriptor) -> p.Message:
@@ -154,32 +164,40 @@ class FlightSqlService:
             return self.changes.flight_info(descriptor, ChangeRequest.parse(descriptor.command), target, most,
                                             self._locations)
         cmd = self._descriptor_command(descriptor)
-        total_records = -1
         if isinstance(cmd, (p.CommandStatementQuery, p.CommandPreparedStatementQuery)):
             if isinstance(cmd, p.CommandStatementQuery):
-                sql, default_schema, params = cmd.query, None, None
+                sql, default_schema, params, txn_id = cmd.query, None, None, cmd.transaction_id
             else:
                 prepared = self.handles.open_prepared(cmd.prepared_statement_handle)
                 sql, default_schema, params = prepared.sql, prepared.default_schema, prepared.params
-            call = _recognised(sql, params)
-            if call is not None:
-                principal = self.server.authorize(context, roles.SQL_STATEMENTS[f"icefloe.{call.function}"])
-                target, most = self._scan_options(context)
-                return self.calls.flight_info(context, descriptor, call, sql, principal, target, most,
-                                              self._locations)
-            handle = self._logged_plan(context, sql, default_schema, params)
-            if handle.written is not None:
-                # A write sent as a query ran here, at GetFlightInfo; the result is its row count.
-                total_records = handle.written
-            rows = param_rows(handle.params)
-            schema, _ = self.engine.describe(handle.sql, handle.pins, handle.default_schema, rows[0] if rows else None)
-            schema = self._annotated(schema, handle)
-            endpoints = [self._endpoint(p.TicketStatementQuery(self.handles.statement(h)).pack())
-                         for h in self._endpoints(context, handle)]
-        else:
-            schema = self._metadata_schema(context, cmd)
-            ticket = p.TicketStatementQuery(self.handles.metadata(descriptor.command)).pack()
-            endpoints = [self._endpoint(ticket)]
+                txn_id = prepared.transaction_id
+            with self._in_transaction(context, txn_id, sql):
+                return self._statement_info(context, descriptor, sql, default_schema, params)
+        schema = self._metadata_schema(context, cmd)
+        ticket = p.TicketStatementQuery(self.handles.metadata(descriptor.command)).pack()
+        # Several endpoints are disjoint parts of one scan, in no particular order.
+        return flight.FlightInfo(schema, descriptor, [self._endpoint(ticket)], -1, -1, ordered=False)
+
+    def _statement_info(
+        self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor, sql: str,
+        default_schema: tuple[str, ...] | None, params: pa.RecordBatch | None,
+    ) -> flight.FlightInfo:
+        total_records = -1
+        call = _recognised(sql, params)
+        if call is not None:
+            principal = self.server.authorize(context, roles.SQL_STATEMENTS[f"icefloe.{call.function}"])
+            target, most = self._scan_options(context)
+            return self.calls.flight_info(context, descriptor, call, sql, principal, target, most,
+                                          self._locations)
+        handle = self._logged_plan(context, sql, default_schema, params)
+        if handle.written is not None:
+            # A write sent as a query ran here, at GetFlightInfo; the result is its row count.
+            total_records = handle.written
+        rows = param_rows(handle.params)
+        schema, _ = self.engine.describe(handle.sql, handle.pins, handle.default_schema, rows[0] if rows else None)
+        schema = self._annotated(schema, handle)
+        endpoints = [self._endpoint(p.TicketStatementQuery(self.handles.statement(h)).pack())
+                     for h in self._endpoints(context, handle)]
         # Several endpoints are disjoint parts of one scan, in no particular order.
         return flight.FlightInfo(schema, descriptor, endpoints, total_records, -1, ordered=False)
 
@@ -242,12 +260,20 @@ class FlightSqlService:
         self.server.authorize(context, roles.SQL_STATEMENTS["query"])
         if default_schema is None:
             default_schema = self.default_schema(context)
+        if _CONTROL.match(sql):
+            self._control(context, sql)
+            handle = StatementHandle("SELECT CAST(0 AS BIGINT) AS count", default_schema, [], None)
+            handle.written = 0
+            return handle
         if self.engine.classify(sql) == Kind.WRITE:
             count = self._write(context, sql, default_schema, params)
             handle = StatementHandle(f"SELECT CAST({count} AS BIGINT) AS count", default_schema, [], None)
             handle.written = count
             return handle
         sql, pins = self.engine.plan(sql, default_schema, context)
+        txn = _ACTIVE.get()
+        if txn is not None:
+            pins = self.transactions.pin(txn, pins)
         return StatementHandle(sql, default_schema, pins, params)
 
     def _logged_plan(
@@ -296,8 +322,13 @@ class FlightSqlService:
         rows = bound_rows(params)
         if rows is not None and not rows:
             return 0  # a batch of zero parameter rows runs nothing
+        txn = _ACTIVE.get()
+        catalog = None
+        if txn is not None and _is_data_change(sql, txn, default_schema):
+            catalog = self.transactions.catalog_for(txn)
         return self.writer.run(sql, default_schema, rows[0] if rows else None, principal,
-                               lambda role: self.server.authorize(context, role), context=context, param_rows=rows)
+                               lambda role: self.server.authorize(context, role), context=context, param_rows=rows,
+                               catalog=catalog)
 
     def _metadata_schema(self, context: flight.ServerCallContext, cmd: p.Message) -> pa.Schema:
         self.server.authorize(context, roles.FLIGHT_COMMANDS["metadata"])
@@ -424,19 +455,21 @@ class FlightSqlService:
             result = p.DoPutPreparedStatementResult(prepared_statement_handle=self.handles.prepared(prepared))
             writer.write(pa.py_buffer(result.encode()))
         elif isinstance(cmd, p.CommandStatementUpdate):
-            if cmd.transaction_id:
-                raise errors.Unimplemented("transactions are not supported")
-            count = self._update(context, cmd.query, None, None)
+            with self._in_transaction(context, cmd.transaction_id, cmd.query):
+                count = self._update(context, cmd.query, None, None)
             writer.write(pa.py_buffer(p.DoPutUpdateResult(record_count=count).encode()))
         elif isinstance(cmd, p.CommandPreparedStatementUpdate):
             prepared = self.handles.open_prepared(cmd.prepared_statement_handle)
             params = read_parameters(reader)
             if params is None:
                 params = prepared.params
-            count = self._update(context, prepared.sql, prepared.default_schema, params)
+            with self._in_transaction(context, prepared.transaction_id, prepared.sql):
+                count = self._update(context, prepared.sql, prepared.default_schema, params)
             writer.write(pa.py_buffer(p.DoPutUpdateResult(record_count=count).encode()))
         elif isinstance(cmd, p.CommandStatementIngest):
-            count = self._ingest(context, cmd, reader)
+            tid = cmd.transaction_id or self._adbc_ingest_transaction(context)
+            with self._in_transaction(context, tid, None):
+                count = self._ingest(context, cmd, reader, implicit=not cmd.transaction_id)
             writer.write(pa.py_buffer(p.DoPutUpdateResult(record_count=count).encode()))
         else:
             raise errors.InvalidArgument(f"{type(cmd).__name__} is not valid for DoPut")
@@ -446,6 +479,9 @@ class FlightSqlService:
         params: pa.RecordBatch | None,
     ) -> int:
         principal = self.server.authorize(context, roles.FLIGHT_COMMANDS["statement-update"])
+        if _CONTROL.match(sql):
+            self._control(context, sql)
+            return 0
         call = _recognised(sql, params)
         if call is not None and call.writes:
             return calls.rows_of(self.calls.run(context, call, sql, principal))
@@ -453,8 +489,105 @@ class FlightSqlService:
             raise errors.InvalidArgument("this statement is a query; execute it with GetFlightInfo/DoGet")
         return self._write(context, sql, default_schema, params)
 
-    def _ingest(self, context: flight.ServerCallContext, cmd: p.CommandStatementIngest, reader: Any) -> int:
+    def _ingest(self, context: flight.ServerCallContext, cmd: p.CommandStatementIngest, reader: Any,
+                implicit: bool = False) -> int:
+        txn = _ACTIVE.get()
+        if txn is not None:
+            staged = transactional_ingest(self.server, context, cmd, self.default_schema(context), reader,
+                                          self.transactions.catalog_for(txn), implicit)
+            if staged is not None:
+                return staged
         return ingest(self.server, context, cmd, self.default_schema(context), reader)
+
+    def _adbc_ingest_transaction(self, context: flight.ServerCallContext) -> bytes | None:
+        """The transaction an ADBC connection's ingest belongs to.
+
+        The ADBC Flight SQL driver (Go, 1.13) begins a transaction when autocommit is off and
+        sends its id with statements, but not with ``adbc_ingest``: without this, an ingest
+        would land at once and a rollback would keep it. Its calls come over the connection's
+        own gRPC channel, so the transaction that channel (peer address) began, for the same
+        user, is the one it means. Only for that driver (by its user agent): other clients
+        send the id they mean.
+        """
+        agents = call_headers(context, "user-agent")
+        if not agents or not agents[-1].startswith(ADBC_USER_AGENT):
+            return None
+        return self.transactions.by_peer(context.peer(), self.server.principal_name(context))
+
+    # -- transactions ----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _in_transaction(self, context: flight.ServerCallContext, sealed: bytes | None,
+                        sql: str | None) -> Iterator[Transaction | None]:
+        """Run the block inside the transaction ``sealed`` names, else the session's (SQL BEGIN),
+        else none. Transaction control statements run outside (they begin / end it)."""
+        if sql is not None and _CONTROL.match(sql):
+            if sealed:
+                raise errors.FailedPrecondition(
+                    "this statement controls transactions, but it was sent inside one the driver manages; "
+                    "use the driver's commit() / rollback() (EndTransaction)"
+                )
+            yield None
+            return
+        if not sealed:
+            session = self.sessions.get(context)
+            sealed = session.transaction if session is not None else None
+        if not sealed:
+            yield None
+            return
+        principal = self.server.principal_name(context)
+        with self.transactions.using(sealed, principal) as txn:
+            token = _ACTIVE.set(txn)
+            try:
+                yield txn
+            finally:
+                _ACTIVE.reset(token)
+
+    def _control(self, context: flight.ServerCallContext, sql: str) -> None:
+        """SQL ``BEGIN`` / ``COMMIT`` / ``ROLLBACK``: a transaction of the caller's session."""
+        verb = sql.strip().split()[0].rstrip(";").upper()
+        principal = self.server.principal_name(context)
+        session = self.sessions.get(context, create=True)
+        if verb in ("BEGIN", "START"):
+            self.server.authorize(context, roles.action_role("BeginTransaction"))
+            if session is None:
+                raise errors.FailedPrecondition(
+                    "BEGIN needs a session (a bearer token or the session cookie) to keep the transaction in; "
+                    "use the driver's transaction API (autocommit off) instead"
+                )
+            if session.transaction is not None:
+                with contextlib.suppress(errors.IcefloeError):
+                    self.transactions.get(session.transaction, principal)
+                    raise errors.FailedPrecondition("a transaction is already open in this session; "
+                                                    "COMMIT or ROLLBACK it first")
+            session.transaction = self.transactions.begin(principal)  # (no peer: bound to the session)
+            return
+        self.server.authorize(context, roles.action_role("EndTransaction"))
+        sealed = session.transaction if session is not None else None
+        if sealed is None:
+            return  # as in PostgreSQL: COMMIT / ROLLBACK outside a transaction changes nothing
+        assert session is not None
+        session.transaction = None
+        if verb in ("COMMIT", "END"):
+            self.transactions.commit(sealed, principal)
+        else:
+            self.transactions.rollback(sealed, principal)
+
+    def _begin_transaction(self, context: flight.ServerCallContext) -> bytes:
+        principal = self.server.authorize(context, roles.action_role("BeginTransaction"))
+        sealed = self.transactions.begin(principal, peer=context.peer())
+        return p.ActionBeginTransactionResult(transaction_id=sealed).pack()
+
+    def _end_transaction(self, context: flight.ServerCallContext, req: p.ActionEndTransactionRequest) -> None:
+        principal = self.server.authorize(context, roles.action_role("EndTransaction"))
+        if not req.transaction_id:
+            raise errors.InvalidArgument("EndTransaction needs a transaction_id")
+        if req.action == p.END_TRANSACTION_COMMIT:
+            self.transactions.commit(req.transaction_id, principal)
+        elif req.action == p.END_TRANSACTION_ROLLBACK:
+            self.transactions.rollback(req.transaction_id, principal)
+        else:
+            raise errors.InvalidArgument("EndTransaction action must be END_TRANSACTION_COMMIT or _ROLLBACK")
 
     # -- DoAction ----------------------------------------------------------------------------
 
@@ -472,6 +605,12 @@ class FlightSqlService:
                 self.server.authorize(context, roles.action_role("ClosePreparedStatement"))
                 req = p.ActionClosePreparedStatementRequest.unpack(body)
                 self.handles.open_prepared(req.prepared_statement_handle)  # validate; nothing to free
+                return iter([])
+            if kind == "BeginTransaction":
+                p.ActionBeginTransactionRequest.unpack(body)
+                return iter([self._begin_transaction(context)])
+            if kind == "EndTransaction":
+                self._end_transaction(context, p.ActionEndTransactionRequest.unpack(body))
                 return iter([])
             if kind == "SetSessionOptions":
                 return iter([self._set_session_options(context, p.SetSessionOptionsRequest.decode(body))])
@@ -492,8 +631,15 @@ class FlightSqlService:
     def _create_prepared(self, context: flight.ServerCallContext, req: p.ActionCreatePreparedStatementRequest) -> bytes:
         self.server.authorize(context, roles.action_role("CreatePreparedStatement"))
         if req.transaction_id:
-            raise errors.Unimplemented("transactions are not supported")
+            # Checked now (signed, this caller's, open) and carried in the handle for its runs.
+            self.transactions.get(req.transaction_id, self.server.principal_name(context))
         default_schema = self.default_schema(context)
+        if _CONTROL.match(req.query):
+            # BEGIN / COMMIT / ROLLBACK: an update with no parameters (run by its DoPut).
+            return p.ActionCreatePreparedStatementResult(
+                self.handles.prepared(PreparedHandle(req.query, default_schema, is_query=False)), b"", b"",
+                is_update=True,
+            ).pack()
         call = calls.recognise(req.query, bound=False)
         if call is not None:
             # Queries both: a commit / abort answers its one row (runs at GetFlightInfo, or as an
@@ -509,7 +655,8 @@ class FlightSqlService:
         if kind == Kind.WRITE:
             # No dataset schema: that is how JDBC knows it is an update. Each parameter is typed
             # by the column or expression it fills (sqlwrite.params), so JDBC's setInt binds.
-            handle = PreparedHandle(req.query, default_schema, is_query=False)
+            handle = PreparedHandle(req.query, default_schema, is_query=False,
+                                    transaction_id=req.transaction_id or None)
             params = write_parameter_schema(req.query, default_schema, self.server.catalog)
             result = p.ActionCreatePreparedStatementResult(
                 self.handles.prepared(handle), b"", _ipc(params) if len(params) else b"", is_update=True
@@ -519,7 +666,8 @@ class FlightSqlService:
             schema, params = self.engine.describe(sql, pins, default_schema)
             params = client_parameter_schema(params)
             schema = md.annotate(schema, self.engine.column_origins(sql, pins, default_schema))
-            handle = PreparedHandle(req.query, default_schema, is_query=True)
+            handle = PreparedHandle(req.query, default_schema, is_query=True,
+                                    transaction_id=req.transaction_id or None)
             result = p.ActionCreatePreparedStatementResult(
                 self.handles.prepared(handle), _ipc(schema), _ipc(params), is_update=False
             )
@@ -601,3 +749,75 @@ def _check_parameter_count(sql: str, params: pa.RecordBatch | None) -> None:
         raise errors.InvalidArgument(
             f"the statement has {expected} parameter(s) but {params.num_columns} value(s) per row were bound"
         )
+
+
+def _is_data_change(sql: str, txn: Transaction, default_schema: tuple[str, ...] | None) -> bool:
+    """True for a data change (staged in the transaction); False for DDL, which is not part of
+    a transaction: it lands at once, as with autocommit (SqlInfo says DDL neither commits the
+    transaction nor is ignored). ADBC connections are in a transaction whenever autocommit is
+    off, so refusing DDL there would refuse it to every default DB-API connection. DDL on a
+    table the transaction wrote is refused: it would change what the staged writes are based on.
+    """
+    from sqlglot import exp
+
+    from flight_server.sqlwrite.parse import parse, table_name
+
+    tree = parse(sql)
+    if isinstance(tree, (exp.Insert, exp.Delete, exp.Update, exp.TruncateTable)):
+        return True
+    nodes = list(tree.args.get("tables") or []) + [tree.this]
+    for node in nodes:
+        node = node.this if isinstance(node, exp.Schema) else node
+        if not isinstance(node, exp.Table):
+            continue
+        try:
+            target = tuple(table_name(node, default_schema).identifier)
+        except errors.IcefloeError:
+            continue  # the DDL handler names the bad name itself
+        if target in txn.tables:
+            raise errors.FailedPrecondition(
+                f"table {'.'.join(target)} has uncommitted writes in this transaction; COMMIT or ROLLBACK "
+                "before changing or dropping it"
+            )
+    return False
+
+
+def transactional_ingest(server: IcefloeServer, context: flight.ServerCallContext, cmd: p.CommandStatementIngest,
+                         namespace: tuple[str, ...], reader: Any, catalog: Any, implicit: bool) -> int | None:
+    """``adbc_ingest`` inside a transaction: the rows are staged in it (appends to existing
+    tables). An ingest that creates or replaces a table is DDL: refused when the client named
+    the transaction, run at once (None: not handled here) when it was the driver's implicit one
+    (as DDL statements are, see ``_is_data_change``)."""
+    from catalog.context import commit_context
+    from flight_server.flightsql.ingest import ingest_mode
+    from flight_server.sqlwrite.commit import commit_once
+    from flight_server.sqlwrite.rows import conform
+
+    server.authorize(context, roles.FLIGHT_COMMANDS["statement-ingest"])
+    opts = cmd.table_definition_options or p.TableDefinitionOptions()
+    mode = ingest_mode(opts.if_not_exist, opts.if_exists)
+    ns = split_namespace(cmd.schema) if cmd.schema else namespace
+    identifier = (*ns, cmd.table)
+    exists = server.catalog.table_exists(identifier)
+    if mode not in ("append", "create_append") or not exists or cmd.temporary:
+        if implicit:
+            return None
+        raise errors.FailedPrecondition(
+            "inside a transaction, ingest appends to an existing table (mode append); creating or replacing "
+            "tables is DDL and not part of a transaction"
+        )
+    table = catalog.load_table(identifier)
+    data = pa.Table.from_batches(list(server.appends._batches(reader, context)), schema=reader.schema)
+    what = f"ingest into {'.'.join(identifier)}"
+    names = [f.name for f in table.schema().fields]
+    missing = [n for n in names if n not in data.column_names]
+    if missing or len(data.column_names) != len(names):
+        raise errors.InvalidArgument(f"{what}: the stream's columns {data.column_names} do not match {names}")
+    rows = conform(data.select(names), table.schema(), names, what)
+    if rows.num_rows == 0:
+        return 0
+    with commit_context(extra={"sql": f"-- {what}"}):
+        txn = table.transaction()
+        txn.append(rows)
+        commit_once(txn)
+    return int(rows.num_rows)

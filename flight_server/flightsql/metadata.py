@@ -111,6 +111,10 @@ SQL_IDENTIFIER_CASE, SQL_IDENTIFIER_QUOTE_CHAR, SQL_QUOTED_IDENTIFIER_CASE = 503
 SQL_ALL_TABLES_ARE_SELECTABLE, SQL_NULL_ORDERING, SQL_KEYWORDS = 506, 507, 508
 SQL_SEARCH_STRING_ESCAPE, SQL_SUPPORTS_COLUMN_ALIASING = 513, 515
 SQL_SCHEMA_TERM, SQL_CATALOG_TERM, SQL_CATALOG_AT_START = 529, 531, 532
+SQL_DEFAULT_TRANSACTION_ISOLATION, SQL_TRANSACTIONS_SUPPORTED = 562, 563
+SQL_SUPPORTED_TRANSACTIONS_ISOLATION_LEVELS = 564
+SQL_DATA_DEFINITION_CAUSES_TRANSACTION_COMMIT, SQL_DATA_DEFINITIONS_IN_TRANSACTIONS_IGNORED = 565, 566
+_REPEATABLE_READ = 3  # SqlTransactionIsolationLevel: tables read at the snapshot first seen
 
 _STRING, _BOOL, _BIGINT, _BITMASK, _STRING_LIST = 0, 1, 2, 3, 4
 
@@ -123,10 +127,11 @@ def sql_info_values() -> dict[int, tuple[int, Any]]:
         SERVER_READ_ONLY: (_BOOL, False),
         SERVER_SQL: (_BOOL, True),
         SERVER_SUBSTRAIT: (_BOOL, False),
-        SERVER_TRANSACTION: (_BITMASK, 0),  # SqlSupportedTransaction NONE
+        # SqlSupportedTransaction TRANSACTION (no savepoints): flight_server.transactions
+        SERVER_TRANSACTION: (_BITMASK, 1),
         SERVER_CANCEL: (_BOOL, False),
         SERVER_BULK_INGESTION: (_BOOL, True),
-        SERVER_INGEST_TRANSACTIONS: (_BOOL, False),
+        SERVER_INGEST_TRANSACTIONS: (_BOOL, True),  # ingest into existing tables inside a transaction
         SERVER_STATEMENT_TIMEOUT: (_BITMASK, 0),  # stateless handles never time out
         SERVER_TRANSACTION_TIMEOUT: (_BITMASK, 0),
         SQL_DDL_CATALOG: (_BOOL, False),
@@ -143,6 +148,13 @@ def sql_info_values() -> dict[int, tuple[int, Any]]:
         SQL_SCHEMA_TERM: (_STRING, "schema"),
         SQL_CATALOG_TERM: (_STRING, "catalog"),
         SQL_CATALOG_AT_START: (_BOOL, True),
+        SQL_DEFAULT_TRANSACTION_ISOLATION: (_BIGINT, _REPEATABLE_READ),
+        SQL_TRANSACTIONS_SUPPORTED: (_BOOL, True),
+        SQL_SUPPORTED_TRANSACTIONS_ISOLATION_LEVELS: (_BITMASK, 1 << _REPEATABLE_READ),
+        # DDL inside a transaction lands at once, outside it: it neither commits the transaction's
+        # staged writes nor is ignored (flightsql.dispatcher._is_data_change).
+        SQL_DATA_DEFINITION_CAUSES_TRANSACTION_COMMIT: (_BOOL, False),
+        SQL_DATA_DEFINITIONS_IN_TRANSACTIONS_IGNORED: (_BOOL, False),
     }
 
 

@@ -520,6 +520,16 @@ class ActionBeginTransactionRequest(Message):
 
 
 @dataclass
+class ActionBeginTransactionResult(Message):
+    transaction_id: bytes = b""
+    FIELDS = (F(1, "transaction_id", "bytes"),)
+
+
+# ActionEndTransactionRequest.action (EndTransaction enum)
+END_TRANSACTION_UNSPECIFIED, END_TRANSACTION_COMMIT, END_TRANSACTION_ROLLBACK = 0, 1, 2
+
+
+@dataclass
 class ActionBeginSavepointRequest(Message):
     transaction_id: bytes = b""
     name: str = ""

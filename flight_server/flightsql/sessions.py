@@ -28,6 +28,8 @@ MIDDLEWARE_KEY = "icefloe-session"
 @dataclass
 class Session:
     options: dict[str, Any] = field(default_factory=dict)
+    # The sealed id of the transaction SQL ``BEGIN`` opened in this session (flight_server.transactions).
+    transaction: bytes | None = None
     last_used: float = field(default_factory=time.monotonic)
 
 

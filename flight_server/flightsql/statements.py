@@ -149,14 +149,19 @@ class PreparedHandle:
     default_schema: tuple[str, ...] | None
     is_query: bool
     params: pa.RecordBatch | None = None
+    # The sealed transaction id it was prepared in (runs of it belong to that transaction;
+    # the id is verified again, against the caller, at every run).
+    transaction_id: bytes | None = None
 
     def body(self) -> bytes:
-        body = {
+        body: dict[str, Any] = {
             "q": self.sql,
             "s": list(self.default_schema) if self.default_schema else None,
             "k": "query" if self.is_query else "update",
             "v": _encode_params(self.params),
         }
+        if self.transaction_id:
+            body["x"] = self.transaction_id.decode("ascii")
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -168,6 +173,7 @@ class PreparedHandle:
                 tuple(raw["s"]) if raw.get("s") else None,
                 raw.get("k") == "query",
                 _decode_params(raw.get("v")),
+                str(raw["x"]).encode("ascii") if raw.get("x") else None,
             )
         except (KeyError, TypeError, ValueError, pa.ArrowException):
             raise errors.InvalidArgument("malformed prepared statement handle") from None

@@ -89,17 +89,22 @@ class SqlWriter:
     def run(
         self, sql: str, default_schema: tuple[str, ...] | None, params: list[Any] | None,
         principal: str | None, authorize: Any, context: Any = None, param_rows: list[list[Any]] | None = None,
+        catalog: Any = None,
     ) -> int:
         """Execute one write statement; returns the number of rows it affected (0 for DDL).
 
         ``param_rows``: several parameter rows (a JDBC batch). An INSERT appends the rows of
         all of them in one commit; any other statement runs once per row, a commit each.
+        ``catalog``: a transaction's catalog (``flight_server.transactions``): the commit is
+        staged there, so the group-commit appender (which lands at once) is not used.
         """
         tree = parse(sql)
         if param_rows is not None and len(param_rows) > 1 and not isinstance(tree, exp.Insert):
-            return sum(self.run(sql, default_schema, row, principal, authorize, context) for row in param_rows)
-        appender = self._appender() if self._appender is not None else None
-        write = Write(sql, tree, self.engine, self.catalog, principal, default_schema, params, context, authorize,
+            return sum(self.run(sql, default_schema, row, principal, authorize, context, catalog=catalog)
+                       for row in param_rows)
+        appender = self._appender() if self._appender is not None and catalog is None else None
+        target_catalog = catalog if catalog is not None else self.catalog
+        write = Write(sql, tree, self.engine, target_catalog, principal, default_schema, params, context, authorize,
                       appender, param_rows=param_rows if param_rows is not None and len(param_rows) > 1 else None)
         handler = _handler(tree)
         with self._tracked(tree, sql, default_schema, principal):

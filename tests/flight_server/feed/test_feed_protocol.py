@@ -32,6 +32,8 @@ CONTRACT_SCHEMA = pa.schema(
         # DESIGN.md "Row-level deletes": events gain data_change (and removed_files).
         pa.field("data_change", pa.bool_()),
         pa.field("removed_files", pa.int64()),
+        # Flight SQL transactions: the commits of one transaction share its id.
+        pa.field("transaction_id", pa.utf8()),
     ]
 )
 

@@ -1,6 +1,6 @@
 """ADBC's own Go validation suites (database, connection, statement) against a real server,
 through the Flight SQL ADBC Go driver. The Go test lives in ``adbc_go_validation/``; its quirks
-declare what icefloe supports (no transactions, no statistics) and the suites check the rest."""
+declare what icefloe supports (transactions, no statistics) and the suites check the rest."""
 
 from __future__ import annotations
 

@@ -69,9 +69,9 @@ def status_of(fn: object, *args: object) -> tuple[grpc.StatusCode, str]:
         (any_of("CommandStatementQuery", b"\x0a\x10abc"), grpc.StatusCode.INVALID_ARGUMENT),  # truncated
         (any_of("CommandStatementQuery", field_bytes(1, b"\xc3\x28")), grpc.StatusCode.INVALID_ARGUMENT),  # bad utf-8
         (any_of("CommandStatementSubstraitPlan"), grpc.StatusCode.UNIMPLEMENTED),
-        (
+        (  # transactions are supported; an unsigned transaction id is refused like any handle
             any_of("CommandStatementQuery", field_bytes(1, b"SELECT 1") + field_bytes(2, b"txn")),
-            grpc.StatusCode.UNIMPLEMENTED,
+            grpc.StatusCode.INVALID_ARGUMENT,
         ),
         (any_of("CommandStatementUpdate", field_bytes(1, b"SELECT 1")), grpc.StatusCode.INVALID_ARGUMENT),
         (statement_query("SELEC 1"), grpc.StatusCode.INVALID_ARGUMENT),
@@ -118,7 +118,14 @@ def test_bad_tickets_are_invalid_argument(channel: grpc.Channel, ticket: bytes) 
             any_of("ActionClosePreparedStatementRequest", field_bytes(1, b"x")),
             grpc.StatusCode.INVALID_ARGUMENT,
         ),
-        ("BeginTransaction", any_of("ActionBeginTransactionRequest"), grpc.StatusCode.UNIMPLEMENTED),
+        ("BeginTransaction", b"\xff", grpc.StatusCode.INVALID_ARGUMENT),
+        (  # an unsigned transaction id
+            "EndTransaction",
+            any_of("ActionEndTransactionRequest", field_bytes(1, b"x")),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        ("EndTransaction", any_of("ActionEndTransactionRequest"), grpc.StatusCode.INVALID_ARGUMENT),
+        ("BeginSavepoint", b"", grpc.StatusCode.UNIMPLEMENTED),
         ("CreatePreparedSubstraitPlan", b"", grpc.StatusCode.UNIMPLEMENTED),
         ("CancelQuery", b"", grpc.StatusCode.UNIMPLEMENTED),
     ],

@@ -25,7 +25,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with serving(tmp_path_factory.mktemp("history") / "wh", ["--metrics-port", "0", "--demo"]) as proc:
         for i in range(6):
             do_put(proc.location, ("demo", "cities"), city_rows(1, first_id=500 + i))
-        with flightsql.connect(proc.location) as conn, conn.cursor() as cur:
+        with flightsql.connect(proc.location, autocommit=True) as conn, conn.cursor() as cur:
             cur.execute("DELETE FROM demo.floe_sightings WHERE city_id IN (3, 5)")
         client = flight.FlightClient(proc.location)
         body = json.dumps({"table": "demo.cities", "orphan_grace_s": 3600}).encode()

@@ -45,7 +45,7 @@ def worked_server(tmp_path: Path) -> Iterator[tuple[ServerProcess, dict[str, int
         for i in range(4):
             answer = do_put(server.location, ("demo", "cities"), city_rows(2, first_id=100 + 10 * i))
             seqs[f"put{i}"] = answer["commit_seq"]
-        with flightsql.connect(server.location) as conn, conn.cursor() as cur:
+        with flightsql.connect(server.location, autocommit=True) as conn, conn.cursor() as cur:
             cur.execute("DELETE FROM demo.floe_sightings WHERE city_id IN (3, 5)")
             assert cur.rowcount in (-1, 120)
             cur.execute("SELECT count(*) FROM demo.floe_sightings")

@@ -52,7 +52,7 @@ func (q *icefloeQuirks) SupportsGetSetOptions() bool           { return true }
 func (q *icefloeQuirks) SupportsExecuteSchema() bool           { return true }
 func (q *icefloeQuirks) SupportsPartitionedData() bool         { return true }
 func (q *icefloeQuirks) SupportsStatistics() bool              { return false }
-func (q *icefloeQuirks) SupportsTransactions() bool            { return false }
+func (q *icefloeQuirks) SupportsTransactions() bool            { return true }
 func (q *icefloeQuirks) SupportsGetParameterSchema() bool      { return true }
 func (q *icefloeQuirks) SupportsDynamicParameterBinding() bool { return true }
 
