@@ -46,6 +46,17 @@ def main() -> None:
 @main.command()
 @click.option("--warehouse", envvar="ICEFLOE_WAREHOUSE", default="./warehouse", show_default=True,
               help="Warehouse folder (or s3:// URI) holding catalog.rocksdb and the tables.")
+@click.option("--catalog-path", envvar="ICEFLOE_CATALOG_PATH", default=None,
+              help="Local folder of the RocksDB catalog (required with an s3:// warehouse).")
+@click.option("--s3-endpoint", envvar="ICEFLOE_S3_ENDPOINT", default=None,
+              help="S3 endpoint URL (http(s)://HOST:PORT) of an S3-compatible store; default: AWS.")
+@click.option("--s3-region", envvar="ICEFLOE_S3_REGION", default=None,
+              help="S3 region (default: AWS_REGION, else us-east-1 with --s3-endpoint).")
+@click.option("--s3-path-style", envvar="ICEFLOE_S3_PATH_STYLE", is_flag=True, default=False,
+              help="Path-style S3 requests (http://HOST/BUCKET/KEY) instead of virtual hosts.")
+@click.option("--s3-credentials-file", envvar="ICEFLOE_S3_CREDENTIALS_FILE", default=None,
+              help="AWS credentials file (INI, profile AWS_PROFILE or default); default: AWS_ACCESS_KEY_ID / "
+                   "AWS_SECRET_ACCESS_KEY.")
 @click.option("--host", envvar="ICEFLOE_HOST", default="127.0.0.1", show_default=True)
 @click.option("--port", envvar="ICEFLOE_PORT", default=31337, show_default=True, type=int,
               help="TCP port; 0 picks a free one (the readiness line names it).")
@@ -108,12 +119,13 @@ def serve(**options: object) -> None:
     """Serve the warehouse over Arrow Flight SQL."""
     config = Config(**options)  # type: ignore[arg-type]
     configure_logging(config.log_level, config.log_format)
+    from catalog.object_store import StorageConfigError
     from flight_server.server import serve as run
     from flight_server.users import SecurityConfigError
 
     try:
         run(config)
-    except SecurityConfigError as exc:
+    except (SecurityConfigError, StorageConfigError) as exc:
         raise click.ClickException(str(exc)) from None
 
 

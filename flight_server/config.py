@@ -9,6 +9,13 @@ from dataclasses import dataclass
 @dataclass
 class Config:
     warehouse: str = "./warehouse"
+    # An s3:// warehouse: where the RocksDB catalog of record lives (local disk), and how to
+    # reach the bucket (catalog.object_store.S3Settings; keys from the AWS variables or a file).
+    catalog_path: str | None = None
+    s3_endpoint: str | None = None
+    s3_region: str | None = None
+    s3_path_style: bool = False
+    s3_credentials_file: str | None = None
     host: str = "127.0.0.1"
     port: int = 31337
     users_file: str | None = None
@@ -80,6 +87,32 @@ class Config:
     @property
     def location(self) -> str:
         return f"{self.scheme}://{self.host}:{self.port}"
+
+    def catalog_properties(self) -> dict[str, str]:
+        """``RocksCatalog`` properties for the warehouse (FileIO settings of an S3 one).
+
+        Raises:
+            catalog.object_store.StorageConfigError: Bad or missing object-store settings.
+        """
+        from catalog.object_store import S3Settings, StorageConfigError, is_object_store
+
+        props = {"warehouse": self.warehouse}
+        if self.catalog_path:
+            props["catalog-path"] = os.path.abspath(self.catalog_path)
+        if not is_object_store(self.warehouse):
+            if self.s3_endpoint or self.s3_credentials_file:
+                raise StorageConfigError("--s3-* settings need an s3:// --warehouse")
+            return props
+        if not self.catalog_path:
+            raise StorageConfigError("an s3:// --warehouse needs --catalog-path (a local folder for the catalog)")
+        settings = S3Settings.resolve(self.s3_endpoint, self.s3_region, self.s3_path_style, self.s3_credentials_file)
+        return {**props, **settings.io_properties()}
+
+    @property
+    def key_folder(self) -> str:
+        """Where the signing keys live: the warehouse folder, or the catalog folder of an
+        object-store warehouse (shared by the servers of that catalog)."""
+        return self.catalog_path if self.catalog_path and "://" in self.warehouse else self.warehouse
 
     @property
     def warehouse_path(self) -> str:

@@ -32,6 +32,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from catalog.lru import LockedLRU
+from catalog.object_store import filesystem
 from catalog.sandbox import confine
 from flight_server.engine.splits import ScanUnit, assign, scan_units
 
@@ -93,7 +94,8 @@ class IcebergSources:
         files = self.data_files(table, snapshot_id, row_filter)
         if not files:  # an empty table, or every file pruned by the row filter
             return [_identity_part(arrow_schema.empty_table())]
-        fs, _ = pafs.FileSystem.from_uri(files[0][0])
+        # The table's own S3 settings (endpoint, keys): from_uri would know neither.
+        fs = filesystem(table.io, files[0][0])
         # path -> row groups to read (None: the whole file), in manifest order.
         chosen: dict[str, list[int] | None] = {}
         if split is None:
@@ -169,7 +171,7 @@ class IcebergSources:
         if not paths:
             empty = arrow_schema.empty_table().append_column("__icefloe_file", pa.array([], pa.int64()))
             return [SourcePart(ds.dataset(empty), f"{names}, __icefloe_file")]
-        fs, _ = pafs.FileSystem.from_uri(paths[0])
+        fs = filesystem(table.io, paths[0])
         parts = []
         for index, path in enumerate(paths):
             lpath = _fs_path(path)
