@@ -184,3 +184,23 @@ def storage_failure(exc: BaseException) -> str | None:
     if match is None:
         return None
     return f"the object store failed a request ({match.group(1)}); nothing was committed by it, retry later"
+
+
+# What an engine needs to reach the bucket, as Iceberg's property names (pyiceberg reads the
+# s3.* ones, Iceberg-Java's S3FileIO reads s3.* and client.region). The server's own tuning
+# (retry strategy class, timeouts) stays out: an engine in another language cannot load it.
+_CLIENT_KEYS = ("s3.endpoint", "s3.region", "s3.access-key-id", "s3.secret-access-key", "s3.session-token",
+                "s3.force-virtual-addressing")
+
+
+def client_config(io_properties: Mapping[str, str], warehouse: str) -> dict[str, str]:
+    """The storage settings (and static credentials) the REST catalog hands engines for the
+    tables of ``warehouse``: empty for a local warehouse."""
+    if not is_object_store(warehouse):
+        return {}
+    config = {key: io_properties[key] for key in _CLIENT_KEYS if io_properties.get(key)}
+    if "s3.force-virtual-addressing" in config:
+        config["s3.path-style-access"] = "false" if config["s3.force-virtual-addressing"] == "true" else "true"
+    if "s3.region" in config:
+        config["client.region"] = config["s3.region"]
+    return config

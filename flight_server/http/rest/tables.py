@@ -19,6 +19,7 @@ from pyiceberg.table.update import AddSnapshotUpdate, TableRequirement, TableUpd
 from starlette.responses import JSONResponse, Response
 
 from catalog.context import commit_context
+from catalog.object_store import client_config
 from flight_server.http.rest.errors import bad_request, validation_message
 from flight_server.http.rest.updates import Locations, check_schema_policy, parse_requirements, parse_updates
 from flight_server.http.rest.wire import Call, checked_name, identifier_from_json, page, properties_from_json
@@ -31,9 +32,15 @@ logger = logging.getLogger("icefloe.http.rest")
 MAX_TRANSACTION_TABLES = 100
 
 
-def _metadata_body(location: str | None, metadata: TableMetadata) -> Response:
+def _metadata_body(location: str | None, metadata: TableMetadata, config: dict[str, str] | None = None) -> Response:
     # pyiceberg's own serialisation (aliases, no nulls), as in the metadata files themselves.
-    text = f'{{"metadata-location":{json.dumps(location)},"metadata":{metadata.model_dump_json()},"config":{{}}}}'
+    # ``config``: the storage settings an engine needs to read and write the table's files.
+    text = (f'{{"metadata-location":{json.dumps(location)},"metadata":{metadata.model_dump_json()},'
+            f'"config":{json.dumps(config or {})}')
+    if config:
+        # The spec's credential vending: the credentials that hold for the table's location.
+        text += f',"storage-credentials":{json.dumps([{"prefix": metadata.location, "config": config}])}'
+    text += "}"
     return Response(text, media_type="application/json")
 
 
@@ -77,6 +84,9 @@ class TableHandlers:
             "next-page-token": token,
         })
 
+    def _storage(self) -> dict[str, str]:
+        return client_config(self._catalog._io_properties(), self._catalog.warehouse)
+
     def load(self, call: Call) -> Response:
         """``GET /v1/namespaces/{namespace}/tables/{table}``: a ``LoadTableResult``."""
         snapshots = call.query.get("snapshots")
@@ -84,7 +94,7 @@ class TableHandlers:
             raise bad_request("snapshots must be all or refs")
         ns, name = call.table
         table = self._catalog.load_table((*ns, name))
-        return _metadata_body(table.metadata_location, table.metadata)
+        return _metadata_body(table.metadata_location, table.metadata, self._storage())
 
     def exists(self, call: Call) -> Response:
         """``HEAD /v1/namespaces/{namespace}/tables/{table}``: 204 or 404."""
@@ -128,9 +138,9 @@ class TableHandlers:
             if self._catalog.table_exists((*ns, name)):
                 raise TableAlreadyExistsError(f"Table {'.'.join((*ns, name))} already exists")
             staged = self._catalog._create_staged_table((*ns, name), schema, location, spec, order, properties)
-            return _metadata_body(None, staged.metadata)
+            return _metadata_body(None, staged.metadata, self._storage())
         table = self._catalog.create_table((*ns, name), schema, location, spec, order, properties)
-        return _metadata_body(table.metadata_location, table.metadata)
+        return _metadata_body(table.metadata_location, table.metadata, self._storage())
 
     def register(self, call: Call) -> Response:
         """``POST /v1/namespaces/{namespace}/register`` with ``name`` and ``metadata-location``."""
@@ -148,7 +158,7 @@ class TableHandlers:
             table = self._catalog.register_table((*ns, name), location, overwrite=overwrite)
         except (FileNotFoundError, OSError):
             raise bad_request("metadata-location cannot be read") from None
-        return _metadata_body(table.metadata_location, table.metadata)
+        return _metadata_body(table.metadata_location, table.metadata, self._storage())
 
     def _change(self, raw: dict[str, Any], table: tuple[tuple[str, ...], str]) -> tuple[
         tuple[str, ...], tuple[TableRequirement, ...], tuple[TableUpdate, ...]
