@@ -69,7 +69,7 @@ def test_sql_doput_changes_and_maintenance_on_s3(tmp_path: Path, s3_server: S3Se
             bulk = pa.table({"id": pa.array(range(40_000), pa.int64()), "v": [f"v{j % 97}" for j in range(40_000)]})
             result = do_put(proc.location, ("bulk", "t"), bulk, batch_rows=5000)
             assert result["rows"] == 40_000
-            files = _query(conn, 'SELECT file_path FROM bulk."t$files"').column("file_path").to_pylist()
+            files = _query(conn, 'SELECT path FROM bulk."t$files"').column("path").to_pylist()
             assert len(files) > 1, "a bulk append writes several files"
             assert all(f.startswith(f"{s3_warehouse}/bulk/t/data/") for f in files)
             got = _query(conn, "SELECT count(*) AS n, sum(id) AS s FROM bulk.t")
