@@ -177,10 +177,15 @@ _AWS_ERROR = re.compile(r"AWS Error ([A-Z_]+|\[code \d+\])")
 
 def storage_failure(exc: BaseException) -> str | None:
     """A client-safe message for an object-store request that failed (after its retries),
-    or None when ``exc`` is not one."""
-    if not isinstance(exc, OSError):
-        return None
-    match = _AWS_ERROR.search(str(exc))
+    or None when ``exc`` is not one. Wrapping errors count by their cause: the Parquet
+    writer's thread fails with the S3 error, and the append re-raises it as ``WriteAborted``."""
+    seen = 0
+    cause: BaseException | None = exc
+    match = None
+    while cause is not None and seen < 8 and match is None:
+        if isinstance(cause, OSError):
+            match = _AWS_ERROR.search(str(cause))
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
     if match is None:
         return None
     return f"the object store failed a request ({match.group(1)}); nothing was committed by it, retry later"
