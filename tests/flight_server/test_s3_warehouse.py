@@ -20,6 +20,7 @@ from s3_support import BUCKET, S3Server
 from servers import ServerProcess
 
 from catalog import RocksCatalog
+from tests.flight_server.feed.feed_helpers import FeedReader
 
 
 def _query(conn: fsql.Connection, sql: str) -> pa.Table:
@@ -130,3 +131,35 @@ def test_s3_flags_are_checked(tmp_path: Path, s3_server: S3Server, s3_warehouse:
             proc.start(timeout=30)
         assert message in str(failed.value)
         assert "Traceback" not in str(failed.value)
+
+
+def test_staged_appends_and_feeds_on_s3(tmp_path: Path, s3_server: S3Server, s3_warehouse: str) -> None:
+    proc = _serve(tmp_path, s3_warehouse, s3_server)
+    try:
+        with fsql.connect(proc.location, autocommit=True) as conn, conn.cursor() as cur:
+            cur.execute("CREATE SCHEMA ns")
+            cur.execute("CREATE TABLE ns.t (id BIGINT, v VARCHAR)")
+        tokens = []
+        for part in range(2):  # two writers of one job stage their files, one commit lands both
+            data = pa.table({"id": pa.array(range(part * 10, part * 10 + 10), pa.int64()), "v": ["s"] * 10})
+            tokens.append(do_put(proc.location, ("ns", "t"), data, stage="job-1")["token"])
+        client = flight.FlightClient(proc.location)
+        try:
+            body = json.dumps({"table": "ns.t", "tokens": tokens, "idempotency_key": "k1"}).encode()
+            results = list(client.do_action(flight.Action("icefloe.commit-staged", body)))
+            committed = json.loads(results[0].body.to_pybytes())
+        finally:
+            client.close()
+        assert committed["rows"] == 20 and committed["duplicate"] is False
+        do_put(proc.location, ("ns", "t"), pa.table({"id": pa.array([100], pa.int64()), "v": ["d"]}))
+        with fsql.connect(proc.location, autocommit=True) as conn:
+            assert _query(conn, "SELECT count(*) AS n FROM ns.t").column("n").to_pylist() == [21]
+
+        with FeedReader(proc.location, {"feed": "commits.v1", "after": 0, "tables": ["ns.t"]}) as feed:
+            operations = [e["operation"] for e in feed.events(2, timeout=60)]
+        assert operations[-2:] == ["append", "append"], operations
+        with FeedReader(proc.location, {"feed": "rows.v1", "after": 0, "tables": ["ns.t"]}) as feed:
+            rows = feed.events(21, timeout=60)
+        assert sorted(r["id"] for r in rows) == [*range(20), 100]
+    finally:
+        proc.stop()
