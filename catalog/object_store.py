@@ -37,7 +37,7 @@ class StorageConfigError(ValueError):
     """The object-store settings are incomplete or contradictory (a message for the operator)."""
 
 
-class BoundedRetry(pafs.AwsStandardS3RetryStrategy):
+class BoundedRetry(pafs.AwsStandardS3RetryStrategy):  # type: ignore[misc]  # pyarrow has no stubs
     """AWS's standard retry strategy with ``MAX_ATTEMPTS`` attempts.
 
     pyiceberg instantiates ``s3.retry-strategy-impl`` without arguments, hence the class.
@@ -88,6 +88,9 @@ class S3Settings:
                 raise StorageConfigError(f"--s3-endpoint must be http(s)://HOST[:PORT], not {endpoint[:200]!r}")
             endpoint = endpoint.rstrip("/")
         region = region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
+        key: str | None
+        secret: str | None
+        token: str | None
         if credentials_file:
             key, secret, token = _read_credentials_file(credentials_file, env.get("AWS_PROFILE") or "default")
         else:
@@ -155,10 +158,11 @@ def filesystem(io: object, location: str) -> pafs.FileSystem:
         return pafs.LocalFileSystem()
     by_scheme = getattr(io, "fs_by_scheme", None)
     if by_scheme is None:
-        fs, _ = pafs.FileSystem.from_uri(location)
-        return fs
+        found, _ = pafs.FileSystem.from_uri(location)
+        return found
     scheme = "s3" if parsed.scheme in OBJECT_SCHEMES else parsed.scheme
-    return by_scheme(scheme, parsed.netloc)  # type: ignore[no-any-return]
+    fs: pafs.FileSystem = by_scheme(scheme, parsed.netloc)
+    return fs
 
 
 def fs_path(location: str) -> str:
