@@ -166,3 +166,32 @@ def test_staged_appends_and_feeds_on_s3(tmp_path: Path, s3_server: S3Server, s3_
         assert sorted(r["id"] for r in rows) == [*range(20), 100]
     finally:
         proc.stop()
+
+
+def test_offline_maintain_on_s3(tmp_path: Path, s3_server: S3Server, s3_warehouse: str) -> None:
+    """``icefloe maintain --warehouse s3://... --catalog-path DIR`` with no server running."""
+    import subprocess
+    import sys
+
+    prefix = s3_warehouse.removeprefix(f"s3://{BUCKET}/")
+    cat = _catalog(tmp_path, s3_warehouse, s3_server)
+    cat.create_namespace("ns")
+    table = cat.create_table("ns.t", pa.schema([pa.field("id", pa.int64())]))
+    table.append(pa.table({"id": pa.array([1, 2], pa.int64())}))
+    cat.close()
+    stray = f"{BUCKET}/{prefix}/ns/t/data/stray.parquet"
+    with s3_server.filesystem().open_output_stream(stray) as out:
+        out.write(b"x")
+    os.utime(_object_file(s3_server, stray), (1_000_000_000, 1_000_000_000))
+    env = {**os.environ, **s3_server.env(), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env.pop("ICEFLOE_URI", None)
+    done = subprocess.run([sys.executable, "-m", "flight_server.cli", "maintain", "ns.t", "--warehouse", s3_warehouse,
+                           "--catalog-path", str(tmp_path / "catalog"), "--orphan-grace-s", "60"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["removed_orphans"] == 1
+    assert f"{prefix}/ns/t/data/stray.parquet" not in s3_server.keys(prefix)
+    # Without --catalog-path an s3:// warehouse is refused with a precise message.
+    done = subprocess.run([sys.executable, "-m", "flight_server.cli", "maintain", "--warehouse", s3_warehouse],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode != 0 and "needs --catalog-path" in done.stderr and "Traceback" not in done.stderr
