@@ -7,8 +7,14 @@ Same run, same files, alternating order each round:
 Pipe: a source of ``--commits`` small appends piped into a sink in one step (the default), and the
 first ``--per-commit`` of them with one sink commit per source commit (``max_commits=1``), in rows/s
 and source commits/s.
+Thin-client start-up: a fresh interpreter that runs ``import icefloe``, ``icefloe.connect(uri)`` and
+one one-row query (``lake.table("bench.one").scan().to_table()``), vs one that does the same with
+bare ``pyarrow.flight`` (import, connect, GetFlightInfo + DoGet of ``SELECT * FROM bench.one``);
+``--thin-runs`` runs of each in alternation, medians of wall time from start to exit (target:
+icefloe <= 1.3x the bare client).
 
 Usage: python benchmarks/bench_embedded.py [--rows 10000000] [--rounds 3] [--commits 1000] [--per-commit 200]
+                                           [--thin-runs 9] [--only-thin]
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -122,6 +129,63 @@ def bench_pipe(commits: int, per_commit: int) -> dict[str, Any]:
     return out
 
 
+THIN_ICEFLOE = """
+import icefloe
+lake = icefloe.connect({uri!r})
+assert lake.table("bench.one").scan().to_table().num_rows == 1
+"""
+THIN_BARE = """
+import pyarrow.flight as flight
+client = flight.connect({uri!r})
+info = client.get_flight_info(flight.FlightDescriptor.for_command(bytes.fromhex({command!r})))
+assert client.do_get(info.endpoints[0].ticket).read_all().num_rows == 1
+"""
+
+
+def bench_thin_client(runs: int) -> dict[str, Any]:
+    """Start-up of a remote client in a fresh process: icefloe vs bare pyarrow.flight."""
+    from flight_server.flightsql import protocol as p
+
+    with tempfile.TemporaryDirectory(prefix="bench-thin-") as tmp:
+        warehouse = Path(tmp) / "warehouse"
+        with icefloe.open(warehouse) as lake:
+            lake.create_namespace("bench")
+            lake.create_table("bench.one", pa.schema([("id", pa.int64())])).append(
+                pa.Table.from_arrays([pa.array([1], pa.int64())], names=["id"]))
+        server = ServerProcess(warehouse).start()
+        try:
+            command = p.CommandStatementQuery(query="SELECT * FROM bench.one").pack().hex()
+            scripts = {"icefloe": THIN_ICEFLOE.format(uri=server.location),
+                       "pyarrow.flight": THIN_BARE.format(uri=server.location, command=command)}
+            env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+            times: dict[str, list[float]] = {name: [] for name in scripts}
+            loads: list[float] = []
+            for script in scripts.values():  # warm-up, not timed: the server's first plans, cold .pyc pages
+                subprocess.run([sys.executable, "-c", script], check=True, env=env)
+            for r in range(runs):
+                order = list(scripts) if r % 2 == 0 else list(reversed(scripts))
+                for name in order:
+                    loads.append(os.getloadavg()[0])
+                    start = time.perf_counter()
+                    subprocess.run([sys.executable, "-c", scripts[name]], check=True, env=env)
+                    times[name].append(time.perf_counter() - start)
+        finally:
+            server.stop()
+    median = {name: statistics.median(values) for name, values in times.items()}
+    return {"runs": runs, "seconds": times, "median_s": median,
+            "ratio": median["icefloe"] / median["pyarrow.flight"], "loadavg_median": statistics.median(loads)}
+
+
+def print_thin(thin: dict[str, Any]) -> None:
+    med = thin["median_s"]
+    print(f"thin-client start-up (fresh process: import, connect, one 1-row query), median of {thin['runs']} runs")
+    print(f"{'case':<28}{'seconds':>10}{'vs pyarrow.flight':>20}")
+    for name in ("pyarrow.flight", "icefloe"):
+        print(f"{name:<28}{med[name]:>10.3f}{med[name] / med['pyarrow.flight']:>19.2f}x")
+    print(f"icefloe / pyarrow.flight start-up: {thin['ratio']:.2f}x (target <= 1.30x), "
+          f"load average {thin['loadavg_median']:.2f}")
+
+
 class _StopAt:
     """A ``stop`` event for ``icefloe.pipe`` that is set once the pipe's checkpoint reaches a seq."""
 
@@ -139,11 +203,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--commits", type=int, default=1000)
     parser.add_argument("--per-commit", type=int, default=200)
+    parser.add_argument("--thin-runs", type=int, default=9)
+    parser.add_argument("--only-thin", action="store_true", help="run only the thin-client start-up row")
     args = parser.parse_args()
     load_before = os.getloadavg()
+    thin = bench_thin_client(max(5, args.thin_runs))
+    if args.only_thin:
+        print_thin(thin)
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        (RESULTS.parent / "embedded_thin_client.json").write_text(json.dumps(thin, indent=2))
+        return
     scans = bench_scans(args.rows, args.rounds)
     pipe = bench_pipe(args.commits, args.per_commit)
-    result = {"scans": scans, "pipe": pipe, "loadavg_before": load_before, "loadavg_after": os.getloadavg()}
+    result = {"scans": scans, "pipe": pipe, "thin_client": thin, "loadavg_before": load_before,
+              "loadavg_after": os.getloadavg()}
     med = scans["median_s"]
     print(f"scan of {scans['rows']:,} rows into polars ({scans['files']} files), median of {args.rounds} rounds")
     print(f"{'case':<28}{'seconds':>10}{'vs read_parquet':>18}")
@@ -155,6 +228,7 @@ def main() -> None:
         m = pipe[mode]
         print(f"{mode:<36}{m['source_commits']:>6} commits {m['seconds']:>8.2f} s {m['rows_per_s']:>10.0f} rows/s "
               f"{m['source_commits_per_s']:>8.1f} source commits/s")
+    print_thin(thin)
     print(f"load average before {load_before[0]:.2f}, after {result['loadavg_after'][0]:.2f}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2))

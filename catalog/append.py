@@ -38,9 +38,18 @@ from catalog.durable_io import DurableFileIO, PendingSync, deferred_fsync, fsync
 from catalog.fast_append import FastAppend
 from catalog.idempotency import IdempotencyStore, check_key, encode_result, extra_batch_writes, idempotency_key
 from catalog.metadata_json import write_metadata
-from catalog.schema_policy import SchemaMismatchError, SchemaPlan, check_unique_names, plan, policy_of, strip_field_ids
+from catalog.schema_policy import (
+    SchemaMismatchError,
+    SchemaPlan,
+    check_unique_names,
+    plan,
+    policy_of,
+    renamed,
+    strip_field_ids,
+)
 from catalog.staging import StagingStore
 from catalog.table import FastTransaction
+from catalog.v3 import refuse_v3_write
 from catalog.writer import DataFileWriter, delete_files
 
 if TYPE_CHECKING:
@@ -214,10 +223,12 @@ class Appender:
     # -- public API ---------------------------------------------------------------------
 
     def append_table(
-        self, identifier: tuple[str, ...], data: pa.Table, idempotency_key: str | None = None
+        self, identifier: tuple[str, ...], data: pa.Table, idempotency_key: str | None = None,
+        schema_policy: str | None = None,
     ) -> AppendResult:
         """Append an in-memory Arrow table (same path as a stream)."""
-        return self.append_stream(identifier, data.schema, data.to_batches(), idempotency_key=idempotency_key)
+        return self.append_stream(identifier, data.schema, data.to_batches(), idempotency_key=idempotency_key,
+                                  schema_policy=schema_policy)
 
     def append_stream(
         self,
@@ -227,8 +238,12 @@ class Appender:
         idempotency_key: str | None = None,
         snapshot_properties: dict[str, str] | None = None,
         extra: dict[str, Any] | None = None,
+        schema_policy: str | None = None,
     ) -> AppendResult:
         """Append a stream of batches to an existing table; return once the commit is durable.
+
+        ``schema_policy`` is this append's own choice (``catalog.schema_policy``); None runs
+        under the table's.
 
         ``batches`` may raise (the client went away): then nothing is committed and every
         file written so far is deleted. ``snapshot_properties`` go into the new snapshot's
@@ -238,7 +253,7 @@ class Appender:
         Raises:
             NoSuchTableError: The table does not exist.
             SchemaMismatchError: The input does not fit the table under its schema policy.
-            ValueError: A malformed idempotency key.
+            ValueError: A malformed idempotency key or schema policy.
             ConcurrentSchemaChangeError: The append evolves the schema and the table's schema
                 changed incompatibly meanwhile (nothing committed; retry).
             CommitFailedException: The commit kept losing races (after retries).
@@ -247,13 +262,16 @@ class Appender:
         if idempotency_key is not None:
             check_key(idempotency_key)
         table = self.catalog.load_table(identifier)
+        refuse_v3_write(table.metadata, f"append to {'.'.join(identifier)}")
         if idempotency_key is not None:
             first = self.idempotency.get(namespace, name, idempotency_key)
             if first is not None:
                 for _ in batches:  # let the client finish sending; keep nothing
                     pass
                 return AppendResult(**{**first, "duplicate": True})
-        policy_plan = plan(table.schema(), schema, policy_of(table.properties), table.metadata.format_version)
+        policy = policy_of(table.properties, schema_policy)
+        policy_plan = plan(table.schema(), schema, policy, table.metadata.format_version)
+        schema, batches = renamed(schema, batches, policy_plan.renames)
         staged = self._stage_schema(table, policy_plan) if policy_plan.changes_table else None
         metadata = staged.metadata if staged is not None else table.metadata
         writer = DataFileWriter(metadata, table.io, schema, policy_plan.required_columns)
@@ -306,7 +324,7 @@ class Appender:
                             return AppendResult(**{**stored, "duplicate": True})
                     exists = self.catalog.table_exists(identifier)
                     if exists and not replace:
-                        raise TableAlreadyExistsError(f"Table {qualified} already exists")
+                        raise TableAlreadyExistsError(f"Table already exists: {qualified}")
                     record = self._land_created(staged, files, writer.rows, idempotency_key, replacing=exists)
             except BaseException:
                 delete_files(staged.io, [f.file_path for f in files])

@@ -36,6 +36,10 @@ class CommitRecord:
     metadata_location: str | None = None
     principal: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Data and delete files the commit removed; False for commits that change no row
+    # (compaction, expiry, schema). None in records written before these were kept.
+    removed_files: int | None = None
+    data_change: bool | None = None
 
     @property
     def qualified_name(self) -> str:
@@ -50,7 +54,8 @@ class CommitRecord:
     def from_bytes(cls, raw: bytes) -> CommitRecord:
         body = json.loads(raw)
         body["namespace"] = tuple(body["namespace"])
-        return cls(**body)
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in body.items() if k in known})  # a newer writer's fields are skipped
 
 
 class CursorExpiredError(LookupError):

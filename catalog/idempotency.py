@@ -19,10 +19,11 @@ from typing import Any
 
 from catalog import keys
 from catalog.commit_log import CommitRecord
+from catalog.key_rules import MAX_KEY_LENGTH as MAX_KEY_LENGTH
+from catalog.key_rules import check_key as check_key
 from catalog.store import RocksStore
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
-MAX_KEY_LENGTH = 256
 
 BatchExtras = Callable[[CommitRecord], dict[bytes, bytes]]
 
@@ -43,15 +44,6 @@ def batch_extras(record: CommitRecord) -> dict[bytes, bytes]:
     """Extra key/values for the commit batch of ``record`` (called by ``RocksCatalog._land``)."""
     fn = _extras.get()
     return fn(record) if fn is not None else {}
-
-
-def check_key(key: str) -> str:
-    """Validate an idempotency key; raises ValueError with a user-facing message."""
-    if not key or len(key) > MAX_KEY_LENGTH:
-        raise ValueError(f"idempotency key must be 1 to {MAX_KEY_LENGTH} characters long")
-    if any(ord(c) < 0x20 for c in key):
-        raise ValueError("idempotency key must not contain control characters")
-    return key
 
 
 def idempotency_key(namespace: tuple[str, ...], table: str, key: str) -> bytes:

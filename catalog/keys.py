@@ -91,3 +91,20 @@ def prefix_end(prefix: bytes) -> bytes:
 
 
 LINEAGE_CURSOR = hold_key("lineage")
+
+
+# Iceberg views (catalog.views): same layout as tables, their own prefix.
+VIEW = b"vw/"
+
+
+def view_prefix(levels: tuple[str, ...]) -> bytes:
+    return VIEW + encode_namespace(levels) + b"\x00"
+
+
+def view_key(levels: tuple[str, ...], view: str) -> bytes:
+    return view_prefix(levels) + view.encode("utf-8")
+
+
+def decode_view_key(key: bytes) -> tuple[tuple[str, ...], str]:
+    ns_raw, _, name = key[len(VIEW) :].partition(b"\x00")
+    return decode_namespace(ns_raw), name.decode("utf-8")

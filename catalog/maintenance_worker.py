@@ -28,7 +28,7 @@ import os
 import pickle
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -48,6 +48,7 @@ from pyiceberg.table.update import AssertTableUUID
 from pyiceberg.table.update.snapshot import _MergeAppendFiles, _OverwriteFiles
 
 from catalog import avro_cache, durable_io, manifest_list_cache
+from catalog.deletes import DeleteSets, PlannedFile, plan_files, visible_batches
 from catalog.object_store import OBJECT_SCHEMES
 from catalog.sandbox import ConfinedFileIO, Warehouse, confine
 from catalog.table import RocksTable
@@ -121,6 +122,9 @@ class Rewrite:
     base_snapshot_id: int | None
     old: list[DataFile]
     new: list[DataFile]
+    # Old file path -> the identity of the delete files applied when it was read: a delete
+    # that lands on one of them before the commit must not be lost (the rewrite is dropped).
+    deletes: dict[str, Any] = field(default_factory=dict)
 
 
 def live_data_files(table: Table) -> list[DataFile]:
@@ -147,8 +151,17 @@ def rewrite_small_files(ref: TableRef, small_limit: int, min_files: int, max_fil
             (nothing is left behind).
     """
     table = ref.open()
+    if table.metadata.format_version >= 3:
+        return None  # icefloe does not write v3 tables (catalog.v3)
     base = table.current_snapshot()
-    small = [f for f in live_data_files(table) if f.file_size_in_bytes < small_limit][:max_files]
+    planned = plan_files(table.metadata, table.io, base.snapshot_id) if base is not None else []
+    # Files with row-level deletes are rewritten whatever their size: the new files hold only
+    # the rows a reader sees, and the deletes no longer apply to them (a newer sequence number).
+    with_deletes = [p for p in planned if p.deletes]
+    if with_deletes:
+        chosen = (with_deletes + [p for p in planned if not p.deletes and p.data_file.file_size_in_bytes < small_limit])
+        return _rewrite_with_deletes(table, base, chosen[:max_files])
+    small = [p.data_file for p in planned if p.data_file.file_size_in_bytes < small_limit][:max_files]
     if len(small) < max(min_files, 2):
         return None
     input_schema, batches = _rows_of(table, small)
@@ -164,6 +177,30 @@ def rewrite_small_files(ref: TableRef, small_limit: int, min_files: int, max_fil
         writer.abort()
         raise
     return Rewrite(base.snapshot_id if base else None, small, new_files)
+
+
+def _rewrite_with_deletes(table: Table, base: Any, chosen: list[PlannedFile]) -> Rewrite:
+    """Rewrite ``chosen`` files with their deletes applied (set-wise, ``catalog.deletes``)."""
+    schema = table.schema()
+    target = schema.as_arrow()
+    sets = DeleteSets(64)
+    for p in chosen:
+        confine(table.io, p.data_file.file_path)
+    writer = DataFileWriter(table.metadata, table.io, target)
+    read = 0
+    try:
+        for p in chosen:
+            for batch in visible_batches(table.io, sets, p.data_file, p.deletes, schema, target):
+                read += batch.num_rows
+                writer.write(batch)
+        new_files = writer.finish()
+        if writer.rows != read or sum(f.record_count for f in new_files) != read:
+            raise RuntimeError(f"compaction wrote {writer.rows} of the {read} rows it read; not committed")
+    except BaseException:
+        writer.abort()
+        raise
+    return Rewrite(base.snapshot_id if base is not None else None, [p.data_file for p in chosen], new_files,
+                   {p.data_file.file_path: p.deletes.key for p in chosen})
 
 
 def _rows_of(table: Table, files: list[DataFile]) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
@@ -221,6 +258,11 @@ def stage_rewrite(ref: TableRef, rewrite: Rewrite) -> str | None:
         live = {f.file_path for f in live_data_files(table)}
         if any(f.file_path not in live for f in rewrite.old):
             return None
+        if rewrite.deletes and current is not None:  # a merge-on-read delete since the read would be undone
+            planned = plan_files(table.metadata, table.io, current.snapshot_id)
+            now = {p.data_file.file_path: p.deletes.key for p in planned}
+            if any(now.get(path) != key for path, key in rewrite.deletes.items()):
+                return None
     tx = table.transaction()
     producer = _OverwriteFiles(operation=Operation.OVERWRITE, transaction=tx, io=table.io)
     for data_file in rewrite.old:
@@ -249,7 +291,7 @@ def stage_manifest_merge(ref: TableRef, threshold: int) -> tuple[int, str | None
     """
     table = ref.open()
     snapshot = table.current_snapshot()
-    if snapshot is None:
+    if snapshot is None or table.metadata.format_version >= 3:  # no v3 writes (catalog.v3)
         return 0, None
     count = len(snapshot.manifests(table.io))
     if count < threshold:

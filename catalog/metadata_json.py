@@ -15,6 +15,7 @@ from pyiceberg.io import FileIO
 from pyiceberg.serializers import Compressor
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.typedef import IcebergBaseModel
 
 from catalog.durable_io import write_new
 from catalog.lru import LockedLRU
@@ -26,13 +27,27 @@ _EMPTY = '"snapshots":[]'
 _texts: LockedLRU[tuple[str, int, str], str] = LockedLRU(CACHE_SIZE)
 
 
+def dump_metadata(metadata: TableMetadata) -> str:
+    """``model_dump_json()``; for format v3 (tables other engines created and commit to over
+    REST) the base model's serializer, since pyiceberg's v3 model refuses to write itself
+    although its fields (row lineage: ``next-row-id``, snapshots' ``first-row-id`` and
+    ``added-rows``) round-trip unchanged. icefloe's own writers refuse v3 tables (``catalog.v3``)."""
+    if metadata.format_version >= 3:
+        if getattr(metadata, "next_row_id", 0) is None:
+            # Required in v3 (Iceberg Java refuses metadata without it); pyiceberg leaves it
+            # unset on a new table: no row has an id yet, so the next one is 0.
+            metadata = metadata.model_copy(update={"next_row_id": 0})
+        return IcebergBaseModel.model_dump_json(metadata)
+    return metadata.model_dump_json()
+
+
 def metadata_json(metadata: TableMetadata) -> str:
     """The JSON pyiceberg writes for ``metadata`` (``model_dump_json()``), built faster."""
     if not metadata.snapshots:
-        return metadata.model_dump_json()
-    rest = metadata.model_copy(update={"snapshots": []}).model_dump_json()
+        return dump_metadata(metadata)
+    rest = dump_metadata(metadata.model_copy(update={"snapshots": []}))
     if rest.count(_EMPTY) != 1:  # a layout this splice does not know: the plain way
-        return metadata.model_dump_json()
+        return dump_metadata(metadata)
     table = str(metadata.table_uuid)
     snapshots = ",".join(_snapshot_json(table, snapshot) for snapshot in metadata.snapshots)
     return rest.replace(_EMPTY, f'"snapshots":[{snapshots}]')

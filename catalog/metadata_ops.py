@@ -26,6 +26,7 @@ from pyiceberg.table.update import (
 )
 from pyiceberg.utils.datetime import datetime_to_millis
 
+from catalog.fresh_ids import renumber
 from catalog.pipes import checkpoint_snapshots
 
 # Table property: how many snapshots a commit that adds one keeps (0 turns expiry off).
@@ -38,9 +39,13 @@ def apply_updates(
 ) -> TableMetadata:
     """Return ``base`` with ``updates`` applied (``base`` itself is never modified)."""
     context = _TableMetadataUpdateContext()
-    metadata = base
-    for update in updates:
-        metadata = _apply_table_update(update, metadata, context)
+    metadata = _with_row_ids(base)
+    for update in renumber(base, updates):  # ids of added schemas, specs, orders: as Iceberg assigns
+        if isinstance(update, RemovePropertiesUpdate) and not set(update.removals) <= metadata.properties.keys():
+            # Removing a property that is not set is a no-op in Iceberg (Java's TableMetadata
+            # builder); pyiceberg's apply raises KeyError, which would be a 500 over REST.
+            update = RemovePropertiesUpdate(removals=[key for key in update.removals if key in metadata.properties])
+        metadata = _with_row_ids(_apply_table_update(update, metadata, context))
     if context.has_changes():
         if metadata_location:
             metadata = _update_table_metadata_log(metadata, metadata_location, base.last_updated_ms)
@@ -51,6 +56,16 @@ def apply_updates(
     if creating:
         # A new table is built from an empty V1 shell; re-parse to get the right version class.
         return TableMetadataUtil.parse_obj(metadata.model_dump())
+    return metadata
+
+
+def _with_row_ids(metadata: TableMetadata) -> TableMetadata:
+    """A v3 table's ``next-row-id`` starts at 0: pyiceberg leaves it unset on a new table, and
+    an unset value would never advance as snapshots add rows (row lineage: each snapshot's
+    ``first-row-id`` is the table's next-row-id when it is added, which then grows by the
+    snapshot's ``added-rows``)."""
+    if metadata.format_version >= 3 and getattr(metadata, "next_row_id", 0) is None:
+        return metadata.model_copy(update={"next_row_id": 0})
     return metadata
 
 
@@ -88,6 +103,42 @@ def expire_snapshots(
     return _apply_table_update(update, metadata, _TableMetadataUpdateContext())
 
 
+def snapshot_counts(summary: Any) -> dict[str, Any]:
+    """What one snapshot changed as a reader sees it, from its summary.
+
+    Rows: a copy-on-write commit removes whole data files (``deleted-records``) and re-adds the
+    rows that survive (``added-records``): those carried-over rows are neither added nor
+    deleted, so a DELETE of 120 rows from a 600-row file counts -120, not +480 / -600. Where
+    one commit both rewrites and adds (a copy-on-write UPDATE), the summary cannot tell an
+    updated row from a carried-over one: the counts then give the true net change. Merge-on-read
+    deletes count their delete rows: ``added-position-deletes`` (also deletion vectors) and
+    ``added-equality-deletes``, less the ``removed-`` ones (a deletion vector replaced by a
+    larger one, delete files dropped). A ``replace`` (compaction) changes no row.
+    Files: data files added and removed, plus delete files added and removed.
+    """
+    operation = str(summary.operation.value) if summary is not None else "append"
+    added = _summary_int(summary, "added-records") or 0
+    removed = _summary_int(summary, "deleted-records") or 0
+    positions = (_summary_int(summary, "added-position-deletes") or 0) - (
+        _summary_int(summary, "removed-position-deletes") or 0)
+    equality = (_summary_int(summary, "added-equality-deletes") or 0) - (
+        _summary_int(summary, "removed-equality-deletes") or 0)
+    files_added = (_summary_int(summary, "added-data-files") or 0) + (_summary_int(summary, "added-delete-files") or 0)
+    files_removed = (_summary_int(summary, "deleted-data-files") or 0) + (
+        _summary_int(summary, "removed-delete-files") or 0)
+    if operation == "replace":
+        return {"added_rows": 0, "deleted_rows": 0, "added_files": files_added, "removed_files": files_removed,
+                "data_change": False}
+    carried = min(added, removed)
+    return {
+        "added_rows": added - carried,
+        "deleted_rows": removed - carried + max(positions, 0) + max(equality, 0),
+        "added_files": files_added,
+        "removed_files": files_removed,
+        "data_change": True,
+    }
+
+
 def _summary_int(summary: Any, key: str) -> int | None:
     if summary is None:
         return None
@@ -111,15 +162,19 @@ def describe_commit(updates: tuple[TableUpdate, ...], new: TableMetadata) -> dic
             operation = "overwrite"
         else:
             operation = "replace" if "replace" in operations else "overwrite"
+        counts = [snapshot_counts(s.summary) for s in snapshots]
         info.update(
             operation=operation,
             snapshot_id=snapshots[-1].snapshot_id,
             parent_snapshot_id=snapshots[0].parent_snapshot_id,
-            added_rows=sum(_summary_int(s.summary, "added-records") or 0 for s in snapshots),
-            deleted_rows=sum(_summary_int(s.summary, "deleted-records") or 0 for s in snapshots),
-            added_files=sum(_summary_int(s.summary, "added-data-files") or 0 for s in snapshots),
+            added_rows=sum(c["added_rows"] for c in counts),
+            deleted_rows=sum(c["deleted_rows"] for c in counts),
+            added_files=sum(c["added_files"] for c in counts),
+            removed_files=sum(c["removed_files"] for c in counts),
+            data_change=any(c["data_change"] for c in counts),
         )
         return info
+    info["data_change"] = False  # no snapshot added: no row changed
     if kinds & {AddSchemaUpdate, SetCurrentSchemaUpdate}:
         info["operation"] = "schema"
     elif kinds & {SetPropertiesUpdate, RemovePropertiesUpdate}:

@@ -10,7 +10,9 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import BaseModel, field_validator
 from pyiceberg.exceptions import NoSuchNamespaceError
+from pyiceberg.types import transform_dict_value_to_str
 
 MAX_NAME_BYTES = 255
 
@@ -110,6 +112,10 @@ def check_properties(properties: Mapping[Any, Any], what: str) -> dict[str, str]
         if not isinstance(key, str):
             raise ValueError(f"{what} property keys must be strings, got {type(key).__name__} {key!r}")
         if value is None:
+            if what == "table":
+                # pyiceberg's catalogs refuse it while building the table metadata: its own
+                # pydantic ValidationError (a ValueError), which pyiceberg's suite expects.
+                _PyicebergProperties(properties=dict(properties))
             raise ValueError(f"{what} property {key!r} has no value (None); property values must be strings")
         if isinstance(value, bool):
             checked[key] = "true" if value else "false"
@@ -120,3 +126,11 @@ def check_properties(properties: Mapping[Any, Any], what: str) -> dict[str, str]
                 f"{what} property {key!r} must be a string, got {type(value).__name__}; property values are strings"
             )
     return checked
+
+
+class _PyicebergProperties(BaseModel):
+    """Table properties checked by pyiceberg's own validator (as ``TableMetadata`` does)."""
+
+    properties: dict[Any, Any]
+
+    _to_str = field_validator("properties", mode="before")(transform_dict_value_to_str)

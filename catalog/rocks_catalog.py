@@ -26,19 +26,20 @@ from pyiceberg.exceptions import (
     NamespaceNotEmptyError,
     NoSuchNamespaceError,
     NoSuchTableError,
-    NoSuchViewError,
     TableAlreadyExistsError,
 )
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
-from pyiceberg.schema import Schema
+from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import CommitTableResponse, StagedTable, Table, TableProperties
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
+from pyiceberg.view import View
+from pyiceberg.view.metadata import ViewVersion
 
-from catalog import avro_cache, keys, manifest_list_cache, table_commits, table_files
+from catalog import avro_cache, keys, manifest_list_cache, table_commits, table_files, views
 from catalog.commit_log import CommitLog, CommitRecord
 from catalog.context import current_commit_context
 from catalog.idempotency import batch_extras
@@ -69,7 +70,6 @@ if TYPE_CHECKING:
     from pyiceberg.io import FileIO
     from pyiceberg.table.update import TableRequirement, TableUpdate
     from pyiceberg.typedef import TableVersion
-    from pyiceberg.view import View
 
 logger = logging.getLogger("icefloe.catalog")
 
@@ -91,6 +91,16 @@ DEFAULT_TABLE_PROPERTIES = {
 
 class CatalogReadOnlyError(ForbiddenError):
     """A write was attempted on a catalog opened read-only."""
+
+
+class MetadataFileMissingError(NoSuchTableError):
+    """The catalog points a table at a metadata file that is gone (deleted by hand, or lost
+    with its storage). The table is listed and can be dropped, but not loaded. The message is
+    Iceberg-Java's for the same case; the location is no secret (every load answer holds it)."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(f"Failed to open input stream for file: {location}")
+        self.location = location
 
 
 def _now_us() -> int:
@@ -215,6 +225,11 @@ class RocksCatalog(MetastoreCatalog):
         raw = self._store.get(keys.table_key(ns, table))
         return json.loads(raw) if raw is not None else None
 
+    def _refuse_view_name(self, ns: tuple[str, ...], name: str) -> None:
+        # Tables and views share one name space (Iceberg-Java's wording).
+        if views.exists(self, ns, name):
+            raise TableAlreadyExistsError(f"View with same name already exists: {'.'.join((*ns, name))}")
+
     def _ns_exists(self, ns: tuple[str, ...]) -> bool:
         return self._store.get(keys.namespace_key(ns)) is not None
 
@@ -222,12 +237,27 @@ class RocksCatalog(MetastoreCatalog):
         if not self._ns_exists(ns):
             raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(ns)}")
 
-    def _read_metadata(self, ns: tuple[str, ...], table: str, location: str) -> TableMetadata:
+    def _read_metadata(self, ns: tuple[str, ...], table: str, location: str, verify: bool = False) -> TableMetadata:
+        """The metadata at ``location``, parsed once and cached (metadata files are immutable).
+
+        Args:
+            verify: Check that a cached file still exists (a load does: a table whose metadata
+                file was removed must fail the same way whether or not this process read the
+                file before it went, and before or after a restart).
+
+        Raises:
+            MetadataFileMissingError: The file is gone.
+        """
         cached = self._metadata_cache.get((ns, table))
         if cached is not None and cached[0] == location:
-            return cached[1]
-        io = self._load_file_io(location=location)
-        metadata = FromInputFile.table_metadata(io.new_input(location))
+            if not verify or self._load_file_io(location=location).new_input(location).exists():
+                return cached[1]
+            self._metadata_cache.pop((ns, table), None)
+            raise MetadataFileMissingError(location)
+        try:
+            metadata = FromInputFile.table_metadata(self._load_file_io(location=location).new_input(location))
+        except FileNotFoundError:
+            raise MetadataFileMissingError(location) from None
         self._metadata_cache[(ns, table)] = (location, metadata)
         return metadata
 
@@ -289,6 +319,11 @@ class RocksCatalog(MetastoreCatalog):
                 raise TableLocationTakenError(
                     f"table location {location[:200]!r} overlaps the folder of table {'.'.join(other)}"
                 )
+        for other, folder in views.view_folders(self):
+            other_root = self.files.canonical(folder) if other != identifier else None
+            if other_root is not None and (Warehouse._under(root, other_root) or Warehouse._under(other_root, root)):
+                raise TableLocationTakenError(
+                    f"location {location[:200]!r} overlaps the folder of view {'.'.join(other)}")
         return root
 
     def _all_table_keys(self) -> list[tuple[str, ...]]:
@@ -329,6 +364,15 @@ class RocksCatalog(MetastoreCatalog):
             if ctx.operation and fields.get("operation") not in ("create", "drop", "rename", "register", "replace"):
                 fields["operation"] = ctx.operation
             extra = {**ctx.extra, **fields.pop("extra", {})}
+            # A writer that knows exactly which rows it changed (SQL UPDATE / DELETE) says so;
+            # the snapshot summary only gives net counts for a copy-on-write rewrite.
+            exact = extra.pop("row_counts", None)
+            if isinstance(exact, dict) and "snapshot_id" in fields:
+                fields["added_rows"], fields["deleted_rows"] = int(exact["added"]), int(exact["deleted"])
+            if extra.get("maintenance") and "snapshot_id" in fields:
+                # Compaction and manifest merges change no row a reader sees (a compaction that
+                # applies delete files drops deleted rows that no reader saw).
+                fields.update(data_change=False, added_rows=0, deleted_rows=0)
             record = CommitRecord(
                 seq=seq,
                 committed_at_us=_now_us(),
@@ -429,7 +473,7 @@ class RocksCatalog(MetastoreCatalog):
         ns, table = self._split(identifier, err=InvalidNameError)
         self._require_namespace(ns)
         if self._pointer(ns, table) is not None:
-            raise TableAlreadyExistsError(f"Table {'.'.join((*ns, table))} already exists")
+            raise TableAlreadyExistsError(f"Table already exists: {'.'.join((*ns, table))}")
         staged = self._create_staged_table(identifier, schema, location, partition_spec, sort_order, properties)
         write_metadata(staged.metadata, staged.io, staged.metadata_location)
         return self._register_pointer(ns, table, staged.metadata_location, staged.metadata, "create", overwrite=False)
@@ -453,7 +497,8 @@ class RocksCatalog(MetastoreCatalog):
             self._require_namespace(ns)
             current = self._pointer(ns, table)
             if current is not None and not overwrite:
-                raise TableAlreadyExistsError(f"Table {'.'.join((*ns, table))} already exists")
+                raise TableAlreadyExistsError(f"Table already exists: {'.'.join((*ns, table))}")
+            self._refuse_view_name(ns, table)
             snapshot = metadata.current_snapshot()
             self._land(
                 {
@@ -486,7 +531,7 @@ class RocksCatalog(MetastoreCatalog):
         ns, table = self._split(identifier, err=InvalidNameError)
         self._require_namespace(ns)
         if not overwrite and self._pointer(ns, table) is not None:
-            raise TableAlreadyExistsError(f"Table {'.'.join((*ns, table))} already exists")
+            raise TableAlreadyExistsError(f"Table already exists: {'.'.join((*ns, table))}")
         if not self.files.inside(metadata_location):
             raise InvalidLocationError(
                 f"metadata file {str(metadata_location)[:200]!r} must lie inside the catalog's warehouse"
@@ -504,6 +549,7 @@ class RocksCatalog(MetastoreCatalog):
 
         Raises:
             NoSuchTableError: If the table does not exist.
+            MetadataFileMissingError: If its metadata file is gone (a NoSuchTableError).
         """
         ns, table = self._split(identifier)
         self._refresh()
@@ -511,7 +557,7 @@ class RocksCatalog(MetastoreCatalog):
         if pointer is None:
             raise NoSuchTableError(f"Table does not exist: {'.'.join((*ns, table))}")
         location = pointer["metadata_location"]
-        return self._table(ns, table, location, self._read_metadata(ns, table, location))
+        return self._table(ns, table, location, self._read_metadata(ns, table, location, verify=True))
 
     def table_exists(self, identifier: str | Identifier) -> bool:
         try:
@@ -555,37 +601,7 @@ class RocksCatalog(MetastoreCatalog):
         """
         table = self.load_table(identifier)
         self.drop_table(identifier)
-        io = table.io
-        metadata = table.metadata
-        doomed: list[str] = []
-        seen_manifests: set[str] = set()
-        for snapshot in metadata.snapshots:
-            try:
-                manifests = snapshot.manifests(io)
-            except OSError as exc:
-                logger.warning("purge of %s: cannot read manifest list: %s", table.name(), exc)
-                continue
-            for manifest in manifests:
-                if manifest.manifest_path in seen_manifests:
-                    continue
-                seen_manifests.add(manifest.manifest_path)
-                try:
-                    entries = manifest.fetch_manifest_entry(io, discard_deleted=False)
-                    doomed.extend(e.data_file.file_path for e in entries)
-                except OSError as exc:
-                    logger.warning("purge of %s: cannot read a manifest: %s", table.name(), exc)
-            doomed.append(snapshot.manifest_list)
-        doomed.extend(seen_manifests)
-        doomed.extend(log.metadata_file for log in metadata.metadata_log)
-        doomed.extend(s.statistics_path for s in metadata.statistics)
-        doomed.append(table.metadata_location)
-        for path in dict.fromkeys(doomed):
-            try:
-                io.delete(path)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                logger.warning("purge of %s: %s not deleted: %s", table.name(), str(path)[:200], exc)
+        table_files.purge(table)
 
     def rename_table(self, from_identifier: str | Identifier, to_identifier: str | Identifier) -> Table:
         """Rename a table; its files stay where they are.
@@ -604,7 +620,8 @@ class RocksCatalog(MetastoreCatalog):
                 raise NoSuchTableError(f"Table does not exist: {'.'.join((*src_ns, src))}")
             self._require_namespace(dst_ns)
             if self._pointer(dst_ns, dst) is not None:
-                raise TableAlreadyExistsError(f"Table {'.'.join((*dst_ns, dst))} already exists")
+                raise TableAlreadyExistsError(f"Table already exists: {'.'.join((*dst_ns, dst))}")
+            self._refuse_view_name(dst_ns, dst)
             location = pointer["metadata_location"]
             metadata = self._read_metadata(src_ns, src, location)
             self._land(
@@ -678,7 +695,7 @@ class RocksCatalog(MetastoreCatalog):
         self._check_namespace_location(checked)
         with self._commit_lock:
             if self._ns_exists(ns):
-                raise NamespaceAlreadyExistsError(f"Namespace {'.'.join(ns)} already exists")
+                raise NamespaceAlreadyExistsError(f"Namespace already exists: {'.'.join(ns)}")
             # Missing parent levels are created (without properties) in the same batch, so a
             # child namespace always has a parent that exists, lists and can be dropped last.
             puts = {
@@ -701,6 +718,8 @@ class RocksCatalog(MetastoreCatalog):
             tables = self.list_tables(ns)
             if tables:
                 raise NamespaceNotEmptyError(f"Namespace {'.'.join(ns)} is not empty: {len(tables)} tables exist")
+            if views.list_views(self, ns):
+                raise NamespaceNotEmptyError(f"Namespace {'.'.join(ns)} is not empty: views exist")
             children = self.list_namespaces(ns)
             if children:
                 raise NamespaceNotEmptyError(f"Namespace {'.'.join(ns)} is not empty: it has child namespaces")
@@ -790,25 +809,52 @@ class RocksCatalog(MetastoreCatalog):
                 f"namespace location {str(location)[:200]!r} must lie inside the catalog's warehouse"
             )
 
-    # -- views: not supported ------------------------------------------------------------
+    # -- views (catalog.views) -----------------------------------------------------------
 
     def list_views(self, namespace: str | Identifier) -> list[Identifier]:
-        return []
+        ns = self._namespace(namespace)
+        self._refresh()
+        self._require_namespace(ns)
+        return views.list_views(self, ns)
 
     def view_exists(self, identifier: str | Identifier) -> bool:
-        return False
+        try:
+            ns, name = self._split(identifier)
+        except NoSuchTableError:
+            return False
+        self._refresh()
+        return views.exists(self, ns, name)
 
     def load_view(self, identifier: str | Identifier) -> View:
-        raise NoSuchViewError(f"views are not supported by icefloe: {identifier}")
+        ns, name = self._split(identifier)
+        self._refresh()
+        loaded = views.load(self, ns, name)
+        return View((*ns, name), loaded.metadata)
 
     def drop_view(self, identifier: str | Identifier) -> None:
-        raise NoSuchViewError(f"views are not supported by icefloe: {identifier}")
+        ns, name = self._split(identifier)
+        views.drop(self, ns, name)
+
+    def rename_view(self, from_identifier: str | Identifier, to_identifier: str | Identifier) -> None:
+        src = self._split(from_identifier)
+        dst = self._split(to_identifier, err=InvalidNameError)
+        views.rename(self, src, dst)
 
     def register_view(self, identifier: str | Identifier, metadata_location: str) -> View:
-        raise NotImplementedError("views are not supported by icefloe")
+        raise NotImplementedError("registering views is not supported by icefloe")
 
-    def create_view(self, *args: Any, **kwargs: Any) -> View:
-        raise NotImplementedError("views are not supported by icefloe")
+    def create_view(
+        self,
+        identifier: str | Identifier,
+        schema: Schema | pa.Schema,
+        view_version: ViewVersion,
+        location: str | None = None,
+        properties: Properties = EMPTY_DICT,
+    ) -> View:
+        ns, name = self._split(identifier, err=InvalidNameError)
+        iceberg_schema = assign_fresh_schema_ids(self._convert_schema_if_needed(schema))
+        loaded = views.create(self, ns, name, iceberg_schema, view_version, location, dict(properties))
+        return View((*ns, name), loaded.metadata)
 
     # -- commit-log retention ------------------------------------------------------------
 

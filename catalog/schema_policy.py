@@ -1,23 +1,36 @@
 """How an incoming Arrow stream's schema is matched to a table's schema.
 
-Each table has a policy in the table property ``icefloe.schema-policy``:
+Each table has a policy in the table property ``icefloe.schema-policy``, and an append may ask
+for another (``icefloe load --evolve``, the call header ``x-icefloe-schema-policy``, which ADBC
+sends as ``adbc.flight.sql.rpc.call_header.x-icefloe-schema-policy``, the Spark option
+``schema-policy``, ``Table.append(..., schema_policy=)``):
 
-- ``evolve`` (default): new input columns are added to the table as nullable columns; a table
-  column narrower than the input is widened when Iceberg allows it (int -> long,
+- ``match`` (default, what users of Iceberg engines expect): the input's columns must be table
+  columns, and their types the table's or narrower ones that cast up safely (int -> long,
   float -> double, decimal(P,S) -> decimal(P',S) with P' > P); nullable table columns absent
-  from the input are filled with nulls; input narrower than the table is cast up.
+  from the input are filled with nulls. Nothing about the table changes: a typo'd header or a
+  wider type is refused, naming every differing column.
+- ``evolve``: as ``match``, and in addition new input columns are added to the table as
+  nullable columns and a table column narrower than the input is widened when Iceberg allows
+  it. A schema change is thus an explicit opt-in, per table or per append.
 - ``strict``: the input must have exactly the table's columns with the table's types
-  (field order is free); nothing about the table changes.
+  (field order is free). An append cannot ask a strict table to evolve.
 
-Anything else is refused with a ``SchemaMismatchError`` naming the column: a type clash, a
-required table column missing from the input (or holding nulls), duplicate input names, or an
-Arrow type Iceberg cannot store.
+Input columns are matched to table columns by name; a name that matches no table column
+exactly matches one that differs only in case (``ID`` for ``id``), as SQL engines resolve
+names, and is written under the table's name.
+
+Anything else is refused with a ``SchemaMismatchError`` naming the columns: type clashes,
+required table columns missing from the input (or holding nulls), duplicate input names, Arrow
+types Iceberg cannot store.
 """
 
 from __future__ import annotations
 
+import difflib
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,9 +51,18 @@ from pyiceberg.types import (
 )
 
 POLICY_PROPERTY = "icefloe.schema-policy"
+# The per-append choice, as a call header (DoPut, Flight SQL ingest; ADBC through its
+# call-header option). flight_server.headers.SCHEMA_POLICY_HEADER is the same name.
+POLICY_HEADER = "x-icefloe-schema-policy"
+MATCH = "match"
 EVOLVE = "evolve"
 STRICT = "strict"
-POLICIES = (EVOLVE, STRICT)
+POLICIES = (MATCH, EVOLVE, STRICT)
+DEFAULT_POLICY = MATCH
+OPT_IN = (
+    f"to add or widen columns, opt in to schema policy {EVOLVE} for this append (icefloe load --evolve, "
+    f"header {POLICY_HEADER}: {EVOLVE}) or for the table (property {POLICY_PROPERTY}={EVOLVE})"
+)
 
 
 class SchemaMismatchError(ValueError):
@@ -52,6 +74,9 @@ class SchemaPlan:
     """What must change in the table before the input can be written."""
 
     add_columns: list[tuple[str, IcebergType]] = field(default_factory=list)
+    # Input column -> table column, for names that match only case-insensitively: the
+    # input is written under the table's names.
+    renames: dict[str, str] = field(default_factory=dict)
     widen_columns: list[tuple[str, IcebergType]] = field(default_factory=list)
     # Top-level required table columns: their input values must hold no nulls.
     required_columns: list[str] = field(default_factory=list)
@@ -61,10 +86,34 @@ class SchemaPlan:
         return bool(self.add_columns or self.widen_columns)
 
 
-def policy_of(properties: dict[str, str]) -> str:
-    policy = properties.get(POLICY_PROPERTY, EVOLVE).strip().lower()
+def policy_of(properties: dict[str, str], requested: str | None = None) -> str:
+    """The policy an append runs under: ``requested`` (the append's own choice) if given, else
+    the table's property, else ``match``. A strict table cannot be evolved by an append."""
+    table_policy = properties.get(POLICY_PROPERTY, DEFAULT_POLICY).strip().lower()
+    if table_policy not in POLICIES:
+        raise SchemaMismatchError(
+            f"table property {POLICY_PROPERTY}={table_policy!r} is not one of {', '.join(POLICIES)}"
+        )
+    if requested is None:
+        return table_policy
+    wanted = check_policy(requested)
+    if table_policy == STRICT and wanted == EVOLVE:
+        raise SchemaMismatchError(
+            f"the table's schema policy is {STRICT} ({POLICY_PROPERTY}): an append cannot evolve it; "
+            f"change the table's property first"
+        )
+    return wanted
+
+
+def check_policy(value: str) -> str:
+    """A schema policy named by a client (case and spaces ignored).
+
+    Raises:
+        ValueError: Not a known policy (the message lists them).
+    """
+    policy = value.strip().lower()
     if policy not in POLICIES:
-        raise SchemaMismatchError(f"table property {POLICY_PROPERTY}={policy!r} is not one of {', '.join(POLICIES)}")
+        raise ValueError(f"schema policy {value!r} is not one of {', '.join(POLICIES)}")
     return policy
 
 
@@ -153,7 +202,8 @@ def plan(table_schema: Schema, input_schema: pa.Schema, policy: str, format_vers
                 _plans.popitem(last=False)
     if isinstance(found, SchemaMismatchError):
         raise SchemaMismatchError(str(found))
-    return SchemaPlan(list(found.add_columns), list(found.widen_columns), list(found.required_columns))
+    return SchemaPlan(list(found.add_columns), dict(found.renames), list(found.widen_columns),
+                      list(found.required_columns))
 
 
 def check_unique_names(input_schema: pa.Schema) -> None:
@@ -164,46 +214,102 @@ def check_unique_names(input_schema: pa.Schema) -> None:
         seen.add(name)
 
 
+def _match_names(table_names: list[str], input_names: list[str]) -> dict[str, str]:
+    """Input name -> table name: exact matches first, then names equal but for case when
+    exactly one unclaimed table column fits (``ID`` and ``Id`` against ``id`` match neither)."""
+    matched = {name: name for name in input_names if name in set(table_names)}
+    claimed = set(matched.values())
+    folded: dict[str, list[str]] = {}
+    for name in table_names:
+        if name not in claimed:
+            folded.setdefault(name.casefold(), []).append(name)
+    loose: dict[str, list[str]] = {}
+    for name in input_names:
+        if name not in matched:
+            loose.setdefault(name.casefold(), []).append(name)
+    for key, inputs in loose.items():
+        candidates = folded.get(key, [])
+        if len(inputs) == 1 and len(candidates) == 1:
+            matched[inputs[0]] = candidates[0]
+    return matched
+
+
+def _did_you_mean(name: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _plan(table_schema: Schema, input_schema: pa.Schema, policy: str, format_version: int) -> SchemaPlan:
     check_unique_names(input_schema)
-    seen = set(input_schema.names)
     result = SchemaPlan()
     table_fields: dict[str, NestedField] = {f.name: f for f in table_schema.fields}
+    names = _match_names(list(table_fields), input_schema.names)
+    unknown: list[str] = []  # input columns the table lacks
+    clashes: list[str] = []  # columns whose types cannot be reconciled
+    wider: list[str] = []  # columns the input would widen (evolve only)
     for arrow_field in input_schema:
         name = arrow_field.name
         given = input_field_type(arrow_field, format_version)
-        existing = table_fields.get(name)
-        if existing is None:
-            if policy == STRICT:
-                raise SchemaMismatchError(f"column {name!r} is not in the table (schema policy is strict)")
-            result.add_columns.append((name, given))
+        table_name = names.get(name)
+        if table_name is None:
+            if policy == EVOLVE:
+                result.add_columns.append((name, given))
+            else:
+                unknown.append(name)
             continue
+        if table_name != name:
+            result.renames[name] = table_name
+        existing = table_fields[table_name]
         want = existing.field_type
         if _same_type(given, want):
             pass
-        elif policy == EVOLVE and _widening(given, want):
+        elif policy != STRICT and _widening(given, want):
             pass  # cast up on write
         elif policy == EVOLVE and _widening(want, given):
-            result.widen_columns.append((name, given))
+            result.widen_columns.append((table_name, given))
+        elif policy == MATCH and _widening(want, given):
+            wider.append(f"column {name!r} is {given} in the input, wider than the table's {want}")
         else:
-            raise SchemaMismatchError(
+            castable = _widening(given, want) or _widening(want, given)
+            clashes.append(
                 f"column {name!r}: the table has type {want}, the input has {given}"
-                + (
-                    " (schema policy is strict)"
-                    if policy == STRICT and (_widening(given, want) or _widening(want, given))
-                    else ""
-                )
+                + (" (schema policy is strict)" if policy == STRICT and castable else "")
             )
         if existing.required:
-            result.required_columns.append(name)
-    for name, table_field in table_fields.items():
-        if name in seen:
-            continue
-        if table_field.required:
-            raise SchemaMismatchError(f"column {name!r} is required by the table but missing from the input")
-        if policy == STRICT:
-            raise SchemaMismatchError(f"column {name!r} is missing from the input (schema policy is strict)")
+            result.required_columns.append(table_name)
+    given_names = set(names.values())
+    required_missing = [n for n, f in table_fields.items() if n not in given_names and f.required]
+    optional_missing = [n for n, f in table_fields.items() if n not in given_names and not f.required]
+    problems: list[str] = list(clashes)
+    if unknown:
+        absent = [n for n in table_fields if n not in given_names]
+        listed = ", ".join(f"{n!r}{_did_you_mean(n, absent)}" for n in unknown)
+        problems.append(
+            f"column{'s' if len(unknown) > 1 else ''} {listed} {'are' if len(unknown) > 1 else 'is'} not in the table"
+            f" (its columns: {', '.join(table_fields)})"
+            + (" (schema policy is strict)" if policy == STRICT else "")
+        )
+    if wider:
+        problems.append("; ".join(wider))
+    for name in required_missing:
+        problems.append(f"column {name!r} is required by the table but missing from the input")
+    if policy == STRICT:
+        for name in optional_missing:
+            problems.append(f"column {name!r} is missing from the input (schema policy is strict)")
+    if problems:
+        hint = f"; {OPT_IN}" if policy == MATCH and (unknown or wider) else ""
+        raise SchemaMismatchError("; ".join(problems) + hint)
     return result
+
+
+def renamed(schema: pa.Schema, batches: Iterable[pa.RecordBatch], renames: dict[str, str]
+            ) -> tuple[pa.Schema, Iterable[pa.RecordBatch]]:
+    """The input under the table's names (``SchemaPlan.renames``); zero-copy."""
+    if not renames:
+        return schema, batches
+    names = [renames.get(n, n) for n in schema.names]
+    target = pa.schema([f.with_name(n) for f, n in zip(schema, names, strict=True)], metadata=schema.metadata)
+    return target, (b.rename_columns(names) for b in batches)
 
 
 def check_required(batch: pa.RecordBatch, required_columns: list[str]) -> None:

@@ -27,6 +27,7 @@ from catalog import keys, table_files
 from catalog.durable_io import remove
 from catalog.metadata_json import write_metadata
 from catalog.metadata_ops import apply_updates, describe_commit, expire_snapshots, snapshots_to_retain
+from catalog.requirements import check as check_requirement
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -77,7 +78,7 @@ def stage(
         # Requirements on a table that is not there: it is missing, not a lost race.
         raise NoSuchTableError(f"Table does not exist: {'.'.join((*ns, name))}")
     for requirement in requirements:
-        requirement.validate(base)
+        check_requirement(requirement, base)
     if base is None and not updates:
         raise NoSuchTableError(f"Table does not exist: {'.'.join((*ns, name))}")
     new = apply_updates(
@@ -162,6 +163,7 @@ def commit_tables(catalog: RocksCatalog, changes: Sequence[TableChange]) -> list
                         )
                     if commit.base is None:
                         catalog._require_namespace(commit.ns)
+                        catalog._refuse_view_name(commit.ns, commit.name)
             except BaseException:
                 _discard(landing)
                 raise

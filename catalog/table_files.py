@@ -13,6 +13,7 @@ bad commit, and nothing of it lands.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -22,8 +23,11 @@ from catalog.lru import LockedLRU
 from catalog.sandbox import ConfinedFileIO, InvalidLocationError, Warehouse
 
 if TYPE_CHECKING:
+    from pyiceberg.table import Table
     from pyiceberg.table.metadata import TableMetadata
     from pyiceberg.table.snapshots import Snapshot
+
+logger = logging.getLogger("icefloe.catalog")
 
 # Table properties that name folders the server writes into.
 LOCATION_PROPERTIES: tuple[str, ...] = (
@@ -121,3 +125,40 @@ def check_metadata(io: ConfinedFileIO, root: str, new: TableMetadata, base: Tabl
                 old_snapshots.get(snapshot.snapshot_id) == snapshot.manifest_list:
             continue
         _check_snapshot(io, warehouse, root, snapshot, known_manifests)
+
+
+def purge(table: Table) -> None:
+    """Delete a dropped table's files: those its metadata names (data and delete files,
+    manifests, manifest lists, metadata and statistics files), through its confined FileIO, so
+    a file named outside the table's folder is logged and left alone, never deleted."""
+    io = table.io
+    metadata = table.metadata
+    doomed: list[str] = []
+    seen_manifests: set[str] = set()
+    for snapshot in metadata.snapshots:
+        try:
+            manifests = snapshot.manifests(io)
+        except OSError as exc:
+            logger.warning("purge of %s: cannot read manifest list: %s", table.name(), exc)
+            continue
+        for manifest in manifests:
+            if manifest.manifest_path in seen_manifests:
+                continue
+            seen_manifests.add(manifest.manifest_path)
+            try:
+                entries = manifest.fetch_manifest_entry(io, discard_deleted=False)
+                doomed.extend(e.data_file.file_path for e in entries)
+            except OSError as exc:
+                logger.warning("purge of %s: cannot read a manifest: %s", table.name(), exc)
+        doomed.append(snapshot.manifest_list)
+    doomed.extend(seen_manifests)
+    doomed.extend(log.metadata_file for log in metadata.metadata_log)
+    doomed.extend(s.statistics_path for s in metadata.statistics)
+    doomed.append(table.metadata_location)
+    for path in dict.fromkeys(doomed):
+        try:
+            io.delete(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            logger.warning("purge of %s: %s not deleted: %s", table.name(), str(path)[:200], exc)

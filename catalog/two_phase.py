@@ -20,7 +20,7 @@ from catalog.context import current_commit_context
 from catalog.durable_io import fsync_all, local_paths
 from catalog.idempotency import check_key
 from catalog.maintenance_worker import live_data_files
-from catalog.schema_policy import SchemaMismatchError, plan, policy_of
+from catalog.schema_policy import EVOLVE, STRICT, SchemaMismatchError, plan, policy_of, renamed
 from catalog.staging import (
     StagedAlreadyCommitted,
     StagedAppend,
@@ -32,6 +32,7 @@ from catalog.staging import (
     remove_staged_files,
     write_staging_manifest,
 )
+from catalog.v3 import refuse_v3_write
 from catalog.writer import DataFileWriter, delete_files
 
 if TYPE_CHECKING:
@@ -50,7 +51,8 @@ class TwoPhaseAppends:
         self.records = appender.staging
 
     def stage_stream(
-        self, identifier: tuple[str, ...], schema: pa.Schema, batches: Iterable[pa.RecordBatch], job: str
+        self, identifier: tuple[str, ...], schema: pa.Schema, batches: Iterable[pa.RecordBatch], job: str,
+        schema_policy: str | None = None,
     ) -> StagedAppend:
         """Write the stream into fsync'd files and record them as staged; commit nothing.
 
@@ -59,6 +61,7 @@ class TwoPhaseAppends:
             schema: The stream's schema; it must fit the table without changing it.
             batches: The rows; if iterating raises, every file written is deleted.
             job: The writer's job id (a Spark write's UUID), kept with the staging.
+            schema_policy: The append's own schema policy (None: the table's).
 
         Returns:
             The staging, to be sealed into the client's token.
@@ -71,13 +74,23 @@ class TwoPhaseAppends:
         check_job(job)
         namespace, name = tuple(identifier[:-1]), identifier[-1]
         table = self._catalog.load_table(identifier)
+        refuse_v3_write(table.metadata, f"staged append to {'.'.join(identifier)}")
         metadata = table.metadata
-        policy_plan = plan(table.schema(), schema, policy_of(table.properties), metadata.format_version)
+        policy = policy_of(table.properties, schema_policy)
+        # Planned as evolve (unless strict) so that the refusal below names what would change
+        # and says the fix that works for a staged writer; "opt in to evolve" would not.
+        policy_plan = plan(table.schema(), schema, STRICT if policy == STRICT else EVOLVE, metadata.format_version)
         if policy_plan.changes_table:
+            # Staged files are written against the schema the commit will find; a schema
+            # change cannot wait in a staging for its commit. Name what differs and the one
+            # fix that works for every staged writer (a Spark job included): change the table.
+            changes = [f"adds column {n!r} ({t})" for n, t in policy_plan.add_columns]
+            changes += [f"widens column {n!r} to {t}" for n, t in policy_plan.widen_columns]
             raise SchemaMismatchError(
-                "a staged append cannot change the table's schema (the input adds or widens columns); "
-                "change the table first (ALTER TABLE) or append without staging"
+                f"a staged append cannot change the table's schema, and this input {', '.join(changes)}; "
+                f"change the table first (ALTER TABLE {'.'.join(identifier)} ...), then write again"
             )
+        schema, batches = renamed(schema, batches, policy_plan.renames)
         writer = DataFileWriter(metadata, table.io, schema, policy_plan.required_columns)
         manifest: str | None = None
         self._appender.track_writer(writer)

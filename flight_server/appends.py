@@ -25,8 +25,8 @@ from catalog.context import commit_context
 from catalog.maintenance import DEFAULT_ORPHAN_GRACE_S, BackgroundMaintainer, all_tables, maintain
 from catalog.names import InvalidNameError, check_name, check_namespace
 from catalog.pipes import InvalidPipeCommit, PipeCommit
-from catalog.schema_policy import SchemaMismatchError
-from flight_server import errors
+from catalog.schema_policy import POLICY_HEADER, SchemaMismatchError, check_policy
+from flight_server import errors, roles
 from flight_server.engine.sql_text import DEFAULT_SCHEMA
 from flight_server.headers import IDEMPOTENCY_HEADER, PIPE_HEADER, STAGE_HEADER, single_header
 
@@ -68,6 +68,23 @@ def client_errors(identifier: tuple[str, ...], checked: str, suffix: str = "") -
         raise
 
 
+def requested_policy(context: flight.ServerCallContext | None) -> str | None:
+    """The append's own schema policy (header ``x-icefloe-schema-policy``), None if not given.
+
+    Raises:
+        errors.InvalidArgument: Not a known policy.
+    """
+    if context is None or not hasattr(context, "get_middleware"):
+        return None
+    value = single_header(context, POLICY_HEADER)
+    if value is None:
+        return None
+    try:
+        return check_policy(value)
+    except ValueError as exc:
+        raise errors.InvalidArgument(f"header {POLICY_HEADER}: {exc}; nothing was committed") from None
+
+
 def orphan_grace(value: object) -> float:
     """``orphan_grace_s`` as given by a client: a finite number of seconds, at least 0.
 
@@ -107,10 +124,11 @@ class AppendService:
         reader: flight.MetadataRecordBatchReader,
         writer: flight.FlightMetadataWriter,
     ) -> None:
-        principal = self.server.authorize(context, "write")
+        principal = self.server.authorize(context, roles.FLIGHT_COMMANDS["append"])
         identifier = self._identifier(descriptor)
         key = self._idempotency_key(context)
         pipe = self._pipe_commit(context)
+        policy = requested_policy(context)
         job = single_header(context, STAGE_HEADER)
         if job is not None:
             if key is not None or pipe is not None:
@@ -118,7 +136,8 @@ class AppendService:
                     f"a staged DoPut ({STAGE_HEADER}) takes no {IDEMPOTENCY_HEADER} or {PIPE_HEADER}: "
                     "give the key to icefloe.commit-staged, which commits exactly once per key"
                 )
-            answer = self.server.staged.stage(identifier, reader, self._batches(reader, context), job, principal)
+            answer = self.server.staged.stage(identifier, reader, self._batches(reader, context), job, principal,
+                                              policy)
             self._answer(writer, answer, f"staged {answer['rows']} rows for {answer['table']}")
             return
         # track_write: a refused or failed append becomes a FAIL run in lineage.
@@ -195,6 +214,7 @@ class AppendService:
                 identifier, schema, self._batches(reader, context, received), idempotency_key=key,
                 snapshot_properties=pipe.snapshot_properties() if pipe else None,
                 extra=pipe.commit_extra() if pipe else None,
+                schema_policy=requested_policy(context),
             )
 
     def _batches(
@@ -241,7 +261,7 @@ class AppendService:
 
         Answers one JSON result per table (see ``MaintenanceReport``).
         """
-        principal = self.server.authorize(context, "admin")
+        principal = self.server.authorize(context, roles.action_role(self.MAINTAIN_ACTION))
         try:
             body = json.loads(action.body.to_pybytes() or b"{}")
             if not isinstance(body, dict):
@@ -305,7 +325,7 @@ class AppendService:
         Create modes create a missing namespace. Without a namespace the target is
         ``default``. Temporary tables are refused.
         """
-        principal = self.server.authorize(context, "write")
+        principal = self.server.authorize(context, roles.FLIGHT_COMMANDS["statement-ingest"])
         if temporary:
             raise errors.Unimplemented("temporary tables are not supported by icefloe; ingest into a regular table")
         if mode not in INGEST_MODES:

@@ -29,43 +29,25 @@ from typing import Any
 
 import pyarrow.flight as flight
 
+from flight_server import roles
 from flight_server.config import Config
 from flight_server.tokens import InvalidToken, TokenClaims, TokenSigner, load_or_create_keys
-from flight_server.users import ROLE_RANK, SecurityConfigError, User, load_users, verify_password
+from flight_server.users import SecurityConfigError, User, load_users, verify_password
 
 logger = logging.getLogger("icefloe.auth")
 
 MIDDLEWARE_KEY = "icefloe.auth"
 MAX_AUTH_HEADER_CHARS = 4096
 
-# Least role for each Flight method, checked before any handler runs. DoPut stays at "read"
-# here because binding parameters of a prepared *query* is a DoPut
-# (CommandPreparedStatementQuery); ``put_floor`` raises it per descriptor once it is known.
+# Least role for each Flight method, checked before any handler runs (see flight_server.roles;
+# a method the table does not name needs admin).
 METHOD_FLOOR: dict[flight.FlightMethod, str] = {
-    flight.FlightMethod.HANDSHAKE: "read",
-    flight.FlightMethod.LIST_FLIGHTS: "read",
-    flight.FlightMethod.GET_FLIGHT_INFO: "read",
-    flight.FlightMethod.GET_SCHEMA: "read",
-    flight.FlightMethod.DO_GET: "read",
-    flight.FlightMethod.DO_PUT: "read",
-    flight.FlightMethod.DO_ACTION: "read",
-    flight.FlightMethod.LIST_ACTIONS: "read",
-    flight.FlightMethod.DO_EXCHANGE: "read",
+    method: roles.FLIGHT_METHODS.get(name, roles.ADMIN) for name, method in flight.FlightMethod.__members__.items()
+    if name != "INVALID"
 }
 
 # Flight SQL DoPut commands that write nothing (parameter binding for a query).
 _READ_PUT_COMMANDS = frozenset({"type.googleapis.com/arrow.flight.protocol.sql.CommandPreparedStatementQuery"})
-# Actions that change no table; any other action needs at least "write" (its handler may
-# ask for more, e.g. "admin" for maintenance). Deny by default: a new action is not open.
-_READ_ACTIONS = frozenset({
-    "CreatePreparedStatement", "ClosePreparedStatement", "CreatePreparedSubstraitPlan",
-    "CancelQuery", "CancelFlightInfo", "RenewFlightEndpoint", "SetSessionOptions",
-    "GetSessionOptions", "CloseSession", "BeginTransaction", "EndTransaction",
-    "BeginSavepoint", "EndSavepoint",
-    "icefloe.health",
-})
-# Actions whose floor is admin, so a lesser role is told the role it actually needs.
-_ADMIN_ACTIONS = frozenset({"icefloe.status"})
 
 
 def any_type_url(command: bytes) -> str | None:
@@ -92,14 +74,15 @@ def put_floor(descriptor: flight.FlightDescriptor) -> str:
     """Least role for a DoPut: "write" unless it binds parameters of a prepared query."""
     if descriptor.descriptor_type == flight.DescriptorType.CMD:
         if any_type_url(descriptor.command or b"") in _READ_PUT_COMMANDS:
-            return "read"
-    return "write"
+            return roles.FLIGHT_COMMANDS["prepared-query-parameters"]
+        # every other Flight SQL DoPut writes (update, ingest); handlers ask again precisely
+        return roles.FLIGHT_COMMANDS["statement-update"]
+    return roles.FLIGHT_COMMANDS["append"]
 
 
 def action_floor(action_type: str) -> str:
-    if action_type in _ADMIN_ACTIONS:
-        return "admin"
-    return "read" if action_type in _READ_ACTIONS else "write"
+    """Least role of a DoAction, from the roles table (deny by default: unknown = write)."""
+    return roles.action_role(action_type)
 
 
 @dataclass(frozen=True)
@@ -108,7 +91,7 @@ class Principal:
     role: str
 
     def allows(self, role: str) -> bool:
-        return ROLE_RANK[self.role] >= ROLE_RANK[role]
+        return roles.allows(self.role, role)
 
 
 class CallLimiter:

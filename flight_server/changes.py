@@ -16,10 +16,12 @@ were: compaction (an Iceberg ``replace`` snapshot), snapshot expiry, schema chan
 following appends can skip those.
 
 With ``"include": "all"``, overwrites and deletes are rows too (Iceberg's changelog view, the
-Delta CDF equivalent): each such copy-on-write commit answers the rows it removed as
+Delta CDF equivalent): each such commit answers the rows it removed as
 ``_operation`` ``delete`` and the rows it added as ``insert``, carry-overs cancelled
-(``changelog``). Those commits are then not listed in ``non_appends``. A commit that wrote
-merge-on-read delete files, or replaced the whole table, stays listed (it has no row form here).
+(``changelog``): a copy-on-write commit from the files it removed and added, a merge-on-read
+commit (delete files: position, equality, deletion vectors) from the table as read before and
+after it (``feed.row_changes``). Those commits are then not listed in ``non_appends``. A commit
+that replaced the whole table stays listed.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from flight_server import errors
 from flight_server.appended_files import local_path, shared_reader
 from flight_server.changelog import net_changes
 from flight_server.engine import splits
+from flight_server.feed.row_changes import commit_row_changes, snapshot_has_deletes
 from flight_server.feed.rows import (
     RowsUnavailable,
     commit_changes,
@@ -150,6 +153,8 @@ class _Unit:
     added: list[DataFile]
     removed: list[DataFile] = field(default_factory=list)
     changelog: bool = False
+    # The commit wrote delete files (merge-on-read): its rows come from feed.row_changes.
+    row_level: bool = False
 
     @property
     def bytes(self) -> int:
@@ -246,7 +251,7 @@ class ChangeScanService:
 
         def slow(run: list[_Unit]) -> Iterator[pa.RecordBatch]:
             for unit, read in zip(
-                run, _prefetched(run, lambda u: self._unit_batches(u, scan_of(u), target)), strict=True
+                run, _prefetched(run, lambda u: self._unit_batches(u, scan_of(u), target, plan.schema)), strict=True
             ):
                 try:
                     yield from read()
@@ -271,7 +276,16 @@ class ChangeScanService:
         return pa.RecordBatchReader.from_batches(target, batches())
 
     @staticmethod
-    def _unit_batches(unit: _Unit, scan: ArrowScan, target: pa.Schema) -> Iterator[pa.RecordBatch]:
+    def _unit_batches(unit: _Unit, scan: ArrowScan, target: pa.Schema, schema: Schema) -> Iterator[pa.RecordBatch]:
+        if unit.row_level:
+            assert unit.record.snapshot_id is not None
+            deleted, inserted = net_changes(*commit_row_changes(
+                unit.metadata, unit.io, unit.record.parent_snapshot_id, unit.record.snapshot_id, schema))
+            for rows, operation in ((deleted, "delete"), (inserted, "insert")):
+                for batch in rows.to_batches():
+                    if batch.num_rows:
+                        yield with_commit_columns(batch, target, unit.record, operation)
+            return
         if not unit.changelog:
             for batch in scan.to_record_batches([FileScanTask(f) for f in unit.added]):
                 if batch.num_rows:
@@ -299,7 +313,12 @@ class ChangeScanService:
         except CursorExpiredError as exc:
             raise errors.OutOfRange(f"cursor expired: log starts at {exc.log_start}") from None
         schema: Schema | None = None
-        current = _Current(self.catalog, request) if records else None
+        # The table must exist now, as for a SELECT: the commit log and the metadata files of a
+        # dropped table outlive it, and would otherwise still answer its rows. Checked at
+        # GetFlightInfo and again at DoGet (both plan), so a table dropped in between is gone.
+        current = _Current(self.catalog, request)
+        if current.table is None:
+            raise errors.NotFound(f"table {request.qualified} does not exist")
         try:
             for record in records:
                 if record.snapshot_id is None or record.operation in _NO_DATA_CHANGE:
@@ -314,11 +333,23 @@ class ChangeScanService:
                 kind = snapshot_operation(metadata, record)
                 if request.include == "all" and kind in _ROW_CHANGES and record.operation in _ROW_CHANGES:
                     change = commit_changes(metadata, io, record)
+                    # A copy-on-write commit over files that had deletes: their removed rows are
+                    # the visible ones, read with those deletes (feed.row_changes) like a MOR commit.
+                    if change is not None and snapshot_has_deletes(metadata, record.parent_snapshot_id):
+                        change = None
                     if change is not None:
                         written, added, removed = change
                         units.append(_Unit(record, metadata, io, added, removed, changelog=True))
                         schema = _latest(schema, written)
                         continue
+                    # Delete files (merge-on-read): rows from the snapshots before and after.
+                    snapshot = metadata.snapshot_by_id(record.snapshot_id)
+                    if snapshot is None:
+                        raise RowsUnavailable("the commit's snapshot was expired")
+                    own = metadata.schema_by_id(snapshot.schema_id) if snapshot.schema_id is not None else None
+                    units.append(_Unit(record, metadata, io, [], [], changelog=True, row_level=True))
+                    schema = _latest(schema, own or metadata.schema())
+                    continue
                 data_change = kind != "replace" and not record.extra.get("maintenance")
                 non_appends.append((record, data_change))
         except (FileNotFoundError, RowsUnavailable) as exc:
@@ -328,7 +359,7 @@ class ChangeScanService:
             for data_file in (*unit.added, *unit.removed):
                 confine(unit.io, data_file.file_path)
         if schema is None:
-            schema = self._current_schema(request)
+            schema = current.table.schema()
         return _Plan(schema, units, non_appends)
 
     def _appended(self, record: CommitRecord, current: _Current | None) -> tuple[Schema, list[DataFile], Any, Any]:
@@ -358,15 +389,6 @@ class ChangeScanService:
             while len(self._appends) > _APPEND_CACHE_SIZE:
                 self._appends.popitem(last=False)
         return found
-
-    def _current_schema(self, request: ChangeRequest) -> Schema:
-        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-
-        try:
-            schema: Schema = self.catalog.load_table((*request.namespace, request.table)).schema()
-            return schema
-        except (NoSuchTableError, NoSuchNamespaceError):
-            raise errors.NotFound(f"table {request.qualified} does not exist") from None
 
 
 def _runs(units: list[_Unit], fast: Callable[[_Unit], bool]) -> Iterator[tuple[bool, list[_Unit]]]:

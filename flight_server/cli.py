@@ -130,12 +130,13 @@ def serve(**options: object) -> None:
     config = Config(**options)  # type: ignore[arg-type]
     configure_logging(config.log_level, config.log_format)
     from catalog.object_store import StorageConfigError
+    from flight_server.server import StartupError
     from flight_server.server import serve as run
     from flight_server.users import SecurityConfigError
 
     try:
         run(config)
-    except (SecurityConfigError, StorageConfigError) as exc:
+    except (SecurityConfigError, StorageConfigError, StartupError) as exc:
         raise click.ClickException(str(exc)) from None
 
 
@@ -313,11 +314,17 @@ def maintain(table: str | None, conn: Connection | None, warehouse: str, orphan_
               help="Retry-safe load: a second load with the same key and table commits nothing new.")
 @click.option("--progress/--no-progress", default=None,
               help="Show progress on stderr (default: when stderr is a terminal).")
+@click.option("--evolve", is_flag=True, default=False,
+              help="Let this load add the file's new columns to the table and widen narrower columns "
+                   "(schema policy evolve). Without it the file's columns must be table columns.")
 def load(file: str, table: str, conn: Connection, create: bool, fmt: str | None, batch_rows: int, delimiter: str,
-         idempotency_key: str | None, progress: bool | None) -> None:
+         idempotency_key: str | None, progress: bool | None, evolve: bool) -> None:
     """Stream a Parquet or CSV FILE into TABLE (ns.t) as one append; prints the commit as JSON.
 
-    The table must exist unless --create is given. Nothing is committed if the load fails.
+    The table must exist unless --create is given. The file's columns must be table columns
+    (matched by name, case-insensitively; missing nullable columns are nulls) unless --evolve
+    is given or the table's icefloe.schema-policy is evolve. Nothing is committed if the load
+    fails.
     """
     import json
 
@@ -325,7 +332,7 @@ def load(file: str, table: str, conn: Connection, create: bool, fmt: str | None,
 
     if len(delimiter) != 1:
         raise click.BadParameter("must be one character", param_hint="--delimiter")
-    result = run_load(conn, file, table, fmt, create, batch_rows, delimiter, progress, idempotency_key)
+    result = run_load(conn, file, table, fmt, create, batch_rows, delimiter, progress, idempotency_key, evolve)
     click.echo(json.dumps(result))
 
 

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -57,6 +57,8 @@ class CommitEvent:
     added_files: int | None
     metadata_location: str | None
     principal: str | None
+    data_change: bool | None = None
+    removed_files: int | None = None
 
     @property
     def qualified_name(self) -> str:
@@ -223,10 +225,34 @@ def _first_line(text: str) -> str:
     return text.split(". Detail:")[0].split(". gRPC client debug context")[0]
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROS_PER = {"s": 1_000_000, "ms": 1_000, "us": 1}
+
+
+def _pylist(column: pa.Array) -> list[Any]:
+    """A column's Python values. Zoned timestamps are converted here: pyarrow converts them
+    through pandas when pandas is installed, importing it (seconds) into a client that
+    otherwise needs none of it."""
+    kind = column.type
+    if not (pa.types.is_timestamp(kind) and kind.tz is not None):
+        return list(column.to_pylist())
+    if kind.tz.upper() not in ("UTC", "+00:00", "Z", "ETC/UTC"):
+        return list(column.to_pylist())  # (the feed's schema is UTC; any other zone the general way)
+    ticks = column.cast(pa.int64()).to_pylist()
+    if kind.unit == "ns":
+        return [None if t is None else _EPOCH + timedelta(microseconds=t // 1000) for t in ticks]
+    per = _MICROS_PER[kind.unit]
+    return [None if t is None else _EPOCH + timedelta(microseconds=t * per) for t in ticks]
+
+
 def events_of(batch: pa.RecordBatch) -> Iterator[CommitEvent]:
     """The commit events of one ``commits.v1`` record batch."""
-    for row in batch.to_pylist():
-        yield CommitEvent(**row)
+    known = CommitEvent.__dataclass_fields__
+    # By name: a newer server's extra columns are skipped, not an error.
+    columns = {name: _pylist(column) for name, column in zip(batch.schema.names, batch.columns, strict=True)
+               if name in known}
+    for i in range(batch.num_rows):
+        yield CommitEvent(**{name: values[i] for name, values in columns.items()})
 
 
 class _Connection:

@@ -170,10 +170,13 @@ def classify(exc: BaseException) -> tuple[str, str]:
     from catalog.names import InvalidNameError
     from catalog.object_store import storage_failure
     from catalog.sandbox import InvalidLocationError, OutsideTableError
+    from catalog.v3 import UnsupportedFormatError
 
     if isinstance(exc, OutsideTableError):  # a file outside the table's folder (catalog.sandbox)
         return "PERMISSION_DENIED", str(exc)
     if isinstance(exc, InvalidLocationError):  # a client named such a file or folder
+        return "INVALID_ARGUMENT", str(exc)
+    if isinstance(exc, UnsupportedFormatError):  # an icefloe write to a format v3 table
         return "INVALID_ARGUMENT", str(exc)
     if isinstance(exc, InvalidNameError):
         # First: an empty namespace (EmptyNamespaceError) is also a NoSuchNamespaceError, as

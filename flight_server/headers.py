@@ -34,6 +34,10 @@ IDEMPOTENCY_HEADER = "x-icefloe-idempotency-key"
 PIPE_HEADER = "x-icefloe-pipe"
 # Two-phase appends: a DoPut with this header (the job id) stages its files, commits nothing.
 STAGE_HEADER = "x-icefloe-stage"
+# An append's own schema policy (match | evolve | strict), over the table's; see
+# catalog.schema_policy (which, free of Flight imports, names the header itself).
+SCHEMA_POLICY_HEADER = "x-icefloe-schema-policy"
+SCHEMA_POLICIES = ("match", "evolve", "strict")
 
 
 class HeadersMiddleware(flight.ServerMiddleware):  # type: ignore[misc]

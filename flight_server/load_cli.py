@@ -9,14 +9,16 @@ path. For an existing table, CSV columns are read as the table's types.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import click
 import pyarrow as pa
@@ -24,7 +26,7 @@ import pyarrow.flight as flight
 
 from flight_server.cli_connect import Connection, clean_error
 from flight_server.flightsql import protocol as p
-from flight_server.headers import IDEMPOTENCY_HEADER
+from flight_server.headers import IDEMPOTENCY_HEADER, SCHEMA_POLICY_HEADER
 
 FORMATS = {".parquet": "parquet", ".parq": "parquet", ".pq": "parquet", ".csv": "csv"}
 CSV_BLOCK_BYTES = 1 << 20
@@ -58,7 +60,44 @@ def open_source(path: str, fmt: str, batch_rows: int, delimiter: str, types: pa.
             return _parquet(path, batch_rows)
         return _csv(path, delimiter, types)
     except (pa.ArrowException, OSError) as exc:
-        raise click.ClickException(f"cannot read {path} as {fmt.upper()}: {clean_error(exc)}") from None
+        reason = csv_error(path, delimiter, clean_error(exc)) if fmt == "csv" else clean_error(exc)
+        raise click.ClickException(f"cannot read {path} as {fmt.upper()}: {reason}; nothing was committed") from None
+
+
+_CONVERSION = re.compile(r"In CSV column #(\d+): (CSV conversion error to .+?: invalid value '(.*)')$", re.S)
+_FIELD_COUNT = re.compile(r"CSV parse error: (Expected (\d+) columns, got \d+)")
+
+
+def csv_error(path: str, delimiter: str, message: str) -> str:
+    """Arrow's CSV error told as a user finds it in the file: the line number and the column's
+    name. (Arrow names a column by its 0-based index and knows no line numbers; a conversion
+    error says which value failed, so the first record holding it there is the culprit: an
+    equal value in an earlier record would have failed the same way.) The file is re-read with
+    Python's csv module, which counts lines across quoted newlines; only on this error path."""
+    conversion = _CONVERSION.search(message)
+    count = _FIELD_COUNT.search(message)
+    if conversion is None and count is None:
+        return message
+    try:
+        with open(path, newline="", encoding="utf-8", errors="replace") as handle:
+            records = csv.reader(handle, delimiter=delimiter)
+            header = next(records, [])
+            start = records.line_num + 1
+            for record in records:
+                if not record:  # Arrow skips empty lines too
+                    start = records.line_num + 1
+                    continue
+                if conversion is not None:
+                    index, value = int(conversion.group(1)), conversion.group(3)
+                    if index < len(record) and record[index] == value:
+                        name = header[index] if index < len(header) else f"#{index + 1}"
+                        return f"line {start}, column {name!r}: {conversion.group(2)}"
+                elif count is not None and len(record) != int(count.group(2)):
+                    return f"line {start}: {count.group(1)}"
+                start = records.line_num + 1
+    except (OSError, csv.Error):
+        pass
+    return message
 
 
 def _parquet(path: str, batch_rows: int) -> Source:
@@ -69,11 +108,34 @@ def _parquet(path: str, batch_rows: int) -> Source:
                   lambda rows: rows, pf.close)
 
 
+def _csv_types(path: str, delimiter: str, types: pa.Schema) -> dict[str, pa.DataType]:
+    """The table's types for the file's header names: the server matches a header that
+    differs from a column only in case to that column, so it must be read as that column's
+    type too (else an ``ID`` of small numbers is read as int64 and refused for an INTEGER)."""
+    wanted = {f.name: f.type for f in types}
+    try:
+        with open(path, newline="", encoding="utf-8", errors="replace") as handle:
+            header = next(csv.reader(handle, delimiter=delimiter), [])
+    except (OSError, csv.Error):
+        return wanted
+    folded: dict[str, list[str]] = {}
+    for name in wanted:
+        folded.setdefault(name.casefold(), []).append(name)
+    for name in header:
+        if name not in wanted and len(folded.get(name.casefold(), [])) == 1:
+            wanted[name] = wanted[folded[name.casefold()][0]]
+    return wanted
+
+
 def _csv(path: str, delimiter: str, types: pa.Schema | None) -> Source:
     import pyarrow.csv as pacsv
 
-    handle: IO[bytes] = open(path, "rb")  # noqa: SIM115 - closed by Source.close
-    column_types = {f.name: f.type for f in types} if types is not None else None
+    # A native file, not Python's: Arrow's read-ahead thread reads it without the GIL. With a
+    # Python file, a load that failed in the first block could end in "terminate called
+    # without an active exception" (exit 134): at exit the interpreter was finalizing while
+    # that thread still waited to call into Python.
+    handle = pa.OSFile(path, "rb")
+    column_types = _csv_types(path, delimiter, types) if types is not None else None
     try:
         reader = pacsv.open_csv(
             handle,
@@ -144,7 +206,8 @@ def table_schema(conn: Connection, client: flight.FlightClient, identifier: tupl
 
 
 def run_load(conn: Connection, path: str, table: str, fmt: str | None, create: bool, batch_rows: int,
-             delimiter: str, progress: bool | None, idempotency_key: str | None) -> dict[str, Any]:
+             delimiter: str, progress: bool | None, idempotency_key: str | None,
+             evolve: bool = False) -> dict[str, Any]:
     """Stream the file into the table; return the server's answer (printed as one JSON line)."""
     identifier = split_table_name(table)
     fmt = file_format(path, fmt)
@@ -163,6 +226,8 @@ def run_load(conn: Connection, path: str, table: str, fmt: str | None, create: b
             headers = list(conn.headers())
             if idempotency_key:
                 headers.append((IDEMPOTENCY_HEADER.encode(), idempotency_key.encode()))
+            if evolve:
+                headers.append((SCHEMA_POLICY_HEADER.encode(), b"evolve"))
             options = flight.FlightCallOptions(headers=headers)
             if existing is not None:
                 descriptor = flight.FlightDescriptor.for_path(*identifier)
@@ -172,7 +237,7 @@ def run_load(conn: Connection, path: str, table: str, fmt: str | None, create: b
                     table=identifier[-1],
                     schema=".".join(identifier[:-1]),
                 ).pack())
-            answer = _stream(client, descriptor, options, source, meter, path)
+            answer = _stream(client, descriptor, options, source, meter, path, delimiter)
         finally:
             source.close()
     finally:
@@ -187,11 +252,11 @@ class _FileError(Exception):
     """The file could not be read (the message says why)."""
 
 
-def _read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _read(batches: Iterator[pa.RecordBatch], path: str, delimiter: str) -> Iterator[pa.RecordBatch]:
     try:
         yield from batches
     except (pa.ArrowException, OSError) as exc:
-        raise _FileError(clean_error(exc)) from None
+        raise _FileError(csv_error(path, delimiter, clean_error(exc))) from None
 
 
 def _abandon(message: str, code: int) -> None:
@@ -205,14 +270,14 @@ def _abandon(message: str, code: int) -> None:
 
 
 def _stream(client: flight.FlightClient, descriptor: flight.FlightDescriptor, options: flight.FlightCallOptions,
-            source: Source, meter: Progress, path: str) -> bytes:
+            source: Source, meter: Progress, path: str, delimiter: str) -> bytes:
     rows = 0
     try:
         writer, reader = client.do_put(descriptor, source.schema, options)
     except (flight.FlightError, pa.ArrowException, OSError) as exc:
         raise click.ClickException(clean_error(exc)) from None
     try:
-        for batch in _read(source.batches):
+        for batch in _read(source.batches, path, delimiter):
             writer.write_batch(batch)
             rows += batch.num_rows
             meter.update(source.position(rows), rows)
@@ -221,7 +286,7 @@ def _stream(client: flight.FlightClient, descriptor: flight.FlightDescriptor, op
         buf = reader.read()
         writer.close()
     except _FileError as exc:
-        _abandon(f"cannot read {path} after {rows:,} rows: {exc}; nothing was committed", 1)
+        _abandon(f"cannot read {path}: {exc}; nothing was committed", 1)
         raise  # not reached
     except KeyboardInterrupt:
         _abandon("interrupted; nothing was committed", 130)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.flight as flight
 
 from catalog.maintenance import catalog_tables
-from flight_server import __version__, errors
+from flight_server import __version__, errors, roles
 from flight_server.metrics import LiveCollector, Metrics, folder_bytes
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ def event_json(record: CommitRecord) -> dict[str, Any]:
         "namespace": ".".join(record.namespace), "table": record.table, "operation": record.operation,
         "snapshot_id": record.snapshot_id, "added_rows": record.added_rows, "deleted_rows": record.deleted_rows,
         "added_files": record.added_files, "principal": record.principal,
+        "removed_files": record.removed_files, "data_change": record.data_change,
     }
 
 
@@ -220,9 +221,9 @@ class Operations:
         if action.body is not None and action.body.size and action.body.to_pybytes().strip() not in (b"", b"{}"):
             raise errors.InvalidArgument(f"{action.type} takes no body (or {{}})")
         if action.type == HEALTH_ACTION:
-            self._authorize(context, "read")
+            self._authorize(context, roles.action_role(HEALTH_ACTION))
             return iter([json.dumps(self.health()).encode()])
-        self._authorize(context, "admin")
+        self._authorize(context, roles.action_role(STATUS_ACTION))
         return iter([json.dumps(self.status()).encode()])
 
     def list_actions(self) -> list[tuple[str, str]]:

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.flight as flight
 
 from catalog import RocksCatalog
@@ -235,12 +236,66 @@ def _ensure_default_schema(catalog: RocksCatalog) -> None:
             pass  # another server on the warehouse made it first
 
 
+class StartupError(Exception):
+    """The server cannot start; the message is one line for the operator (what and what to do)."""
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    """Whether something listens on ``host:port`` already. Bound as gRPC binds (SO_REUSEADDR),
+    so a port that only has connections in TIME_WAIT counts as free, as it is for gRPC."""
+    import errno
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return False  # an unknown host: gRPC's own error says so
+    for family, kind, proto, _name, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:  # (not e.g. an address family this host lacks)
+                    return True
+    return False
+
+
+def _start(config: Config) -> IcefloeServer:
+    """Construct the server, turning what commonly stops a start into one ``StartupError`` line
+    (a held warehouse, a port in use, an unreadable warehouse) instead of a traceback."""
+    from catalog.rocks_catalog import CatalogReadOnlyError
+
+    in_use = (
+        f"port {config.port} on {config.host} is already in use (another icefloe serve?); stop that process, "
+        "or pick another --port (--port 0 picks a free one)"
+    )
+    if config.port and _port_in_use(config.host, config.port):
+        raise StartupError(in_use)  # before the warehouse is opened: nothing to undo
+    try:
+        return IcefloeServer(config)
+    except CatalogReadOnlyError:
+        raise StartupError(
+            f"the warehouse {config.warehouse} is in use by another process (another icefloe serve?); one server "
+            "serves a warehouse: stop it, or serve another --warehouse (clients of the running server use --uri)"
+        ) from None
+    except (OSError, pa.ArrowException) as exc:
+        if config.port and _port_in_use(config.host, config.port):  # taken between the check and the bind
+            raise StartupError(in_use) from None
+        logger.debug("start-up failed", exc_info=True)
+        raise StartupError(f"cannot serve {config.warehouse} on {config.location}: {errors.first_line(exc)}") from None
+
+
 def serve(config: Config) -> None:
-    """Start the server, log the readiness line, and block until SIGTERM/SIGINT."""
+    """Start the server, log the readiness line, and block until SIGTERM/SIGINT.
+
+    Raises:
+        StartupError: The server could not start (one line for the operator).
+    """
     # Process-wide, so set here (the process entry point), not by IcefloeServer itself.
     sys.setswitchinterval(config.gil_switch_interval_s)
     os.environ.setdefault("PYICEBERG_MAX_WORKERS", str(config.iceberg_max_workers))
-    server = IcefloeServer(config)
+    server = _start(config)
     for line in server.security.summary:
         warning = line.startswith("WARNING: ")
         logger.log(logging.WARNING if warning else logging.INFO, "security: %s", line.removeprefix("WARNING: "))
@@ -261,7 +316,7 @@ def serve(config: Config) -> None:
         http_lines = server.start_http()
     except (OSError, RuntimeError) as exc:
         server.shutdown_and_close()
-        raise SystemExit(f"icefloe: cannot serve HTTP: {exc}") from None
+        raise StartupError(f"cannot serve HTTP: {exc}") from None
     for line in http_lines:
         logger.info("%s", line)
     if config.gc_thresholds is not None:

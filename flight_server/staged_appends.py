@@ -38,7 +38,7 @@ from catalog.staging import (
     check_job,
 )
 from catalog.two_phase import TwoPhaseAppends
-from flight_server import errors
+from flight_server import errors, roles
 from flight_server.appends import client_errors
 from flight_server.auth import MIDDLEWARE_KEY as AUTH_MIDDLEWARE_KEY
 from flight_server.handles import HandleSigner
@@ -78,15 +78,16 @@ class StagedAppendService:
     # -- DoPut with x-icefloe-stage ----------------------------------------------------------
 
     def stage(self, identifier: tuple[str, ...], reader: Any, batches: Iterator[pa.RecordBatch], job: str,
-              principal: str | None) -> dict[str, Any]:
-        """Stage one DoPut stream; return its PutResult JSON (with the sealed token)."""
+              principal: str | None, schema_policy: str | None = None) -> dict[str, Any]:
+        """Stage one DoPut stream; return its PutResult JSON (with the sealed token).
+        ``schema_policy``: the call's own (header ``x-icefloe-schema-policy``), None for the table's."""
         qualified = ".".join(identifier)
         try:
             schema = reader.schema
         except Exception:
             raise errors.InvalidArgument("the DoPut stream carries no schema") from None
         with client_errors(identifier, "job id", "; nothing was staged"), commit_context(principal=principal):
-            staged = self._two_phase.stage_stream(identifier, schema, batches, job)
+            staged = self._two_phase.stage_stream(identifier, schema, batches, job, schema_policy)
         token = self._signer.seal(PURPOSE, _encode(staged.to_json())).decode("ascii")
         logger.debug("staged %d rows in %d files for %s (job %s)", staged.rows, staged.files, qualified, job)
         return {
@@ -194,7 +195,7 @@ def _staging_errors() -> Iterator[None]:
 
 def _is_admin(context: flight.ServerCallContext) -> bool:
     session = context.get_middleware(AUTH_MIDDLEWARE_KEY)
-    return session is not None and session.principal.allows("admin")
+    return session is not None and session.principal.allows(roles.OTHERS_STAGED)
 
 
 def _encode(value: dict[str, Any]) -> bytes:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from flight_server.client import CommitEvent
 from icefloe.backend import AppendEvent, Backend, ScanSource
@@ -30,7 +31,26 @@ from icefloe.errors import (
     Unavailable,
 )
 from icefloe.lake import Lake, Scan, Table
-from icefloe.pipe import PipeStats, checkpoint_of, pipe
+
+if TYPE_CHECKING:
+    from icefloe.pipes import PipeStats, checkpoint_of, pipe
+
+# Imported on first use: pipes need the catalog's checkpoint rules (and pyiceberg with them),
+# which a thin client that only reads and appends must not load (``icefloe.connect`` stays as
+# light as ``pyarrow.flight``; see benchmarks/bench_embedded.py, the thin-client row).
+_LAZY = {"pipe", "PipeStats", "checkpoint_of"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        # (the module is icefloe.pipes: a submodule named "pipe" would shadow the function
+        # icefloe.pipe once anything imported it)
+        from icefloe import pipes
+
+        value = getattr(pipes, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def connect(uri: str, token: str | None = None, user: str | None = None, password: str | None = None,

@@ -15,12 +15,16 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from catalog.pipes import PipeCommit
 from flight_server.client import CommitEvent
+
+if TYPE_CHECKING:  # catalog.pipes is for pipes only; a thin client that appends does not load it
+    from catalog.pipes import PipeCommit
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,10 @@ class ScanSource(ABC):
 
 class Backend(ABC):
     """What a lake can do, in-process or over Flight."""
+
+    def describe(self) -> str:
+        """Where the lake is, for reprs (no I/O)."""
+        return type(self).__name__
 
     @abstractmethod
     def create_namespace(self, namespace: str) -> None:
@@ -122,7 +130,7 @@ class Backend(ABC):
 
     @abstractmethod
     def append(self, name: str, data: pa.RecordBatchReader, idempotency_key: str | None,
-               pipe: PipeCommit | None = None) -> AppendEvent:
+               pipe: PipeCommit | None = None, schema_policy: str | None = None) -> AppendEvent:
         """Append a stream to a table in one durable commit.
 
         Args:
@@ -132,6 +140,8 @@ class Backend(ABC):
                 answers the first commit.
             pipe: A pipe step: its checkpoint goes into the snapshot summary and its lineage
                 into the commit, atomically with the rows.
+            schema_policy: This append's schema policy (``match``, ``evolve``, ``strict``);
+                None: the table's (``icefloe.schema-policy``, default ``match``).
 
         Returns:
             The event of the commit (``duplicate`` set on a replayed key).
@@ -185,3 +195,18 @@ class Backend(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release the catalog or connection."""
+
+
+def append_event(name: str, result: Mapping[str, Any], event: CommitEvent | None) -> AppendEvent:
+    """The ``AppendEvent`` of an append's result JSON and its commit's event (None: no commit,
+    the append held no rows)."""
+    rows, duplicate = int(result["rows"]), bool(result.get("duplicate"))
+    if event is None:
+        namespace, _, table = name.rpartition(".")
+        return AppendEvent(
+            seq=int(result["commit_seq"]), committed_at=datetime.now(UTC), namespace=namespace, table=table,
+            table_uuid=None, operation="none", snapshot_id=result.get("snapshot_id"), parent_snapshot_id=None,
+            added_rows=0, deleted_rows=0, added_files=0, metadata_location=None, principal=None,
+            rows=rows, duplicate=duplicate,
+        )
+    return AppendEvent(**asdict(event), rows=rows, duplicate=duplicate)

@@ -101,9 +101,10 @@ def as_reader(data: Any) -> pa.RecordBatchReader:
 class Table:
     """One table of a lake: a source (scan, changes, subscribe) and a sink (append)."""
 
-    def __init__(self, backend: Backend, name: str) -> None:
+    def __init__(self, backend: Backend, name: str, schema: pa.Schema | None = None) -> None:
         self._backend = backend
         self.name = name
+        self._opened_schema = schema  # as of lake.table() / create_table(), for the repr only
 
     @property
     def backend(self) -> Backend:
@@ -135,7 +136,7 @@ class Table:
         return Scan(self._backend.scan(self.name, list(columns) if columns is not None else None, filter,
                                        snapshot_id))
 
-    def append(self, data: Any, idempotency_key: str | None = None) -> AppendEvent:
+    def append(self, data: Any, idempotency_key: str | None = None, schema_policy: str | None = None) -> AppendEvent:
         """Append rows in one durable commit.
 
         Args:
@@ -143,6 +144,11 @@ class Table:
                 batches and readers, polars frames, DuckDB relations, a ``Scan``).
             idempotency_key: A retry with the same key commits nothing new and returns the
                 first commit's event (``duplicate`` true).
+            schema_policy: ``"evolve"`` lets this append add new columns and widen existing
+                ones; ``"match"`` (the default, unless the table's ``icefloe.schema-policy``
+                says otherwise) requires the data to fit the table (narrower types are cast
+                up, missing nullable columns are nulls); ``"strict"`` requires exactly the
+                table's columns and types.
 
         Returns:
             The commit's event (``rows``: this append's rows).
@@ -153,7 +159,7 @@ class Table:
             Conflict: The commit kept losing races.
             PermissionDenied: Not allowed (``ReadOnly`` in-process beside a running server).
         """
-        return self._backend.append(self.name, as_reader(data), idempotency_key)
+        return self._backend.append(self.name, as_reader(data), idempotency_key, schema_policy=schema_policy)
 
     def subscribe(self, after: int | str = "latest", stop: threading.Event | None = None) -> Iterator[CommitEvent]:
         """Every later commit of this table, live, exactly once and in order.
@@ -188,7 +194,14 @@ class Table:
         return self._backend.changes(self.name, after, self._backend.head() if until is None else until)
 
     def __repr__(self) -> str:
-        return f"icefloe.Table({self.name!r})"
+        # No I/O in a repr: the columns are the ones the table had when it was opened.
+        columns = ""
+        if self._opened_schema is not None:
+            shown = [f"{f.name} {f.type}{'' if f.nullable else ' not null'}" for f in self._opened_schema]
+            if len(shown) > 12:
+                shown = [*shown[:12], f"... {len(shown) - 12} more"]
+            columns = f", columns: {', '.join(shown)}"
+        return f"icefloe.Table({self.name!r}{columns}; {self._backend.describe()})"
 
 
 class Lake:
@@ -222,8 +235,8 @@ class Lake:
         """
         if not isinstance(schema, pa.Schema):
             raise InvalidArgument("schema must be a pyarrow.Schema")
-        self._backend.create_table(name, schema)
-        return Table(self._backend, name)
+        created = self._backend.create_table(name, schema)
+        return Table(self._backend, name, created)
 
     def table(self, name: str) -> Table:
         """An existing table.
@@ -231,8 +244,7 @@ class Lake:
         Raises:
             NotFound: It does not exist.
         """
-        self._backend.table_schema(name)
-        return Table(self._backend, name)
+        return Table(self._backend, name, self._backend.table_schema(name))
 
     def head(self) -> int:
         """The seq of the lake's latest commit."""
@@ -240,6 +252,9 @@ class Lake:
 
     def close(self) -> None:
         self._backend.close()
+
+    def __repr__(self) -> str:
+        return f"icefloe.Lake({self._backend.describe()})"
 
     def __enter__(self) -> Lake:
         return self

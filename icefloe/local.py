@@ -13,8 +13,6 @@ import functools
 import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -29,7 +27,7 @@ from flight_server.changes import ChangeRequest, read_changes
 from flight_server.client import CommitEvent, events_of
 from flight_server.engine.iceberg_source import IcebergSources
 from flight_server.feed.events import records_to_batch
-from icefloe.backend import AppendEvent, Backend, ScanSource
+from icefloe.backend import AppendEvent, Backend, ScanSource, append_event
 from icefloe.errors import InvalidArgument, NotFound, from_local
 from icefloe.local_scan import FooterCache, LocalScan
 
@@ -76,6 +74,9 @@ class LocalBackend(Backend):
         self._sources = IcebergSources()
         self._footers = FooterCache()
 
+    def describe(self) -> str:
+        return f"in-process {self.catalog.warehouse}" + (", read-only" if self.read_only else "")
+
     @property
     def read_only(self) -> bool:
         return self.catalog.read_only
@@ -110,12 +111,13 @@ class LocalBackend(Backend):
 
     @_mapped
     def append(self, name: str, data: pa.RecordBatchReader, idempotency_key: str | None,
-               pipe: PipeCommit | None = None) -> AppendEvent:
+               pipe: PipeCommit | None = None, schema_policy: str | None = None) -> AppendEvent:
         self.catalog.check_writable()  # before any file is written
         result = self.appender.append_stream(
             _identifier(name), data.schema, data, idempotency_key=idempotency_key,
             snapshot_properties=pipe.snapshot_properties() if pipe else None,
             extra=pipe.commit_extra() if pipe else None,
+            schema_policy=_policy(schema_policy),
         )
         record = self.catalog.log.get(result.commit_seq) if result.rows or result.duplicate else None
         return append_event(name, result.to_json(), _event(record) if record is not None else None)
@@ -163,20 +165,16 @@ class LocalBackend(Backend):
         self.catalog.close()
 
 
+def _policy(schema_policy: str | None) -> str | None:
+    if schema_policy is None:
+        return None
+    from catalog.schema_policy import check_policy
+
+    try:
+        return check_policy(schema_policy) if isinstance(schema_policy, str) else check_policy(repr(schema_policy))
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
 def _event(record: CommitRecord) -> CommitEvent:
     return next(events_of(records_to_batch([record])))
-
-
-def append_event(name: str, result: Mapping[str, Any], event: CommitEvent | None) -> AppendEvent:
-    """The ``AppendEvent`` of an append's result JSON and its commit's event (None: no commit,
-    the append held no rows)."""
-    rows, duplicate = int(result["rows"]), bool(result.get("duplicate"))
-    if event is None:
-        namespace, _, table = name.rpartition(".")
-        return AppendEvent(
-            seq=int(result["commit_seq"]), committed_at=datetime.now(UTC), namespace=namespace, table=table,
-            table_uuid=None, operation="none", snapshot_id=result.get("snapshot_id"), parent_snapshot_id=None,
-            added_rows=0, deleted_rows=0, added_files=0, metadata_location=None, principal=None,
-            rows=rows, duplicate=duplicate,
-        )
-    return AppendEvent(**asdict(event), rows=rows, duplicate=duplicate)

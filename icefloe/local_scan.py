@@ -127,7 +127,8 @@ class LocalScan(ScanSource):
         return self._schema
 
     def _plain(self) -> bool:
-        return self._filter is None and len(self._parts) == 1
+        # Files with row-level deletes are read through their dataset's own scanner (engine.deletes).
+        return self._filter is None and len(self._parts) == 1 and not self._parts[0].has_deletes
 
     def open(self) -> pa.RecordBatchReader:
         # Nothing is read until the first batch is asked for: consumers such as DuckDB open a
@@ -171,7 +172,7 @@ class LocalScan(ScanSource):
     def _dictionary_coded(self, part: SourcePart, physical: Sequence[str]) -> set[str]:
         """The ``physical`` columns that every file of ``part`` dictionary-codes."""
         data = part.data
-        if part.partial_files or not isinstance(data, ds.FileSystemDataset) or not data.files:
+        if part.partial_files or part.has_deletes or not isinstance(data, ds.FileSystemDataset) or not data.files:
             return set()
         wanted = set(physical)
         for path in data.files:

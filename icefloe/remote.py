@@ -14,24 +14,48 @@ import queue
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from catalog.idempotency import check_key
-from catalog.pipes import PipeCommit
+# Only light modules here (pyarrow, the wire protocol): a thin client must not import the
+# catalog, pyiceberg, DuckDB or pandas (tests/icefloe/test_thin_client.py holds it to that).
+from catalog.key_rules import check_key
 from flight_server.client import CommitEvent, FeedCursorExpired, FeedError, feed_head, subscribe
-from flight_server.engine.iceberg_source import quote
 from flight_server.flightsql import protocol as p
-from flight_server.headers import IDEMPOTENCY_HEADER, PIPE_HEADER
-from icefloe.backend import AppendEvent, Backend, ScanSource
+from flight_server.headers import IDEMPOTENCY_HEADER, PIPE_HEADER, SCHEMA_POLICIES, SCHEMA_POLICY_HEADER
+from icefloe.backend import AppendEvent, Backend, ScanSource, append_event
 from icefloe.errors import CursorExpired, Error, InvalidArgument, NotFound, Unauthenticated, from_remote
-from icefloe.local import append_event
+
+if TYPE_CHECKING:
+    from catalog.pipes import PipeCommit
 
 T = TypeVar("T")
 _END = object()
 QUEUE_BATCHES = 8  # per scan: bounded, so a slow consumer holds back the endpoint readers
+
+
+_FLIGHT_SQL_KEYS = b"ARROW:FLIGHT:SQL:"
+
+
+def _plain_field(field: pa.Field) -> pa.Field:
+    kept = {k: v for k, v in (field.metadata or {}).items() if not k.startswith(_FLIGHT_SQL_KEYS)}
+    return field.with_metadata(kept) if kept else field.remove_metadata()
+
+
+def plain_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema without Flight SQL's column metadata (``ARROW:FLIGHT:SQL:*``, nine keys per
+    column: catalog, schema, table, SQL type name, ...): it is for SQL tools, and printed it buries
+    the columns; the API's schemas are the in-process ones. Other metadata stays."""
+    if not any(f.metadata and any(k.startswith(_FLIGHT_SQL_KEYS) for k in f.metadata) for f in schema):
+        return schema
+    return pa.schema([_plain_field(f) for f in schema], metadata=schema.metadata)
+
+
+def quote(name: str) -> str:
+    """A SQL identifier, double-quoted (as the server's engine quotes)."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _table_sql(name: str) -> str:
@@ -50,8 +74,7 @@ class RemoteScan(ScanSource):
 
     @property
     def schema(self) -> pa.Schema:
-        schema: pa.Schema = self._info.schema
-        return schema
+        return plain_schema(self._info.schema)
 
     def open(self) -> pa.RecordBatchReader:
         # Lazy, as in-process: a stream opened only for its schema starts no DoGet.
@@ -90,6 +113,9 @@ class RemoteBackend(Backend):
         self.headers: list[tuple[bytes, bytes]] = [(b"authorization", f"Bearer {token}".encode())] if token else []
         self._fleet: dict[str, flight.FlightClient] = {}
         self._fleet_lock = threading.Lock()
+
+    def describe(self) -> str:
+        return f"remote {self.uri}"
 
     def _options(self, extra: Sequence[tuple[bytes, bytes]] = ()) -> flight.FlightCallOptions:
         return flight.FlightCallOptions(headers=[*self.headers, *extra])
@@ -172,7 +198,7 @@ class RemoteBackend(Backend):
             except (flight.FlightError, pa.ArrowException) as exc:
                 raise from_remote(exc) from None
 
-        return pa.RecordBatchReader.from_batches(schema, mapped())
+        return pa.RecordBatchReader.from_batches(plain_schema(schema), mapped())
 
     def _client_for(self, endpoint: flight.FlightEndpoint) -> flight.FlightClient:
         if not endpoint.locations:
@@ -218,8 +244,8 @@ class RemoteBackend(Backend):
         return self.table_schema(name)
 
     def table_schema(self, name: str) -> pa.Schema:
-        schema: pa.Schema = self._info(p.CommandStatementQuery(query=f"SELECT * FROM {_table_sql(name)}").pack()).schema
-        return schema
+        query = p.CommandStatementQuery(query=f"SELECT * FROM {_table_sql(name)}")
+        return plain_schema(self._info(query.pack()).schema)
 
     def scan(self, name: str, columns: Sequence[str] | None, filter: str | None,
              snapshot_id: int | None) -> ScanSource:
@@ -236,7 +262,7 @@ class RemoteBackend(Backend):
         return RemoteScan(self, self._info(p.CommandStatementQuery(query=sql).pack()))
 
     def append(self, name: str, data: pa.RecordBatchReader, idempotency_key: str | None,
-               pipe: PipeCommit | None = None) -> AppendEvent:
+               pipe: PipeCommit | None = None, schema_policy: str | None = None) -> AppendEvent:
         namespace, _, table = name.rpartition(".")
         _table_sql(name)
         headers: list[tuple[bytes, bytes]] = []
@@ -248,6 +274,11 @@ class RemoteBackend(Backend):
             headers.append((IDEMPOTENCY_HEADER.encode(), idempotency_key.encode("utf-8")))
         if pipe is not None:
             headers.append((PIPE_HEADER.encode(), pipe.to_json().encode("utf-8")))
+        if schema_policy is not None:
+            if not isinstance(schema_policy, str) or schema_policy.strip().lower() not in SCHEMA_POLICIES:
+                raise InvalidArgument(
+                    f"schema_policy must be one of {', '.join(SCHEMA_POLICIES)}, not {schema_policy!r}")
+            headers.append((SCHEMA_POLICY_HEADER.encode(), schema_policy.strip().lower().encode()))
         descriptor = flight.FlightDescriptor.for_path(*namespace.split("."), table)
 
         def run() -> dict[str, Any]:

@@ -32,6 +32,7 @@ from pyspark_icefloe.connection import (
     quote_identifier,
     quote_table,
     statement_descriptor,
+    table_schema,
 )
 from pyspark_icefloe.types import conform, target_schema
 
@@ -119,6 +120,7 @@ class Source:
         """
         if self.table is None or self.snapshot_id is not None or self.as_of_timestamp is not None:
             return self
+        table_schema(client, self.table)  # first: a missing table is reported by its own name
         namespace, _, name = self.table.rpartition(".")
         history = quote_identifier(namespace) + "." + quote_identifier(name + "$history")
         sql = f"SELECT snapshot_id FROM {history} ORDER BY made_current_at DESC LIMIT 1"

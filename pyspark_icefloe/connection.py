@@ -38,6 +38,10 @@ class IcefloeSparkError(Exception):
     """A data source option or a server answer the connector cannot work with."""
 
 
+class TableNotFound(IcefloeSparkError):
+    """The table does not exist (the message is the server's, with its "did you mean")."""
+
+
 def option(options: Mapping[str, str], name: str, default: str | None = None) -> str | None:
     """One option, case-insensitively (Spark lowercases some spellings, not all)."""
     lowered = name.lower()
@@ -154,7 +158,10 @@ def _env(name: str, what: str) -> str:
 
 
 def is_retryable(exc: BaseException) -> bool:
-    return isinstance(exc, flight.FlightUnavailableError)
+    # FlightClient.get_schema reports UNAVAILABLE as a plain ArrowIOError (it checks its status
+    # as an Arrow one, not a Flight one), with Flight's wording.
+    return isinstance(exc, flight.FlightUnavailableError) or (
+        isinstance(exc, pa.ArrowIOError) and str(exc).startswith("Flight returned unavailable error"))
 
 
 def clean(exc: BaseException) -> str:
@@ -219,8 +226,8 @@ class Client:
         for attempt in range(self.settings.retries + 1):
             try:
                 return call()
-            except flight.FlightUnavailableError as exc:
-                if attempt == self.settings.retries:
+            except (flight.FlightUnavailableError, pa.ArrowIOError) as exc:
+                if attempt == self.settings.retries or not is_retryable(exc):
                     raise
                 logger.info("icefloe server unavailable (%s); retrying in %.1f s", clean(exc), delay)
                 time.sleep(delay)
@@ -252,6 +259,27 @@ class Client:
 def statement_descriptor(sql: str) -> flight.FlightDescriptor:
     """A ``CommandStatementQuery`` for ``sql``, Any-packed as the Flight SQL spec says."""
     return flight.FlightDescriptor.for_command(CommandStatementQuery(query=sql).pack())
+
+
+def table_schema(client: Client, table: str) -> pa.Schema:
+    """The table's Arrow schema (GetSchema of ``SELECT *``: nothing planned or read).
+
+    Asked before anything that names the table's metadata tables (``ns."t$history"``), so that
+    a typo'd table is reported as the user wrote it, with the server's "did you mean".
+
+    Raises:
+        TableNotFound: No such table.
+        IcefloeSparkError: Any other refusal (permissions, a bad name), in the server's words.
+    """
+    sql = f"SELECT * FROM {quote_table(table)}"
+    try:
+        schema: pa.Schema = client.retrying(
+            lambda: client.flight.get_schema(statement_descriptor(sql), client.options()).schema)
+    except pa.ArrowKeyError as exc:  # NOT_FOUND
+        raise TableNotFound(clean(exc)) from None
+    except (flight.FlightError, pa.ArrowException) as exc:
+        raise IcefloeSparkError(clean(exc)) from None
+    return schema
 
 
 def quote_identifier(name: str) -> str:

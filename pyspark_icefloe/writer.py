@@ -10,10 +10,18 @@ the attempts Spark reports as committed are ever committed, so a retried task ne
 The commit's idempotency key is the job id (a UUID made on the driver when Spark creates the
 writer) for batch writes and ``(stream key, batch id)`` for streaming writes, so a micro-batch
 replayed after a crash is answered as a duplicate, not appended again.
+
+Before any task starts, the driver checks the target (``prepare_table``): a missing table is
+an error there, in the server's words ("did you mean"), unless option ``create`` is true, which
+creates it from the DataFrame's columns (as ``saveAsTable`` would); columns the table lacks are
+named there too. Columns are matched by name as the server matches them (case-insensitively
+where that is unambiguous). Option ``schema-policy`` (``match`` or ``strict``) is sent with each
+staged append; ``evolve`` is refused, since staged files cannot change the table's schema.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import uuid
@@ -30,11 +38,23 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from pyspark_icefloe.connection import IcefloeSparkError, Settings, option, quote_table
+from flight_server.flightsql import protocol as p
+from pyspark_icefloe.connection import (
+    IcefloeSparkError,
+    Settings,
+    TableNotFound,
+    bool_option,
+    option,
+    quote_table,
+    table_schema,
+)
+from pyspark_icefloe.types import target_schema
 
 logger = logging.getLogger("icefloe.spark")
 
 STAGE_HEADER = b"x-icefloe-stage"
+SCHEMA_POLICY_HEADER = b"x-icefloe-schema-policy"
+STAGED_POLICIES = ("match", "strict")
 COMMIT_STAGED = "icefloe.commit-staged"
 ABORT_STAGED = "icefloe.abort-staged"
 
@@ -47,7 +67,101 @@ class Staged(WriterCommitMessage):
     rows: int = 0
 
 
-def stage(settings: Settings, table: str, job_id: str, batches: Iterator[pa.RecordBatch]) -> Staged:
+def write_policy(options: Mapping[str, str]) -> str | None:
+    """Option ``schema-policy`` for a write (None: the table's own)."""
+    value = option(options, "schema-policy") or option(options, "schemaPolicy")
+    if value is None:
+        return None
+    policy = value.strip().lower()
+    if policy == "evolve":
+        raise IcefloeSparkError(
+            "option schema-policy evolve: a Spark write stages its rows, and staged files cannot change the "
+            "table's schema; add the columns first (ALTER TABLE ns.t ADD COLUMN ...), then write"
+        )
+    if policy not in STAGED_POLICIES:
+        raise IcefloeSparkError(f"option schema-policy must be one of {', '.join(STAGED_POLICIES)}, not {value!r}")
+    return policy
+
+
+def _matches(table_names: list[str], names: list[str]) -> dict[str, str]:
+    """Input name -> table name, as the server matches them: exactly, else the one table column
+    that differs only in case (when just one input and one table column fold together)."""
+    found = {n: n for n in names if n in table_names}
+    free = [t for t in table_names if t not in found.values()]
+    for name in names:
+        if name in found:
+            continue
+        folded = [t for t in free if t.casefold() == name.casefold()]
+        rivals = [n for n in names if n not in found and n.casefold() == name.casefold()]
+        if len(folded) == 1 and len(rivals) == 1:
+            found[name] = folded[0]
+    return found
+
+
+def prepare_table(settings: Settings, table: str, schema: StructType, options: Mapping[str, str]) -> None:
+    """On the driver, before any task: the table must exist (or be created, option ``create``)
+    and hold every column of the DataFrame.
+
+    Raises:
+        IcefloeSparkError: A missing table (with the server's "did you mean" and how to create
+            it), columns the table lacks (each named), a bad option.
+    """
+    quote_table(table)
+    write_policy(options)
+    client = settings.connect()
+    try:
+        try:
+            existing = table_schema(client, table)
+        except TableNotFound as exc:
+            if not bool_option(options, "create", False):
+                raise IcefloeSparkError(
+                    f"{exc}; create it first (CREATE TABLE {table} (...)), or write with "
+                    f'.option("create", "true") to create it from the DataFrame\'s columns'
+                ) from None
+            _create(client, table, target_schema(schema))
+            logger.info("icefloe: created %s from the DataFrame's columns", table)
+            return
+    finally:
+        client.close()
+    names = [f.name for f in schema.fields]
+    matched = _matches(existing.names, names)
+    unknown = [n for n in names if n not in matched]
+    if unknown:
+        absent = [t for t in existing.names if t not in matched.values()]
+
+        def hint(name: str) -> str:
+            close = difflib.get_close_matches(name, absent, n=1, cutoff=0.6)
+            return f" (did you mean {close[0]!r}?)" if close else ""
+
+        listed = ", ".join(f"{n!r}{hint(n)}" for n in unknown)
+        raise IcefloeSparkError(
+            f"cannot write to {table}: the DataFrame's column{'s' if len(unknown) > 1 else ''} {listed} "
+            f"{'are' if len(unknown) > 1 else 'is'} not in the table (its columns: {', '.join(existing.names)}); "
+            "rename them (df.withColumnRenamed), or add them to the table first (ALTER TABLE ... ADD COLUMN)"
+        )
+
+
+def _create(client: Any, table: str, schema: pa.Schema) -> None:
+    """Create ``table`` (and a missing namespace) from ``schema``: an empty Flight SQL bulk
+    ingest in mode create, which commits through the server's ordinary path."""
+    namespace, _, name = table.rpartition(".")
+    command = p.CommandStatementIngest(
+        table_definition_options=p.TableDefinitionOptions(if_not_exist=1, if_exists=1),  # create, else fail
+        table=name, schema=namespace,
+    ).pack()
+    try:
+        writer, reader = client.flight.do_put(flight.FlightDescriptor.for_command(command), schema, client.options())
+        writer.done_writing()
+        reader.read()
+        writer.close()
+    except pa.ArrowException as exc:
+        from pyspark_icefloe.connection import clean
+
+        raise IcefloeSparkError(f"cannot create {table}: {clean(exc)}") from None
+
+
+def stage(settings: Settings, table: str, job_id: str, batches: Iterator[pa.RecordBatch],
+          policy: str | None = None) -> Staged:
     """DoPut one task's batches as a staged (uncommitted) append; answer its token.
 
     Raises:
@@ -62,8 +176,10 @@ def stage(settings: Settings, table: str, job_id: str, batches: Iterator[pa.Reco
     client = settings.connect()
     try:
         descriptor = flight.FlightDescriptor.for_path(namespace, name)
-        writer, reader = client.flight.do_put(descriptor, first.schema,
-                                              client.options([(STAGE_HEADER, job_id.encode())]))
+        headers = [(STAGE_HEADER, job_id.encode())]
+        if policy is not None:
+            headers.append((SCHEMA_POLICY_HEADER, policy.encode()))
+        writer, reader = client.flight.do_put(descriptor, first.schema, client.options(headers))
         rows = 0
         for batch in _chain(first, batches):
             if batch.num_rows:
@@ -122,14 +238,15 @@ class BatchWriter(DataSourceArrowWriter):
 
     def __init__(self, settings: Settings, table: str, schema: StructType, overwrite: bool,
                  options: Mapping[str, str]) -> None:
-        quote_table(table)
+        prepare_table(settings, table, schema, options)  # on the driver, before any task
         self.settings = settings
         self.table = table
         self.overwrite = overwrite
+        self.policy = write_policy(options)
         self.job_id = f"spark-{uuid.uuid4()}"  # made once, on the driver; tasks get it pickled
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return stage(self.settings, self.table, self.job_id, iterator)
+        return stage(self.settings, self.table, self.job_id, iterator, self.policy)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         tokens = _tokens(messages)
@@ -147,9 +264,10 @@ class StreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, settings: Settings, table: str, schema: StructType, overwrite: bool,
                  options: Mapping[str, str]) -> None:
-        quote_table(table)
+        prepare_table(settings, table, schema, options)  # on the driver, before any task
         self.settings = settings
         self.table = table
+        self.policy = write_policy(options)
         stream_key = option(options, "streamKey") or option(options, "checkpointLocation")
         if not stream_key:
             raise IcefloeSparkError("a streaming write needs option checkpointLocation (or streamKey): it keys "
@@ -158,7 +276,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         self.job_id = f"spark-stream-{uuid.uuid4()}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return stage(self.settings, self.table, self.job_id, iterator)
+        return stage(self.settings, self.table, self.job_id, iterator, self.policy)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         tokens = _tokens(messages)

@@ -492,7 +492,7 @@ class LineageExporter:
 
     def _metadata_for(self, record: CommitRecord) -> TableMetadata | None:
         location = record.metadata_location
-        if not location:
+        if not location or record.extra.get("kind") == "view":  # view metadata is no table metadata
             return None
         # The catalog keeps the latest metadata of each table parsed; right after a commit it
         # is the one this record wrote, so the worker rarely parses anything.

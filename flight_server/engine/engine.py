@@ -53,7 +53,7 @@ from duckdb import _seam  # binder access: schema of a statement without running
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 from flight_server import errors
-from flight_server.engine import history, messages, policy, splits
+from flight_server.engine import history, messages, policy, splits, view_expansion
 from flight_server.engine.bound import Bound, BoundSchemas
 from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
 from flight_server.engine.origins import ColumnOrigin, Source, result_origins
@@ -268,6 +268,7 @@ class Engine:
             errors.NotFound: A table it names does not exist.
             errors.DeadlineExceeded: Planning took longer than the query timeout.
         """
+        sql = view_expansion.expand(self.catalog, sql, default_schema)  # Iceberg views: their SQL, inline
         kind = self._statement_type(sql)
         if kind not in _READ_TYPES:
             raise errors.InvalidArgument("this statement writes; send it as an update")
@@ -573,7 +574,9 @@ class Engine:
                 parts = [SourcePart(history.metadata_table(table, pin.kind, pin.snapshot_id), "*")]
             elif tagged is not None:
                 table = self._pinned_table(pin)
-                parts = self.sources.file_parts(table, tagged, table.schemas().get(pin.schema_id) or table.schema())
+                parts = self.sources.file_parts(
+                    table, tagged, table.schemas().get(pin.schema_id) or table.schema(), pin.snapshot_id
+                )
             else:
                 parts = self._data_parts(pin, sql, prune=sql is not None and len(pins) == 1)
                 run.parts = parts if len(pins) == 1 else []

@@ -24,8 +24,10 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 
+from catalog.deletes import read_delete_manifest
 from flight_server import errors
 from flight_server.engine import messages, policy
 from flight_server.engine.policy import TableReference
@@ -205,13 +207,20 @@ def metadata_table(table: Table, kind: str, snapshot_id: int | None) -> pa.Table
         if pinned is None:
             return FILES_SCHEMA.empty_table()
         rows = []
-        for task in table.scan(snapshot_id=pinned.snapshot_id).plan_files():
-            files = [task.file, *task.delete_files]
-            for f in files:
-                partition = _partition(table, f)
-                rows.append({"path": f.file_path, "record_count": f.record_count, "file_size": f.file_size_in_bytes,
-                             "partition": json.dumps(partition) if partition else None,
-                             "content": f.content.name.lower(), "file_format": str(f.file_format.value)})
+        # Every live entry of the snapshot's manifests, data and delete files (delete manifests
+        # read with the v3 schema; pyiceberg's planner refuses equality deletes).
+        files: list[Any] = []
+        snapshot = table.metadata.snapshot_by_id(pinned.snapshot_id)
+        for manifest in snapshot.manifests(table.io) if snapshot is not None else []:
+            if manifest.content == ManifestContent.DELETES:
+                files.extend(e.data_file for e in read_delete_manifest(table.io, manifest))
+            else:
+                files.extend(e.data_file for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True))
+        for f in files:
+            partition = _partition(table, f)
+            rows.append({"path": f.file_path, "record_count": f.record_count, "file_size": f.file_size_in_bytes,
+                         "partition": json.dumps(partition) if partition else None,
+                         "content": f.content.name.lower(), "file_format": str(f.file_format.value)})
         return pa.Table.from_pylist(rows, FILES_SCHEMA)
     raise errors.NotFound(f"unknown metadata table ${kind}")
 

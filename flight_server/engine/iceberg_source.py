@@ -31,9 +31,11 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from catalog.deletes import DeleteSets, FileDeletes, plan_files
 from catalog.lru import LockedLRU
 from catalog.object_store import filesystem
 from catalog.sandbox import confine
+from flight_server.engine.deletes import DeletedFile, deleted_dataset
 from flight_server.engine.splits import ScanUnit, assign, scan_units
 
 logger = logging.getLogger("icefloe.engine.iceberg")
@@ -57,6 +59,9 @@ class SourcePart:
     # Some files are read in part (row groups of a split scan): a reader of whole files
     # (scans.native_reader) cannot stand in for this dataset.
     partial_files: bool = False
+    # Rows of these files are removed by delete files (engine.deletes.DeletedDataset): only the
+    # dataset's own scanner reads them right.
+    has_deletes: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,9 @@ class IcebergSources:
         self._files: LockedLRU[Any, Any] = LockedLRU(512)  # (table uuid, snapshot id, filter) -> files
         self._footers: LockedLRU[str, _Footer] = LockedLRU(65536)  # file path -> _Footer
         self._row_groups: LockedLRU[str, int] = LockedLRU(65536)  # file path -> row groups in its footer
+        # (table uuid, snapshot id) -> {data file path: the deletes that apply to it}
+        self._deletes: LockedLRU[Any, dict[str, FileDeletes]] = LockedLRU(512)
+        self.delete_sets = DeleteSets()
 
     def parts(
         self, table: Table, snapshot_id: int | None, schema: Schema, row_filter: BooleanExpression | None = None,
@@ -94,6 +102,7 @@ class IcebergSources:
         files = self.data_files(table, snapshot_id, row_filter)
         if not files:  # an empty table, or every file pruned by the row filter
             return [_identity_part(arrow_schema.empty_table())]
+        deletes = self.file_deletes(table, snapshot_id)
         # The table's own S3 settings (endpoint, keys): from_uri would know neither.
         fs = filesystem(table.io, files[0][0])
         # path -> row groups to read (None: the whole file), in manifest order.
@@ -108,17 +117,18 @@ class IcebergSources:
                     self._choose(chosen, unit, fs)
         if not chosen:
             return [_identity_part(arrow_schema.empty_table())]
-        groups: dict[tuple[tuple[int, str], ...], list[tuple[str, list[int] | None]]] = {}
-        dictionary: dict[tuple[tuple[int, str], ...], frozenset[str]] = {}
+        # Files with deletes form groups of their own (read through DeletedDataset).
+        groups: dict[Any, list[tuple[str, list[int] | None]]] = {}
+        dictionary: dict[Any, frozenset[str]] = {}
         for path, row_groups in chosen.items():
             footer = self._footer(path, fs, _fs_path(path), schema)
-            key = tuple(sorted(footer.ids))
-            groups.setdefault(key, []).append((_fs_path(path), row_groups))
+            key = (tuple(sorted(footer.ids)), path in deletes)
+            groups.setdefault(key, []).append((path, row_groups))
             # Only columns every file of the group stores as small dictionaries.
             dictionary[key] = dictionary[key] & footer.dictionary if key in dictionary else footer.dictionary
         parts = []
         for key, group in groups.items():
-            id_to_phys = dict(key)
+            id_to_phys = dict(key[0])
             fields, select, columns = [], [], []
             for f, af in zip(schema.fields, arrow_schema, strict=True):
                 phys = id_to_phys.get(f.field_id, MISSING_COLUMN.format(f.field_id))
@@ -129,12 +139,16 @@ class IcebergSources:
             partial = any(row_groups is not None for _, row_groups in group)
             as_dictionary = sorted(dictionary[key] & set(id_to_phys.values()))
             parquet = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=as_dictionary))
-            if not partial:
-                dataset = ds.dataset([p for p, _ in group], schema=physical, format=parquet, filesystem=fs)
+            dataset: Any
+            if key[1]:
+                dataset = self._deleted(table, group, deletes, physical, parquet, fs, schema, id_to_phys)
+            elif not partial:
+                dataset = ds.dataset([_fs_path(p) for p, _ in group], schema=physical, format=parquet, filesystem=fs)
             else:
-                fragments = [parquet.make_fragment(p, filesystem=fs, row_groups=row_groups) for p, row_groups in group]
+                fragments = [parquet.make_fragment(_fs_path(p), filesystem=fs, row_groups=row_groups)
+                             for p, row_groups in group]
                 dataset = ds.FileSystemDataset(fragments, schema=physical, format=parquet, filesystem=fs)
-            parts.append(SourcePart(dataset, ", ".join(select), tuple(columns), partial))
+            parts.append(SourcePart(dataset, ", ".join(select), tuple(columns), partial or key[1], key[1]))
         return parts
 
     def _choose(self, chosen: dict[str, list[int] | None], unit: ScanUnit, fs: pafs.FileSystem) -> None:
@@ -162,9 +176,13 @@ class IcebergSources:
             self._row_groups.put(path, cached)
         return int(cached)
 
-    def file_parts(self, table: Table, paths: list[str], schema: Schema) -> list[SourcePart]:
+    def file_parts(
+        self, table: Table, paths: list[str], schema: Schema, snapshot_id: int | None = None
+    ) -> list[SourcePart]:
         """One part per data file, tagged with its index in ``paths`` as ``__icefloe_file``
-        (SQL DELETE / UPDATE: which files the predicate touches)."""
+        (SQL DELETE / UPDATE: which files the predicate touches); the deletes that apply to a
+        file at ``snapshot_id`` are applied."""
+        deletes = self.file_deletes(table, snapshot_id) if snapshot_id is not None else {}
         arrow_schema = schema_to_pyarrow(schema, include_field_ids=False)
         arrow_schema = pa.schema([f.with_type(small_types(f.type)) for f in arrow_schema])
         names = ", ".join(quote(f.name) for f in schema.fields)
@@ -182,8 +200,13 @@ class IcebergSources:
                 fields.append(pa.field(phys, af.type, nullable=True))
                 select.append(f"{quote(phys)} AS {quote(f.name)}")
             select.append(f"CAST({index} AS BIGINT) AS __icefloe_file")
-            dataset = ds.dataset([lpath], schema=pa.schema(fields), format="parquet", filesystem=fs)
-            parts.append(SourcePart(dataset, ", ".join(select)))
+            dataset: Any
+            if path in deletes:
+                dataset = self._deleted(table, [(path, None)], deletes, pa.schema(fields), ds.ParquetFileFormat(),
+                                        fs, schema, id_to_phys)
+            else:
+                dataset = ds.dataset([lpath], schema=pa.schema(fields), format="parquet", filesystem=fs)
+            parts.append(SourcePart(dataset, ", ".join(select), has_deletes=path in deletes))
         return parts
 
     def data_files(
@@ -197,17 +220,46 @@ class IcebergSources:
         if cached is not None:
             return list(cached)
         files = []
-        scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter, case_sensitive=False)
-        for task in scan.plan_files():
-            if task.delete_files:
-                from flight_server import errors
-
-                raise errors.Unimplemented("tables with row-level delete files cannot be queried yet")
-            confine(table.io, task.file.file_path)  # nothing outside the table's folder is read
-            offsets = tuple(int(o) for o in (task.file.split_offsets or ()))
-            files.append((task.file.file_path, int(task.file.file_size_in_bytes), offsets))
+        for planned in plan_files(table.metadata, table.io, snapshot_id, row_filter):
+            data_file = planned.data_file
+            confine(table.io, data_file.file_path)  # nothing outside the table's folder is read
+            for delete_file in planned.deletes.files():
+                confine(table.io, delete_file.file_path)  # delete and Puffin files alike
+            offsets = tuple(int(o) for o in (data_file.split_offsets or ()))
+            files.append((data_file.file_path, int(data_file.file_size_in_bytes), offsets))
         self._files.put(key, tuple(files))
         return files
+
+    def file_deletes(self, table: Table, snapshot_id: int) -> dict[str, FileDeletes]:
+        """Data file path -> the delete files that apply to it, for the snapshot's files that
+        have any (an empty dict for most tables)."""
+        snapshot = table.metadata.snapshot_by_id(snapshot_id)
+        summary = snapshot.summary if snapshot is not None else None
+        if summary is not None and summary.get("total-delete-files") == "0":
+            return {}  # most tables: no second pass over the manifests
+        key = (str(table.metadata.table_uuid), snapshot_id)
+        cached = self._deletes.get(key)
+        if cached is not None:
+            return cached
+        found = {}
+        for planned in plan_files(table.metadata, table.io, snapshot_id):
+            if planned.deletes:
+                for delete_file in planned.deletes.files():
+                    confine(table.io, delete_file.file_path)
+                found[planned.data_file.file_path] = planned.deletes
+        self._deletes.put(key, found)
+        return found
+
+    def _deleted(
+        self, table: Table, group: list[tuple[str, list[int] | None]], deletes: dict[str, FileDeletes],
+        physical: pa.Schema, parquet: ds.ParquetFileFormat, fs: pafs.FileSystem, schema: Schema,
+        id_to_phys: dict[int, str],
+    ) -> Any:
+        """The dataset of files with deletes; ``names`` maps every field id of the read schema
+        (a column the file lacks reads as its typed-null stand-in)."""
+        names = {f.field_id: id_to_phys.get(f.field_id, MISSING_COLUMN.format(f.field_id)) for f in schema.fields}
+        files = [DeletedFile(_fs_path(p), p, deletes[p], row_groups) for p, row_groups in group]
+        return deleted_dataset(table.io, self.delete_sets, files, physical, parquet, fs, names)
 
     def _footer(self, path: str, fs: pafs.FileSystem, lpath: str, schema: Schema) -> _Footer:
         cached = self._footers.get(path)

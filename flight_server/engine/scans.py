@@ -88,6 +88,8 @@ class ScanPaths:
             return None  # object stores would need DuckDB's httpfs; the dataset path reads them
         if part.partial_files:
             return None  # read_parquet reads whole files; the dataset reads the chosen row groups
+        if getattr(part, "has_deletes", False):
+            return None  # read_parquet would return deleted rows; the dataset's scanner leaves them out
         if any(p.startswith(MISSING_COLUMN.format("")) for p in physical):
             return None
         if any(not _SIMPLE_TYPE.fullmatch(t) for t in type_names):
@@ -154,8 +156,24 @@ def _scan(part: Any, physical: list[str], target: pa.Schema) -> pa.RecordBatchRe
     columns = {field.name: ds.field(phys) for phys, field in zip(physical, target, strict=True)}
     # use_threads: Arrow decodes a batch's columns in parallel and reads the next file ahead
     # while gRPC sends (CPU per scan about the same as one thread; bench_flightsql_scan).
+    if getattr(part, "has_deletes", False):
+        return _deleted_scan(part, physical, target)
     scanner = ds.Scanner.from_dataset(part.data, columns=columns, batch_size=BATCH_ROWS, use_threads=True)
     return scanner.to_reader().cast(target)
+
+
+def _deleted_scan(part: Any, physical: list[str], target: pa.Schema) -> pa.RecordBatchReader:
+    """A dataset with deletes read through its own scanner (engine.deletes), which C++'s
+    ``Scanner.from_dataset`` would bypass; columns renamed and cast to ``target``."""
+    unique = list(dict.fromkeys(physical))
+    reader = part.data.scanner(columns=unique, batch_size=BATCH_ROWS).to_reader()
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for batch in reader:
+            columns = [batch.column(unique.index(p)).cast(f.type) for p, f in zip(physical, target, strict=True)]
+            yield pa.RecordBatch.from_arrays(columns, schema=target)
+
+    return pa.RecordBatchReader.from_batches(target, batches())
 
 
 def _dataset_stream(plans: list[tuple[Any, list[str]]], target: pa.Schema) -> pa.RecordBatchReader:

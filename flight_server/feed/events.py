@@ -29,6 +29,11 @@ EVENT_SCHEMA = pa.schema(
         pa.field("added_files", pa.int64()),
         pa.field("metadata_location", pa.utf8()),
         pa.field("principal", pa.utf8()),
+        # Added after the first contract (DESIGN.md "Row-level deletes": events may gain
+        # columns; clients read by name): false for commits that change no row (compaction,
+        # expiry, schema); data and delete files the commit removed.
+        pa.field("data_change", pa.bool_()),
+        pa.field("removed_files", pa.int64()),
     ]
 )
 
@@ -63,6 +68,8 @@ def records_to_batch(records: Sequence[CommitRecord]) -> pa.RecordBatch:
             r.added_files,
             r.metadata_location,
             r.principal,
+            r.data_change,
+            r.removed_files,
         )
         for column, value in zip(columns, row, strict=True):
             column.append(value)
@@ -158,6 +165,8 @@ def record_summary(record: CommitRecord) -> dict[str, Any]:
         "added_files": record.added_files,
         "metadata_location": record.metadata_location,
         "principal": record.principal,
+        "data_change": record.data_change,
+        "removed_files": record.removed_files,
     }
     renamed_from = record.extra.get("renamed_from") if record.extra else None
     if renamed_from:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow.flight as flight
 
-from flight_server import errors
+from flight_server import errors, roles
 from flight_server.feed.commits import CommitStream
 from flight_server.feed.events import EventBatchCache
 from flight_server.feed.fanout import FanOut
@@ -42,7 +42,7 @@ class FeedService:
         reader: flight.MetadataRecordBatchReader,
         writer: flight.MetadataRecordBatchWriter,
     ) -> None:
-        self.server.authorize(context, "read")
+        self.server.authorize(context, roles.FLIGHT_COMMANDS["feed"])
         if descriptor.descriptor_type != flight.DescriptorType.CMD:
             raise errors.InvalidArgument(
                 "DoExchange needs FlightDescriptor.for_command(<JSON subscription>), "

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flight_server import errors
+from flight_server import errors, roles
 from flight_server.changes import PURPOSE as CHANGES_PURPOSE
 from flight_server.changes import ChangeRequest, ChangeScanService
 from flight_server.engine import CATALOG_NAME, Engine, Kind, split_namespace
@@ -149,7 +149,7 @@ class FlightSqlService:
     ) -> flight.FlightInfo:
         if descriptor.descriptor_type == flight.DescriptorType.CMD and descriptor.command[:1] == b"{":
             # icefloe's own JSON commands (Flight SQL commands are Any-packed protobuf)
-            self.server.authorize(context, "read")
+            self.server.authorize(context, roles.FLIGHT_COMMANDS["change-scan"])
             target, most = self._scan_options(context)
             return self.changes.flight_info(descriptor, ChangeRequest.parse(descriptor.command), target, most,
                                             self._locations)
@@ -163,7 +163,7 @@ class FlightSqlService:
                 sql, default_schema, params = prepared.sql, prepared.default_schema, prepared.params
             call = _recognised(sql, params)
             if call is not None:
-                principal = self.server.authorize(context, "write" if call.writes else "read")
+                principal = self.server.authorize(context, roles.SQL_STATEMENTS[f"icefloe.{call.function}"])
                 target, most = self._scan_options(context)
                 return self.calls.flight_info(context, descriptor, call, sql, principal, target, most,
                                               self._locations)
@@ -217,7 +217,7 @@ class FlightSqlService:
         if isinstance(cmd, (p.CommandStatementQuery, p.CommandPreparedStatementQuery)):
             sql = (cmd.query if isinstance(cmd, p.CommandStatementQuery)
                    else self.handles.open_prepared(cmd.prepared_statement_handle).sql)
-            self.server.authorize(context, "read")
+            self.server.authorize(context, roles.FLIGHT_COMMANDS["statement-query"])
             call = calls.recognise(sql, bound=False)
             if call is not None and call.writes:
                 return flight.SchemaResult(call.result_schema)  # asking must not commit
@@ -239,7 +239,7 @@ class FlightSqlService:
         A write statement runs here (Flight SQL clients may send DDL/DML as a query); its handle
         then reads back a one-row ``count`` result and carries the count in ``written``.
         """
-        self.server.authorize(context, "read")
+        self.server.authorize(context, roles.SQL_STATEMENTS["query"])
         if default_schema is None:
             default_schema = self.default_schema(context)
         if self.engine.classify(sql) == Kind.WRITE:
@@ -289,7 +289,8 @@ class FlightSqlService:
         self, context: flight.ServerCallContext, sql: str, default_schema: tuple[str, ...] | None,
         params: pa.RecordBatch | None,
     ) -> int:
-        principal = self.server.authorize(context, "write")
+        # DML or DDL (both write); the SQL writer asks more where a statement needs it
+        principal = self.server.authorize(context, roles.SQL_STATEMENTS["dml"])
         if default_schema is None:
             default_schema = self.default_schema(context)
         rows = bound_rows(params)
@@ -299,7 +300,7 @@ class FlightSqlService:
                                lambda role: self.server.authorize(context, role), context=context, param_rows=rows)
 
     def _metadata_schema(self, context: flight.ServerCallContext, cmd: p.Message) -> pa.Schema:
-        self.server.authorize(context, "read")
+        self.server.authorize(context, roles.FLIGHT_COMMANDS["metadata"])
         if isinstance(cmd, p.CommandGetTables):
             return md.TABLES_SCHEMA_WITH_SCHEMA if cmd.include_schema else md.TABLES_SCHEMA
         schema = {
@@ -324,7 +325,7 @@ class FlightSqlService:
         cmd = self._command(ticket.ticket)
         if not isinstance(cmd, p.TicketStatementQuery):
             raise errors.InvalidArgument("DoGet takes a ticket from GetFlightInfo, not a command")
-        principal = self.server.authorize(context, "read")
+        principal = self.server.authorize(context, roles.FLIGHT_COMMANDS["ticket"])
         started = time.perf_counter()
         sealed = cmd.statement_handle
         if sealed.startswith(f"icefloe.{CHANGES_PURPOSE}.".encode()):
@@ -416,7 +417,7 @@ class FlightSqlService:
     ) -> None:
         cmd = self._descriptor_command(descriptor)
         if isinstance(cmd, p.CommandPreparedStatementQuery):
-            self.server.authorize(context, "read")
+            self.server.authorize(context, roles.FLIGHT_COMMANDS["prepared-query-parameters"])
             prepared = self.handles.open_prepared(cmd.prepared_statement_handle)
             prepared.params = read_parameters(reader)
             _check_parameter_count(prepared.sql, prepared.params)
@@ -444,7 +445,7 @@ class FlightSqlService:
         self, context: flight.ServerCallContext, sql: str, default_schema: tuple[str, ...] | None,
         params: pa.RecordBatch | None,
     ) -> int:
-        principal = self.server.authorize(context, "write")
+        principal = self.server.authorize(context, roles.FLIGHT_COMMANDS["statement-update"])
         call = _recognised(sql, params)
         if call is not None and call.writes:
             return calls.rows_of(self.calls.run(context, call, sql, principal))
@@ -468,7 +469,7 @@ class FlightSqlService:
                 return iter([self._refusals_logged(context, prepare.query,
                                                    lambda: self._create_prepared(context, prepare))])
             if kind == "ClosePreparedStatement":
-                self.server.authorize(context, "read")
+                self.server.authorize(context, roles.action_role("ClosePreparedStatement"))
                 req = p.ActionClosePreparedStatementRequest.unpack(body)
                 self.handles.open_prepared(req.prepared_statement_handle)  # validate; nothing to free
                 return iter([])
@@ -489,7 +490,7 @@ class FlightSqlService:
         return list(_ACTIONS)
 
     def _create_prepared(self, context: flight.ServerCallContext, req: p.ActionCreatePreparedStatementRequest) -> bytes:
-        self.server.authorize(context, "read")
+        self.server.authorize(context, roles.action_role("CreatePreparedStatement"))
         if req.transaction_id:
             raise errors.Unimplemented("transactions are not supported")
         default_schema = self.default_schema(context)
@@ -525,7 +526,7 @@ class FlightSqlService:
         return result.pack()
 
     def _set_session_options(self, context: flight.ServerCallContext, req: p.SetSessionOptionsRequest) -> bytes:
-        self.server.authorize(context, "read")
+        self.server.authorize(context, roles.action_role("SetSessionOptions"))
         session = self.sessions.get(context, create=True)
         if session is None:  # the server was built without the session middleware
             raise errors.Unimplemented("session options are not available on this server")
@@ -556,7 +557,7 @@ class FlightSqlService:
         return 0 if self.server.catalog.namespace_exists(split_namespace(value)) else 2
 
     def _get_session_options(self, context: flight.ServerCallContext) -> bytes:
-        self.server.authorize(context, "read")
+        self.server.authorize(context, roles.action_role("GetSessionOptions"))
         session = self.sessions.get(context)
         options: dict[str, Any] = {"catalog": CATALOG_NAME, "schema": DEFAULT_SCHEMA}
         if session is not None:

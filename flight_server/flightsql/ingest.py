@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.flight as flight
 
 from catalog.names import InvalidNameError, check_name, check_namespace
-from flight_server import errors
+from flight_server import errors, roles
+from flight_server.appends import requested_policy
 from flight_server.engine import CATALOG_NAME, split_namespace
 from flight_server.flightsql import protocol as p
 from flight_server.headers import IDEMPOTENCY_HEADER, STAGE_HEADER, single_header
@@ -51,7 +52,7 @@ def ingest(server: IcefloeServer, context: flight.ServerCallContext, cmd: p.Comm
         errors.InvalidArgument: A bad mode, name or stream; a staged ingest that is not an append.
         errors.NotFound: Another catalog, or (append) a missing table.
     """
-    principal = server.authorize(context, "write")
+    principal = server.authorize(context, roles.FLIGHT_COMMANDS["statement-ingest"])
     if cmd.catalog not in (None, "", CATALOG_NAME):
         raise errors.NotFound(f"catalog {cmd.catalog!r} does not exist (the catalog is {CATALOG_NAME!r})")
     if not cmd.table:
@@ -101,6 +102,6 @@ def _stage(server: IcefloeServer, context: flight.ServerCallContext, cmd: p.Comm
         raise errors.InvalidArgument(str(exc)) from None
     # The DoPut path's batch reader: full validation of every batch, cancellation, shutdown.
     batches = server.appends._batches(reader, context)
-    answer = server.staged.stage(identifier, reader, batches, job, principal)
+    answer = server.staged.stage(identifier, reader, batches, job, principal, requested_policy(context))
     logger.debug("staged ingest of %d rows into %s (job %s)", answer["rows"], answer["table"], job)
     return int(answer["rows"])

@@ -13,6 +13,7 @@ import pyarrow as pa
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.types import DecimalType, ListType, MapType, StructType
 
+from catalog import views
 from flight_server import __version__
 from flight_server.engine import CATALOG_NAME
 from flight_server.engine.iceberg_source import small_types
@@ -98,7 +99,7 @@ XDBC_TYPE_INFO_SCHEMA = pa.schema(
     ]
 )
 
-TABLE_TYPES = ["TABLE"]
+TABLE_TYPES = ["TABLE", "VIEW"]  # VIEW: Iceberg views (catalog.views)
 
 # SqlInfo ids (FlightSql.proto enum SqlInfo) and icefloe's answers.
 SERVER_NAME, SERVER_VERSION, SERVER_ARROW_VERSION, SERVER_READ_ONLY = 0, 1, 2, 3
@@ -226,33 +227,46 @@ class Metadata:
     def tables(self, cmd: p.CommandGetTables) -> pa.Table:
         schema = TABLES_SCHEMA_WITH_SCHEMA if cmd.include_schema else TABLES_SCHEMA
         rows: list[dict[str, Any]] = []
-        types_ok = not cmd.table_types or any(t.upper() == "TABLE" for t in cmd.table_types)
-        if catalog_matches(cmd.catalog) and types_ok:
+        wanted = {t.upper() for t in cmd.table_types} if cmd.table_types else {"TABLE", "VIEW"}
+        if catalog_matches(cmd.catalog) and wanted & {"TABLE", "VIEW"}:
             for ns in self.namespaces():
                 db_schema = ".".join(ns)
                 if not _matches(cmd.db_schema_filter_pattern, db_schema):
                     continue
-                for ident in sorted(self.catalog.list_tables(ns)):
-                    name = ident[-1]
+                found = [(ident[-1], "TABLE") for ident in self.catalog.list_tables(ns)] if "TABLE" in wanted else []
+                if "VIEW" in wanted:
+                    found += [(ident[-1], "VIEW") for ident in views.list_views(self.catalog, ns)]
+                for name, table_type in sorted(found):
                     if not _matches(cmd.table_name_filter_pattern, name):
                         continue
                     row: dict[str, Any] = {
                         "catalog_name": CATALOG_NAME,
                         "db_schema_name": db_schema,
                         "table_name": name,
-                        "table_type": "TABLE",
+                        "table_type": table_type,
                     }
                     if cmd.include_schema:
-                        row["table_schema"] = self.table_arrow_schema(ns, name).serialize().to_pybytes()
+                        arrow = self.table_arrow_schema(ns, name) if table_type == "TABLE" \
+                            else self.view_arrow_schema(ns, name)
+                        row["table_schema"] = arrow.serialize().to_pybytes()
                     rows.append(row)
         return pa.Table.from_pylist(rows, schema=schema)
 
+    def view_arrow_schema(self, ns: tuple[str, ...], name: str) -> pa.Schema:
+        """The view's current schema, as ``table_arrow_schema`` gives a table's."""
+        loaded = views.load(self.catalog, ns, name).metadata
+        version = next(v for v in loaded.versions if v.version_id == loaded.current_version_id)
+        schema = next(s for s in loaded.schemas if s.schema_id == version.schema_id)
+        return self._arrow_schema(schema, ns, name)
+
     def table_arrow_schema(self, ns: tuple[str, ...], name: str) -> pa.Schema:
         """The table's current schema with the ARROW:FLIGHT:SQL:* column metadata."""
-        table = self.catalog.load_table((*ns, name))
-        arrow = schema_to_pyarrow(table.schema(), include_field_ids=False)
+        return self._arrow_schema(self.catalog.load_table((*ns, name)).schema(), ns, name)
+
+    def _arrow_schema(self, schema: Any, ns: tuple[str, ...], name: str) -> pa.Schema:
+        arrow = schema_to_pyarrow(schema, include_field_ids=False)
         fields = []
-        for f, ice in zip(arrow, table.schema().fields, strict=True):
+        for f, ice in zip(arrow, schema.fields, strict=True):
             typ = small_types(f.type)  # what DuckDB returns for the column
             meta = column_metadata(typ, ".".join(ns), name)
             meta["ARROW:FLIGHT:SQL:TYPE_NAME"] = sql_type_name(ice.field_type)

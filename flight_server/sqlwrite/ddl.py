@@ -20,7 +20,7 @@ from pyiceberg.exceptions import (
 )
 from sqlglot import exp
 
-from flight_server import errors
+from flight_server import errors, roles
 from flight_server.engine import CATALOG_NAME
 from flight_server.engine.iceberg_source import quote
 from flight_server.engine.sql_text import DEFAULT_SCHEMA
@@ -55,7 +55,7 @@ def drop_schema(w: Write) -> int:
             if tree.args.get("exists"):
                 continue
             raise errors.NotFound(f"DROP SCHEMA: schema {name} does not exist")
-        if ns == (DEFAULT_SCHEMA,):
+        if roles.is_protected_namespace(ns):
             raise errors.FailedPrecondition(
                 f"DROP SCHEMA: {DEFAULT_SCHEMA} is every session's current schema and cannot be dropped "
                 "(drop its tables instead)"
@@ -191,8 +191,10 @@ def alter_table(w: Write) -> int:
             w.catalog.rename_table(target.identifier, new.identifier)
         return 0
     if isinstance(action, exp.AlterSet):
-        w.authorize("admin")
         props = _properties(action, what)
+        # As over REST: icefloe.* keys steer the server (admin), other properties are the
+        # table owner's (write) — one rule on every port (flight_server.roles).
+        w.authorize(roles.property_role(props))
         table = _load(w, target, what)
         with w.committing("properties", [target.qualified]):
             txn = table.transaction()

@@ -12,6 +12,8 @@ read again; the other affected files are rewritten (the kept rows for DELETE, ev
 the SET expressions applied where the condition holds for UPDATE) into new files, and one
 overwrite snapshot removes the old files and adds the new ones. No position or equality
 delete files are written, so every reader (DuckDB, pyiceberg, Spark) sees plain data files.
+Delete files other engines wrote are applied when the target is read (a rewritten file holds
+only its visible rows); those left pointing at removed files no longer match any file.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 from sqlglot import exp
 
+from catalog.context import commit_context
+from catalog.deletes import plan_files
 from catalog.sandbox import confine
+from catalog.v3 import refuse_v3_write
 from flight_server import errors
 from flight_server.engine import PinnedTable
 from flight_server.engine.iceberg_source import quote
@@ -186,20 +191,25 @@ class _Files:
         self.target = target
         self.base = _target_pin(table, target)
         self.files: list[Any] = []
+        # Files with row-level deletes (written by other engines): their reads apply the
+        # deletes (engine.deletes), and their visible row count is not their record count.
+        self.with_deletes: set[int] = set()
         if self.base.snapshot_id is not None:
-            for task in table.scan(snapshot_id=self.base.snapshot_id).plan_files():
-                if task.delete_files:
-                    raise errors.Unimplemented(f"{what}: tables with row-level delete files are not supported")
-                confine(table.io, task.file.file_path)
-                self.files.append(task.file)
+            refuse_v3_write(table.metadata, what)
+            for planned in plan_files(table.metadata, table.io, self.base.snapshot_id):
+                confine(table.io, planned.data_file.file_path)
+                if planned.deletes:
+                    self.with_deletes.add(len(self.files))
+                self.files.append(planned.data_file)
         self.tags = {(target.namespace, target.name): [f.file_path for f in self.files]}
 
     def count_selected(self, w: Write, ref: str, cond: str | None) -> dict[int, int]:
         if not self.files:
             return {}
-        if cond is None:
+        if cond is None and not self.with_deletes:
             return {i: int(f.record_count) for i, f in enumerate(self.files)}
-        sql, pins = w.engine.plan(f"SELECT {TAG}, count(*) FROM {ref} WHERE {cond} GROUP BY 1", w.default_schema)
+        where = f" WHERE {cond}" if cond is not None else ""
+        sql, pins = w.engine.plan(f"SELECT {TAG}, count(*) FROM {ref}{where} GROUP BY 1", w.default_schema)
         self.pins = _with_target(pins, self.base)
         sql, params = bind_subset(sql, w.params)
         counts = w.engine.query_table(sql, self.pins, w.default_schema, params, context=w.context,
@@ -216,10 +226,13 @@ class _Files:
 
 def _commit_rewrite(
     w: Write, files: _Files, removed: list[int], rows: pa.Table | None, operation: str, inputs: list[str],
+    counts: tuple[int, int],
 ) -> None:
-    """One snapshot: drop the ``removed`` files, add ``rows`` as new files."""
+    """One snapshot: drop the ``removed`` files, add ``rows`` as new files; ``counts`` = the
+    rows truly (added, deleted), for the commit log (the summary only has the net change)."""
     table = files.table
-    with w.committing(operation, inputs):
+    with w.committing(operation, inputs), commit_context(extra={"row_counts": {"added": counts[0],
+                                                                               "deleted": counts[1]}}):
         txn = table.transaction()
         kind = Operation.DELETE if rows is None or rows.num_rows == 0 else Operation.OVERWRITE
         producer = _OverwriteFiles(operation=kind, transaction=txn, io=table.io, branch="main")
@@ -252,7 +265,7 @@ def delete(w: Write) -> int:
     total = sum(selected.values())
     if total == 0:
         return 0
-    whole = [i for i, n in selected.items() if n == files.files[i].record_count]
+    whole = [i for i, n in selected.items() if n == files.files[i].record_count and i not in files.with_deletes]
     partial = [i for i in selected if i not in whole]
     rows = None
     if partial:
@@ -261,7 +274,8 @@ def delete(w: Write) -> int:
                 f"AND ({cond}) IS NOT TRUE")
         rows = conform(files.read(w, keep), table.schema(), [], what)
     inputs = input_names(getattr(files, "pins", []))
-    _commit_rewrite(w, files, sorted(selected), rows, "delete", [i for i in inputs if i != target.qualified])
+    _commit_rewrite(w, files, sorted(selected), rows, "delete", [i for i in inputs if i != target.qualified],
+                    (0, total))
     return total
 
 
@@ -275,8 +289,11 @@ def truncate(w: Write) -> int:
     files = _Files(w, table, target, what)
     if not files.files:
         return 0
-    total = sum(int(f.record_count) for f in files.files)
-    _commit_rewrite(w, files, list(range(len(files.files))), None, "delete", [])
+    if files.with_deletes:
+        total = sum(files.count_selected(w, table_reference(nodes[0], view_sql(target)), None).values())
+    else:
+        total = sum(int(f.record_count) for f in files.files)
+    _commit_rewrite(w, files, list(range(len(files.files))), None, "delete", [], (0, total))
     return total
 
 
@@ -318,5 +335,6 @@ def update(w: Write) -> int:
     query = f"SELECT {', '.join(select)} FROM {ref} WHERE {TAG} IN ({', '.join(map(str, sorted(selected)))})"
     rows = conform(files.read(w, query), table.schema(), names, what)
     inputs = input_names(getattr(files, "pins", []))
-    _commit_rewrite(w, files, sorted(selected), rows, "overwrite", [i for i in inputs if i != target.qualified])
+    _commit_rewrite(w, files, sorted(selected), rows, "overwrite", [i for i in inputs if i != target.qualified],
+                    (total, total))
     return total

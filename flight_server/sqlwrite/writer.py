@@ -29,6 +29,7 @@ from sqlglot import exp
 from catalog import commit_context
 from flight_server import errors
 from flight_server.sqlwrite import ddl, dml
+from flight_server.sqlwrite import views as sql_views
 from flight_server.sqlwrite.parse import parse, table_name
 
 if TYPE_CHECKING:
@@ -215,14 +216,18 @@ def _handler(tree: exp.Expression) -> Any:
             return ddl.create_schema
         if kind == "TABLE":
             return ddl.create_table
-        raise errors.Unimplemented(f"CREATE {kind} is not supported (tables and schemas only)")
+        if kind == "VIEW":
+            return sql_views.create_view
+        raise errors.Unimplemented(f"CREATE {kind} is not supported (tables, views and schemas only)")
     if isinstance(tree, exp.Drop):
         kind = str(tree.args.get("kind") or "").upper()
         if kind == "SCHEMA":
             return ddl.drop_schema
         if kind == "TABLE":
             return ddl.drop_table
-        raise errors.Unimplemented(f"DROP {kind} is not supported (tables and schemas only)")
+        if kind == "VIEW":
+            return sql_views.drop_view
+        raise errors.Unimplemented(f"DROP {kind} is not supported (tables, views and schemas only)")
     if isinstance(tree, exp.Alter):
         return ddl.alter_table
     raise errors.Unimplemented(f"{_statement_kind(tree)} statements are not supported")

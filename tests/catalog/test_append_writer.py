@@ -223,7 +223,7 @@ def test_expired_idempotency_keys_are_removed(catalog: RocksCatalog) -> None:
 def test_evolving_append_commits_schema_and_rows_together(catalog: RocksCatalog) -> None:
     catalog.create_table("ns.t", _data(1).schema)
     wider = _data(3).append_column("extra", pa.array(["a", "b", "c"]))
-    result = Appender(catalog).append_table(("ns", "t"), wider)
+    result = Appender(catalog).append_table(("ns", "t"), wider, schema_policy="evolve")
     records = [r for r in catalog.log.read(0)]
     assert [r.operation for r in records] == ["create", "append"]  # one commit, no separate "schema"
     table = catalog.load_table("ns.t")
@@ -243,9 +243,11 @@ def test_failed_evolving_append_leaves_the_schema_alone(catalog: RocksCatalog) -
         raise ConnectionError("client went away")
 
     with pytest.raises(ConnectionError):
-        Appender(catalog).append_stream(("ns", "t"), schema, broken())
+        Appender(catalog).append_stream(("ns", "t"), schema, broken(), schema_policy="evolve")
     nulls = pa.record_batch([pa.array([1, None]), pa.array(["x", "y"])], schema=schema)
     with pytest.raises(SchemaMismatchError, match="'id'"):
+        Appender(catalog).append_stream(("ns", "t"), schema, [nulls], schema_policy="evolve")
+    with pytest.raises(SchemaMismatchError, match="'extra' is not in the table"):  # the default: no evolution
         Appender(catalog).append_stream(("ns", "t"), schema, [nulls])
     table = catalog.load_table("ns.t")
     assert [f.name for f in table.schema().fields] == ["id"]
@@ -260,7 +262,8 @@ def test_concurrent_evolutions_same_change_both_land_different_change_one_aborts
     base = catalog.load_table("ns.t")
     plan_x = appender._stage_schema(base, _plan_for(base, "x"))
     plan_y = appender._stage_schema(base, _plan_for(base, "y"))
-    first = appender.append_table(("ns", "t"), _data(2).append_column("x", pa.array(["a", "b"])))
+    first = appender.append_table(("ns", "t"), _data(2).append_column("x", pa.array(["a", "b"])),
+                                  schema_policy="evolve")
     assert first.rows == 2
     # a second append staged against the old base with the same new column still fits
     same = appender._commit_files(

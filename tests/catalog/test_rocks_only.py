@@ -109,7 +109,8 @@ def test_commit_log_records_every_table_change(rocks: RocksCatalog) -> None:
     assert create.qualified_name == "ns.t" and create.snapshot_id is None
     assert append.added_rows == 5 and append.added_files == 1 and append.principal == "ana"
     assert append.extra == {"request": "r1"}
-    assert (overwrite.deleted_rows, overwrite.added_rows) == (5, 3)
+    # The 3 surviving rows are carried over, not added (issue 38): 2 rows deleted, none added.
+    assert (overwrite.deleted_rows, overwrite.added_rows, overwrite.removed_files) == (2, 0, 1)
     assert overwrite.parent_snapshot_id == append.snapshot_id
     assert records[4].qualified_name == "other.u" and records[4].extra["renamed_from"] == "ns.t"
     assert {r.table_uuid for r in records[:5]} == {str(table.metadata.table_uuid)}

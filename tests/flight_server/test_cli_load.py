@@ -92,7 +92,11 @@ def test_a_file_that_breaks_mid_stream_commits_nothing(server: ServerProcess, tm
         out.write("oops,x\n")
     result = icefloe("load", "--uri", server.location, str(big), "b_ns.t")
     clean_failure(result, "CSV conversion error")
-    assert "nothing was committed" in result.stderr and "after " in result.stderr
+    # Where the user finds the bad value: its line (the header is line 1) and column name,
+    # not the block boundary and a 0-based column index.
+    assert "line 400002, column 'id'" in result.stderr, result.stderr
+    assert "after " not in result.stderr and "#0" not in result.stderr
+    assert "nothing was committed" in result.stderr
     assert _sql(server, "SELECT count(*) AS n FROM b_ns.t") == [{"n": 0}]
     assert _sql(server, 'SELECT count(*) AS n FROM b_ns."t$snapshots"') == [{"n": 0}]
     # Refused by the server (a column of another type): also nothing, and the server's reason.
@@ -100,6 +104,50 @@ def test_a_file_that_breaks_mid_stream_commits_nothing(server: ServerProcess, tm
     pq.write_table(pa.table({"id": pa.array(["text"]), "v": pa.array(["x"])}), clash)
     clean_failure(icefloe("load", "--uri", server.location, str(clash), "b_ns.t"), "schema mismatch")
     assert _sql(server, "SELECT count(*) AS n FROM b_ns.t") == [{"n": 0}]
+
+
+def test_a_bad_first_block_exits_1_every_time(server: ServerProcess, tmp_path: Path) -> None:
+    """A conversion error in the first block used to end, now and then, in "terminate called
+    without an active exception" and exit code 134 (Arrow's read-ahead thread still waiting
+    for the GIL while the interpreter exited). Four loads at a time, as a loaded machine runs
+    them, 52 in all."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    _sql(server, "CREATE SCHEMA f_ns")
+    _sql(server, "CREATE TABLE f_ns.t (id BIGINT, v VARCHAR)")
+    bad = tmp_path / "first.csv"
+    bad.write_text('id,v\n1,a\n2,"two\nlines"\noops,c\n4,d\n')
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: icefloe("load", "--uri", server.location, str(bad), "f_ns.t"), range(52)))
+    codes = [r.returncode for r in results]
+    assert codes == [1] * len(codes), [(r.returncode, r.stderr) for r in results if r.returncode != 1]
+    for result in results:
+        clean_failure(result, "line 5, column 'id': CSV conversion error to int64: invalid value 'oops'")
+        assert "terminate" not in result.stderr and "nothing was committed" in result.stderr
+    assert _sql(server, 'SELECT count(*) AS n FROM f_ns."t$snapshots"') == [{"n": 0}]
+    wrong = tmp_path / "wide.csv"
+    wrong.write_text("id,v\n1,a\n2,b,c\n")
+    clean_failure(icefloe("load", "--uri", server.location, str(wrong), "f_ns.t"), "line 3: Expected 2 columns, got 3")
+
+
+def test_a_typo_d_header_is_refused_unless_evolve(server: ServerProcess, tmp_path: Path) -> None:
+    """A CSV whose header does not match used to add columns to the table silently."""
+    _sql(server, "CREATE SCHEMA e_ns")
+    _sql(server, "CREATE TABLE e_ns.t (id INTEGER, name VARCHAR)")
+    typo = tmp_path / "typo.csv"
+    typo.write_text("ID,nmae\n1,a\n2,b\n")  # ID: only the case differs (fine); nmae: a typo
+    refused = icefloe("load", "--uri", server.location, str(typo), "e_ns.t")
+    clean_failure(refused, "column 'nmae' (did you mean 'name'?) is not in the table (its columns: id, name)")
+    assert "--evolve" in refused.stderr and "nothing was committed" in refused.stderr
+    assert _sql(server, "SELECT count(*) AS n FROM e_ns.t") == [{"n": 0}]
+    no_column = icefloe("sql", "--uri", server.location, "SELECT nmae FROM e_ns.t")  # the table did not grow
+    assert no_column.returncode != 0 and "nmae" in no_column.stderr
+    fixed = tmp_path / "fixed.csv"
+    fixed.write_text("ID,name\n1,a\n2,b\n")  # ID is read as the table's INTEGER, not refused as int64
+    assert icefloe("load", "--uri", server.location, str(fixed), "e_ns.t").returncode == 0
+    evolve = icefloe("load", "--uri", server.location, str(typo), "e_ns.t", "--evolve")
+    assert evolve.returncode == 0, evolve.stderr
+    assert _sql(server, "SELECT count(*) AS n, count(nmae) AS typo FROM e_ns.t") == [{"n": 4, "typo": 2}]
 
 
 def test_idempotency_key_makes_a_retry_commit_nothing(server: ServerProcess, tmp_path: Path) -> None:

@@ -18,13 +18,17 @@ from pyiceberg.exceptions import (
     NamespaceNotEmptyError,
     NoSuchNamespaceError,
     NoSuchTableError,
+    NoSuchViewError,
     TableAlreadyExistsError,
     ValidationException,
+    ViewAlreadyExistsError,
 )
+from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from starlette.responses import JSONResponse, Response
 
 from catalog.names import InvalidNameError
 from catalog.object_store import storage_failure
+from catalog.rocks_catalog import MetadataFileMissingError
 
 logger = logging.getLogger("icefloe.http.rest")
 
@@ -81,12 +85,17 @@ def from_exception(exc: BaseException) -> RestError | None:
     if failure is not None:  # the object store failed (after bounded retries): nothing landed
         return RestError(503, "ServiceUnavailableException", failure)
     message = str(exc) or type(exc).__name__
-    # Order matters: EmptyNamespaceError is both a NoSuchNamespaceError and an InvalidNameError.
+    # Order matters: EmptyNamespaceError is both a NoSuchNamespaceError and an InvalidNameError;
+    # a missing metadata file is a NoSuchTableError in-process, Java's NotFoundException here.
+    if isinstance(exc, MetadataFileMissingError):
+        return RestError(404, "NotFoundException", message)
     if isinstance(exc, NoSuchTableError):
         return not_found_table(message)
     if isinstance(exc, NoSuchNamespaceError):
         return not_found_namespace(message)
-    if isinstance(exc, (TableAlreadyExistsError, NamespaceAlreadyExistsError)):
+    if isinstance(exc, NoSuchViewError):
+        return RestError(404, "NoSuchViewException", message)
+    if isinstance(exc, (TableAlreadyExistsError, NamespaceAlreadyExistsError, ViewAlreadyExistsError)):
         return RestError(409, "AlreadyExistsException", message)
     if isinstance(exc, NamespaceNotEmptyError):
         return RestError(409, "NamespaceNotEmptyException", message)
@@ -96,6 +105,10 @@ def from_exception(exc: BaseException) -> RestError | None:
         return RestError(403, "ForbiddenException", message)
     if isinstance(exc, ValidationError):
         return bad_request(validation_message(exc))
+    if isinstance(exc, IcebergValidationError):
+        # pyiceberg's checks of metadata a client sent ("Unknown format version: 9", a type it
+        # cannot parse); not a ValueError, so named here.
+        return bad_request(message)
     if isinstance(exc, (InvalidNameError, ValidationException, ValueError)):
         # pyiceberg's own update validation raises ValueError with messages about the
         # metadata (ids, names), never about the server.

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from starlette.responses import JSONResponse, Response
 
+from flight_server import roles
 from flight_server.http.rest.errors import RestError, bad_request
 from flight_server.http.rest.wire import (
     Call,
@@ -56,8 +57,13 @@ class NamespaceHandlers:
         return Response(status_code=204 if self._catalog.namespace_exists(call.namespace) else 404)
 
     def drop(self, call: Call) -> Response:
-        """``DELETE /v1/namespaces/{namespace}``: 204; 409 when it holds tables or namespaces."""
-        self._catalog.drop_namespace(call.namespace)
+        """``DELETE /v1/namespaces/{namespace}``: 204; 409 when it holds tables or namespaces;
+        400 for ``default``, which every Flight SQL session resolves unqualified names in."""
+        ns = call.namespace
+        if roles.is_protected_namespace(ns):
+            raise bad_request(f"namespace {'.'.join(ns)} is every SQL session's current schema and cannot be dropped "
+                              "(drop its tables instead)")
+        self._catalog.drop_namespace(ns)
         return Response(status_code=204)
 
     def update_properties(self, call: Call) -> Response:

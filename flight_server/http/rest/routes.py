@@ -26,7 +26,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from catalog.context import commit_context
 from catalog.object_store import client_config
-from flight_server.http.rest import namespaces, tables
+from flight_server import roles
+from flight_server.http.rest import namespaces, tables, views
 from flight_server.http.rest.auth import RestAuth
 from flight_server.http.rest.errors import RestError, bad_request, error_response, from_exception
 from flight_server.http.rest.updates import Locations
@@ -50,8 +51,12 @@ class Endpoint:
     method: str
     pattern: tuple[str, ...]  # literal segments, or "{name}" for a decoded parameter
     handler: Handler
-    role: str  # least role of the caller: "read", "write" or "admin"
     form: bool = False  # the token endpoint: no auth, a form body
+
+    @property
+    def role(self) -> str:
+        """Least role of the caller, from the roles table shared with Flight (admin if absent)."""
+        return roles.rest_role(self.method, self.pattern)
 
 
 class RestCatalogApp:
@@ -68,25 +73,33 @@ class RestCatalogApp:
         locations = Locations(catalog.files)
         ns = namespaces.NamespaceHandlers(catalog)
         tb = tables.TableHandlers(catalog, locations)
+        vw = views.ViewHandlers(catalog, locations)
         self.endpoints: list[Endpoint] = [
-            Endpoint("GET", ("config",), self.config, "read"),
-            Endpoint("POST", ("oauth", "tokens"), lambda call: self.auth.token(call.body), "read", form=True),
-            Endpoint("GET", ("namespaces",), ns.list, "read"),
-            Endpoint("POST", ("namespaces",), ns.create, "write"),
-            Endpoint("GET", ("namespaces", "{namespace}"), ns.load, "read"),
-            Endpoint("HEAD", ("namespaces", "{namespace}"), ns.exists, "read"),
-            Endpoint("DELETE", ("namespaces", "{namespace}"), ns.drop, "write"),
-            Endpoint("POST", ("namespaces", "{namespace}", "properties"), ns.update_properties, "admin"),
-            Endpoint("GET", ("namespaces", "{namespace}", "tables"), tb.list, "read"),
-            Endpoint("POST", ("namespaces", "{namespace}", "tables"), tb.create, "write"),
-            Endpoint("POST", ("namespaces", "{namespace}", "register"), tb.register, "write"),
-            Endpoint("GET", ("namespaces", "{namespace}", "tables", "{table}"), tb.load, "read"),
-            Endpoint("HEAD", ("namespaces", "{namespace}", "tables", "{table}"), tb.exists, "read"),
-            Endpoint("POST", ("namespaces", "{namespace}", "tables", "{table}"), tb.commit, "write"),
-            Endpoint("DELETE", ("namespaces", "{namespace}", "tables", "{table}"), tb.drop, "write"),
-            Endpoint("POST", ("namespaces", "{namespace}", "tables", "{table}", "metrics"), tb.metrics, "read"),
-            Endpoint("POST", ("tables", "rename"), tb.rename, "write"),
-            Endpoint("POST", ("transactions", "commit"), tb.commit_transaction, "write"),
+            Endpoint("GET", ("config",), self.config),
+            Endpoint("POST", ("oauth", "tokens"), lambda call: self.auth.token(call.body), form=True),
+            Endpoint("GET", ("namespaces",), ns.list),
+            Endpoint("POST", ("namespaces",), ns.create),
+            Endpoint("GET", ("namespaces", "{namespace}"), ns.load),
+            Endpoint("HEAD", ("namespaces", "{namespace}"), ns.exists),
+            Endpoint("DELETE", ("namespaces", "{namespace}"), ns.drop),
+            Endpoint("POST", ("namespaces", "{namespace}", "properties"), ns.update_properties),
+            Endpoint("GET", ("namespaces", "{namespace}", "tables"), tb.list),
+            Endpoint("POST", ("namespaces", "{namespace}", "tables"), tb.create),
+            Endpoint("POST", ("namespaces", "{namespace}", "register"), tb.register),
+            Endpoint("GET", ("namespaces", "{namespace}", "tables", "{table}"), tb.load),
+            Endpoint("HEAD", ("namespaces", "{namespace}", "tables", "{table}"), tb.exists),
+            Endpoint("POST", ("namespaces", "{namespace}", "tables", "{table}"), tb.commit),
+            Endpoint("DELETE", ("namespaces", "{namespace}", "tables", "{table}"), tb.drop),
+            Endpoint("POST", ("namespaces", "{namespace}", "tables", "{table}", "metrics"), tb.metrics),
+            Endpoint("POST", ("tables", "rename"), tb.rename),
+            Endpoint("POST", ("transactions", "commit"), tb.commit_transaction),
+            Endpoint("GET", ("namespaces", "{namespace}", "views"), vw.list),
+            Endpoint("POST", ("namespaces", "{namespace}", "views"), vw.create),
+            Endpoint("GET", ("namespaces", "{namespace}", "views", "{view}"), vw.load),
+            Endpoint("HEAD", ("namespaces", "{namespace}", "views", "{view}"), vw.exists),
+            Endpoint("POST", ("namespaces", "{namespace}", "views", "{view}"), vw.replace),
+            Endpoint("DELETE", ("namespaces", "{namespace}", "views", "{view}"), vw.drop),
+            Endpoint("POST", ("views", "rename"), vw.rename),
         ]
 
     # -- the config endpoint -------------------------------------------------------------

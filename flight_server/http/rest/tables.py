@@ -11,16 +11,28 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from pyiceberg.exceptions import TableAlreadyExistsError
+from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
-from pyiceberg.table.update import AddSnapshotUpdate, TableRequirement, TableUpdate
+from pyiceberg.table.update import (
+    AddSnapshotUpdate,
+    RemovePropertiesUpdate,
+    SetPropertiesUpdate,
+    TableRequirement,
+    TableUpdate,
+)
 from starlette.responses import JSONResponse, Response
 
 from catalog.context import commit_context
+from catalog.metadata_json import dump_metadata
 from catalog.object_store import client_config
-from flight_server.http.rest.errors import bad_request, validation_message
+from catalog.sandbox import InvalidLocationError, OutsideTableError
+from flight_server import roles
+from flight_server.auth import Principal
+from flight_server.http.rest.errors import RestError, bad_request, validation_message
 from flight_server.http.rest.updates import Locations, check_schema_policy, parse_requirements, parse_updates
 from flight_server.http.rest.wire import Call, checked_name, identifier_from_json, page, properties_from_json
 
@@ -35,7 +47,7 @@ MAX_TRANSACTION_TABLES = 100
 def _metadata_body(location: str | None, metadata: TableMetadata, config: dict[str, str] | None = None) -> Response:
     # pyiceberg's own serialisation (aliases, no nulls), as in the metadata files themselves.
     # ``config``: the storage settings an engine needs to read and write the table's files.
-    text = (f'{{"metadata-location":{json.dumps(location)},"metadata":{metadata.model_dump_json()},'
+    text = (f'{{"metadata-location":{json.dumps(location)},"metadata":{dump_metadata(metadata)},'
             f'"config":{json.dumps(config or {})}')
     if config:
         # The spec's credential vending: the credentials that hold for the table's location.
@@ -49,6 +61,10 @@ def _model(model: Any, raw: Any, what: str) -> Any:
         return model.model_validate(raw)
     except ValidationError as exc:
         raise bad_request(validation_message(exc, what)) from None
+    except IcebergValidationError as exc:  # pyiceberg's own type parsing: "decimal(99, 2)", "fixed[-1]"
+        raise bad_request(f"{what} is invalid: {str(exc)[:300]}") from None
+    except (AttributeError, TypeError, KeyError):  # a model's own validator tripped over a wrong JSON type
+        raise bad_request(f"{what} is invalid: a field is missing or has the wrong JSON type") from None
 
 
 def _engine_from_snapshots(updates: tuple[TableUpdate, ...]) -> str | None:
@@ -59,6 +75,53 @@ def _engine_from_snapshots(updates: tuple[TableUpdate, ...]) -> str | None:
             if isinstance(engine, str) and engine:
                 return engine[:64]
     return None
+
+
+_FORMAT_VERSIONS = "this server writes Iceberg format versions 1 and 2 (pyiceberg cannot write version 3 yet)"
+
+
+def _check_format_version(field: Any, prop: str | None) -> None:
+    """Refuse a format version other than 1 or 2 up front: pyiceberg raises NotImplementedError
+    (a 500) for 3, and its own error for others, only while writing the metadata."""
+    if field is not None and (isinstance(field, bool) or field not in (1, 2)):
+        raise bad_request(f"format-version must be 1 or 2, got {str(field)[:20]}: {_FORMAT_VERSIONS}")
+    if prop is not None and prop.strip() not in ("1", "2"):
+        raise bad_request(f"table property format-version must be 1 or 2, got {prop[:20]!r}: {_FORMAT_VERSIONS}")
+
+
+def _format_version(catalog: RocksCatalog, location: str) -> int:
+    """The format version of the metadata file at ``location`` (raises as reading it does)."""
+    io = catalog._load_file_io(location=location)
+    return int(FromInputFile.table_metadata(io.new_input(location)).format_version)
+
+
+def _require(principal: Principal | None, role: str, what: str) -> None:
+    """403 unless the caller has ``role`` for ``what`` (the route's own role is checked by the
+    router; this is for what a body asks beyond it, see flight_server.roles)."""
+    if principal is not None and not principal.allows(role):
+        raise RestError(403, "ForbiddenException",
+                        f"user {principal.name!r} has role {principal.role}; {what} needs role {role}")
+
+
+def _require_properties(principal: Principal | None, keys: list[str], table: str) -> None:
+    if keys:
+        _require(principal, roles.ADMIN, f"changing table properties {', '.join(keys)[:200]} of {table}")
+
+
+def _require_updates(principal: Principal | None, current: dict[str, str], updates: tuple[TableUpdate, ...],
+                     table: str) -> None:
+    """Admin-only table properties and admin-only update actions need admin (roles table)."""
+    set_: dict[str, str] = {}
+    removed: list[str] = []
+    for update in updates:
+        if isinstance(update, SetPropertiesUpdate):
+            set_.update(update.updates)
+        elif isinstance(update, RemovePropertiesUpdate):
+            removed.extend(update.removals)
+        needed = roles.COMMIT_UPDATES.get(update.action)
+        if needed is not None:
+            _require(principal, needed, f"update {update.action} of {table}")
+    _require_properties(principal, roles.changed_admin_properties(current, set_, removed), table)
 
 
 class TableHandlers:
@@ -126,6 +189,8 @@ class TableHandlers:
         order = _model(SortOrder, body["write-order"], "write-order") if body.get("write-order") \
             else UNSORTED_SORT_ORDER
         properties = properties_from_json(body.get("properties"), "properties")
+        _check_format_version(body.get("format-version"), properties.get("format-version"))
+        _require_properties(call.principal, roles.admin_properties(properties), ".".join((*ns, name)))
         location = body.get("location")
         if location is not None:
             if not isinstance(location, str):
@@ -136,7 +201,7 @@ class TableHandlers:
             raise bad_request("stage-create must be true or false")
         if stage:
             if self._catalog.table_exists((*ns, name)):
-                raise TableAlreadyExistsError(f"Table {'.'.join((*ns, name))} already exists")
+                raise TableAlreadyExistsError(f"Table already exists: {'.'.join((*ns, name))}")
             staged = self._catalog._create_staged_table((*ns, name), schema, location, spec, order, properties)
             return _metadata_body(None, staged.metadata, self._storage())
         table = self._catalog.create_table((*ns, name), schema, location, spec, order, properties)
@@ -155,21 +220,32 @@ class TableHandlers:
         if not isinstance(overwrite, bool):
             raise bad_request("overwrite must be true or false")
         try:
+            # Read first, commit only what this server can serve: the catalog would register
+            # V3 metadata, which pyiceberg then cannot write out (every later load a 500).
+            version = _format_version(self._catalog, location)
+            if version > 2:
+                raise bad_request(f"metadata-location holds format version {version} metadata; {_FORMAT_VERSIONS}")
             table = self._catalog.register_table((*ns, name), location, overwrite=overwrite)
-        except (FileNotFoundError, OSError):
-            raise bad_request("metadata-location cannot be read") from None
+        except (InvalidLocationError, OutsideTableError):
+            raise  # the sandbox's own answer (400 / 403), with its message
+        except (FileNotFoundError, IsADirectoryError, PermissionError, OSError):
+            raise bad_request("metadata-location cannot be read (missing, a folder, or not readable)") from None
+        except (ValueError, ValidationError, IcebergValidationError):  # UnicodeDecodeError / JSON ones too
+            raise bad_request("metadata-location is not an Iceberg table metadata JSON file") from None
         return _metadata_body(table.metadata_location, table.metadata, self._storage())
 
-    def _change(self, raw: dict[str, Any], table: tuple[tuple[str, ...], str]) -> tuple[
+    def _change(self, raw: dict[str, Any], table: tuple[tuple[str, ...], str], principal: Principal | None) -> tuple[
         tuple[str, ...], tuple[TableRequirement, ...], tuple[TableUpdate, ...]
     ]:
         requirements = parse_requirements(raw.get("requirements"))
         updates = parse_updates(raw.get("updates"))
         self._locations.check_updates(updates)
         ns, name = table
+        properties: dict[str, str] = {}  # a create transaction's table does not exist yet
         if self._catalog.table_exists((*ns, name)):
             properties = self._catalog.load_table((*ns, name)).metadata.properties
             check_schema_policy(properties, updates, ".".join((*ns, name)))
+        _require_updates(principal, properties, updates, ".".join((*ns, name)))
         return (*ns, name), requirements, updates
 
     def commit(self, call: Call) -> Response:
@@ -178,12 +254,12 @@ class TableHandlers:
         body = call.json()
         if body.get("identifier") is not None and identifier_from_json(body["identifier"], "identifier") != (ns, name):
             raise bad_request("identifier in the body names another table than the path")
-        change = self._change(body, (ns, name))
+        change = self._change(body, (ns, name), call.principal)
         with commit_context(extra=self._engine(change[2])):
             response = self._catalog.commit_tables([change])[0]
         return JSONResponse({
             "metadata-location": response.metadata_location,
-            "metadata": json.loads(response.metadata.model_dump_json()),
+            "metadata": json.loads(dump_metadata(response.metadata)),
         })
 
     def commit_transaction(self, call: Call) -> Response:
@@ -198,7 +274,8 @@ class TableHandlers:
         for index, raw in enumerate(raw_changes):
             if not isinstance(raw, dict):
                 raise bad_request(f"table-changes[{index}] must be a JSON object")
-            changes.append(self._change(raw, identifier_from_json(raw.get("identifier"), f"table-changes[{index}]")))
+            identifier = identifier_from_json(raw.get("identifier"), f"table-changes[{index}]")
+            changes.append(self._change(raw, identifier, call.principal))
         with commit_context(extra=self._engine(tuple(u for change in changes for u in change[2]))):
             self._catalog.commit_tables(changes)
         return Response(status_code=204)

@@ -14,6 +14,7 @@ import typing
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
+from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from pyiceberg.table.update import (
     AddSchemaUpdate,
     AddSnapshotUpdate,
@@ -58,8 +59,12 @@ def _parse(adapter: TypeAdapter[Any], item: dict[str, Any], what: str, index: in
         return adapter.validate_python(item)
     except ValidationError as exc:
         raise bad_request(validation_message(exc, f"{what}[{index}]", skip=1)) from None
+    except IcebergValidationError as exc:  # pyiceberg's own type parsing: "decimal(99, 2)", "fixed[-1]"
+        raise bad_request(f"{what}[{index}] is invalid: {str(exc)[:300]}") from None
     except (AttributeError, TypeError):  # a model's own validator tripped over a wrong JSON type
         raise bad_request(f"{what}[{index}] is invalid: a field has the wrong JSON type") from None
+    except KeyError as exc:  # a model's own validator read a field that is missing
+        raise bad_request(f"{what}[{index}] is invalid: field {str(exc.args[0])[:64]!r} is missing") from None
 
 
 def parse_updates(raw: Any) -> tuple[TableUpdate, ...]:
@@ -71,8 +76,14 @@ def parse_updates(raw: Any) -> tuple[TableUpdate, ...]:
     parsed: list[TableUpdate] = []
     for index, item in enumerate(_items(raw, "updates")):
         action = item.get("action")
-        if action not in UPDATE_ACTIONS:
+        # isinstance first: a list or object is unhashable, and `in` a frozenset would raise
+        if not isinstance(action, str) or action not in UPDATE_ACTIONS:
             raise bad_request(f"updates[{index}]: unsupported update action {str(action)[:64]!r}")
+        values = item.get("updates")
+        if action == "set-properties" and isinstance(values, dict) and \
+                not all(isinstance(value, str) for value in values.values()):
+            # pyiceberg would turn 1, true or {"a": 1} into text; the spec's values are strings
+            raise bad_request(f"updates[{index}]: set-properties values must be strings")
         parsed.append(_parse(_UPDATE, item, "updates", index))
     return tuple(parsed)
 
@@ -86,7 +97,7 @@ def parse_requirements(raw: Any) -> tuple[TableRequirement, ...]:
     parsed: list[TableRequirement] = []
     for index, item in enumerate(_items(raw, "requirements")):
         kind = item.get("type")
-        if kind not in REQUIREMENT_TYPES:
+        if not isinstance(kind, str) or kind not in REQUIREMENT_TYPES:
             raise bad_request(f"requirements[{index}]: unsupported requirement type {str(kind)[:64]!r}")
         parsed.append(_parse(_REQUIREMENT, item, "requirements", index))
     return tuple(parsed)

@@ -65,6 +65,10 @@ class Call:
     def table(self) -> tuple[tuple[str, ...], str]:
         return self.namespace, name_from_path(self.params["table"])
 
+    @property
+    def view(self) -> tuple[tuple[str, ...], str]:
+        return self.namespace, checked_name(self.params["view"], "view")
+
     def flag(self, name: str) -> bool:
         """A boolean query parameter (absent = false).
 

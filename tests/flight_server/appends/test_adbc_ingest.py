@@ -170,3 +170,18 @@ def test_failed_create_creates_nothing(conn: flight_sql.Connection, warehouse: P
     finally:
         cat.close()
     assert list((warehouse / "ns" / "never").rglob("*.parquet")) == []
+
+
+def test_ingest_evolves_only_when_the_call_header_asks(conn: flight_sql.Connection, server: ServerProcess,
+                                                      warehouse: Path) -> None:
+    """ADBC sends the per-append schema policy as a call header (a connection or statement option)."""
+    with conn.cursor() as cur:
+        cur.adbc_ingest("pol", rows(2), mode="create", db_schema_name="ns")
+        wider = rows(2, start=2).append_column("extra", pa.array(["x", "y"]))
+        with pytest.raises(Exception, match="column 'extra' is not in the table") as refused:
+            cur.adbc_ingest("pol", wider, mode="append", db_schema_name="ns")
+        assert "x-icefloe-schema-policy: evolve" in str(refused.value)
+        cur.adbc_statement.set_options(**{"adbc.flight.sql.rpc.call_header.x-icefloe-schema-policy": "evolve"})
+        assert cur.adbc_ingest("pol", wider, mode="append", db_schema_name="ns") == 2
+    got = _scan(warehouse, "ns.pol")
+    assert got.num_rows == 4 and sorted(v for v in got.column("extra").to_pylist() if v) == ["x", "y"]

@@ -1,4 +1,5 @@
-"""Schema policy matrix over DoPut: evolve (default) and strict, every accepted and refused shape."""
+"""Schema policy matrix over DoPut: match (default), evolve (per table or per append) and strict,
+every accepted and refused shape."""
 
 from __future__ import annotations
 
@@ -31,8 +32,9 @@ def _row(**overrides: object) -> dict[str, object]:
 
 @pytest.fixture
 def policy_server(warehouse: Path) -> Iterator[ServerProcess]:
-    make_table(warehouse, "ns.ev", BASE)
+    make_table(warehouse, "ns.ev", BASE, properties={"icefloe.schema-policy": "evolve"})
     make_table(warehouse, "ns.st", BASE, properties={"icefloe.schema-policy": "strict"})
+    make_table(warehouse, "ns.mt", BASE)  # no property: the default, match
     proc = ServerProcess(warehouse).start()
     try:
         yield proc
@@ -60,7 +62,7 @@ def _head(warehouse: Path) -> int:
 
 def test_exact_schema_accepted_by_both(policy_server: ServerProcess, warehouse: Path) -> None:
     data = pa.Table.from_pylist([_row()], schema=BASE)
-    for name in ("ev", "st"):
+    for name in ("ev", "st", "mt"):
         assert do_put(policy_server.location, ("ns", name), data)["rows"] == 1
 
 
@@ -143,6 +145,72 @@ def test_refused_shapes_name_the_column(
     message = str(info.value)
     assert "INVALID_ARGUMENT" in message and f"'{column}'" in message, message
     assert _head(warehouse) == head, "a refused append committed"
+
+
+def test_default_refuses_a_typo_and_names_every_differing_column(
+    policy_server: ServerProcess, warehouse: Path
+) -> None:
+    """A CSV-like input with a wrong header used to add columns to the table."""
+    head = _head(warehouse)
+    typo = pa.table({"id": pa.array([1], pa.int64()), "ii": pa.array([2], pa.int32()), "ss": ["a"]})
+    with pytest.raises(pa.ArrowInvalid) as info:
+        do_put(policy_server.location, ("ns", "mt"), typo)
+    message = str(info.value)
+    assert "INVALID_ARGUMENT" in message
+    assert "columns 'ii' (did you mean 'i'?), 'ss' (did you mean 's'?) are not in the table" in message, message
+    assert "x-icefloe-schema-policy: evolve" in message and "--evolve" in message
+    assert _head(warehouse) == head
+    schema, _ = _table(warehouse, "ns.mt")
+    assert [f.name for f in schema.fields] == BASE.names  # type: ignore[attr-defined]
+
+
+def test_default_refuses_widening_but_casts_narrower_input_up(policy_server: ServerProcess, warehouse: Path) -> None:
+    head = _head(warehouse)
+    wide = BASE.set(1, pa.field("i", pa.int64()))  # int64 into an INTEGER column
+    with pytest.raises(pa.ArrowInvalid) as info:
+        do_put(policy_server.location, ("ns", "mt"), pa.Table.from_pylist([_row(i=2**40)], schema=wide))
+    assert "column 'i' is long in the input, wider than the table's int" in str(info.value), info.value
+    assert _head(warehouse) == head
+    narrow = pa.schema([pa.field("id", pa.int32(), nullable=False), pa.field("f", pa.float32())])
+    assert do_put(policy_server.location, ("ns", "mt"), pa.Table.from_pylist([{"id": 5, "f": 0.5}], schema=narrow))[
+        "rows"
+    ] == 1  # int32 into a BIGINT column is a safe cast
+    schema, data = _table(warehouse, "ns.mt")
+    assert schema.find_field("id").field_type == LongType()  # type: ignore[attr-defined]
+    assert schema.find_field("i").field_type.__class__.__name__ == "IntegerType"  # type: ignore[attr-defined]
+    assert data.to_pylist() == [{"id": 5, "i": None, "f": 0.5, "d": None, "s": None}]
+
+
+def test_names_differing_only_in_case_match_the_table_s(policy_server: ServerProcess, warehouse: Path) -> None:
+    upper = pa.schema([pa.field("ID", pa.int64(), nullable=False), pa.field("S", pa.string())])
+    for name in ("mt", "st", "ev"):
+        data = pa.Table.from_pylist([{"ID": 9, "S": "up"}], schema=upper)
+        if name == "st":  # strict: every column, but its names still match case-insensitively
+            data = pa.Table.from_pylist([{k.upper(): v for k, v in _row(id=9, s="up").items()}],
+                                        schema=pa.schema([f.with_name(f.name.upper()) for f in BASE]))
+        assert do_put(policy_server.location, ("ns", name), data)["rows"] == 1
+        schema, rows = _table(warehouse, f"ns.{name}")
+        assert [f.name for f in schema.fields] == BASE.names, name  # type: ignore[attr-defined]
+        assert rows.filter(pa.compute.equal(rows["id"], 9)).column("s").to_pylist() == ["up"]
+
+
+def test_per_append_evolve_header(policy_server: ServerProcess, warehouse: Path) -> None:
+    wider = BASE.append(pa.field("extra", pa.string())).set(1, pa.field("i", pa.int64()))
+    data = pa.Table.from_pylist([_row(id=11, i=2**40, extra="x")], schema=wider)
+    assert do_put(policy_server.location, ("ns", "mt"), data, schema_policy="evolve")["rows"] == 1
+    schema, rows = _table(warehouse, "ns.mt")
+    assert schema.find_field("extra") is not None  # type: ignore[attr-defined]
+    assert schema.find_field("i").field_type == LongType()  # type: ignore[attr-defined]
+    # The table's own policy is still match: the next append of a new column is refused.
+    with pytest.raises(pa.ArrowInvalid, match="'more' is not in the table"):
+        do_put(policy_server.location, ("ns", "mt"), pa.table({"id": [12], "more": ["y"]}))
+    # A strict table cannot be evolved by an append; an unknown policy is refused.
+    head = _head(warehouse)
+    with pytest.raises(pa.ArrowInvalid, match="schema policy is strict"):
+        do_put(policy_server.location, ("ns", "st"), data, schema_policy="evolve")
+    with pytest.raises(pa.ArrowInvalid, match="schema policy 'grow' is not one of match, evolve, strict"):
+        do_put(policy_server.location, ("ns", "mt"), data, schema_policy="grow")
+    assert _head(warehouse) == head
 
 
 def test_null_into_required_column_refused(policy_server: ServerProcess, warehouse: Path) -> None:

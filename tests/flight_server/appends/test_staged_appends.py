@@ -240,7 +240,7 @@ def test_staging_and_committing_beside_ordinary_appends(table_server: ServerProc
 def test_commit_after_an_optional_column_was_added(table_server: ServerProcess, warehouse: Path) -> None:
     token = stage(table_server.location, rows(5))["token"]
     wider = pa.table({"id": pa.array([99], pa.int64()), "v": ["x"], "extra": pa.array([1], pa.int32())})
-    do_put(table_server.location, ("ns", "t"), wider)  # evolves the schema (default policy: add columns)
+    do_put(table_server.location, ("ns", "t"), wider, schema_policy="evolve")  # adds the column (opt-in)
     result = commit(table_server.location, [token])
     assert result["rows"] == 5
     assert scan_ids(warehouse) == [0, 1, 2, 3, 4, 99]
@@ -287,8 +287,10 @@ def test_bad_requests_are_precise_and_commit_nothing(table_server: ServerProcess
     with pytest.raises(KeyError, match="does not exist"):
         stage(table_server.location, rows(1), table=("ns", "nope"))
     wider = pa.table({"id": pa.array([1], pa.int64()), "v": ["x"], "new": pa.array([1], pa.int64())})
-    with pytest.raises(pa.ArrowInvalid, match="cannot change the table's schema"):
+    with pytest.raises(pa.ArrowInvalid, match="cannot change the table's schema, and this input adds column 'new'") \
+            as refused:
         stage(table_server.location, wider)
+    assert "ALTER TABLE ns.t" in str(refused.value) and "without staging" not in str(refused.value)
     assert head(warehouse) == before
     assert commit(table_server.location, [token])["rows"] == 5  # the server is fine, the token too
 

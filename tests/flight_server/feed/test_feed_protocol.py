@@ -29,6 +29,9 @@ CONTRACT_SCHEMA = pa.schema(
         pa.field("added_files", pa.int64()),
         pa.field("metadata_location", pa.utf8()),
         pa.field("principal", pa.utf8()),
+        # DESIGN.md "Row-level deletes": events gain data_change (and removed_files).
+        pa.field("data_change", pa.bool_()),
+        pa.field("removed_files", pa.int64()),
     ]
 )
 

@@ -122,7 +122,7 @@ def test_get_table_schema_and_types(conn: Any) -> None:
     schema = conn.adbc_get_table_schema("evolved", db_schema_filter="sales")
     assert schema.names == ["a", "label", "c"]
     assert schema.field("label").type == pa.string()
-    assert conn.adbc_get_table_types() == ["TABLE"]
+    assert conn.adbc_get_table_types() == ["TABLE", "VIEW"]  # VIEW: Iceberg views
 
 
 def test_get_info(conn: Any) -> None:

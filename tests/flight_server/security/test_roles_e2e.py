@@ -212,11 +212,12 @@ def test_forged_ticket_with_a_write_is_refused_for_a_read_user(server: ServerPro
 
 
 def test_sql_writes_need_write_table_properties_need_admin_and_record_the_principal(server: ServerProcess) -> None:
-    alter = "ALTER TABLE ns.t SET ('owner' = 'data-team')"
+    alter = "ALTER TABLE ns.t SET ('icefloe.snapshots.retain' = '50')"
     with _adbc(server, "wendy") as conn, conn.cursor() as cur:
         cur.execute("INSERT INTO ns.t VALUES (41), (42)")
         with pytest.raises(adbc_driver_manager.Error, match="PermissionDenied"):
             cur.execute(alter)
+        cur.execute("ALTER TABLE ns.t SET ('owner' = 'data-team')")  # not server-steering: write, as over REST
     inserted = [r for r in _commit_log(server) if r.operation == "append"][-1]
     assert inserted.principal == "wendy" and inserted.added_rows == 2
     before = _commit_log(server)

@@ -207,7 +207,9 @@ def test_bad_shapes_and_routes(client: httpx.Client) -> None:
     assert token.status_code == 400 and token.json()["error"] == "invalid_request"
 
 
-def test_views_are_not_served(client: httpx.Client) -> None:
+def test_views_are_served_and_a_missing_namespace_is_404(client: httpx.Client) -> None:
+    # Views are served since test_rest_views; their routes answer like the tables' ones.
     config = client.get("/v1/config").json()
-    assert not any("/views" in endpoint for endpoint in config["endpoints"])
-    assert json.loads(client.get("/v1/namespaces/ns/views").text)["error"]["code"] == 404
+    assert "GET /v1/{prefix}/namespaces/{namespace}/views" in config["endpoints"]
+    missing = json.loads(client.get("/v1/namespaces/no_such_ns/views").text)["error"]
+    assert (missing["code"], missing["type"]) == (404, "NoSuchNamespaceException")

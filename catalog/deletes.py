@@ -1,0 +1,452 @@
+"""Row-level deletes: which delete files apply to which data file, and which rows they remove.
+
+Iceberg's rules (spec "Scan Planning"), applied to the live entries of one snapshot:
+
+- a **position delete** file (Parquet ``file_path``, ``pos``) or a **deletion vector** (v3, a
+  Puffin blob naming one data file) applies to a data file whose data sequence number is
+  *smaller than or equal to* its own, in the same partition (spec id + partition tuple), or,
+  when it names its data file (``referenced_data_file`` or equal path bounds), to that file;
+- an **equality delete** file applies to a data file whose data sequence number is *strictly
+  smaller* than its own, in the same partition, or to every partition when its spec is
+  unpartitioned (a global delete). A row is deleted when its values of the file's
+  ``equality_ids`` fields equal a delete row's, NULL equal to NULL; fields are matched by id,
+  so a column renamed since the delete was written still matches.
+
+Rows are removed set-wise, one Arrow batch at a time: position deletes as a numpy mask over
+the batch's row positions, equality deletes as a semi-join of the batch's keys against the
+delete keys (Acero hash join, NULLs made comparable by an is-null flag per key). Nothing runs
+per row in Python. Delete sets are read once per (delete file) and cached (files never change).
+
+This module has no Flight or DuckDB import: the catalog's compaction uses it as the engine does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyiceberg.avro.file import AvroFile
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import (
+    MANIFEST_ENTRY_SCHEMAS,
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    _inherit_from_manifest,
+)
+from pyiceberg.schema import Schema
+from pyiceberg.table import ManifestGroupPlanner
+from pyiceberg.table.metadata import TableMetadata
+
+from catalog.lru import LockedLRU
+from catalog.puffin import read_deletion_vector
+from catalog.sandbox import confine
+
+logger = logging.getLogger("icefloe.catalog.deletes")
+
+_PATH_FIELD_ID = 2147483546  # position delete files' file_path column
+_INITIAL_SEQUENCE_NUMBER = 0
+_ROW = "__icefloe_del_row"
+
+
+def v3_fields(delete_file: DataFile) -> tuple[str | None, int | None, int | None]:
+    """(referenced_data_file, content_offset, content_size_in_bytes) of a delete file read with
+    the v3 manifest schema (``read_delete_manifest``); Nones otherwise. pyiceberg 0.12 reads
+    manifests with the v2 schema, which drops these fields, and has no properties for them."""
+    data = delete_file._data
+    if len(data) >= 20:
+        return data[17], data[18], data[19]
+    return None, None, None
+
+
+def read_delete_manifest(io: FileIO, manifest: ManifestFile) -> list[ManifestEntry]:
+    """Live entries of a delete manifest, read with the v3 schema (keeps the deletion vector
+    fields; a v2 manifest simply lacks them)."""
+    with AvroFile[ManifestEntry](
+        io.new_input(manifest.manifest_path),
+        MANIFEST_ENTRY_SCHEMAS[3],
+        read_types={-1: ManifestEntry, 2: DataFile},
+        read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+    ) as reader:
+        return [_inherit_from_manifest(e, manifest) for e in reader if e.status != ManifestEntryStatus.DELETED]
+
+
+@dataclass(frozen=True)
+class FileDeletes:
+    """The delete files that apply to one data file (as manifest ``DataFile`` objects)."""
+
+    positions: tuple[DataFile, ...] = ()  # position delete files and deletion vectors
+    equality: tuple[DataFile, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.positions or self.equality)
+
+    @property
+    def key(self) -> tuple[tuple[str, int | None], ...]:
+        """Identity of the delete set (a deletion vector is a blob of a file: its offset counts)."""
+        return tuple(sorted((f.file_path, v3_fields(f)[1]) for f in (*self.positions, *self.equality)))
+
+    def files(self) -> tuple[DataFile, ...]:
+        return (*self.positions, *self.equality)
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    data_file: DataFile
+    sequence_number: int
+    deletes: FileDeletes = field(default_factory=FileDeletes)
+
+
+def _partition_key(data_file: DataFile) -> tuple[int, Any]:
+    partition = data_file.partition
+    return int(data_file.spec_id or 0), tuple(cast(Any, partition)) if partition is not None else ()
+
+
+def _referenced_path(delete_file: DataFile) -> str | None:
+    """The one data file a position delete file or deletion vector names, if it names one."""
+    referenced = v3_fields(delete_file)[0]
+    if referenced:
+        return str(referenced)
+    lower, upper = delete_file.lower_bounds or {}, delete_file.upper_bounds or {}
+    low, high = lower.get(_PATH_FIELD_ID), upper.get(_PATH_FIELD_ID)
+    if low is not None and low == high:
+        try:
+            return bytes(low).decode()
+        except UnicodeDecodeError:
+            return None
+    return None
+
+
+def _may_name(delete_file: DataFile, path: str) -> bool:
+    """Whether a partition-scoped position delete file's path bounds may include ``path``."""
+    lower, upper = delete_file.lower_bounds or {}, delete_file.upper_bounds or {}
+    low, high = lower.get(_PATH_FIELD_ID), upper.get(_PATH_FIELD_ID)
+    encoded = path.encode()
+    # Iceberg truncates string bounds (lower: a prefix; upper: a prefix with its last byte bumped).
+    if low is not None and bytes(low) > encoded:
+        return False
+    return high is None or encoded <= bytes(high) or encoded.startswith(bytes(high)[:-1])
+
+
+class DeleteIndex:
+    """Delete files of one snapshot, indexed as the spec scopes them."""
+
+    def __init__(self, metadata: TableMetadata) -> None:
+        self._unpartitioned = {spec.spec_id for spec in metadata.specs().values() if spec.is_unpartitioned()}
+        self._pos_by_path: dict[str, list[tuple[int, DataFile]]] = {}
+        self._pos_by_partition: dict[tuple[int, Any], list[tuple[int, DataFile]]] = {}
+        self._eq_global: list[tuple[int, DataFile]] = []
+        self._eq_by_partition: dict[tuple[int, Any], list[tuple[int, DataFile]]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._pos_by_path or self._pos_by_partition or self._eq_global or self._eq_by_partition)
+
+    def add(self, entry: ManifestEntry) -> None:
+        delete_file = entry.data_file
+        seq = int(entry.sequence_number if entry.sequence_number is not None else _INITIAL_SEQUENCE_NUMBER)
+        if delete_file.content == DataFileContent.POSITION_DELETES:
+            target = _referenced_path(delete_file)
+            if target is not None:
+                self._pos_by_path.setdefault(target, []).append((seq, delete_file))
+            else:
+                self._pos_by_partition.setdefault(_partition_key(delete_file), []).append((seq, delete_file))
+        elif delete_file.content == DataFileContent.EQUALITY_DELETES:
+            if int(delete_file.spec_id or 0) in self._unpartitioned:
+                self._eq_global.append((seq, delete_file))
+            else:
+                self._eq_by_partition.setdefault(_partition_key(delete_file), []).append((seq, delete_file))
+
+    def for_data_file(self, seq: int, data_file: DataFile) -> FileDeletes:
+        path, key = data_file.file_path, _partition_key(data_file)
+        positions = [f for s, f in self._pos_by_path.get(path, ()) if s >= seq]
+        positions += [f for s, f in self._pos_by_partition.get(key, ()) if s >= seq and _may_name(f, path)]
+        equality = [f for s, f in (*self._eq_global, *self._eq_by_partition.get(key, ())) if s > seq]
+        return FileDeletes(tuple(positions), tuple(equality))
+
+
+def plan_files(
+    metadata: TableMetadata, io: FileIO, snapshot_id: int, row_filter: BooleanExpression | None = None,
+    case_sensitive: bool = False,
+) -> list[PlannedFile]:
+    """The snapshot's live data files the row filter may match, each with the deletes that
+    apply to it, in manifest order (manifests only: no data or delete file is opened)."""
+    snapshot = metadata.snapshot_by_id(snapshot_id)
+    if snapshot is None:
+        return []
+    planner = ManifestGroupPlanner(metadata, io, row_filter or AlwaysTrue(), case_sensitive)
+    data: list[ManifestEntry] = []
+    index = DeleteIndex(metadata)
+    manifests = snapshot.manifests(io)
+    # Delete manifests are read whole, with the v3 schema (deletion vectors' fields); only
+    # data manifests are pruned by the row filter.
+    for manifest in manifests:
+        if manifest.content == ManifestContent.DELETES:
+            for entry in read_delete_manifest(io, manifest):
+                index.add(entry)
+    data_manifests = [m for m in manifests if m.content == ManifestContent.DATA]
+    for entries in planner.plan_manifest_entries(data_manifests):
+        for entry in entries:
+            if entry.data_file.content == DataFileContent.DATA:
+                data.append(entry)
+            else:
+                index.add(entry)
+    planned = []
+    for entry in data:
+        seq = int(entry.sequence_number if entry.sequence_number is not None else _INITIAL_SEQUENCE_NUMBER)
+        deletes = index.for_data_file(seq, entry.data_file) if index else FileDeletes()
+        planned.append(PlannedFile(entry.data_file, seq, deletes))
+    return planned
+
+
+# -- reading delete sets ----------------------------------------------------------------------
+
+
+class DeleteSets:
+    """Reads and caches delete sets: per delete file, since delete files never change."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        # position delete file path -> {data file path: sorted positions}
+        self._positions: LockedLRU[tuple[str, int | None], dict[str, np.ndarray]] = LockedLRU(capacity)
+        # equality delete file path -> keys table (columns named by field id)
+        self._keys: LockedLRU[str, pa.Table] = LockedLRU(capacity)
+
+    def positions(self, io: FileIO, deletes: FileDeletes, data_path: str) -> np.ndarray:
+        """Sorted unique deleted positions of ``data_path`` (int64)."""
+        found = [self._file_positions(io, f).get(data_path) for f in deletes.positions]
+        arrays = [a for a in found if a is not None and len(a)]
+        if not arrays:
+            return np.empty(0, dtype=np.int64)
+        return arrays[0] if len(arrays) == 1 else np.unique(np.concatenate(arrays))
+
+    def _file_positions(self, io: FileIO, delete_file: DataFile) -> dict[str, np.ndarray]:
+        referenced, offset, size = v3_fields(delete_file)
+        key = (delete_file.file_path, offset)
+        cached = self._positions.get(key)
+        if cached is not None:
+            return cached
+        confine(io, delete_file.file_path)  # delete files too: nothing outside the table's folder
+        if delete_file.file_format == FileFormat.PUFFIN:
+            if referenced is None:
+                raise ValueError("a deletion vector without referenced_data_file")
+            result = {referenced: read_deletion_vector(io, delete_file.file_path, offset, size, referenced)}
+        else:
+            table = _read_parquet(io, delete_file.file_path, ["file_path", "pos"])
+            result = {}
+            paths = table.column("file_path").combine_chunks()
+            positions = table.column("pos").combine_chunks()
+            encoded = pc.dictionary_encode(paths)
+            for index, path in enumerate(encoded.dictionary.to_pylist()):
+                mask = pc.equal(encoded.indices, index)
+                values = positions.filter(mask).to_numpy(zero_copy_only=False).astype(np.int64)
+                result[str(path)] = np.unique(values)
+        self._positions.put(key, result)
+        return result
+
+    def equality_keys(self, io: FileIO, delete_file: DataFile) -> pa.Table:
+        """The delete rows' key columns, named ``str(field_id)``."""
+        cached = self._keys.get(delete_file.file_path)
+        if cached is not None:
+            return cached
+        confine(io, delete_file.file_path)
+        ids = [int(i) for i in (delete_file.equality_ids or [])]
+        if not ids:
+            raise ValueError("an equality delete file without equality_ids")
+        with io.new_input(delete_file.file_path).open() as stream:
+            parquet = pq.ParquetFile(stream)
+            by_id = _footer_ids(parquet.schema_arrow)
+            missing = [i for i in ids if i not in by_id]
+            if missing:
+                raise ValueError(f"equality delete file lacks field ids {missing}")
+            table = parquet.read(columns=[by_id[i] for i in ids])
+        table = table.rename_columns([str(i) for i in ids])
+        self._keys.put(delete_file.file_path, table)
+        return table
+
+
+def _read_parquet(io: FileIO, path: str, columns: list[str]) -> pa.Table:
+    with io.new_input(path).open() as stream:
+        return pq.ParquetFile(stream).read(columns=columns)
+
+
+def _footer_ids(schema: pa.Schema) -> dict[int, str]:
+    ids = {}
+    for f in schema:
+        raw = (f.metadata or {}).get(b"PARQUET:field_id")
+        if raw is not None:
+            ids[int(raw)] = f.name
+    return ids
+
+
+# -- applying them ------------------------------------------------------------------------------
+
+
+@dataclass
+class BoundDeletes:
+    """The deletes of one data file, read and ready to mask batches of it."""
+
+    positions: np.ndarray  # sorted deleted positions
+    equality: list[tuple[tuple[int, ...], pa.Table]]  # (field ids, keys named str(id)), per id set
+    # (field ids, key types) -> the delete keys encoded for the join (see _equality_hits)
+    prepared: dict[Any, pa.Table] = field(default_factory=dict)
+
+    def columns_needed(self, names: dict[int, str]) -> set[str]:
+        return {names[i] for ids, _ in self.equality for i in ids if i in names}
+
+    def keep(self, batch: pa.RecordBatch | pa.Table, start: int, names: dict[int, str]) -> np.ndarray | None:
+        """Boolean mask of the rows of ``batch`` (rows ``start``.. of its file) that survive;
+        None when all do. ``names``: field id -> column name in ``batch``."""
+        n = batch.num_rows
+        mask: np.ndarray | None = None
+        if len(self.positions):
+            lo, hi = np.searchsorted(self.positions, [start, start + n])
+            if hi > lo:
+                mask = np.ones(n, dtype=bool)
+                mask[self.positions[lo:hi] - start] = False
+        for ids, keys in self.equality:
+            hits = _equality_hits(batch, ids, keys, names, self.prepared)
+            if hits is not None and len(hits):
+                mask = np.ones(n, dtype=bool) if mask is None else mask
+                mask[hits] = False
+        return mask
+
+
+def bind(io: FileIO, sets: DeleteSets, deletes: FileDeletes, data_path: str) -> BoundDeletes:
+    positions = sets.positions(io, deletes, data_path) if deletes.positions else np.empty(0, dtype=np.int64)
+    grouped: dict[tuple[int, ...], list[pa.Table]] = {}
+    for f in deletes.equality:
+        ids = tuple(int(i) for i in f.equality_ids or ())
+        grouped.setdefault(ids, []).append(sets.equality_keys(io, f))
+    equality = []
+    for ids, tables in grouped.items():
+        keys = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+        equality.append((ids, keys))
+    return BoundDeletes(positions, equality)
+
+
+def _equality_hits(
+    batch: pa.RecordBatch | pa.Table, ids: tuple[int, ...], keys: pa.Table, names: dict[int, str],
+    prepared: dict[Any, pa.Table],
+) -> np.ndarray | None:
+    """Row indices of ``batch`` whose key equals some delete key (NULL-safe).
+
+    Each key column becomes (is-null flag, value with NULLs filled) on both sides, so the hash
+    join's equality is IS NOT DISTINCT FROM. The delete side is encoded and de-duplicated once
+    per key types (``prepared``), not once per batch."""
+    if keys.num_rows == 0 or batch.num_rows == 0:
+        return None
+    left: dict[str, Any] = {}
+    types = []
+    for i in ids:
+        column = batch.column(names[i]) if i in names else pa.nulls(batch.num_rows, keys.column(str(i)).type)
+        types.append(column.type)
+        left[f"n{i}"] = pc.is_null(column)
+        left[f"v{i}"] = _fill_nulls(column)
+    key_names = list(left)
+    right = prepared.get((ids, tuple(types)))
+    if right is None:
+        encoded: dict[str, Any] = {}
+        for i, typ in zip(ids, types, strict=True):
+            other = keys.column(str(i))
+            other = other.cast(typ) if other.type != typ else other
+            encoded[f"n{i}"] = pc.is_null(other)
+            encoded[f"v{i}"] = _fill_nulls(other)
+        right = prepared[(ids, tuple(types))] = pa.table(encoded).group_by(key_names).aggregate([])
+    left[_ROW] = pa.array(np.arange(batch.num_rows, dtype=np.int64))
+    matched = pa.table(left).join(right, keys=key_names, join_type="left semi", use_threads=False)
+    return np.asarray(matched.column(_ROW).to_numpy(), dtype=np.int64)
+
+
+def _fill_nulls(values: Any) -> Any:
+    """``values`` with NULLs replaced by some value of its type (the is-null flag tells them apart)."""
+    if values.null_count == 0:
+        return values
+    typ = values.type
+    for candidate in (pa.scalar(0), pa.scalar(""), pa.scalar(b""), pa.scalar(False)):
+        try:
+            return pc.fill_null(values, candidate.cast(typ))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            continue
+    raise ValueError(f"equality deletes on columns of type {typ} are not supported")
+
+
+def file_batches(io: FileIO, data_file: DataFile, schema: Schema, target: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The file's rows in order (positions count from 0) as ``target`` = ``schema`` in Arrow:
+    columns matched by field id, a column the file lacks read as NULLs."""
+    confine(io, data_file.file_path)
+    with io.new_input(data_file.file_path).open() as stream:
+        parquet = pq.ParquetFile(stream)
+        by_id: dict[int, str] = {}
+        for f in parquet.schema_arrow:
+            raw = (f.metadata or {}).get(b"PARQUET:field_id")
+            if raw is not None:
+                by_id[int(raw)] = f.name
+        if not by_id:
+            names = set(parquet.schema_arrow.names)
+            by_id = {f.field_id: f.name for f in schema.fields if f.name in names}
+        columns = [by_id[f.field_id] for f in schema.fields if f.field_id in by_id]
+        for batch in parquet.iter_batches(columns=columns, batch_size=131_072):
+            arrays = []
+            for f, af in zip(schema.fields, target, strict=True):
+                if f.field_id in by_id:
+                    arrays.append(batch.column(by_id[f.field_id]).cast(af.type))
+                else:
+                    arrays.append(pa.nulls(batch.num_rows, af.type))
+            yield pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+def visible_batches(
+    io: FileIO, sets: DeleteSets, data_file: DataFile, deletes: FileDeletes, schema: Schema, target: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """The rows of ``data_file`` its ``deletes`` leave, as ``target`` (compaction, change scans)."""
+    bound = bind(io, sets, deletes, data_file.file_path)
+    names = {f.field_id: f.name for f in schema.fields}
+    position = 0
+    for batch in file_batches(io, data_file, schema, target):
+        mask = bound.keep(batch, position, names)
+        position += batch.num_rows
+        if mask is not None:
+            batch = batch.filter(pa.array(mask))
+        if batch.num_rows:
+            yield batch
+
+
+def read_with_deletes(
+    fragment_format: ds.ParquetFileFormat, path: str, filesystem: pafs.FileSystem, schema: pa.Schema,
+    columns: list[str], deletes: BoundDeletes, names: dict[int, str], row_groups: Iterable[int] | None = None,
+    batch_size: int = 131_072,
+) -> Iterator[pa.RecordBatch]:
+    """Batches of ``columns`` of one data file (``schema``: the dataset schema its columns are
+    read as) with the rows ``deletes`` remove left out; ``row_groups`` limits the read.
+
+    Row positions are counted from the footer's row group sizes, so a read of some row groups
+    still knows each row's position in the file.
+    """
+    needed = list(dict.fromkeys([*columns, *sorted(deletes.columns_needed(names) - set(columns))]))
+    meta = pq.read_metadata(path, filesystem=filesystem)
+    starts = np.concatenate([[0], np.cumsum([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])])
+    groups = range(meta.num_row_groups) if row_groups is None else sorted(row_groups)
+    for group in groups:
+        position = int(starts[group])
+        fragment = fragment_format.make_fragment(path, filesystem=filesystem, row_groups=[group])
+        scanner = ds.Scanner.from_fragment(fragment, schema=schema, columns=needed, batch_size=batch_size,
+                                           use_threads=True)
+        for batch in scanner.to_batches():
+            mask = deletes.keep(batch, position, names)
+            position += batch.num_rows
+            if mask is not None:
+                batch = batch.filter(pa.array(mask))
+            if batch.num_rows:
+                yield batch.select(columns) if len(needed) != len(columns) else batch
