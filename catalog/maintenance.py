@@ -58,6 +58,7 @@ from catalog.maintenance_worker import (
     stage_rewrite,
 )
 from catalog.metadata_ops import DEFAULT_SNAPSHOTS_RETAIN, SNAPSHOTS_RETAIN
+from catalog.object_store import storage_failure
 from catalog.orphan_files import delete_file, folder_key, list_files
 from catalog.pipes import checkpoint_snapshots
 from catalog.rebase import rebase
@@ -560,10 +561,14 @@ class BackgroundMaintainer:
                     return
                 try:
                     self._maintain_one(identifier)
-                except Exception:
+                except Exception as exc:
                     if self._stopped():
                         return  # the worker was stopped under it
-                    logger.warning("background maintenance of %s failed", ".".join(identifier), exc_info=True)
+                    failure = storage_failure(exc)
+                    if failure is not None:  # the object store is down: retried next round, no traceback
+                        logger.warning("background maintenance of %s failed: %s", ".".join(identifier), failure)
+                    else:
+                        logger.warning("background maintenance of %s failed", ".".join(identifier), exc_info=True)
             if time.monotonic() - self._last_key_expiry > self.sweep_period_s:
                 self._last_key_expiry = time.monotonic()
                 try:
