@@ -42,6 +42,17 @@ def s3_binary() -> str:
     return _binary
 
 
+def _die_with_parent() -> None:
+    """In the child: be killed when the test process dies, even by SIGKILL or a timeout (Linux),
+    so an interrupted run leaves no S3 server behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
+    except OSError:
+        pass
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -72,7 +83,7 @@ class S3Server:
         self.proc = subprocess.Popen(
             [binary, "--host", "127.0.0.1", "--port", str(self.port), "--access-key", self.access_key,
              "--secret-key", self.secret_key, str(self.root)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent,
         )
         deadline = time.monotonic() + timeout
         while True:
