@@ -32,10 +32,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlparse
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
@@ -59,9 +58,11 @@ from catalog.maintenance_worker import (
     stage_rewrite,
 )
 from catalog.metadata_ops import DEFAULT_SNAPSHOTS_RETAIN, SNAPSHOTS_RETAIN
+from catalog.object_store import storage_failure
+from catalog.orphan_files import delete_file, folder_key, list_files
 from catalog.pipes import checkpoint_snapshots
 from catalog.rebase import rebase
-from catalog.sandbox import ConfinedFileIO, OutsideTableError, confine
+from catalog.sandbox import ConfinedFileIO, OutsideTableError
 from catalog.writer import delete_files
 
 if TYPE_CHECKING:
@@ -332,12 +333,6 @@ def expire_snapshots(appender: Appender, identifier: tuple[str, ...], now_ms: in
 # -- orphan files ------------------------------------------------------------------------------
 
 
-def _walk(root: str) -> Iterator[str]:
-    for folder, _, names in os.walk(root):
-        for file_name in names:
-            yield os.path.join(folder, file_name)
-
-
 def _overlaps(a: str, b: str) -> bool:
     a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
     return a.startswith(b) or b.startswith(a)
@@ -352,7 +347,7 @@ def _tables_sharing(appender: Appender, root: str) -> list[tuple[TableRef, froze
             table = appender.catalog.load_table(other)
         except Exception:  # dropped meanwhile
             continue
-        if urlparse(table.location()).scheme in ("", "file") and _overlaps(local_path(table.location()), root):
+        if _overlaps(folder_key(table.location()), root):
             sharing.append((TableRef.of(appender.catalog, table), frozenset(s.snapshot_id for s in table.snapshots())))
     return sharing
 
@@ -372,19 +367,10 @@ def _moved_on(
     return moved
 
 
-def _unreferenced(root: str, keep: set[str], cutoff: float) -> list[str]:
-    """Files under ``root`` not in ``keep`` and last modified before ``cutoff``."""
-    found = []
-    for path in _walk(root):
-        if path in keep:
-            continue
-        try:
-            if os.stat(path).st_mtime >= cutoff:
-                continue
-        except FileNotFoundError:
-            continue
-        found.append(path)
-    return found
+def _unreferenced(io: Any, location: str, keep: set[str], cutoff: float) -> list[str]:
+    """Files under table folder ``location`` (walked, or listed by prefix on an object store)
+    not in ``keep`` and last modified before ``cutoff``."""
+    return [path for path, mtime in list_files(io, location) if path not in keep and mtime < cutoff]
 
 
 def remove_orphans(
@@ -393,7 +379,8 @@ def remove_orphans(
     grace_s: float = DEFAULT_ORPHAN_GRACE_S,
     worker: MaintenanceWorker = IN_PROCESS,
 ) -> int:
-    """Delete unreferenced files older than ``grace_s`` under a local table's location.
+    """Delete unreferenced files older than ``grace_s`` under a table's location (a local
+    folder, or an object-store prefix: listed, and deleted through the table's FileIO).
 
     "Referenced" is taken over every table whose location overlaps this one (a renamed table
     keeps its folder, and a new table may be created at the old name's location); ``worker``
@@ -401,13 +388,10 @@ def remove_orphans(
     """
     namespace, name = tuple(identifier[:-1]), identifier[-1]
     table = appender.catalog.load_table(identifier)
-    parsed = urlparse(table.location())
-    if parsed.scheme not in ("", "file"):
-        return 0  # object stores: not handled here
     if not isinstance(table.io, ConfinedFileIO):
         logger.warning("orphan removal of %s refused: its FileIO is not confined to its folder", ".".join(identifier))
         return 0
-    root = local_path(table.location())
+    root = folder_key(table.location())
     cutoff = time.time() - grace_s
     # Every retained manifest is read outside the table's commit slot (it takes long; appends
     # go on); in the slot, only what committed meanwhile is added (new snapshots' manifests),
@@ -431,7 +415,7 @@ def remove_orphans(
                 referenced |= worker.run(referenced_since, moved)
             # Chosen in the slot (no commit can land meanwhile), minus the files of writers
             # that started while the folder was walked.
-            candidates = _unreferenced(root, referenced | in_flight, cutoff)
+            candidates = _unreferenced(table.io, table.location(), referenced | in_flight, cutoff)
             in_flight = {local_path(p) for p in appender.active_paths()}
             candidates = [p for p in candidates if p not in in_flight]
     removed = 0
@@ -439,8 +423,7 @@ def remove_orphans(
         try:
             # The table's FileIO decides (real paths): never a file outside its folder, never
             # the catalog or the key file, whatever the folder walk met.
-            confine(table.io, path)
-            os.remove(path)
+            delete_file(table.io, path)
             removed += 1
         except FileNotFoundError:
             pass
@@ -578,10 +561,14 @@ class BackgroundMaintainer:
                     return
                 try:
                     self._maintain_one(identifier)
-                except Exception:
+                except Exception as exc:
                     if self._stopped():
                         return  # the worker was stopped under it
-                    logger.warning("background maintenance of %s failed", ".".join(identifier), exc_info=True)
+                    failure = storage_failure(exc)
+                    if failure is not None:  # the object store is down: retried next round, no traceback
+                        logger.warning("background maintenance of %s failed: %s", ".".join(identifier), failure)
+                    else:
+                        logger.warning("background maintenance of %s failed", ".".join(identifier), exc_info=True)
             if time.monotonic() - self._last_key_expiry > self.sweep_period_s:
                 self._last_key_expiry = time.monotonic()
                 try:

@@ -50,6 +50,7 @@ from pyiceberg.table.update.snapshot import _MergeAppendFiles
 from catalog import avro_cache, durable_io, manifest_list_cache
 from catalog.delete_cleanup import DroppingOverwrite, unneeded_delete_files
 from catalog.deletes import DeleteSets, PlannedFile, plan_files, visible_batches
+from catalog.object_store import OBJECT_SCHEMES
 from catalog.sandbox import ConfinedFileIO, Warehouse, confine
 from catalog.table import RocksTable
 from catalog.writer import DataFileWriter
@@ -355,7 +356,11 @@ def referenced_since(moved: list[tuple[TableRef, frozenset[int]]]) -> set[str]:
 
 
 def local_path(location: str) -> str:
+    """The form in which orphan removal compares file locations: an absolute local path, or
+    ``s3://bucket/key`` for an object (``s3a://`` / ``s3n://`` name the same object)."""
     parsed = urlparse(location)
+    if parsed.scheme in OBJECT_SCHEMES:
+        return f"s3://{parsed.netloc}/{parsed.path.lstrip('/')}"
     return os.path.abspath(parsed.path if parsed.scheme == "file" else location)
 
 

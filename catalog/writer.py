@@ -52,6 +52,7 @@ from pyiceberg.utils.properties import property_as_int
 
 from catalog.durable_io import background_fsync, fsync_all, local_path, local_paths
 from catalog.lru import LockedLRU
+from catalog.object_store import storage_failure
 from catalog.sandbox import OutsideTableError, confine
 from catalog.schema_policy import check_required, schema_text, strip_field_ids
 
@@ -498,5 +499,9 @@ def delete_files(io: FileIO, paths: list[str]) -> None:
             io.delete(path)
         except FileNotFoundError:
             pass
-        except Exception:
-            logger.warning("could not delete an unreferenced data file; orphan removal will", exc_info=True)
+        except Exception as exc:
+            failure = storage_failure(exc)
+            if failure is not None:  # the store is down: expected after a failed PUT, no traceback
+                logger.warning("could not delete an unreferenced data file (%s); orphan removal will", failure)
+            else:
+                logger.warning("could not delete an unreferenced data file; orphan removal will", exc_info=True)

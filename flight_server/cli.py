@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 import click
 
@@ -37,6 +38,25 @@ def _comma_list(_ctx: click.Context, _param: click.Parameter, value: tuple[str, 
     return items
 
 
+def storage_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--catalog-path`` and the ``--s3-*`` flags (an object-store warehouse)."""
+    for option in reversed((
+        click.option("--catalog-path", envvar="ICEFLOE_CATALOG_PATH", default=None,
+                     help="Local folder of the RocksDB catalog (required with an s3:// warehouse)."),
+        click.option("--s3-endpoint", envvar="ICEFLOE_S3_ENDPOINT", default=None,
+                     help="S3 endpoint URL (http(s)://HOST:PORT) of an S3-compatible store; default: AWS."),
+        click.option("--s3-region", envvar="ICEFLOE_S3_REGION", default=None,
+                     help="S3 region (default: AWS_REGION, else us-east-1 with --s3-endpoint)."),
+        click.option("--s3-path-style", envvar="ICEFLOE_S3_PATH_STYLE", is_flag=True, default=False,
+                     help="Path-style S3 requests (http://HOST/BUCKET/KEY) instead of virtual hosts."),
+        click.option("--s3-credentials-file", envvar="ICEFLOE_S3_CREDENTIALS_FILE", default=None,
+                     help="AWS credentials file (INI, profile AWS_PROFILE or default); default: "
+                          "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY."),
+    )):
+        fn = option(fn)
+    return fn
+
+
 @click.group()
 @click.version_option(__version__, prog_name="icefloe")
 def main() -> None:
@@ -46,6 +66,7 @@ def main() -> None:
 @main.command()
 @click.option("--warehouse", envvar="ICEFLOE_WAREHOUSE", default="./warehouse", show_default=True,
               help="Warehouse folder (or s3:// URI) holding catalog.rocksdb and the tables.")
+@storage_options
 @click.option("--host", envvar="ICEFLOE_HOST", default="127.0.0.1", show_default=True)
 @click.option("--port", envvar="ICEFLOE_PORT", default=31337, show_default=True, type=int,
               help="TCP port; 0 picks a free one (the readiness line names it).")
@@ -111,13 +132,14 @@ def serve(**options: object) -> None:
     """Serve the warehouse over Arrow Flight SQL."""
     config = Config(**options)  # type: ignore[arg-type]
     configure_logging(config.log_level, config.log_format)
+    from catalog.object_store import StorageConfigError
     from flight_server.server import StartupError
     from flight_server.server import serve as run
     from flight_server.users import SecurityConfigError
 
     try:
         run(config)
-    except (SecurityConfigError, StartupError) as exc:
+    except (SecurityConfigError, StorageConfigError, StartupError) as exc:
         raise click.ClickException(str(exc)) from None
 
 
@@ -252,9 +274,11 @@ def status(conn: Connection, as_json: bool) -> None:
 @server_options(default_uri=None)
 @click.option("--warehouse", envvar="ICEFLOE_WAREHOUSE", default="./warehouse", show_default=True,
               help="Warehouse to maintain offline (when no --uri names a server).")
+@storage_options
 @click.option("--orphan-grace-s", default=3600.0, show_default=True, type=float, callback=_finite_seconds,
               help="Only files unreferenced and older than this are removed.")
-def maintain(table: str | None, conn: Connection | None, warehouse: str, orphan_grace_s: float) -> None:
+def maintain(table: str | None, conn: Connection | None, warehouse: str, orphan_grace_s: float,
+             **storage: Any) -> None:
     """Compact small files and manifests, expire old snapshots, remove orphan files.
 
     TABLE is ``ns.t``; without it every table is maintained. One JSON line per table.
@@ -268,7 +292,14 @@ def maintain(table: str | None, conn: Connection | None, warehouse: str, orphan_
         if ctx.get_parameter_source("uri") == click.core.ParameterSource.COMMANDLINE:
             raise click.UsageError("give --uri (a running server) or --warehouse (offline), not both")
         conn = None  # --warehouse on the command line wins over ICEFLOE_URI from the environment
-    run_maintain(table, warehouse, conn, orphan_grace_s)
+    from catalog.object_store import StorageConfigError
+    from flight_server.config import catalog_properties
+
+    try:
+        properties = catalog_properties(warehouse, **storage)
+    except StorageConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    run_maintain(table, warehouse, conn, orphan_grace_s, properties)
 
 
 @main.command()

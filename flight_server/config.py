@@ -9,6 +9,13 @@ from dataclasses import dataclass
 @dataclass
 class Config:
     warehouse: str = "./warehouse"
+    # An s3:// warehouse: where the RocksDB catalog of record lives (local disk), and how to
+    # reach the bucket (catalog.object_store.S3Settings; keys from the AWS variables or a file).
+    catalog_path: str | None = None
+    s3_endpoint: str | None = None
+    s3_region: str | None = None
+    s3_path_style: bool = False
+    s3_credentials_file: str | None = None
     host: str = "127.0.0.1"
     port: int = 31337
     users_file: str | None = None
@@ -84,6 +91,41 @@ class Config:
     def location(self) -> str:
         return f"{self.scheme}://{self.host}:{self.port}"
 
+    def catalog_properties(self) -> dict[str, str]:
+        """``RocksCatalog`` properties for the warehouse (see ``catalog_properties``)."""
+        return catalog_properties(self.warehouse, self.catalog_path, self.s3_endpoint, self.s3_region,
+                                  self.s3_path_style, self.s3_credentials_file)
+
+    @property
+    def key_folder(self) -> str:
+        """Where the signing keys live: the warehouse folder, or the catalog folder of an
+        object-store warehouse (shared by the servers of that catalog)."""
+        return self.catalog_path if self.catalog_path and "://" in self.warehouse else self.warehouse
+
     @property
     def warehouse_path(self) -> str:
         return self.warehouse if "://" in self.warehouse else os.path.abspath(self.warehouse)
+
+
+def catalog_properties(warehouse: str, catalog_path: str | None, s3_endpoint: str | None = None,
+                       s3_region: str | None = None, s3_path_style: bool = False,
+                       s3_credentials_file: str | None = None) -> dict[str, str]:
+    """``RocksCatalog`` properties for a warehouse: its catalog folder, and the FileIO settings
+    of an object-store one (``serve`` and offline ``maintain`` alike).
+
+    Raises:
+        catalog.object_store.StorageConfigError: Bad or missing object-store settings.
+    """
+    from catalog.object_store import S3Settings, StorageConfigError, is_object_store
+
+    props = {"warehouse": warehouse}
+    if catalog_path:
+        props["catalog-path"] = os.path.abspath(catalog_path)
+    if not is_object_store(warehouse):
+        if s3_endpoint or s3_credentials_file:
+            raise StorageConfigError("--s3-* settings need an s3:// --warehouse")
+        return props
+    if not catalog_path:
+        raise StorageConfigError("an s3:// --warehouse needs --catalog-path (a local folder for the catalog)")
+    settings = S3Settings.resolve(s3_endpoint, s3_region, s3_path_style, s3_credentials_file)
+    return {**props, **settings.io_properties()}

@@ -168,6 +168,7 @@ def classify(exc: BaseException) -> tuple[str, str]:
     from catalog import CatalogReadOnlyError, CursorExpiredError, TooManySubscribersError
     from catalog.maintenance_worker import WorkerDied
     from catalog.names import InvalidNameError
+    from catalog.object_store import storage_failure
     from catalog.sandbox import InvalidLocationError, OutsideTableError
     from catalog.v3 import UnsupportedFormatError
 
@@ -195,6 +196,9 @@ def classify(exc: BaseException) -> tuple[str, str]:
         return "OUT_OF_RANGE", str(exc)
     if isinstance(exc, TooManySubscribersError):
         return "RESOURCE_EXHAUSTED", str(exc)
+    failure = storage_failure(exc)
+    if failure is not None:  # S3 down, 5xx or timing out after the bounded retries
+        return "UNAVAILABLE", failure
     if isinstance(exc, WorkerDied):
         # Closed at shutdown, or killed: the work is not committed and may be retried.
         return "UNAVAILABLE", f"maintenance did not finish: {exc}; retry"

@@ -16,8 +16,11 @@ from flight_server.cli_connect import Connection, clean_error
 MAINTAIN_ACTION = "icefloe.maintain"
 
 
-def run_maintain(table: str | None, warehouse: str, conn: Connection | None, orphan_grace_s: float) -> None:
-    """Maintain through the server ``conn`` names (DoAction), or offline on ``warehouse``."""
+def run_maintain(table: str | None, warehouse: str, conn: Connection | None, orphan_grace_s: float,
+                 properties: dict[str, str] | None = None) -> None:
+    """Maintain through the server ``conn`` names (DoAction), or offline on ``warehouse``
+    (``properties``: further catalog properties, e.g. an S3 warehouse's catalog path and
+    FileIO settings)."""
     body: dict[str, object] = {"orphan_grace_s": orphan_grace_s}
     if table:
         body["table"] = table
@@ -33,7 +36,7 @@ def run_maintain(table: str | None, warehouse: str, conn: Connection | None, orp
             client.close()
         return
     try:
-        catalog = RocksCatalog("icefloe", warehouse=warehouse, **{"read-only": "false"})
+        catalog = RocksCatalog("icefloe", **{**(properties or {}), "warehouse": warehouse, "read-only": "false"})
     except CatalogReadOnlyError:
         raise click.ClickException(
             "a server holds this warehouse; run `icefloe maintain --uri grpc://HOST:PORT` instead"

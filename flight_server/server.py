@@ -56,8 +56,8 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         self.security = build_security(config)
         # Every ticket and handle given to clients is sealed with the warehouse's keys, so any
         # server on the same warehouse can run it and no client can forge one.
-        self.handle_signer = HandleSigner(load_or_create_keys(config.warehouse)[0])
-        self.catalog = catalog or RocksCatalog("icefloe", warehouse=config.warehouse, **{"read-only": "false"})
+        self.handle_signer = HandleSigner(load_or_create_keys(config.key_folder)[0])
+        self.catalog = catalog or RocksCatalog("icefloe", **config.catalog_properties(), **{"read-only": "false"})
         _ensure_default_schema(self.catalog)
         # Set when shutdown begins, so long-lived streams (the feed) end and let gRPC drain.
         self.stopping = threading.Event()

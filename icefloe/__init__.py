@@ -76,23 +76,47 @@ def connect(uri: str, token: str | None = None, user: str | None = None, passwor
     return Lake(RemoteBackend(uri, token=token, user=user, password=password, tls_root_certs=tls_root_certs))
 
 
-def open(warehouse: str | Path, read_only: bool | None = None) -> Lake:  # noqa: A001 - the API's name
+def open(  # noqa: A001 - the API's name
+    warehouse: str | Path, read_only: bool | None = None, *, catalog_path: str | Path | None = None,
+    s3_endpoint: str | None = None, s3_region: str | None = None, s3_path_style: bool = False,
+    s3_credentials_file: str | Path | None = None,
+) -> Lake:
     """A lake in this process, over the warehouse's RocksDB catalog.
 
     Args:
-        warehouse: The warehouse folder (or ``file://`` URI).
+        warehouse: The warehouse folder (or ``file://`` URI), or an ``s3://bucket/prefix``.
         read_only: None (default): read-write unless another process (a server) holds the
             warehouse, then read-only; True / False to insist.
+        catalog_path: The local folder of the catalog (required for an ``s3://`` warehouse).
+        s3_endpoint: URL of an S3-compatible store (default: AWS).
+        s3_region: The bucket's region (default: ``AWS_REGION``).
+        s3_path_style: Path-style requests instead of virtual hosts.
+        s3_credentials_file: An AWS credentials file; default: ``AWS_ACCESS_KEY_ID`` /
+            ``AWS_SECRET_ACCESS_KEY``.
 
     Returns:
         A ``Lake`` in-process.
 
     Raises:
         ReadOnly: ``read_only=False`` but another process holds the warehouse.
+        InvalidArgument: Missing or bad object-store settings.
     """
+    from icefloe.errors import from_local
     from icefloe.local import LocalBackend
 
-    return Lake(LocalBackend(str(warehouse), read_only=read_only))
+    properties: dict[str, str] = {}
+    if catalog_path is not None:
+        properties["catalog-path"] = str(catalog_path)
+    if str(warehouse).startswith(("s3://", "s3a://", "s3n://")):
+        from catalog.object_store import S3Settings
+
+        try:
+            settings = S3Settings.resolve(s3_endpoint, s3_region, s3_path_style,
+                                          str(s3_credentials_file) if s3_credentials_file else None)
+        except ValueError as exc:
+            raise from_local(exc) from None
+        properties.update(settings.io_properties())
+    return Lake(LocalBackend(str(warehouse), read_only=read_only, properties=properties))
 
 
 __all__ = [

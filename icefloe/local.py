@@ -60,8 +60,10 @@ def _identifier(name: str) -> tuple[str, ...]:
 class LocalBackend(Backend):
     """A lake in this process. Read-only while another process (a server) holds the warehouse."""
 
-    def __init__(self, warehouse: str, read_only: bool | None = None) -> None:
-        props = {"warehouse": str(warehouse)}
+    def __init__(self, warehouse: str, read_only: bool | None = None,
+                 properties: Mapping[str, str] | None = None) -> None:
+        # properties: further RocksCatalog properties (catalog-path, object-store FileIO settings).
+        props = {**(properties or {}), "warehouse": str(warehouse)}
         if read_only is not None:
             props["read-only"] = "true" if read_only else "false"
         try:

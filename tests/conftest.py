@@ -24,3 +24,7 @@ def server(warehouse: Path) -> Iterator[ServerProcess]:
         yield proc
     finally:
         proc.stop()
+
+
+# The real S3 server's fixtures (s3_server, s3_warehouse), for every test folder.
+from s3_support import s3_server, s3_warehouse  # noqa: E402, F401

@@ -33,6 +33,7 @@ from pyiceberg.table import Table
 
 from catalog.deletes import DeleteSets, FileDeletes, plan_files
 from catalog.lru import LockedLRU
+from catalog.object_store import filesystem
 from catalog.sandbox import confine
 from flight_server.engine.deletes import POSITION_COLUMN, DeletedFile, deleted_dataset
 from flight_server.engine.splits import ScanUnit, assign, scan_units
@@ -102,7 +103,8 @@ class IcebergSources:
         if not files:  # an empty table, or every file pruned by the row filter
             return [_identity_part(arrow_schema.empty_table())]
         deletes = self.file_deletes(table, snapshot_id)
-        fs, _ = pafs.FileSystem.from_uri(files[0][0])
+        # The table's own S3 settings (endpoint, keys): from_uri would know neither.
+        fs = filesystem(table.io, files[0][0])
         # path -> row groups to read (None: the whole file), in manifest order.
         chosen: dict[str, list[int] | None] = {}
         if split is None:
@@ -193,7 +195,7 @@ class IcebergSources:
                 empty = empty.append_column(POSITION_COLUMN, pa.array([], pa.int64()))
                 return [SourcePart(ds.dataset(empty), f"{names}, __icefloe_file, {POSITION_COLUMN}")]
             return [SourcePart(ds.dataset(empty), f"{names}, __icefloe_file")]
-        fs, _ = pafs.FileSystem.from_uri(paths[0])
+        fs = filesystem(table.io, paths[0])
         parts = []
         for index, path in enumerate(paths):
             lpath = _fs_path(path)

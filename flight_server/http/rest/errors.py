@@ -27,6 +27,7 @@ from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from starlette.responses import JSONResponse, Response
 
 from catalog.names import InvalidNameError
+from catalog.object_store import storage_failure
 from catalog.rocks_catalog import MetadataFileMissingError
 
 logger = logging.getLogger("icefloe.http.rest")
@@ -80,6 +81,9 @@ def from_exception(exc: BaseException) -> RestError | None:
     """The REST error for an exception the catalog raises on bad input, or None (a bug)."""
     if isinstance(exc, RestError):
         return exc
+    failure = storage_failure(exc)
+    if failure is not None:  # the object store failed (after bounded retries): nothing landed
+        return RestError(503, "ServiceUnavailableException", failure)
     message = str(exc) or type(exc).__name__
     # Order matters: EmptyNamespaceError is both a NoSuchNamespaceError and an InvalidNameError;
     # a missing metadata file is a NoSuchTableError in-process, Java's NotFoundException here.

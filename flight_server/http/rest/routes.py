@@ -25,6 +25,7 @@ from starlette.routing import BaseRoute, Match, NoMatchFound
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from catalog.context import commit_context
+from catalog.object_store import client_config
 from flight_server import roles
 from flight_server.http.rest import namespaces, tables, views
 from flight_server.http.rest.auth import RestAuth
@@ -112,7 +113,10 @@ class RestCatalogApp:
                          if e.pattern[0] not in ("config", "oauth")})
         return JSONResponse({
             "defaults": {},
-            "overrides": {"warehouse": self.catalog.warehouse},
+            # An object-store warehouse: what engines need to reach the bucket (endpoint,
+            # region, addressing style, the server's static keys); LoadTable repeats it.
+            "overrides": {**client_config(self.catalog._io_properties(), self.catalog.warehouse),
+                          "warehouse": self.catalog.warehouse},
             "endpoints": served,
         })
 

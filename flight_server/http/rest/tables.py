@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 
 from catalog.context import commit_context
 from catalog.metadata_json import dump_metadata
+from catalog.object_store import client_config
 from catalog.sandbox import InvalidLocationError, OutsideTableError
 from flight_server import roles
 from flight_server.auth import Principal
@@ -43,9 +44,15 @@ logger = logging.getLogger("icefloe.http.rest")
 MAX_TRANSACTION_TABLES = 100
 
 
-def _metadata_body(location: str | None, metadata: TableMetadata) -> Response:
+def _metadata_body(location: str | None, metadata: TableMetadata, config: dict[str, str] | None = None) -> Response:
     # pyiceberg's own serialisation (aliases, no nulls), as in the metadata files themselves.
-    text = f'{{"metadata-location":{json.dumps(location)},"metadata":{dump_metadata(metadata)},"config":{{}}}}'
+    # ``config``: the storage settings an engine needs to read and write the table's files.
+    text = (f'{{"metadata-location":{json.dumps(location)},"metadata":{dump_metadata(metadata)},'
+            f'"config":{json.dumps(config or {})}')
+    if config:
+        # The spec's credential vending: the credentials that hold for the table's location.
+        text += f',"storage-credentials":{json.dumps([{"prefix": metadata.location, "config": config}])}'
+    text += "}"
     return Response(text, media_type="application/json")
 
 
@@ -142,6 +149,9 @@ class TableHandlers:
             "next-page-token": token,
         })
 
+    def _storage(self) -> dict[str, str]:
+        return client_config(self._catalog._io_properties(), self._catalog.warehouse)
+
     def load(self, call: Call) -> Response:
         """``GET /v1/namespaces/{namespace}/tables/{table}``: a ``LoadTableResult``."""
         snapshots = call.query.get("snapshots")
@@ -149,7 +159,7 @@ class TableHandlers:
             raise bad_request("snapshots must be all or refs")
         ns, name = call.table
         table = self._catalog.load_table((*ns, name))
-        return _metadata_body(table.metadata_location, table.metadata)
+        return _metadata_body(table.metadata_location, table.metadata, self._storage())
 
     def exists(self, call: Call) -> Response:
         """``HEAD /v1/namespaces/{namespace}/tables/{table}``: 204 or 404."""
@@ -195,9 +205,9 @@ class TableHandlers:
             if self._catalog.table_exists((*ns, name)):
                 raise TableAlreadyExistsError(f"Table already exists: {'.'.join((*ns, name))}")
             staged = self._catalog._create_staged_table((*ns, name), schema, location, spec, order, properties)
-            return _metadata_body(None, staged.metadata)
+            return _metadata_body(None, staged.metadata, self._storage())
         table = self._catalog.create_table((*ns, name), schema, location, spec, order, properties)
-        return _metadata_body(table.metadata_location, table.metadata)
+        return _metadata_body(table.metadata_location, table.metadata, self._storage())
 
     def register(self, call: Call) -> Response:
         """``POST /v1/namespaces/{namespace}/register`` with ``name`` and ``metadata-location``."""
@@ -224,7 +234,7 @@ class TableHandlers:
             raise bad_request("metadata-location cannot be read (missing, a folder, or not readable)") from None
         except (ValueError, ValidationError, IcebergValidationError):  # UnicodeDecodeError / JSON ones too
             raise bad_request("metadata-location is not an Iceberg table metadata JSON file") from None
-        return _metadata_body(table.metadata_location, table.metadata)
+        return _metadata_body(table.metadata_location, table.metadata, self._storage())
 
     def _change(self, raw: dict[str, Any], table: tuple[tuple[str, ...], str], principal: Principal | None) -> tuple[
         tuple[str, ...], tuple[TableRequirement, ...], tuple[TableUpdate, ...]
