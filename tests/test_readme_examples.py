@@ -58,6 +58,7 @@ KEYS = {
     "python_api": 'lake = icefloe.open("./warehouse")',
     "pyiceberg_local": 'cat = RocksCatalog("local", warehouse="./warehouse")',
     "pyiceberg_rest": 'cat = RestCatalog("icefloe", uri="http://127.0.0.1:8181")',
+    "transaction": "conn.commit()  # both tables, or (ABORTED) neither",
 }
 
 
@@ -160,6 +161,18 @@ def test_two_phase_appends(server: ServerProcess, tmp_path: Path) -> None:
     out = _ok(_at(example("doput") + example("two_phase"), server) + "\nprint('committed', result)", tmp_path)
     assert "committed [" in out
     _ok(_at(example("doput") + example("adbc_staged"), server), tmp_path)
+
+
+def test_transaction_lands_both_tables(server: ServerProcess, tmp_path: Path) -> None:
+    import adbc_driver_flightsql.dbapi as flight_sql
+
+    _sql(server, "CREATE TABLE sales.totals (region VARCHAR, n BIGINT)", "INSERT INTO sales.totals VALUES ('north', 0)")
+    _ok(_at(example("transaction"), server), tmp_path)
+    with flight_sql.connect(server.location, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("SELECT n FROM sales.totals WHERE region = 'north'")
+        assert cur.fetchall() == [(1,)]
+        cur.execute("SELECT count(*) FROM sales.orders WHERE id = 1 AND v = 'ann'")
+        assert cur.fetchall()[0][0] >= 1
 
 
 def test_feeds(server: ServerProcess, tmp_path: Path) -> None:
