@@ -28,15 +28,16 @@ from catalog import RocksCatalog, commit_context
 from catalog.sandbox import TableLocationTakenError
 
 
-def test_views_answer_clearly(rocks: RocksCatalog) -> None:
+def test_missing_views_answer_clearly(rocks: RocksCatalog) -> None:
+    # Views are served (catalog.views); what is not there says so, and register is refused.
     rocks.create_namespace("ns")
     assert rocks.list_views("ns") == []
     assert not rocks.view_exists("ns.v")
-    with pytest.raises(NoSuchViewError, match="views are not supported"):
+    with pytest.raises(NoSuchViewError, match="View does not exist: ns.v"):
         rocks.load_view("ns.v")
-    with pytest.raises(NoSuchViewError, match="views are not supported"):
+    with pytest.raises(NoSuchViewError, match="View does not exist: ns.v"):
         rocks.drop_view("ns.v")
-    with pytest.raises(NotImplementedError, match="views are not supported"):
+    with pytest.raises(NotImplementedError, match="registering views is not supported"):
         rocks.register_view("ns.v", "/tmp/x.metadata.json")
 
 
