@@ -37,7 +37,7 @@ def test_metadata(jdbc_output: dict[str, str]) -> None:
     assert jdbc_output["tables_sales"] == "[empty, evolved, orders]"
     assert jdbc_output["tables_typed"] == "[orders]"
     assert jdbc_output["columns_orders"] == "[id, customer, amount]"
-    assert jdbc_output["table_types"] == "[TABLE]"
+    assert jdbc_output["table_types"] == "[TABLE, VIEW]"  # views are served (DESIGN.md: TABLE plus VIEW)
     assert jdbc_output["tables_multilevel"] == "[visits]"
     assert jdbc_output["tables_all"] == "[visits, empty, evolved, orders]"
     assert jdbc_output["column_types_evolved"] == "[a, label, c]"
