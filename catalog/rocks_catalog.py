@@ -283,6 +283,10 @@ class RocksCatalog(MetastoreCatalog):
             root = self.files.table_root(table_location)
         except InvalidLocationError as exc:
             raise OutsideTableError(f"refused: {exc}") from None
+        return self.confined_io(root)
+
+    def confined_io(self, root: str) -> ConfinedFileIO:
+        """The FileIO confined to ``root``, a table folder already validated (``table_root``)."""
         return ConfinedFileIO(self._io_properties(), self.files, root)
 
     def _table(self, ns: tuple[str, ...], table: str, location: str, metadata: TableMetadata) -> Table:
@@ -448,7 +452,7 @@ class RocksCatalog(MetastoreCatalog):
             sort_order=sort_order,
             properties=properties,
         )
-        io = self.table_io(table_location)
+        io = self.confined_io(root)
         return StagedTable(
             identifier=(*ns, table), metadata=metadata, metadata_location=metadata_location, io=io, catalog=self
         )
@@ -541,7 +545,7 @@ class RocksCatalog(MetastoreCatalog):
         # Every file the registered metadata names must lie under its own table folder, as
         # for a commit: the server will read, rewrite and delete them.
         root = self.table_root(metadata.location, (*ns, table))
-        table_files.check_metadata(self.table_io(metadata.location), root, metadata, None, metadata_location)
+        table_files.check_metadata(self.confined_io(root), metadata, None, metadata_location)
         return self._register_pointer(ns, table, metadata_location, metadata, "register", overwrite=overwrite)
 
     def load_table(self, identifier: str | Identifier) -> Table:

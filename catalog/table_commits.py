@@ -95,8 +95,8 @@ def stage(
     # Nothing lands that names a file outside the table's folder (REST and in-process alike).
     moved = base is None or new.location != base.location
     root = catalog.table_root(new.location, (*ns, name)) if moved else catalog.files.table_root(new.location)
-    io = catalog.table_io(new.location)
-    table_files.check_metadata(io, root, new, base)
+    io = catalog.confined_io(root)
+    table_files.check_metadata(io, new, base)
     version = catalog._parse_metadata_version(base_location) + 1 if base_location else 0
     provider = load_location_provider(new.location, new.properties)
     new_location = provider.new_table_metadata_file_location(version)

@@ -83,13 +83,13 @@ def _check_snapshot(io: ConfinedFileIO, warehouse: Warehouse, root: str, snapsho
             warehouse.check_under(path, root, "data file")
 
 
-def check_metadata(io: ConfinedFileIO, root: str, new: TableMetadata, base: TableMetadata | None,
+def check_metadata(io: ConfinedFileIO, new: TableMetadata, base: TableMetadata | None,
                    metadata_location: str | None = None) -> None:
     """Check what ``new`` adds over ``base`` (everything, without a base).
 
     Args:
-        io: The table's FileIO (confined to ``root``), to read new manifest lists/manifests.
-        root: The table folder's real path (``Warehouse.table_root(new.location)``).
+        io: The table's FileIO, confined to its folder's real path (``io.root``); it reads
+            the new manifest lists and manifests.
         new: The metadata about to land.
         base: The metadata it replaces, already checked; None for a create or register.
         metadata_location: The new metadata file's own location, when known.
@@ -97,7 +97,8 @@ def check_metadata(io: ConfinedFileIO, root: str, new: TableMetadata, base: Tabl
     Raises:
         InvalidLocationError: ``new`` names a file outside the table's folder.
     """
-    warehouse = io.warehouse
+    warehouse, root = io.warehouse, io.root
+    assert root is not None, "a table's FileIO is confined to its folder"
     check_properties(warehouse, root, dict(new.properties))
     if metadata_location is not None:
         warehouse.check_under(metadata_location, root, "metadata file")
