@@ -67,13 +67,15 @@ def main() -> None:
 @click.option("--warehouse", envvar="ICEFLOE_WAREHOUSE", default="./warehouse", show_default=True,
               help="Warehouse folder (or s3:// URI) holding catalog.rocksdb and the tables.")
 @storage_options
-@click.option("--host", envvar="ICEFLOE_HOST", default="127.0.0.1", show_default=True)
+@click.option("--host", envvar="ICEFLOE_HOST", default="127.0.0.1", show_default=True,
+              help="Address to listen on; without --users only loopback (see --allow-remote-without-auth).")
 @click.option("--port", envvar="ICEFLOE_PORT", default=31337, show_default=True, type=int,
               help="TCP port; 0 picks a free one (the readiness line names it).")
 @click.option("--users", "users_file", envvar="ICEFLOE_USERS", default=None,
               help="TOML users file; with it every call must authenticate.")
-@click.option("--tls-cert", envvar="ICEFLOE_TLS_CERT", default=None)
-@click.option("--tls-key", envvar="ICEFLOE_TLS_KEY", default=None)
+@click.option("--tls-cert", envvar="ICEFLOE_TLS_CERT", default=None,
+              help="PEM certificate chain of the server: serve grpc+tls:// (needs --tls-key).")
+@click.option("--tls-key", envvar="ICEFLOE_TLS_KEY", default=None, help="PEM private key of --tls-cert.")
 @click.option("--tls-client-ca", envvar="ICEFLOE_TLS_CLIENT_CA", default=None,
               help="CA bundle for client certificates (mutual TLS).")
 @click.option("--allow-remote-without-auth", envvar="ICEFLOE_ALLOW_REMOTE_WITHOUT_AUTH", is_flag=True, default=False,
@@ -93,7 +95,8 @@ def main() -> None:
               show_default=True, type=click.FloatRange(min=0.1),
               help="Seconds a Flight SQL transaction may stay idle before it is ended (nothing of it commits).")
 @click.option("--max-concurrent-queries", envvar="ICEFLOE_MAX_CONCURRENT_QUERIES", default=16, show_default=True,
-              type=int, help="Queries that may run at once; more wait briefly, then get RESOURCE_EXHAUSTED.")
+              type=int, help="Queries that may run at once; more wait up to 5 s, then get UNAVAILABLE "
+                   "(message RESOURCE_EXHAUSTED: ...).")
 @click.option("--advertise-uri", "advertise_uris", envvar="ICEFLOE_ADVERTISE_URI", multiple=True,
               help="A URI endpoints name (repeat for a fleet of servers over one warehouse); default: none.")
 @click.option("--memory-limit", envvar="ICEFLOE_MEMORY_LIMIT", default=None,
@@ -123,7 +126,8 @@ def main() -> None:
 @click.option("--http-max-event-streams-per-user", envvar="ICEFLOE_HTTP_MAX_EVENT_STREAMS_PER_USER", default=16,
               show_default=True, type=click.IntRange(min=1),
               help="Event streams one user (one client IP without --users) may hold; more get 429.")
-@click.option("--log-level", envvar="ICEFLOE_LOG_LEVEL", default="info", show_default=True)
+@click.option("--log-level", envvar="ICEFLOE_LOG_LEVEL", default="info", show_default=True,
+              help="debug, info, warning or error.")
 @click.option("--log-format", envvar="ICEFLOE_LOG_FORMAT", default="text", show_default=True,
               type=click.Choice(["text", "json"]), help="json: one JSON object per log line.")
 @click.option("--slow-query-ms", envvar="ICEFLOE_SLOW_QUERY_MS", default=1000.0, show_default=True,
@@ -144,7 +148,8 @@ def serve(**options: object) -> None:
 
 
 @main.command("rotate-key")
-@click.option("--warehouse", envvar="ICEFLOE_WAREHOUSE", default="./warehouse", show_default=True)
+@click.option("--warehouse", envvar="ICEFLOE_WAREHOUSE", default="./warehouse", show_default=True,
+              help="Folder of the signing key file: the warehouse, or the --catalog-path folder of an s3:// warehouse.")
 @click.option("--keep", default=1, show_default=True, type=click.IntRange(min=0),
               help="Old keys that still verify tokens and handles already given out.")
 def rotate_key(warehouse: str, keep: int) -> None:
@@ -189,7 +194,8 @@ def login(conn: Connection) -> None:
 @click.option("-f", "--file", "script", type=click.File("r", encoding="utf-8"), default=None,
               help="Run the statements of this file ('-' for stdin), in order; stop at the first error.")
 @server_options()
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+              help="Output format of results.")
 @click.option("--update", is_flag=True, default=False, help="Send as updates (CommandStatementUpdate).")
 def sql(query: str | None, script: TextIO | None, conn: Connection, fmt: str, update: bool) -> None:
     """Run SQL against an icefloe server and print the results.
@@ -233,7 +239,8 @@ def sql(query: str | None, script: TextIO | None, conn: Connection, fmt: str, up
 @click.option("--after", default="latest", show_default=True,
               help="Start after this commit seq, or 'earliest' (whole retained log) or 'latest'.")
 @click.option("--table", "tables", multiple=True, help="Only these tables: ns.t or ns.* (repeatable).")
-@click.option("--heartbeat-ms", default=1000, show_default=True, type=int)
+@click.option("--heartbeat-ms", default=1000, show_default=True, type=int,
+              help="Milliseconds between the server's heartbeats while no commit comes (50 to 300000).")
 def subscribe(conn: Connection, after: str, tables: tuple[str, ...], heartbeat_ms: int) -> None:
     """Follow every commit live, printing one JSON line per event (reconnects by itself)."""
     import logging
