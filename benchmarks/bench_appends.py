@@ -16,7 +16,7 @@
    once, in alternating rounds (9 each, medians).
 
 The server runs with its defaults (background compaction on). Writes JSON to
-benchmarks/results/appends.json.
+a run file benchmarks/results/appends-<UTC time>.json.
 
     python benchmarks/bench_appends.py            # full run (10M rows, 1,000 commits)
     python benchmarks/bench_appends.py --quick    # a short development run
@@ -45,12 +45,11 @@ from pyiceberg.catalog.sql import SqlCatalog
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from run_records import save_run  # noqa: E402
 from serve_process import ServeProcess  # noqa: E402
 
 from catalog import RocksCatalog  # noqa: E402
 from catalog.durable_io import fsync_path  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results" / "appends.json"
 
 
 def make_rows(n: int, start: int = 0) -> pa.Table:
@@ -334,8 +333,7 @@ def main() -> None:
     load = results["load_average_start"][0], results["load_average_end"][0]
     lines.append(f"load average: start {load[0]:.1f}, end {load[1]:.1f}")
     print("\n".join(lines))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2))
+    save_run("appends", results)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Two real `icefloe serve` processes over fresh warehouses, one with --users (in-process servers
 would share the GIL with the client and measure GIL hand-offs instead of the middleware). Measures a
 tiny RPC (ListActions, answered without touching the catalog, so the middleware dominates)
-and a Basic login (Argon2id verification). Prints a table; writes benchmarks/results/auth.json.
+and a Basic login (Argon2id verification). Prints a table; writes a run file benchmarks/results/auth-<UTC time>.json.
 Run: PYTHONPATH=. python benchmarks/bench_auth.py [--calls N] [--rounds R]
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import json
 import statistics
 import sys
 import tempfile
@@ -25,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from run_records import save_run  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 
 from flight_server.users import hash_password  # noqa: E402
@@ -87,14 +87,12 @@ def main() -> None:
     print(f"{'case':<{width}}  {'median':>10}  {'ratio':>7}")
     for name, value, ratio in rows:
         print(f"{name:<{width}}  {value:>10}  {ratio:>7}")
-    out = ROOT / "benchmarks" / "results" / "auth.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
+    save_run("auth", {
         "calls_per_round": args.calls, "rounds": args.rounds,
         "baseline_call_us": base_us, "bearer_call_us": auth_us, "bearer_over_baseline": auth_us / base_us,
         "basic_every_call_us": basic_us, "basic_every_call_over_baseline": basic_us / base_us,
         "basic_login_ms": login_ms,
-    }, indent=2) + "\n")
+    })
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ history). The ratio is RocksCatalog's rate over SqlCatalog's.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -26,9 +25,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from catalog import RocksCatalog  # noqa: E402
+from run_records import save_run  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results" / "catalog_appends.json"
+from catalog import RocksCatalog  # noqa: E402
 
 
 def make_rows(rows: int) -> pa.Table:
@@ -112,9 +111,7 @@ def main() -> None:
             f"{r['cpu_last_window_median_ms']:>9}{r['cpu_growth_last_over_first']:>11}"
         )
     print(f"rate ratio RocksCatalog / SqlCatalog: {results['rate_ratio_rocks_over_sql']}x")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {RESULTS.relative_to(ROOT)}")
+    save_run("catalog_appends", results)
 
 
 if __name__ == "__main__":

@@ -30,11 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from run_records import save_run  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 
 from flight_server.flightsql import protocol  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results" / "change_scan.json"
 
 
 def make_table(warehouse: Path) -> None:
@@ -126,7 +125,7 @@ def main() -> None:
         "appends": args.appends, "rows_per_append": args.rows, "last": args.last, "rounds": args.rounds,
         "median_ms": medians, "ratio_change_over_select": ratio, "load_average": load,
     }
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    save_run("change_scan", result)
 
 
 if __name__ == "__main__":

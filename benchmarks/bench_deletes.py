@@ -12,7 +12,6 @@ Usage: python benchmarks/bench_deletes.py [--rows 2000000] [--files 4] [--rounds
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -29,11 +28,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from row_deletes_support import data_files, position_delete  # noqa: E402
+from run_records import save_run  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 
 from catalog import RocksCatalog  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results" / "deletes.json"
 QUERIES = {"scan": "SELECT * FROM b.{t}", "aggregate": "SELECT count(*), sum(v), max(name) FROM b.{t}"}
 
 
@@ -115,8 +114,7 @@ def main() -> None:
         result[f"{kind}_ratio_1pct"] = one / base
         result[f"{kind}_ratio_10pct"] = ten / base
         print(f"{kind:<10} {base:>12.3f} {one:>10.3f} {one / base:>6.2f} {ten:>10.3f} {ten / base:>6.2f}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    save_run("deletes", result)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ Usage: python benchmarks/bench_embedded.py [--rows 10000000] [--rounds 3] [--com
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -38,11 +37,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from run_records import save_run  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 
 import icefloe  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results" / "embedded.json"
 PARTS = 10
 
 
@@ -210,8 +209,7 @@ def main() -> None:
     thin = bench_thin_client(max(5, args.thin_runs))
     if args.only_thin:
         print_thin(thin)
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        (RESULTS.parent / "embedded_thin_client.json").write_text(json.dumps(thin, indent=2))
+        save_run("embedded_thin_client", thin)
         return
     scans = bench_scans(args.rows, args.rounds)
     pipe = bench_pipe(args.commits, args.per_commit)
@@ -230,8 +228,7 @@ def main() -> None:
               f"{m['source_commits_per_s']:>8.1f} source commits/s")
     print_thin(thin)
     print(f"load average before {load_before[0]:.2f}, after {result['loadavg_after'][0]:.2f}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2))
+    save_run("embedded", result)
 
 
 if __name__ == "__main__":

@@ -49,11 +49,11 @@ import pyarrow.flight as flight
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from run_records import save_run  # noqa: E402
 from serve_process import ServeProcess  # noqa: E402
 
 from catalog import RocksCatalog  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results" / "feed.json"
 # The alternative subscriber in Go (same command line and stdout as subscriber_main).
 GO_SUBSCRIBER = ROOT / "benchmarks" / "feed_subscriber_go"
 # The Rust client crate; its example bench_subscriber follows the same contract.
@@ -445,9 +445,7 @@ def main() -> None:
         print(f"  appends/s without: {tp['appends_per_s_without']}  median {tp['median_without']}")
         print(f"  appends/s with   : {tp['appends_per_s_with_stalled']}  median {tp['median_with_stalled']}")
         print(f"  ratio with/without: {tp['ratio']}  (target >= {target})")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nwrote {RESULTS.relative_to(ROOT)}")
+    save_run("feed", results)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ Usage: python benchmarks/bench_flightsql_scan.py [--rows 10000000] [--rounds 9] 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -38,12 +37,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from run_records import save_run  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 
 from flight_server.flightsql import protocol  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results" / "flightsql_scan.json"
-
 
 # -- the bare baseline server (runs in its own process, like icefloe) -----------------------
 
@@ -419,8 +416,7 @@ def report(args: argparse.Namespace, files: int, measured: dict[str, Any], peer_
           " (target <= 0.05)")
     print(f"{'WHERE id':15} " + "  ".join(f"{k} {v:.2f} ms" for k, v in result["selective_1000_rows_ms"].items())
           + f"   (1,000 of {args.rows:,} rows, median)")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    save_run("flightsql_scan", result)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ import pyarrow.flight as flight
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from run_records import save_run  # noqa: E402
+
 from flight_server.config import Config  # noqa: E402
 from flight_server.server import IcefloeServer  # noqa: E402
 
@@ -265,9 +267,7 @@ def main() -> None:
         "events_expected_at_least": expected,
         "drain_seconds": drains,
     }
-    out = ROOT / "benchmarks" / "results" / f"lineage_{args.via}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    save_run(f"lineage_{args.via}", results)
 
 
 if __name__ == "__main__":

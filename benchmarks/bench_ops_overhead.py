@@ -11,7 +11,7 @@ round before, and interleaves small blocks of calls to both. Measured per round:
 p50 (GetFlightInfo + DoGet, as bench_flightsql_scan) and the small-DoPut rate (1 / the median
 append time, ``--rows`` rows each). ``--aa`` runs both servers uninstrumented: the noise floor
 of the same method. Target: both ratios within 3%.
-Writes benchmarks/results/ops_overhead.json (ops_overhead_aa.json with ``--aa``).
+Writes a run file benchmarks/results/ops_overhead-<UTC time>.json (ops_overhead_aa-... with ``--aa``).
 
     python benchmarks/bench_ops_overhead.py [--rounds 10] [--pings 200] [--appends 40] [--rows 10] [--aa]
 """
@@ -19,7 +19,6 @@ Writes benchmarks/results/ops_overhead.json (ops_overhead_aa.json with ``--aa``)
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
@@ -41,11 +40,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_flightsql_scan import fetch  # noqa: E402
+from run_records import save_run  # noqa: E402
 from servers import READY, ServerProcess  # noqa: E402
 
 from flight_server.flightsql import protocol  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results" / "ops_overhead.json"
 METRICS_LINE = re.compile(r"icefloe metrics on (http://\S+)/metrics")
 BLOCK = 20
 
@@ -228,9 +227,7 @@ def main() -> None:
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
     }
-    out = RESULTS.with_name("ops_overhead_aa.json") if args.aa else RESULTS
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    save_run("ops_overhead_aa" if args.aa else "ops_overhead", result)
     print(f"{result['mode']}, {args.rounds} rounds; load average {load_before[0]:.2f} -> {os.getloadavg()[0]:.2f}; "
           f"/metrics scraped {scrapes[0]} times")
     print(f"{'median of round ratios':28} {'ratio':>7} {'quartiles':>15} {'target':>8}")

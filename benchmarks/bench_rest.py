@@ -15,7 +15,6 @@ with the load average.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -35,9 +34,10 @@ from pyiceberg.catalog.sql import SqlCatalog
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from run_records import save_run  # noqa: E402
+
 from benchmarks.serve_process import ServeProcess  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results" / "rest.json"
 RUNS = 3
 JAR = Path.home() / ".cache" / "icefloe" / "iceberg-spark" / "iceberg-spark-runtime-4.1_2.13-1.12.0.jar"
 
@@ -200,9 +200,7 @@ def main() -> None:
         b = results["bulk"]
         print(f"{'bulk seconds: Spark-REST vs DoPut':<34}{b['median_spark_s']:>14}{b['median_doput_s']:>14}"
               f"{b['median_ratio_spark_over_doput']:>7}x  (DoPut time / Spark time)")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {RESULTS.relative_to(ROOT)}")
+    save_run("rest", results)
 
 
 if __name__ == "__main__":

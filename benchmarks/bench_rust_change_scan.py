@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_change_scan import append_all, make_table  # noqa: E402
+from run_records import save_run  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results" / "rust_change_scan.json"
 WORKSPACE = ROOT / "clients" / "rust"
 
 
@@ -87,7 +87,7 @@ def main() -> None:
         "appends": args.appends, "rows_per_append": args.rows, "endpoints": endpoints, "rounds": args.rounds,
         "median_ms": medians, "ratio_parallel_over_sequential": ratio, "load_average": load,
     }
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    save_run("rust_change_scan", result)
 
 
 if __name__ == "__main__":

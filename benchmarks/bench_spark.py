@@ -42,10 +42,9 @@ sys.path.insert(0, str(ROOT / "tests" / "pyspark_icefloe"))
 
 from bench_flightsql_scan import make_table  # noqa: E402
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
+from run_records import save_run  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 from spark_support import do_put, make_session  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results" / "spark.json"
 
 
 def timed(action: Any) -> float:
@@ -250,8 +249,7 @@ def main() -> None:
           f"{m['batch_vs_floor']:.2f}x the floor; "
           f"stream p50 {m['stream_p50_ratio']:.2f}x the 1 s poll (target <= 0.3); "
           f"write {m['write_ratio']:.3f}x DoPut (report); load {m['load_average']:.1f}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    save_run("spark", result)
     server.kill()
 
 

@@ -42,9 +42,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from run_records import save_run  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results" / "sql_writes.json"
 COLUMNS = "range AS id, CAST(range % 1000 AS INTEGER) AS k, range * 0.5 AS v, 'row-' || range AS s"
 
 
@@ -163,7 +163,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--runs", type=int, default=3, help="full runs (fresh server and tables); median reported")
     parser.add_argument("--quick", action="store_true", help="1M rows in 10 files, one run")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=None, help="write the result here instead of a run file")
     args = parser.parse_args()
     if args.quick:
         args.rows, args.files, args.runs = 1_000_000, 10, 1
@@ -196,9 +196,12 @@ def main() -> None:
     print(f"full scan after: merge-on-read {scans['mor_scan_after_s']:.3f}s, "
           f"copy-on-write {scans['cow_scan_after_s']:.3f}s; "
           f"load averages (1 min, before -> after each run): {results['loadavg']}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    if args.out is None:
+        save_run("sql_writes", results)
+    else:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
