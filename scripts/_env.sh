@@ -1,5 +1,5 @@
 # Sourced by the other scripts: make sure .venv exists and holds this project's dependencies.
-# ICEFLOE_EXTRAS names the extras to install: unset means "dev" (tests, linters: what
+# ICEFLOE_EXTRAS names the extras to install: unset means "dev" (tests, linters, docs: what
 # scripts/test and scripts/check need); empty means the runtime dependencies only (what
 # scripts/serve sets: serving needs no pyspark, selenium or mypy).
 # Re-installs only when pyproject.toml changed since the last install, or when more extras are
