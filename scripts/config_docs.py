@@ -23,13 +23,13 @@ END = "<!-- END generated -->"
 
 # Read by the server or its commands without a click option: name -> meaning.
 SERVER_VARIABLES = {
-    "ICEFLOE_HISTORY": "`icefloe sql`'s prompt history file (default `~/.icefloe_history`; empty: no history)",
-    "ICEFLOE_INSTRUMENTATION": "`off` turns metric recording and the query log off (the baseline of "
-                               "`bench_ops_overhead`); default `on`",
-    "ICEFLOE_EXPIRY_PERIOD_S": "seconds between background snapshot-expiry passes (default 30)",
-    "ICEFLOE_SWEEP_PERIOD_S": "seconds between background orphan sweeps (default 900)",
-    "ICEFLOE_SERVER": "old spelling of `ICEFLOE_URI` (`maintain`, `login`); still read, with a warning",
-    "ICEFLOE_LOCATION": "old spelling of `ICEFLOE_URI` (`subscribe`); still read, with a warning",
+    "ICEFLOE_HISTORY": ("`sql`", "The prompt's history file (default `~/.icefloe_history`; empty: no history)."),
+    "ICEFLOE_INSTRUMENTATION": ("`serve`", "`off` turns metric recording and the query log off (the baseline of "
+                                           "`bench_ops_overhead`); default `on`."),
+    "ICEFLOE_EXPIRY_PERIOD_S": ("`serve`", "Seconds between background snapshot-expiry passes (default 30)."),
+    "ICEFLOE_SWEEP_PERIOD_S": ("`serve`", "Seconds between background orphan sweeps (default 900)."),
+    "ICEFLOE_SERVER": ("`maintain`, `login`", "Old spelling of `ICEFLOE_URI`; still read, with a warning."),
+    "ICEFLOE_LOCATION": ("`subscribe`", "Old spelling of `ICEFLOE_URI`; still read, with a warning."),
 }
 # Read by the scripts under scripts/.
 SCRIPT_VARIABLES = {
@@ -89,13 +89,16 @@ def _options(command: click.Command) -> list[click.Option]:
     return [p for p in command.params if isinstance(p, click.Option) and not p.hidden]
 
 
-def _option_table(command: click.Command) -> list[str]:
-    rows = ["| option | environment | default | meaning |", "| --- | --- | --- | --- |"]
-    for param in _options(command):
-        envvar = param.envvar if isinstance(param.envvar, str) else ", ".join(param.envvar or ())
-        rows.append(f"| {_flag(param)} | {f'`{envvar}`' if envvar else ''} | {_default(param)} "
-                    f"| {_cell(param.help or '')} |")
-    return rows
+def _option_rows(commands: list[tuple[str, click.Command]]) -> list[str]:
+    """One row per distinct option; an option several commands share (``--uri``) lists them all."""
+    used_by: dict[tuple[str, str, str, str], list[str]] = {}
+    for name, command in commands:
+        for param in _options(command):
+            envvar = param.envvar if isinstance(param.envvar, str) else ", ".join(param.envvar or ())
+            key = (_flag(param), f"`{envvar}`" if envvar else "", _default(param), _cell(param.help or ""))
+            used_by.setdefault(key, []).append(f"`{name}`")
+    return [f"| {flag} | {envvar} | {', '.join(names)} | {default} | {meaning} |"
+            for (flag, envvar, default, meaning), names in used_by.items()]
 
 
 def _arguments(command: click.Command) -> str:
@@ -103,10 +106,13 @@ def _arguments(command: click.Command) -> str:
     return (" " + " ".join(args)) if args else ""
 
 
-def _variable_table(variables: dict[str, str]) -> list[str]:
-    rows = ["| variable | meaning |", "| --- | --- |"]
-    rows += [f"| `{name}` | {_cell(meaning)} |" for name, meaning in sorted(variables.items())]
-    return rows
+def _variable_rows(variables: dict[str, tuple[str, str]]) -> list[str]:
+    def sentence(text: str) -> str:
+        text = _cell(text)
+        return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+    return [f"| | `{name}` | {used_by} | | {sentence(meaning)} |"
+            for name, (used_by, meaning) in sorted(variables.items())]
 
 
 def generate() -> str:
@@ -114,21 +120,20 @@ def generate() -> str:
     from flight_server.cli import main
 
     ctx = click.Context(main)
-    out: list[str] = []
     names = sorted(main.list_commands(ctx), key=lambda n: (n != "serve", n))
-    for name in names:
-        command = main.get_command(ctx, name)
-        assert command is not None
+    commands = [(name, command) for name in names if (command := main.get_command(ctx, name)) is not None]
+    out = ["### Commands", ""]
+    for name, command in commands:
         summary = (command.help or "").strip().split("\n\n")[0]
-        out += [f"### `icefloe {name}{_arguments(command)}`", "", _cell(summary), ""]
-        if _options(command):
-            out += _option_table(command) + [""]
-    out += ["### Other environment variables of the server and its commands", ""]
-    out += _variable_table(SERVER_VARIABLES) + [""]
-    out += ["### Environment variables of the scripts", ""]
-    out += _variable_table(SCRIPT_VARIABLES) + [""]
-    out += ["### Environment variables of the test suites", ""]
-    out += _variable_table(TEST_VARIABLES)
+        out.append(f"- `icefloe {name}{_arguments(command)}`: {_cell(summary)}")
+    out += ["", "### Every flag and variable", "",
+            "Flags first (`serve`'s, then the other commands'), then the variables no flag reads: the "
+            "server's, the scripts' and the test suites'.", "",
+            "| flag | variable | used by | default | meaning |", "| --- | --- | --- | --- | --- |"]
+    out += _option_rows(commands)
+    out += _variable_rows(SERVER_VARIABLES)
+    out += _variable_rows({name: ("scripts", meaning) for name, meaning in SCRIPT_VARIABLES.items()})
+    out += _variable_rows({name: ("tests", meaning) for name, meaning in TEST_VARIABLES.items()})
     return "\n".join(out) + "\n"
 
 

@@ -76,7 +76,7 @@ def test_every_flag_and_variable_is_on_the_configuration_page() -> None:
     for name in main.list_commands(ctx):
         command = main.get_command(ctx, name)
         assert command is not None
-        assert f"### `icefloe {name}" in page, name
+        assert f"- `icefloe {name}" in page, name
         for param in command.params:
             if isinstance(param, click.Option) and not param.hidden:
                 assert f"`{param.opts[-1]}`" in page, (name, param.opts)
