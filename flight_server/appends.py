@@ -26,9 +26,10 @@ from catalog.maintenance import DEFAULT_ORPHAN_GRACE_S, BackgroundMaintainer, al
 from catalog.names import InvalidNameError, check_name, check_namespace
 from catalog.pipes import InvalidPipeCommit, PipeCommit
 from catalog.schema_policy import POLICY_HEADER, SchemaMismatchError, check_policy
-from flight_server import errors, roles
+from flight_server import errors
 from flight_server.engine.sql_text import DEFAULT_SCHEMA
-from flight_server.headers import IDEMPOTENCY_HEADER, PIPE_HEADER, STAGE_HEADER, single_header
+from flight_server.security import roles
+from flight_server.security.headers import IDEMPOTENCY_HEADER, PIPE_HEADER, STAGE_HEADER, single_header
 
 if TYPE_CHECKING:
     from flight_server.server import IcefloeServer

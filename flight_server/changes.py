@@ -66,7 +66,7 @@ from flight_server.feed.rows import (
     snapshot_operation,
     with_commit_columns,
 )
-from flight_server.handles import HandleSigner
+from flight_server.security.handles import HandleSigner
 
 logger = logging.getLogger("icefloe.changes")
 

@@ -23,17 +23,17 @@ import pyarrow.flight as flight
 from catalog import RocksCatalog
 from catalog.lineage import LineageExporter
 from flight_server import errors
-from flight_server.auth import MIDDLEWARE_KEY, Principal, action_floor, build_security, put_floor
 from flight_server.config import Config
 from flight_server.flightsql.sessions import MIDDLEWARE_KEY as SESSION_MIDDLEWARE_KEY
 from flight_server.flightsql.sessions import SessionMiddlewareFactory
-from flight_server.handles import HandleSigner
-from flight_server.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
-from flight_server.headers import HeadersMiddlewareFactory
 from flight_server.lineage_setup import lineage_settings
-from flight_server.metrics import Metrics, rpc
-from flight_server.querylog import QueryLog
-from flight_server.tokens import load_or_create_keys
+from flight_server.observability.metrics import Metrics, rpc
+from flight_server.observability.querylog import QueryLog
+from flight_server.security.auth import MIDDLEWARE_KEY, Principal, action_floor, build_security, put_floor
+from flight_server.security.handles import HandleSigner
+from flight_server.security.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
+from flight_server.security.headers import HeadersMiddlewareFactory
+from flight_server.security.tokens import load_or_create_keys
 
 logger = logging.getLogger("icefloe.server")
 
@@ -68,7 +68,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         # A write whose client cancelled or went away mid-stream is an ABORT run, not a FAIL.
         self.lineage = LineageExporter(self.catalog, abort_errors=(errors.Cancelled,))
         self.staged = StagedAppendService(self.appends.appender, self.handle_signer, self.lineage)
-        from flight_server.operations import Operations
+        from flight_server.observability.operations import Operations
 
         self.ops = Operations(self.catalog, self.lineage, self.flightsql.engine, self.feed.fanout, self.metrics,
                               self.authorize)

@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING
 
 import pyarrow.flight as flight
 
-from flight_server import errors, roles
+from flight_server import errors
 from flight_server.feed.commits import CommitStream
 from flight_server.feed.events import EventBatchCache
 from flight_server.feed.fanout import FanOut
 from flight_server.feed.request import COMMITS_FEED, parse_request
 from flight_server.feed.stream import FeedStream
+from flight_server.security import roles
 
 if TYPE_CHECKING:
     from flight_server.server import IcefloeServer

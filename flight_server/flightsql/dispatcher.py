@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flight_server import errors, roles
+from flight_server import errors
 from flight_server.changes import PURPOSE as CHANGES_PURPOSE
 from flight_server.changes import ChangeRequest, ChangeScanService
 from flight_server.engine import CATALOG_NAME, Engine, Kind, split_namespace
@@ -40,7 +40,8 @@ from flight_server.flightsql.statements import (
     param_rows,
     read_parameters,
 )
-from flight_server.headers import call_headers
+from flight_server.security import roles
+from flight_server.security.headers import call_headers
 from flight_server.sqlwrite import SqlWriter
 from flight_server.sqlwrite.params import client_parameter_schema, write_parameter_schema
 from flight_server.transactions import ACTIVE as _ACTIVE

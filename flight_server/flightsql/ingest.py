@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.flight as flight
 
 from catalog.names import InvalidNameError, check_name, check_namespace
-from flight_server import errors, roles
+from flight_server import errors
 from flight_server.appends import requested_policy
 from flight_server.engine import CATALOG_NAME, split_namespace
 from flight_server.flightsql import protocol as p
-from flight_server.headers import IDEMPOTENCY_HEADER, STAGE_HEADER, single_header
+from flight_server.security import roles
+from flight_server.security.headers import IDEMPOTENCY_HEADER, STAGE_HEADER, single_header
 
 if TYPE_CHECKING:
     from flight_server.server import IcefloeServer

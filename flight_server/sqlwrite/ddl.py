@@ -20,10 +20,11 @@ from pyiceberg.exceptions import (
 )
 from sqlglot import exp
 
-from flight_server import errors, roles
+from flight_server import errors
 from flight_server.engine import CATALOG_NAME
 from flight_server.engine.iceberg_source import quote
 from flight_server.engine.sql_text import DEFAULT_SCHEMA
+from flight_server.security import roles
 from flight_server.sqlwrite import mor, types
 from flight_server.sqlwrite.commit import commit_once
 from flight_server.sqlwrite.parse import TableName, bind_subset, schema_name, sql_of, table_name
@@ -193,7 +194,7 @@ def alter_table(w: Write) -> int:
     if isinstance(action, exp.AlterSet):
         props = _properties(action, what)
         # As over REST: icefloe.* keys steer the server (admin), other properties are the
-        # table owner's (write) — one rule on every port (flight_server.roles).
+        # table owner's (write) — one rule on every port (flight_server.security.roles).
         w.authorize(roles.property_role(props))
         mor.check_properties(props, what)
         table = _load(w, target, what)

@@ -47,11 +47,11 @@ from flight_server import errors
 from flight_server.http.ops import history, table_detail
 from flight_server.http.ops.events import CommitBroadcaster, TooManyWatchers, TooManyWatchersForUser
 from flight_server.http.ops.summary import Sampler, sampler_of, summary
-from flight_server.metrics import CONTENT_TYPE, Metrics
-from flight_server.operations import Operations, for_browser
+from flight_server.observability.metrics import CONTENT_TYPE, Metrics
+from flight_server.observability.operations import Operations, for_browser
 
 if TYPE_CHECKING:
-    from flight_server.auth import AuthMiddlewareFactory, Principal
+    from flight_server.security.auth import AuthMiddlewareFactory, Principal
     from flight_server.server import IcefloeServer
 
 logger = logging.getLogger("icefloe.http.ops")

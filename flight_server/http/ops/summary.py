@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from flight_server.http.ops.events import CommitBroadcaster
-    from flight_server.metrics import Metrics
-    from flight_server.operations import Operations
+    from flight_server.observability.metrics import Metrics
+    from flight_server.observability.operations import Operations
     from flight_server.server import IcefloeServer
 
 logger = logging.getLogger("icefloe.http.summary")

@@ -26,12 +26,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from catalog.context import commit_context
 from catalog.object_store import client_config
-from flight_server import roles
 from flight_server.http.rest import namespaces, tables, views
 from flight_server.http.rest.auth import RestAuth
 from flight_server.http.rest.errors import RestError, bad_request, error_response, from_exception
 from flight_server.http.rest.updates import Locations
 from flight_server.http.rest.wire import Call
+from flight_server.security import roles
 
 if TYPE_CHECKING:
     from catalog import RocksCatalog

@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flight_server.cli_connect import clean_error
+from flight_server.cli.connect import clean_error
 
 
 def login_token(location: str, user: str, password: str, tls_root_certs: str | None = None,

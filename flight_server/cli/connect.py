@@ -88,7 +88,7 @@ class Connection:
         if self._headers is None:
             token = self.token
             if self.user is not None:
-                from flight_server.login import login_token
+                from flight_server.cli.login import login_token
 
                 try:
                     token = login_token(self.uri, self.user, read_login_password(self.user), self.tls_root_certs)

@@ -29,17 +29,17 @@ from typing import Any
 
 import pyarrow.flight as flight
 
-from flight_server import roles
 from flight_server.config import Config
-from flight_server.tokens import InvalidToken, TokenClaims, TokenSigner, load_or_create_keys
-from flight_server.users import SecurityConfigError, User, load_users, verify_password
+from flight_server.security import roles
+from flight_server.security.tokens import InvalidToken, TokenClaims, TokenSigner, load_or_create_keys
+from flight_server.security.users import SecurityConfigError, User, load_users, verify_password
 
 logger = logging.getLogger("icefloe.auth")
 
 MIDDLEWARE_KEY = "icefloe.auth"
 MAX_AUTH_HEADER_CHARS = 4096
 
-# Least role for each Flight method, checked before any handler runs (see flight_server.roles;
+# Least role for each Flight method, checked before any handler runs (see flight_server.security.roles;
 # a method the table does not name needs admin).
 METHOD_FLOOR: dict[flight.FlightMethod, str] = {
     method: roles.FLIGHT_METHODS.get(name, roles.ADMIN) for name, method in flight.FlightMethod.__members__.items()
