@@ -49,11 +49,10 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-from duckdb import _seam  # binder access: schema of a statement without running it
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 from flight_server import errors
-from flight_server.engine import history, messages, policy, splits, view_expansion
+from flight_server.engine import duckdb_seam, history, messages, policy, splits, view_expansion
 from flight_server.engine.bound import Bound, BoundSchemas
 from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
 from flight_server.engine.origins import ColumnOrigin, Source, result_origins
@@ -395,7 +394,7 @@ class Engine:
         run = Running(slot, cur, None, 0.0)
         try:
             self._setup(run, pins, default_schema)
-            sig = _seam.bind(cur, sql, values=params)
+            sig = duckdb_seam.bind(cur, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
             schema = arrow_schema(cur, sig.names, sig.types)
@@ -441,7 +440,7 @@ class Engine:
             if reader is not None:
                 return reader, run
             self._setup(run, pins, default_schema, sql, file_tags, file_positions)
-            sig = _seam.bind(run.cursor, sql, values=params)
+            sig = duckdb_seam.bind(run.cursor, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
             if not params:
@@ -452,7 +451,7 @@ class Engine:
             if reader is None:
                 # From here on only the client's statement runs on this cursor: DuckDB's count
                 # of name-changing statements must not move (see SlotPool).
-                run.catalog_version = _seam.catalog_version(run.cursor)
+                run.catalog_version = duckdb_seam.catalog_version(run.cursor)
                 reader = run.cursor.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
         except BaseException as exc:
             run.failed = True
@@ -490,7 +489,7 @@ class Engine:
         run = Running(slot, cur, None, 0.0)
         try:
             self._setup(run, pins, default_schema)
-            sig = _seam.bind(cur, sql, values=params)
+            sig = duckdb_seam.bind(cur, sql, values=params)
             return [(str(n), str(t)) for n, t in zip(sig.names, sig.types, strict=True)]
         except duckdb.Error as exc:
             raise messages.map_duckdb(exc) from None

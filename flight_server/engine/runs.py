@@ -8,8 +8,8 @@ when the call that started it ends (``follow_call``).
 from __future__ import annotations
 
 import duckdb
-from duckdb import _seam
 
+from flight_server.engine import duckdb_seam
 from flight_server.engine.slots import SlotPool
 from flight_server.engine.watchdog import Running, Watchdog, interrupt
 
@@ -37,7 +37,7 @@ class QueryRuns:
         suspect = run.failed or run.interrupted is not None
         if run.catalog_version is not None:
             try:
-                suspect = suspect or _seam.catalog_version(run.cursor) != run.catalog_version
+                suspect = suspect or duckdb_seam.catalog_version(run.cursor) != run.catalog_version
             except duckdb.Error:
                 suspect = True
         keep = run.cursor_reusable and not suspect
