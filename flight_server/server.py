@@ -264,7 +264,7 @@ def _port_in_use(host: str, port: int) -> bool:
 def _start(config: Config) -> IcefloeServer:
     """Construct the server, turning what commonly stops a start into one ``StartupError`` line
     (a held warehouse, a port in use, an unreadable warehouse) instead of a traceback."""
-    from catalog.rocks_catalog import CatalogReadOnlyError
+    from catalog.catalog_errors import CatalogReadOnlyError
 
     in_use = (
         f"port {config.port} on {config.host} is already in use (another icefloe serve?); stop that process, "
