@@ -21,8 +21,9 @@ import pyarrow.flight as flight
 from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 
 from catalog.append import Appender, AppendResult
+from catalog.background_maintenance import BackgroundMaintainer
 from catalog.context import commit_context
-from catalog.maintenance import DEFAULT_ORPHAN_GRACE_S, BackgroundMaintainer, all_tables, maintain
+from catalog.maintenance import DEFAULT_ORPHAN_GRACE_S, all_tables, maintain
 from catalog.names import InvalidNameError, check_name, check_namespace
 from catalog.pipes import InvalidPipeCommit, PipeCommit
 from catalog.schema_policy import POLICY_HEADER, SchemaMismatchError, check_policy

@@ -44,7 +44,7 @@ import pyarrow.flight as flight
 
 from flight_server import errors
 from flight_server.changes import ChangeRequest, ChangeScanService
-from flight_server.engine.engine import MAX_STATEMENT_BYTES
+from flight_server.engine.planner import MAX_STATEMENT_BYTES
 from flight_server.engine.policy import serialize
 from flight_server.security.handles import HandleSigner
 from flight_server.staged_appends import table_identifier
