@@ -62,7 +62,7 @@ class RowStream(FeedStream):
 
     def run(self) -> None:
         # A mistyped table name should fail now rather than stream heartbeats forever.
-        self.server.catalog.load_table(self.table_name)
+        self.deps.catalog.load_table(self.table_name)
         super().run()
 
     # -- per commit --------------------------------------------------------------------------
@@ -138,8 +138,8 @@ class RowStream(FeedStream):
         location = record.metadata_location
         cached = self._metadata.get(location) if location is not None else None
         if cached is not None:
-            return cached, self.server.catalog.table_io(cached.location)
-        metadata, io = load_commit_metadata(self.server.catalog, record)
+            return cached, self.deps.catalog.table_io(cached.location)
+        metadata, io = load_commit_metadata(self.deps.catalog, record)
         assert location is not None  # load_commit_metadata refuses a record without one
         self._metadata[location] = metadata
         while len(self._metadata) > _METADATA_CACHE_SIZE:
