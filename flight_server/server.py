@@ -100,11 +100,13 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         if config.rest_port is None and config.metrics_port is None:
             return []
         from flight_server.http import apps
+        from flight_server.http.deps import HttpDeps
         from flight_server.http.host import HttpHost, TlsFiles
 
         tls = None
         if config.tls_cert and config.tls_key:
             tls = TlsFiles(config.tls_cert, config.tls_key, config.tls_client_ca)
+        deps = HttpDeps(config, self.catalog, self.metrics, self.ops, self.security.auth, self.stopping)
         lines: list[str] = []
         for name, port, app, line in (
             ("rest", config.rest_port, apps.rest_app, "icefloe REST catalog on {url}"),
@@ -112,7 +114,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         ):
             if port is None:
                 continue
-            host = HttpHost(app(self), config.host, port, tls, name=name)
+            host = HttpHost(app(deps), config.host, port, tls, name=name)
             host.start()
             self.http_hosts.append(host)
             setattr(config, f"{name}_port", host.port)  # --*-port 0: keep the port we got
