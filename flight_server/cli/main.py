@@ -174,8 +174,7 @@ def passwd() -> None:
 @server_options(login=True)
 def login(conn: Connection) -> None:
     """Read a password on stdin, log in, and print a bearer token (for ICEFLOE_TOKEN / --token)."""
-    from flight_server.cli.connect import read_login_password
-    from flight_server.cli.login import login_token
+    from flight_server.cli.connect import login_token, read_login_password
 
     assert conn.user is not None  # --user is required here
     try:

@@ -21,7 +21,6 @@ from pyiceberg.exceptions import (
 from sqlglot import exp
 
 from flight_server import errors
-from flight_server.engine import CATALOG_NAME
 from flight_server.engine.iceberg_source import quote
 from flight_server.engine.sql_text import DEFAULT_SCHEMA
 from flight_server.security import roles
@@ -32,7 +31,7 @@ from flight_server.sqlwrite.partitioning import partition_spec
 from flight_server.sqlwrite.rows import conform, input_names
 
 if TYPE_CHECKING:
-    from flight_server.sqlwrite.writer import Write
+    from flight_server.sqlwrite.write import Write
 
 
 def create_schema(w: Write) -> int:
@@ -294,8 +293,3 @@ def _properties(action: exp.Expression, what: str) -> dict[str, str]:
     if not props:
         raise errors.InvalidArgument(f"{what} SET: no properties given")
     return props
-
-
-def view_sql(target: TableName) -> str:
-    return f"{CATALOG_NAME}.{quote('.'.join(target.namespace))}.{quote(target.name)}"
-

@@ -56,7 +56,7 @@ def test_the_log_has_one_json_line_per_statement_and_no_secret(tmp_path: Path) -
     users = write_users_file(tmp_path / "users.toml")
     args = ["--users", str(users), "--log-format", "json", "--slow-query-ms", "100000"]
     with serving(tmp_path / "wh", args) as server:
-        from flight_server.cli.login import login_token
+        from flight_server.cli.connect import login_token
 
         token = login_token(server.location, "wendy", PASSWORDS["wendy"])
         uri = server.location
