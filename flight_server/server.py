@@ -4,6 +4,10 @@ Routing only; the work lives in one service per capability:
 - ``flightsql``: Flight SQL commands (GetFlightInfo / DoGet / DoPut(CMD) / DoAction);
 - ``appends``: plain Flight appends (DoPut on a path descriptor);
 - ``feed``: the DoExchange commit and row feeds.
+
+The server builds each service from the collaborators it uses (the catalog, the engine's
+settings, the ``Authorizer``, the handle signer, metrics, the query log, lineage...), never
+from itself: no module below this one imports it (``tests/test_import_layout.py``).
 """
 
 from __future__ import annotations
@@ -78,7 +82,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         from flight_server.observability.operations import Operations
 
         self.ops = Operations(self.catalog, self.lineage, self.flightsql.engine, self.feed.fanout, self.metrics,
-                              self.authorize)
+                              self.authorizer.authorize)
         middleware = dict(kwargs.pop("middleware", None) or {})
         middleware.update(self.security.middleware)
         middleware.setdefault(HEADERS_MIDDLEWARE_KEY, HeadersMiddlewareFactory())

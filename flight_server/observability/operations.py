@@ -75,7 +75,7 @@ class Operations:
         engine: The SQL engine (queries running and queued).
         fanout: The feed's fan-out (subscribers written live).
         metrics: The server's metrics (start time; levels are registered into it).
-        authorize: The server's role check (``IcefloeServer.authorize``).
+        authorize: The server's role check (``Authorizer.authorize``).
     """
 
     ACTIONS = frozenset({HEALTH_ACTION, STATUS_ACTION})

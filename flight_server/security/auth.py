@@ -8,7 +8,7 @@ later call. Basic is also accepted on any other call (the bearer comes back the 
 Everything happens in one ``ServerMiddlewareFactory`` whose ``start_call`` sees every RPC,
 Handshake included, before any handler runs: no credentials or bad ones -> UNAUTHENTICATED,
 a role below the method's floor -> PERMISSION_DENIED, too many concurrent calls of one user
--> UNAVAILABLE. Handlers then ask ``IcefloeServer.authorize(context, role)`` for the role
+-> UNAVAILABLE. Handlers then ask ``Authorizer.authorize(context, role)`` for the role
 their command needs; the floors here make sure nothing is open even if a handler forgets.
 """
 
