@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from run_records import save_run  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 
-from flight_server.users import hash_password  # noqa: E402
+from flight_server.security.users import hash_password  # noqa: E402
 
 
 def _time_calls(client: flight.FlightClient, opts: flight.FlightCallOptions, calls: int) -> float:

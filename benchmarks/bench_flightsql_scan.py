@@ -216,7 +216,7 @@ def ticket_check_ms(repeat: int = 5000) -> float:
 
     from flight_server.engine import Engine
     from flight_server.flightsql.statements import HandleCodec, StatementHandle
-    from flight_server.handles import HandleSigner
+    from flight_server.security.handles import HandleSigner
 
     class _NoCatalog:
         def load_table(self, identifier: Any) -> Any:

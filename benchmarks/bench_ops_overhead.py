@@ -94,8 +94,8 @@ def per_statement_us(repeat: int = 5000) -> dict[str, float]:
     writer thread's cost per line (normalise, format, write to /dev/null), mean over all."""
     import logging
 
-    from flight_server.metrics import Metrics
-    from flight_server.querylog import QueryLog
+    from flight_server.observability.metrics import Metrics
+    from flight_server.observability.querylog import QueryLog
 
     log = logging.getLogger("icefloe.querylog")
     handler = logging.StreamHandler(open(os.devnull, "w"))  # noqa: SIM115 - closed below

@@ -11,10 +11,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from catalog.catalog_errors import CatalogReadOnlyError, MetadataFileMissingError
     from catalog.commit_log import CommitLog, CommitRecord, CursorExpiredError
     from catalog.context import CommitContext, commit_context, current_commit_context
     from catalog.names import EmptyNamespaceError, InvalidNameError
-    from catalog.rocks_catalog import CatalogReadOnlyError, MetadataFileMissingError, RocksCatalog
+    from catalog.rocks_catalog import RocksCatalog
     from catalog.subscriptions import CommitHub, Subscription, TooManySubscribersError
 
 _HOMES = {
@@ -26,9 +27,9 @@ _HOMES = {
     "current_commit_context": "catalog.context",
     "EmptyNamespaceError": "catalog.names",
     "InvalidNameError": "catalog.names",
-    "CatalogReadOnlyError": "catalog.rocks_catalog",
+    "CatalogReadOnlyError": "catalog.catalog_errors",
     "RocksCatalog": "catalog.rocks_catalog",
-    "MetadataFileMissingError": "catalog.rocks_catalog",
+    "MetadataFileMissingError": "catalog.catalog_errors",
     "CommitHub": "catalog.subscriptions",
     "Subscription": "catalog.subscriptions",
     "TooManySubscribersError": "catalog.subscriptions",

@@ -18,10 +18,8 @@ file or manifest compaction) or ``"expire"`` (snapshot expiry):
   metadata references and that are older than a grace period, skipping files of appends in
   flight.
 
-``BackgroundMaintainer`` runs these in a server thread for tables that received many small
-files, and expires a table's snapshots only after it committed (an idle table commits nothing;
-periods from ``ICEFLOE_EXPIRY_PERIOD_S`` / ``ICEFLOE_SWEEP_PERIOD_S``); ``maintain`` runs them
-once (the ``icefloe maintain`` command). Compaction's file and manifest work runs in a
+``catalog.background_maintenance.BackgroundMaintainer`` runs these in a server thread;
+``maintain`` runs them once (the ``icefloe maintain`` command). Compaction's file and manifest work runs in a
 ``MaintenanceWorker`` (``catalog.maintenance_worker``): the server's runs it in a worker process
 and only applies the staged commit.
 """
@@ -29,8 +27,6 @@ and only applies the staged commit.
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -58,7 +54,6 @@ from catalog.maintenance_worker import (
     stage_rewrite,
 )
 from catalog.metadata_ops import DEFAULT_SNAPSHOTS_RETAIN, SNAPSHOTS_RETAIN
-from catalog.object_store import storage_failure
 from catalog.orphan_files import delete_file, folder_key, list_files
 from catalog.pipes import checkpoint_snapshots
 from catalog.rebase import rebase
@@ -130,7 +125,7 @@ class MaintenanceReport:
         return asdict(self)
 
 
-def _prop_int(table: Table, name: str, default: int) -> int:
+def prop_int(table: Table, name: str, default: int) -> int:
     value = property_as_int(table.properties, name, default)
     return int(value if value is not None else default)
 
@@ -151,11 +146,11 @@ def compact(
     table = appender.catalog.load_table(identifier)
     if not table.spec().is_unpartitioned():
         return report  # partitioned tables: not compacted (files are already split by partition)
-    small_limit = _prop_int(table, SMALL_FILE_PROPERTY, DEFAULT_SMALL_FILE_BYTES)
+    small_limit = prop_int(table, SMALL_FILE_PROPERTY, DEFAULT_SMALL_FILE_BYTES)
     needed = (
         min_input_files
         if min_input_files is not None
-        else _prop_int(table, MIN_INPUT_FILES_PROPERTY, DEFAULT_MIN_INPUT_FILES)
+        else prop_int(table, MIN_INPUT_FILES_PROPERTY, DEFAULT_MIN_INPUT_FILES)
     )
     # Held until the new files are committed or deleted: orphan removal cannot see a worker's
     # files in flight.
@@ -288,9 +283,9 @@ def _apply_staged(appender: Appender, table: Table, request: str, maintenance: s
 
 
 def _expirable(table: Table, namespace: tuple[str, ...], name: str, now_ms: int | None) -> list[int]:
-    retention = _prop_int(table, MAX_SNAPSHOT_AGE_PROPERTY, DEFAULT_RETENTION_MS)
-    keep_newest = max(1, _prop_int(table, MIN_SNAPSHOTS_PROPERTY, 1))
-    max_count = max(keep_newest, _prop_int(table, MAX_SNAPSHOTS_PROPERTY, DEFAULT_MAX_SNAPSHOTS))
+    retention = prop_int(table, MAX_SNAPSHOT_AGE_PROPERTY, DEFAULT_RETENTION_MS)
+    keep_newest = max(1, prop_int(table, MIN_SNAPSHOTS_PROPERTY, 1))
+    max_count = max(keep_newest, prop_int(table, MAX_SNAPSHOTS_PROPERTY, DEFAULT_MAX_SNAPSHOTS))
     cutoff = (now_ms if now_ms is not None else int(time.time() * 1000)) - retention
     snapshots = sorted(table.metadata.snapshots, key=lambda s: s.timestamp_ms)
     over_cap = len(snapshots) - max_count
@@ -479,149 +474,3 @@ def catalog_tables(catalog: Any) -> list[tuple[str, ...]]:
         found.extend(tuple(t) for t in catalog.list_tables(ns))
         pending.extend(tuple(child) for child in catalog.list_namespaces(ns))
     return sorted(found)
-
-
-# -- background -------------------------------------------------------------------------------
-
-
-EXPIRY_PERIOD_S = 30.0
-SWEEP_PERIOD_S = DEFAULT_ORPHAN_GRACE_S / 4
-# Environment overrides of the two periods (seconds), read when a maintainer starts: tests
-# (and operators who want faster or slower background work) set them without code changes.
-EXPIRY_PERIOD_ENV = "ICEFLOE_EXPIRY_PERIOD_S"
-SWEEP_PERIOD_ENV = "ICEFLOE_SWEEP_PERIOD_S"
-
-
-def _period(env: str, default: float) -> float:
-    """``env`` as a positive number of seconds; ``default`` when unset or not such a number
-    (logged: a typo must not stop the server, and background work must not spin)."""
-    raw = os.environ.get(env, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        logger.warning("%s=%r is not a positive number of seconds; using %g", env, raw, default)
-        return default
-    return value
-
-
-class BackgroundMaintainer:
-    """Server thread: compacts tables that received many small files; periodically expires
-    snapshots of the tables it has seen written, sweeps their orphans, drops idempotency
-    keys past their retention and trims the commit log to its retention."""
-
-    def __init__(
-        self,
-        appender: Appender,
-        stopping: threading.Event,
-        interval_s: float = 1.0,
-        worker: MaintenanceWorker | None = None,
-    ) -> None:
-        self._appender = appender
-        # Compaction's file and manifest work runs in a worker process, off the server's GIL.
-        self.worker = worker if worker is not None else MaintenanceWorker()
-        self._stopping = stopping
-        self._stop = threading.Event()
-        self._interval_s = interval_s
-        self._thread: threading.Thread | None = None
-        self._new_files: dict[tuple[str, ...], int] = {}  # small files since the last compaction
-        self._last_expiry: dict[tuple[str, ...], float] = {}
-        self._last_sweep: dict[tuple[str, ...], float] = {}
-        # The metadata location each table had right after its last expiry check: unchanged
-        # means nobody committed since, and the table is left alone (see ``_expire_if_written``).
-        self._expiry_checked_at: dict[tuple[str, ...], str] = {}
-        self._last_key_expiry = time.monotonic()
-        self.expiry_period_s = _period(EXPIRY_PERIOD_ENV, EXPIRY_PERIOD_S)
-        self.sweep_period_s = _period(SWEEP_PERIOD_ENV, SWEEP_PERIOD_S)
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="icefloe-maintenance", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        # First: a compaction running in the worker is abandoned (nothing of it is committed)
-        # rather than waited for.
-        self.worker.close()
-        if self._thread is not None:
-            self._thread.join(timeout=60)
-
-    def _stopped(self) -> bool:
-        return self._stop.is_set() or self._stopping.is_set()
-
-    def _run(self) -> None:
-        while not (self._stop.wait(self._interval_s) or self._stopping.is_set()):
-            for identifier, files in self._appender.take_dirty().items():
-                self._new_files[identifier] = self._new_files.get(identifier, 0) + files
-            for identifier in list(self._new_files):
-                if self._stopped():
-                    return
-                try:
-                    self._maintain_one(identifier)
-                except Exception as exc:
-                    if self._stopped():
-                        return  # the worker was stopped under it
-                    failure = storage_failure(exc)
-                    if failure is not None:  # the object store is down: retried next round, no traceback
-                        logger.warning("background maintenance of %s failed: %s", ".".join(identifier), failure)
-                    else:
-                        logger.warning("background maintenance of %s failed", ".".join(identifier), exc_info=True)
-            if time.monotonic() - self._last_key_expiry > self.sweep_period_s:
-                self._last_key_expiry = time.monotonic()
-                try:
-                    self._appender.idempotency.expire()
-                    self._appender.staging.expire_committed(retention_s=self._appender.idempotency.retention_s)
-                except Exception:
-                    logger.warning("idempotency key expiry failed", exc_info=True)
-                try:
-                    # Commit-log retention (never past a hold such as the lineage cursor).
-                    self._appender.catalog.trim_commit_log()
-                except Exception:
-                    logger.warning("commit-log trim failed", exc_info=True)
-
-    def _maintain_one(self, identifier: tuple[str, ...]) -> None:
-        catalog = self._appender.catalog
-        if not catalog.table_exists(identifier):
-            self._forget(identifier)
-            return
-        table = catalog.load_table(identifier)
-        if table.properties.get(AUTO_PROPERTY, "true").lower() == "false":
-            self._forget(identifier)
-            return
-        now = time.monotonic()
-        threshold = _prop_int(table, MIN_INPUT_FILES_PROPERTY, DEFAULT_MIN_INPUT_FILES)
-        if self._new_files.get(identifier, 0) >= threshold:
-            compact(self._appender, identifier, worker=self.worker)
-            self._new_files[identifier] = 0
-        if now - self._last_expiry.get(identifier, 0.0) > self.expiry_period_s:
-            self._last_expiry[identifier] = now
-            self._expire_if_written(identifier, table.metadata_location)
-        if now - self._last_sweep.get(identifier, now) > self.sweep_period_s:
-            self._last_sweep[identifier] = now
-            remove_orphans(self._appender, identifier, worker=self.worker)
-        self._last_sweep.setdefault(identifier, now)
-
-    def _expire_if_written(self, identifier: tuple[str, ...], location: str) -> None:
-        """Time-based expiry, only for a table that committed since its last check.
-
-        Snapshots age past the retention window one by one: expiring whatever had aged out at
-        each period made a table nobody wrote commit ``expire`` every period for a whole
-        window after its last write (20 commits over 10 minutes by default), and feed
-        subscribers and the watch page saw commits no one made. Now a table is expired at most
-        once after each burst of commits (theirs, or a compaction's); what is still inside the
-        window then waits for the table's next commit (the commit path caps the count at
-        ``icefloe.snapshots.retain``) or for ``icefloe maintain``. An idle table commits nothing.
-        """
-        if self._expiry_checked_at.get(identifier) == location:
-            return
-        expire_snapshots(self._appender, identifier)
-        # Our own expire commit moved the location: remember the one after it. A commit landing
-        # in between is taken as seen; its snapshots wait for the next commit, as above.
-        self._expiry_checked_at[identifier] = self._appender.catalog.load_table(identifier).metadata_location
-
-    def _forget(self, identifier: tuple[str, ...]) -> None:
-        for state in (self._new_files, self._last_expiry, self._last_sweep, self._expiry_checked_at):
-            state.pop(identifier, None)

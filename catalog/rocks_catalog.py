@@ -12,18 +12,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
-import time
-import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlparse
 
 from pyiceberg.catalog import Catalog, MetastoreCatalog, PropertiesUpdateSummary
 from pyiceberg.exceptions import (
-    ForbiddenError,
-    NamespaceAlreadyExistsError,
-    NamespaceNotEmptyError,
     NoSuchNamespaceError,
     NoSuchTableError,
     TableAlreadyExistsError,
@@ -39,10 +33,20 @@ from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.view import View
 from pyiceberg.view.metadata import ViewVersion
 
-from catalog import avro_cache, keys, manifest_list_cache, table_commits, table_files, views
+from catalog import (
+    avro_cache,
+    keys,
+    manifest_list_cache,
+    namespaces,
+    table_commits,
+    table_files,
+    table_locations,
+    table_pointers,
+    views,
+)
+from catalog.catalog_errors import CatalogReadOnlyError, MetadataFileMissingError
 from catalog.commit_log import CommitLog, CommitRecord
-from catalog.context import current_commit_context
-from catalog.idempotency import batch_extras
+from catalog.commit_writer import Commit, CommitWriter, log_retention, pointer_value
 from catalog.metadata_json import write_metadata
 from catalog.names import (
     EmptyNamespaceError,
@@ -50,7 +54,6 @@ from catalog.names import (
     check_name,
     check_namespace,
     check_properties,
-    namespace_folder,
 )
 from catalog.pins import SnapshotPins
 from catalog.sandbox import (
@@ -58,7 +61,6 @@ from catalog.sandbox import (
     ConfinedFileIO,
     InvalidLocationError,
     OutsideTableError,
-    TableLocationTakenError,
     Warehouse,
 )
 from catalog.store import RocksStore, StoreLockedError
@@ -77,9 +79,6 @@ READ_ONLY = "read-only"  # "true", "false" or "auto" (read-only when another pro
 CATALOG_PATH = "catalog-path"  # where the RocksDB lives when the warehouse is not local
 DEFAULT_IO_IMPL = "catalog.durable_io.DurableFileIO"
 # Commit-log retention, applied by ``trim_commit_log`` (never past a hold, see CommitLog.set_hold).
-LOG_RETAIN_COUNT = "commit-log.retain-count"  # keep at most this many newest records
-LOG_RETAIN_AGE_S = "commit-log.retain-age-s"  # drop records older than this many seconds
-DEFAULT_LOG_RETAIN_COUNT = 1_000_000
 
 # Table defaults that keep metadata bounded so commit cost does not grow with history.
 DEFAULT_TABLE_PROPERTIES = {
@@ -87,24 +86,6 @@ DEFAULT_TABLE_PROPERTIES = {
     TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED: "true",
     TableProperties.MANIFEST_MERGE_ENABLED: "true",
 }
-
-
-class CatalogReadOnlyError(ForbiddenError):
-    """A write was attempted on a catalog opened read-only."""
-
-
-class MetadataFileMissingError(NoSuchTableError):
-    """The catalog points a table at a metadata file that is gone (deleted by hand, or lost
-    with its storage). The table is listed and can be dropped, but not loaded. The message is
-    Iceberg-Java's for the same case; the location is no secret (every load answer holds it)."""
-
-    def __init__(self, location: str) -> None:
-        super().__init__(f"Failed to open input stream for file: {location}")
-        self.location = location
-
-
-def _now_us() -> int:
-    return time.time_ns() // 1000
 
 
 class RocksCatalog(MetastoreCatalog):
@@ -163,7 +144,8 @@ class RocksCatalog(MetastoreCatalog):
         # Snapshots that query tickets still need; expiry skips them (see catalog.pins).
         self.pins = SnapshotPins()
         self.hub = CommitHub(self.log)
-        self._commit_lock = threading.Lock()
+        self.commit_writer = CommitWriter(self._store, self.log, self.hub)
+        self._commit_lock = self.commit_writer.lock
         # (namespace, table) -> (metadata location, parsed metadata). Metadata is immutable.
         self._metadata_cache: dict[tuple[tuple[str, ...], str], tuple[str, TableMetadata]] = {}
 
@@ -299,43 +281,8 @@ class RocksCatalog(MetastoreCatalog):
         )
 
     def table_root(self, location: str, identifier: tuple[str, ...] | None = None) -> str:
-        """Validate a table location: inside the warehouse, and neither inside nor around
-        another table's folder (``identifier`` names the table itself, which may keep its own).
-
-        Raises:
-            InvalidLocationError: It is not allowed.
-        """
-        root = self.files.table_root(location)
-        for other in self._all_table_keys():
-            if identifier is not None and other == identifier:
-                continue
-            pointer = self._pointer(other[:-1], other[-1])
-            if pointer is None:
-                continue
-            try:
-                other_location = self._read_metadata(other[:-1], other[-1], pointer["metadata_location"]).location
-            except Exception:  # noqa: BLE001 - a table we cannot read has no folder to protect
-                continue
-            other_root = self.files.canonical(other_location)
-            if other_root is None:
-                continue
-            if Warehouse._under(root, other_root) or Warehouse._under(other_root, root):
-                raise TableLocationTakenError(
-                    f"table location {location[:200]!r} overlaps the folder of table {'.'.join(other)}"
-                )
-        for other, folder in views.view_folders(self):
-            other_root = self.files.canonical(folder) if other != identifier else None
-            if other_root is not None and (Warehouse._under(root, other_root) or Warehouse._under(other_root, root)):
-                raise TableLocationTakenError(
-                    f"location {location[:200]!r} overlaps the folder of view {'.'.join(other)}")
-        return root
-
-    def _all_table_keys(self) -> list[tuple[str, ...]]:
-        found = []
-        for key, _ in self._store.scan(keys.TABLE):
-            ns, name = keys.decode_table_key(key)
-            found.append((*ns, name))
-        return found
+        """Validate a table location (see ``catalog.table_locations.check_root``)."""
+        return table_locations.check_root(self, location, identifier)
 
     def _land(
         self,
@@ -343,77 +290,19 @@ class RocksCatalog(MetastoreCatalog):
         puts: dict[bytes, bytes],
         deletes: tuple[bytes, ...] = (),
     ) -> CommitRecord:
-        """Write one commit (caller holds ``_commit_lock``): pointer changes + seq + log record.
-
-        The record is published on ``hub`` once the batch is durable.
-        """
+        """Write one commit (caller holds ``_commit_lock``); see ``CommitWriter.land_many``."""
         return self._land_many([(record_fields, puts, deletes)])[0]
 
-    def _land_many(
-        self, commits: list[tuple[dict[str, Any], dict[bytes, bytes], tuple[bytes, ...]]]
-    ) -> list[CommitRecord]:
-        """Write several table commits as ONE batch (caller holds ``_commit_lock``).
+    def _land_many(self, commits: list[Commit]) -> list[CommitRecord]:
+        """Write several commits as ONE durable batch (caller holds ``_commit_lock``)."""
+        return self.commit_writer.land_many(commits)
 
-        Each commit gets its own log record and the next seq; the head moves to the last. The
-        records are published on ``hub`` once the batch is durable.
-        """
-        ctx = current_commit_context()
-        seq = self.log.head()
-        batch: dict[bytes, bytes] = {}
-        all_deletes: list[bytes] = []
-        records: list[CommitRecord] = []
-        for record_fields, puts, deletes in commits:
-            seq += 1
-            fields = dict(record_fields)
-            if ctx.operation and fields.get("operation") not in ("create", "drop", "rename", "register", "replace"):
-                fields["operation"] = ctx.operation
-            extra = {**ctx.extra, **fields.pop("extra", {})}
-            # A writer that knows exactly which rows it changed (SQL UPDATE / DELETE) says so;
-            # the snapshot summary only gives net counts for a copy-on-write rewrite.
-            exact = extra.pop("row_counts", None)
-            if isinstance(exact, dict) and "snapshot_id" in fields:
-                fields["added_rows"], fields["deleted_rows"] = int(exact["added"]), int(exact["deleted"])
-            if extra.get("maintenance") and "snapshot_id" in fields:
-                # Compaction and manifest merges change no row a reader sees (a compaction that
-                # applies delete files drops deleted rows that no reader saw).
-                fields.update(data_change=False, added_rows=0, deleted_rows=0)
-            record = CommitRecord(
-                seq=seq,
-                committed_at_us=_now_us(),
-                principal=ctx.principal,
-                extra=extra,
-                **fields,
-            )
-            batch.update(puts)
-            # Writes that must land atomically with this commit (idempotency keys of appends).
-            batch.update(batch_extras(record))
-            batch[keys.log_key(seq)] = record.to_bytes()
-            all_deletes.extend(deletes)
-            records.append(record)
-        batch[keys.HEAD_SEQ] = keys.encode_u64(seq)
-        self._store.write(batch, tuple(all_deletes))
-        # Published while the commit lock is still held, so subscribers and listeners (the
-        # feed, lineage) receive records in sequence order. Publishing never blocks.
-        for record in records:
-            self.hub.publish(record)
-        return records
-
-    @staticmethod
-    def _pointer_value(location: str, previous: str | None, table_uuid: str) -> bytes:
-        return json.dumps(
-            {"metadata_location": location, "previous_metadata_location": previous, "table_uuid": table_uuid}
-        ).encode("utf-8")
+    _pointer_value = staticmethod(pointer_value)
 
     # -- tables ------------------------------------------------------------------------
 
     def _resolve_table_location(self, location: str | None, database_name: str, table_name: str) -> str:
-        if location:
-            return location.rstrip("/")
-        ns = tuple(database_name.split("\x1f"))
-        props = self.load_namespace_properties(ns)
-        if ns_location := props.get("location"):
-            return f"{ns_location.rstrip('/')}/{table_name}"
-        return f"{self.warehouse.rstrip('/')}/{namespace_folder(ns)}/{table_name}"
+        return table_locations.resolve(self, location, database_name, table_name)
 
     def _create_staged_table(
         self,
@@ -432,16 +321,7 @@ class RocksCatalog(MetastoreCatalog):
             "TableVersion", int(properties.get(TableProperties.FORMAT_VERSION, TableProperties.DEFAULT_FORMAT_VERSION))
         )
         iceberg_schema: Schema = self._convert_schema_if_needed(schema, format_version)
-        table_location = self._resolve_table_location(location, "\x1f".join(ns), table)
-        try:
-            root = self.table_root(table_location, (*ns, table))
-        except TableLocationTakenError:
-            if location:
-                raise
-            # The default folder is still another table's (renamed tables keep their folder):
-            # this one gets a folder of its own next to it.
-            table_location = f"{table_location}-{uuid.uuid4().hex[:8]}"
-            root = self.table_root(table_location, (*ns, table))
+        table_location, root = table_locations.new_table_folder(self, location, ns, table)
         table_files.check_properties(self.files, root, properties)
         provider = load_location_provider(table_location, properties)
         metadata_location = provider.new_table_metadata_file_location()
@@ -492,36 +372,8 @@ class RocksCatalog(MetastoreCatalog):
         overwrite: bool,
         counts: dict[str, int] | None = None,
     ) -> Table:
-        """Point ``ns.table`` at ``metadata`` in one commit (create, register, or replace).
-
-        ``counts`` (added_rows / added_files / deleted_rows) describe data the new metadata
-        already holds, e.g. a table created together with its first rows.
-        """
-        with self._commit_lock:
-            self._require_namespace(ns)
-            current = self._pointer(ns, table)
-            if current is not None and not overwrite:
-                raise TableAlreadyExistsError(f"Table already exists: {'.'.join((*ns, table))}")
-            self._refuse_view_name(ns, table)
-            snapshot = metadata.current_snapshot()
-            self._land(
-                {
-                    "namespace": ns,
-                    "table": table,
-                    "table_uuid": str(metadata.table_uuid),
-                    "operation": operation,
-                    "snapshot_id": snapshot.snapshot_id if snapshot else None,
-                    "parent_snapshot_id": snapshot.parent_snapshot_id if snapshot else None,
-                    "metadata_location": location,
-                    **(counts or {}),
-                },
-                {
-                    keys.table_key(ns, table): self._pointer_value(
-                        location, current["metadata_location"] if current else None, str(metadata.table_uuid)
-                    )
-                },
-            )
-            self._metadata_cache[(ns, table)] = (location, metadata)
+        """Point ``ns.table`` at ``metadata`` in one commit (see ``catalog.table_pointers.point``)."""
+        table_pointers.point(self, ns, table, location, metadata, operation, overwrite, counts)
         return self._table(ns, table, location, metadata)
 
     def register_table(self, identifier: str | Identifier, metadata_location: str, overwrite: bool = False) -> Table:
@@ -531,21 +383,7 @@ class RocksCatalog(MetastoreCatalog):
             TableAlreadyExistsError: If the table exists and ``overwrite`` is false.
             NoSuchNamespaceError: If the namespace does not exist.
         """
-        self._check_writable()
-        ns, table = self._split(identifier, err=InvalidNameError)
-        self._require_namespace(ns)
-        if not overwrite and self._pointer(ns, table) is not None:
-            raise TableAlreadyExistsError(f"Table already exists: {'.'.join((*ns, table))}")
-        if not self.files.inside(metadata_location):
-            raise InvalidLocationError(
-                f"metadata file {str(metadata_location)[:200]!r} must lie inside the catalog's warehouse"
-            )
-        io = self._load_file_io(location=metadata_location)
-        metadata = FromInputFile.table_metadata(io.new_input(metadata_location))
-        # Every file the registered metadata names must lie under its own table folder, as
-        # for a commit: the server will read, rewrite and delete them.
-        root = self.table_root(metadata.location, (*ns, table))
-        table_files.check_metadata(self.confined_io(root), metadata, None, metadata_location)
+        ns, table, metadata = table_pointers.check_registration(self, identifier, metadata_location, overwrite)
         return self._register_pointer(ns, table, metadata_location, metadata, "register", overwrite=overwrite)
 
     def load_table(self, identifier: str | Identifier) -> Table:
@@ -577,24 +415,7 @@ class RocksCatalog(MetastoreCatalog):
         Raises:
             NoSuchTableError: If the table does not exist.
         """
-        self._check_writable()
-        ns, table = self._split(identifier)
-        with self._commit_lock:
-            pointer = self._pointer(ns, table)
-            if pointer is None:
-                raise NoSuchTableError(f"Table does not exist: {'.'.join((*ns, table))}")
-            self._land(
-                {
-                    "namespace": ns,
-                    "table": table,
-                    "table_uuid": pointer.get("table_uuid"),
-                    "operation": "drop",
-                    "metadata_location": pointer["metadata_location"],
-                },
-                {},
-                (keys.table_key(ns, table),),
-            )
-            self._metadata_cache.pop((ns, table), None)
+        table_pointers.drop(self, identifier)
 
     def purge_table(self, identifier: str | Identifier) -> None:
         """Drop a table and delete its files: only those under the table's own folder, through
@@ -608,41 +429,8 @@ class RocksCatalog(MetastoreCatalog):
         table_files.purge(table)
 
     def rename_table(self, from_identifier: str | Identifier, to_identifier: str | Identifier) -> Table:
-        """Rename a table; its files stay where they are.
-
-        Raises:
-            NoSuchTableError: If the source table does not exist.
-            TableAlreadyExistsError: If the target name is taken.
-            NoSuchNamespaceError: If the target namespace does not exist.
-        """
-        self._check_writable()
-        src_ns, src = self._split(from_identifier)
-        dst_ns, dst = self._split(to_identifier, err=InvalidNameError)
-        with self._commit_lock:
-            pointer = self._pointer(src_ns, src)
-            if pointer is None:
-                raise NoSuchTableError(f"Table does not exist: {'.'.join((*src_ns, src))}")
-            self._require_namespace(dst_ns)
-            if self._pointer(dst_ns, dst) is not None:
-                raise TableAlreadyExistsError(f"Table already exists: {'.'.join((*dst_ns, dst))}")
-            self._refuse_view_name(dst_ns, dst)
-            location = pointer["metadata_location"]
-            metadata = self._read_metadata(src_ns, src, location)
-            self._land(
-                {
-                    "namespace": dst_ns,
-                    "table": dst,
-                    "table_uuid": pointer.get("table_uuid"),
-                    "operation": "rename",
-                    "metadata_location": location,
-                    "extra": {"renamed_from": ".".join((*src_ns, src))},
-                },
-                {keys.table_key(dst_ns, dst): json.dumps(pointer).encode("utf-8")},
-                (keys.table_key(src_ns, src),),
-            )
-            self._metadata_cache.pop((src_ns, src), None)
-            self._metadata_cache[(dst_ns, dst)] = (location, metadata)
-        return self._table(dst_ns, dst, location, metadata)
+        """Rename a table; its files stay where they are (see ``catalog.table_pointers.rename``)."""
+        return self._table(*table_pointers.rename(self, from_identifier, to_identifier))
 
     def commit_table(
         self, table: Table, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
@@ -686,50 +474,14 @@ class RocksCatalog(MetastoreCatalog):
     # -- namespaces --------------------------------------------------------------------
 
     def create_namespace(self, namespace: str | Identifier, properties: Properties = EMPTY_DICT) -> None:
-        """Create a namespace (and any missing parent levels, without properties).
+        """Create a namespace and any missing parents (see ``catalog.namespaces.create``)."""
+        namespaces.create(self, namespace, properties)
 
-        Raises:
-            NamespaceAlreadyExistsError: If it exists.
-            NoSuchNamespaceError: If the identifier is empty or has an empty or whitespace-only
-                level (``EmptyNamespaceError``, also an ``InvalidNameError``).
-            InvalidNameError: If a level name is refused for its characters or length.
-            ValueError: If a property key or value is not a string (None included).
-        """
-        self._check_writable()
-        ns = self._namespace(namespace, err=InvalidNameError)
-        checked = check_properties(properties, "namespace")
-        self._check_namespace_location(checked)
-        with self._commit_lock:
-            if self._ns_exists(ns):
-                raise NamespaceAlreadyExistsError(f"Namespace already exists: {'.'.join(ns)}")
-            # Missing parent levels are created (without properties) in the same batch, so a
-            # child namespace always has a parent that exists, lists and can be dropped last.
-            puts = {
-                keys.namespace_key(ns[:depth]): b"{}" for depth in range(1, len(ns)) if not self._ns_exists(ns[:depth])
-            }
-            puts[keys.namespace_key(ns)] = json.dumps(checked).encode("utf-8")
-            self._store.write(puts)
 
     def drop_namespace(self, namespace: str | Identifier) -> None:
-        """Drop an empty namespace.
+        """Drop an empty namespace (see ``catalog.namespaces.drop``)."""
+        namespaces.drop(self, namespace)
 
-        Raises:
-            NoSuchNamespaceError: If it does not exist.
-            NamespaceNotEmptyError: If it holds tables or child namespaces.
-        """
-        self._check_writable()
-        ns = self._namespace(namespace)
-        with self._commit_lock:
-            self._require_namespace(ns)
-            tables = self.list_tables(ns)
-            if tables:
-                raise NamespaceNotEmptyError(f"Namespace {'.'.join(ns)} is not empty: {len(tables)} tables exist")
-            if views.list_views(self, ns):
-                raise NamespaceNotEmptyError(f"Namespace {'.'.join(ns)} is not empty: views exist")
-            children = self.list_namespaces(ns)
-            if children:
-                raise NamespaceNotEmptyError(f"Namespace {'.'.join(ns)} is not empty: it has child namespaces")
-            self._store.write({}, (keys.namespace_key(ns),))
 
     def list_tables(self, namespace: str | Identifier) -> list[Identifier]:
         """List the tables directly in a namespace.
@@ -744,24 +496,9 @@ class RocksCatalog(MetastoreCatalog):
         return [(*ns, key[len(prefix) :].decode("utf-8")) for key, _ in self._store.scan(prefix)]
 
     def list_namespaces(self, namespace: str | Identifier = ()) -> list[Identifier]:
-        """List the direct children of a namespace (top-level namespaces for ``()``).
+        """The direct children of a namespace, top-level namespaces for ``()``."""
+        return namespaces.list_children(self, namespace)
 
-        Raises:
-            NoSuchNamespaceError: If the parent does not exist.
-        """
-        parent = Catalog.identifier_to_tuple(namespace)
-        self._refresh()
-        if parent:
-            ns = self._namespace(parent)
-            self._require_namespace(ns)
-            prefix = keys.namespace_key(ns) + keys.SEP.encode()
-        else:
-            prefix = keys.NAMESPACE
-        children: set[tuple[str, ...]] = set()
-        for key, _ in self._store.scan(prefix):
-            levels = keys.decode_namespace(key[len(keys.NAMESPACE) :])
-            children.add(levels[: len(parent) + 1])
-        return sorted(children)
 
     def load_namespace_properties(self, namespace: str | Identifier) -> Properties:
         """Properties of a namespace.
@@ -788,32 +525,13 @@ class RocksCatalog(MetastoreCatalog):
     def update_namespace_properties(
         self, namespace: str | Identifier, removals: set[str] | None = None, updates: Properties = EMPTY_DICT
     ) -> PropertiesUpdateSummary:
-        """Remove and set namespace properties.
+        """Remove and set namespace properties (see ``catalog.namespaces.update_properties``)."""
+        return namespaces.update_properties(self, namespace, removals, updates)
 
-        Raises:
-            NoSuchNamespaceError: If it does not exist.
-            ValueError: If a key is both removed and updated, or a key or value is not a
-                string (None included).
-        """
-        self._check_writable()
-        ns = self._namespace(namespace)
-        checked = check_properties(updates, "namespace")
-        self._check_namespace_location(checked)
-        if removals and any(not isinstance(key, str) for key in removals):
-            raise ValueError("namespace property keys to remove must be strings")
-        with self._commit_lock:
-            current = self.load_namespace_properties(ns)
-            summary, updated = self._get_updated_props_and_update_summary(current, removals, checked)
-            self._store.write({keys.namespace_key(ns): json.dumps(updated).encode("utf-8")})
-        return summary
 
     def _check_namespace_location(self, properties: Properties) -> None:
-        """A namespace ``location`` (where its tables' folders go) lies inside the warehouse."""
-        location = properties.get("location")
-        if location is not None and not self.files.inside(location):
-            raise InvalidLocationError(
-                f"namespace location {str(location)[:200]!r} must lie inside the catalog's warehouse"
-            )
+        namespaces.check_location(self, properties)
+
 
     # -- views (catalog.views) -----------------------------------------------------------
 
@@ -878,28 +596,9 @@ class RocksCatalog(MetastoreCatalog):
             ValueError: If a retention property is not a non-negative integer.
         """
         self._check_writable()
-        retain_count = self._int_property(LOG_RETAIN_COUNT, DEFAULT_LOG_RETAIN_COUNT)
-        retain_age_s = self._int_property(LOG_RETAIN_AGE_S, None)
-        with self._commit_lock:
-            keep_after = self.log.head() - retain_count if retain_count is not None else 0
-            if retain_age_s is not None:
-                now = now_us if now_us is not None else _now_us()
-                keep_after = max(keep_after, self.log.last_seq_before(now - retain_age_s * 1_000_000))
-            start = self.log.trim(keep_after)
+        start = self.commit_writer.trim_log(*log_retention(self.properties), now_us)
         logger.info("commit log trimmed: log starts at %d", start)
         return start
-
-    def _int_property(self, name: str, default: int | None) -> int | None:
-        raw = self.properties.get(name)
-        if raw is None or raw == "":
-            return default
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ValueError(f"catalog property {name} must be an integer, got {raw!r}") from None
-        if value < 0:
-            raise ValueError(f"catalog property {name} must not be negative, got {value}")
-        return value
 
     # -- lifecycle ---------------------------------------------------------------------
 

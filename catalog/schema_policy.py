@@ -52,7 +52,7 @@ from pyiceberg.types import (
 
 POLICY_PROPERTY = "icefloe.schema-policy"
 # The per-append choice, as a call header (DoPut, Flight SQL ingest; ADBC through its
-# call-header option). flight_server.headers.SCHEMA_POLICY_HEADER is the same name.
+# call-header option). flight_server.security.headers.SCHEMA_POLICY_HEADER is the same name.
 POLICY_HEADER = "x-icefloe-schema-policy"
 MATCH = "match"
 EVOLVE = "evolve"

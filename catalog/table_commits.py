@@ -32,7 +32,7 @@ from catalog.requirements import check as check_requirement
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
 
-    from catalog.rocks_catalog import RocksCatalog
+    from catalog.catalog_internals import CatalogInternals
 
 logger = logging.getLogger("icefloe.catalog")
 
@@ -58,7 +58,7 @@ class StagedCommit:
 
 
 def stage(
-    catalog: RocksCatalog,
+    catalog: CatalogInternals,
     identifier: str | Identifier,
     requirements: Sequence[TableRequirement],
     updates: Sequence[TableUpdate],
@@ -118,7 +118,7 @@ def _discard(staged: Sequence[StagedCommit]) -> None:
 
 
 def commit_tables(
-    catalog: RocksCatalog, changes: Sequence[TableChange], record_fields: Sequence[dict[str, Any]] | None = None
+    catalog: CatalogInternals, changes: Sequence[TableChange], record_fields: Sequence[dict[str, Any]] | None = None
 ) -> list[CommitTableResponse]:
     """Commit changes to several tables atomically: all land in one write batch, or none.
 
@@ -186,7 +186,7 @@ def commit_tables(
 
 
 def _record(
-    catalog: RocksCatalog, commit: StagedCommit
+    catalog: CatalogInternals, commit: StagedCommit
 ) -> tuple[dict[str, Any], dict[bytes, bytes], tuple[bytes, ...]]:
     location = str(commit.new_location)
     uuid = str(commit.new.table_uuid)

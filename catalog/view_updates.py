@@ -19,7 +19,12 @@ from pyiceberg.schema import Schema
 from pyiceberg.view.metadata import ViewHistoryEntry, ViewMetadata, ViewVersion
 
 from catalog.names import check_properties
-from catalog.views import VIEW_FORMAT_VERSION, ViewUpdateError
+
+VIEW_FORMAT_VERSION = 1
+
+
+class ViewUpdateError(ValueError):
+    """An update a view cannot take (a 400 over REST)."""
 
 LAST_ADDED = -1
 MAX_VERSIONS = 10  # Iceberg's version.history.num-entries default: older versions drop out

@@ -31,20 +31,17 @@ from pyiceberg.serializers import Compressor
 from pyiceberg.view.metadata import ViewHistoryEntry, ViewMetadata, ViewVersion
 
 from catalog import keys
+from catalog.catalog_errors import MetadataFileMissingError
 from catalog.durable_io import write_new
 from catalog.lru import LockedLRU
 from catalog.names import check_properties
+from catalog.view_updates import VIEW_FORMAT_VERSION, apply, check_requirement
 
 if TYPE_CHECKING:
-    from catalog.rocks_catalog import RocksCatalog
+    from catalog.catalog_internals import CatalogInternals
 
-VIEW_FORMAT_VERSION = 1
 # Parsed view metadata by file location (every query naming a view loads it).
 _parsed: LockedLRU[str, ViewMetadata] = LockedLRU(1024)
-
-
-class ViewUpdateError(ValueError):
-    """An update a view cannot take (a 400 over REST)."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +50,7 @@ class LoadedView:
     metadata: ViewMetadata
 
 
-def _pointer(catalog: RocksCatalog, ns: tuple[str, ...], name: str) -> dict[str, Any] | None:
+def _pointer(catalog: CatalogInternals, ns: tuple[str, ...], name: str) -> dict[str, Any] | None:
     raw = catalog.store.get(keys.view_key(ns, name))
     return json.loads(raw) if raw is not None else None
 
@@ -63,7 +60,7 @@ def _pointer_value(location: str, previous: str | None, metadata: ViewMetadata) 
                        "view_uuid": metadata.view_uuid, "location": metadata.location}).encode("utf-8")
 
 
-def view_folders(catalog: RocksCatalog) -> list[tuple[tuple[str, ...], str]]:
+def view_folders(catalog: CatalogInternals) -> list[tuple[tuple[str, ...], str]]:
     """(identifier, folder) of every view: table locations must not overlap them."""
     found = []
     for key, raw in catalog.store.scan(keys.VIEW):
@@ -72,15 +69,15 @@ def view_folders(catalog: RocksCatalog) -> list[tuple[tuple[str, ...], str]]:
     return found
 
 
-def exists(catalog: RocksCatalog, ns: tuple[str, ...], name: str) -> bool:
+def exists(catalog: CatalogInternals, ns: tuple[str, ...], name: str) -> bool:
     return _pointer(catalog, ns, name) is not None
 
 
-def list_views(catalog: RocksCatalog, ns: tuple[str, ...]) -> list[tuple[str, ...]]:
+def list_views(catalog: CatalogInternals, ns: tuple[str, ...]) -> list[tuple[str, ...]]:
     return [(*ns, keys.decode_view_key(key)[1]) for key, _ in catalog.store.scan(keys.view_prefix(ns))]
 
 
-def load(catalog: RocksCatalog, ns: tuple[str, ...], name: str) -> LoadedView:
+def load(catalog: CatalogInternals, ns: tuple[str, ...], name: str) -> LoadedView:
     """Raises: NoSuchViewError."""
     pointer = _pointer(catalog, ns, name)
     if pointer is None:
@@ -97,14 +94,12 @@ def load(catalog: RocksCatalog, ns: tuple[str, ...], name: str) -> LoadedView:
             stream = Compressor.get_compressor(location).stream_decompressor(raw)
             metadata = ViewMetadata.model_validate_json(stream.read())
     except FileNotFoundError:
-        from catalog.rocks_catalog import MetadataFileMissingError
-
         raise MetadataFileMissingError(location) from None
     _parsed.put(location, metadata)
     return LoadedView(location, metadata)
 
 
-def _write(catalog: RocksCatalog, metadata: ViewMetadata, version: int) -> str:
+def _write(catalog: CatalogInternals, metadata: ViewMetadata, version: int) -> str:
     io = catalog.table_io(metadata.location)
     location = f"{metadata.location.rstrip('/')}/metadata/{version:05d}-{uuid.uuid4()}.metadata.json"
     io.confine(location)
@@ -119,12 +114,12 @@ def _version_of(location: str) -> int:
         return 0
 
 
-def _check_folder(catalog: RocksCatalog, location: str, identifier: tuple[str, ...]) -> str:
+def _check_folder(catalog: CatalogInternals, location: str, identifier: tuple[str, ...]) -> str:
     """The view's folder: inside the warehouse, overlapping no table's or other view's folder."""
     return catalog.table_root(location, identifier)
 
 
-def _free_name(catalog: RocksCatalog, ns: tuple[str, ...], name: str) -> None:
+def _free_name(catalog: CatalogInternals, ns: tuple[str, ...], name: str) -> None:
     qualified = ".".join((*ns, name))
     if exists(catalog, ns, name):
         raise ViewAlreadyExistsError(f"View already exists: {qualified}")
@@ -132,7 +127,7 @@ def _free_name(catalog: RocksCatalog, ns: tuple[str, ...], name: str) -> None:
         raise TableAlreadyExistsError(f"Table with same name already exists: {qualified}")
 
 
-def create(catalog: RocksCatalog, ns: tuple[str, ...], name: str, schema: Schema, version: ViewVersion,
+def create(catalog: CatalogInternals, ns: tuple[str, ...], name: str, schema: Schema, version: ViewVersion,
            location: str | None, properties: dict[str, Any]) -> LoadedView:
     """Create a view (operation ``view-create``).
 
@@ -160,7 +155,7 @@ def create(catalog: RocksCatalog, ns: tuple[str, ...], name: str, schema: Schema
     return LoadedView(metadata_location, metadata)
 
 
-def _land(catalog: RocksCatalog, ns: tuple[str, ...], name: str, operation: str, location: str | None,
+def _land(catalog: CatalogInternals, ns: tuple[str, ...], name: str, operation: str, location: str | None,
           previous: str | None, metadata: ViewMetadata, deletes: tuple[bytes, ...] = (),
           puts: dict[bytes, bytes] | None = None) -> None:
     fields = {"namespace": ns, "table": name, "table_uuid": metadata.view_uuid, "metadata_location": location,
@@ -171,7 +166,7 @@ def _land(catalog: RocksCatalog, ns: tuple[str, ...], name: str, operation: str,
     catalog._land_many([(fields, writes, deletes)])
 
 
-def drop(catalog: RocksCatalog, ns: tuple[str, ...], name: str) -> None:
+def drop(catalog: CatalogInternals, ns: tuple[str, ...], name: str) -> None:
     """Drop a view (its files stay, as a dropped table's do). Raises: NoSuchViewError."""
     catalog._check_writable()
     with catalog._commit_lock:
@@ -182,7 +177,7 @@ def drop(catalog: RocksCatalog, ns: tuple[str, ...], name: str) -> None:
         _land(catalog, ns, name, "view-drop", None, None, metadata, deletes=(keys.view_key(ns, name),))
 
 
-def rename(catalog: RocksCatalog, src: tuple[tuple[str, ...], str], dst: tuple[tuple[str, ...], str]) -> None:
+def rename(catalog: CatalogInternals, src: tuple[tuple[str, ...], str], dst: tuple[tuple[str, ...], str]) -> None:
     """Rename a view (its folder stays). Raises: NoSuchViewError, NoSuchNamespaceError,
     ViewAlreadyExistsError / TableAlreadyExistsError for a taken destination."""
     catalog._check_writable()
@@ -200,7 +195,7 @@ def rename(catalog: RocksCatalog, src: tuple[tuple[str, ...], str], dst: tuple[t
                              (keys.view_key(*src),))])
 
 
-def replace(catalog: RocksCatalog, ns: tuple[str, ...], name: str, requirements: Sequence[Any],
+def replace(catalog: CatalogInternals, ns: tuple[str, ...], name: str, requirements: Sequence[Any],
             updates: Sequence[Any]) -> LoadedView:
     """Commit view updates (operation ``view-replace``): the REST spec's ``CommitViewRequest``.
 
@@ -208,7 +203,6 @@ def replace(catalog: RocksCatalog, ns: tuple[str, ...], name: str, requirements:
         NoSuchViewError; CommitFailedException (a requirement failed, or a concurrent commit
         won); ViewUpdateError (an update the view cannot take).
     """
-    from catalog.view_updates import apply, check_requirement
 
     catalog._check_writable()
     base = load(catalog, ns, name)

@@ -36,7 +36,7 @@ from catalog.commit_log import CommitRecord
 from catalog.lru import LockedLRU
 from flight_server.engine.iceberg_source import MISSING_COLUMN, dictionary_columns, footer_field_ids, small_types
 from flight_server.engine.scans import BATCH_ROWS
-from flight_server.feed.rows import with_commit_columns
+from flight_server.feed.commit_columns import with_commit_columns
 
 
 @dataclass(frozen=True)

@@ -8,81 +8,42 @@ commit's RocksDB batch is fsync'd. A stream that breaks off commits nothing.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
+import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
-from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import TableAlreadyExistsError
 
+from catalog import RocksCatalog
 from catalog.append import Appender, AppendResult
+from catalog.background_maintenance import BackgroundMaintainer
 from catalog.context import commit_context
-from catalog.maintenance import DEFAULT_ORPHAN_GRACE_S, BackgroundMaintainer, all_tables, maintain
+from catalog.lineage import LineageExporter
+from catalog.maintenance import DEFAULT_ORPHAN_GRACE_S, all_tables, maintain
 from catalog.names import InvalidNameError, check_name, check_namespace
 from catalog.pipes import InvalidPipeCommit, PipeCommit
-from catalog.schema_policy import POLICY_HEADER, SchemaMismatchError, check_policy
-from flight_server import errors, roles
+from catalog.schema_policy import SchemaMismatchError
+from flight_server import errors
+from flight_server.append_streams import client_errors, read_batches, requested_policy
 from flight_server.engine.sql_text import DEFAULT_SCHEMA
-from flight_server.headers import IDEMPOTENCY_HEADER, PIPE_HEADER, STAGE_HEADER, single_header
-
-if TYPE_CHECKING:
-    from flight_server.server import IcefloeServer
+from flight_server.observability.metrics import Metrics
+from flight_server.security import roles
+from flight_server.security.authorizer import Authorizer
+from flight_server.security.headers import IDEMPOTENCY_HEADER, PIPE_HEADER, STAGE_HEADER, single_header
+from flight_server.staged_appends import StagedAppendService
 
 logger = logging.getLogger("icefloe.appends")
 
 INGEST_MODES = ("create", "append", "replace", "create_append")
 
 
-def _validated(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """A client's batch, checked in full before any writer reads it: Arrow decodes IPC bodies
-    without looking at offsets or lengths, and the Parquet writer trusts them (a crafted batch
-    would read out of bounds)."""
-    try:
-        batch.validate(full=True)
-    except (pa.ArrowException, ValueError) as exc:
-        raise errors.InvalidArgument(
-            f"the DoPut stream holds an invalid record batch ({errors.first_line(exc)}); nothing was committed"
-        ) from None
-    return batch
 
-
-@contextlib.contextmanager
-def client_errors(identifier: tuple[str, ...], checked: str, suffix: str = "") -> Iterator[None]:
-    """Map what an append refuses to the client's status: a missing table, input that does not
-    fit, and the ValueErrors of the ``checked`` client value (an idempotency key, a job id)."""
-    qualified = ".".join(identifier)
-    try:
-        yield
-    except NoSuchTableError:
-        raise errors.NotFound(f"table {qualified} does not exist") from None
-    except SchemaMismatchError as exc:
-        raise errors.InvalidArgument(f"schema mismatch for {qualified}: {exc}{suffix}") from None
-    except ValueError as exc:
-        if checked in str(exc):
-            raise errors.InvalidArgument(str(exc)) from None
-        raise
-
-
-def requested_policy(context: flight.ServerCallContext | None) -> str | None:
-    """The append's own schema policy (header ``x-icefloe-schema-policy``), None if not given.
-
-    Raises:
-        errors.InvalidArgument: Not a known policy.
-    """
-    if context is None or not hasattr(context, "get_middleware"):
-        return None
-    value = single_header(context, POLICY_HEADER)
-    if value is None:
-        return None
-    try:
-        return check_policy(value)
-    except ValueError as exc:
-        raise errors.InvalidArgument(f"header {POLICY_HEADER}: {exc}; nothing was committed") from None
 
 
 def orphan_grace(value: object) -> float:
@@ -104,11 +65,17 @@ class AppendService:
     MAINTAIN_ACTION = "icefloe.maintain"
     ACTIONS = (MAINTAIN_ACTION,)
 
-    def __init__(self, server: IcefloeServer) -> None:
-        self.server = server
-        self.appender = Appender(server.catalog)
-        self.maintainer = BackgroundMaintainer(self.appender, server.stopping)
-        if not server.catalog.read_only:
+    def __init__(self, catalog: RocksCatalog, appender: Appender, staged: StagedAppendService,
+                 lineage: LineageExporter, metrics: Metrics, authorizer: Authorizer, stopping: threading.Event) -> None:
+        self.catalog = catalog
+        self.appender = appender
+        self.staged = staged
+        self.lineage = lineage
+        self.metrics = metrics
+        self.authorizer = authorizer
+        self.stopping = stopping
+        self.maintainer = BackgroundMaintainer(self.appender, stopping)
+        if not catalog.read_only:
             self.maintainer.start()
 
     def close(self) -> None:
@@ -124,7 +91,7 @@ class AppendService:
         reader: flight.MetadataRecordBatchReader,
         writer: flight.FlightMetadataWriter,
     ) -> None:
-        principal = self.server.authorize(context, roles.FLIGHT_COMMANDS["append"])
+        principal = self.authorizer.authorize(context, roles.FLIGHT_COMMANDS["append"])
         identifier = self._identifier(descriptor)
         key = self._idempotency_key(context)
         pipe = self._pipe_commit(context)
@@ -136,12 +103,12 @@ class AppendService:
                     f"a staged DoPut ({STAGE_HEADER}) takes no {IDEMPOTENCY_HEADER} or {PIPE_HEADER}: "
                     "give the key to icefloe.commit-staged, which commits exactly once per key"
                 )
-            answer = self.server.staged.stage(identifier, reader, self._batches(reader, context), job, principal,
+            answer = self.staged.stage(identifier, reader, self._batches(reader, context), job, principal,
                                               policy)
             self._answer(writer, answer, f"staged {answer['rows']} rows for {answer['table']}")
             return
         # track_write: a refused or failed append becomes a FAIL run in lineage.
-        with self.server.lineage.track_write(identifier[:-1], identifier[-1], "append", principal=principal):
+        with self.lineage.track_write(identifier[:-1], identifier[-1], "append", principal=principal):
             with commit_context(principal=principal):
                 result = self._append(identifier, reader, key, context, pipe)
         # Committed, but the client may be gone: a retry with its idempotency key gets this result.
@@ -196,9 +163,9 @@ class AppendService:
         try:
             result = self._append_stream(identifier, reader, key, context, received, pipe)
         except Exception as exc:
-            self.server.metrics.appended(errors.status_of(exc))
+            self.metrics.appended(errors.status_of(exc))
             raise
-        self.server.metrics.appended("OK", result.rows, received[0], time.perf_counter() - started)
+        self.metrics.appended("OK", result.rows, received[0], time.perf_counter() - started)
         return result
 
     def _append_stream(
@@ -220,39 +187,7 @@ class AppendService:
     def _batches(
         self, reader: Any, context: flight.ServerCallContext | None, received: list[int] | None = None
     ) -> Iterator[pa.RecordBatch]:
-        """Batches of a Flight or plain Arrow reader (their bytes added to ``received[0]``); ends
-        the append if the server stops.
-
-        A client that dies mid-stream looks like an ordinary end of stream to the reader;
-        only the call's cancelled flag tells them apart, so it is checked at the end.
-        """
-        received = received if received is not None else [0]
-        if hasattr(reader, "read_chunk"):
-            while True:
-                try:
-                    chunk = reader.read_chunk()
-                except StopIteration:
-                    if context is not None and context.is_cancelled():
-                        raise errors.Cancelled("the client went away mid-stream; nothing was committed") from None
-                    return
-                except (pa.ArrowException, OSError) as exc:
-                    if context is not None and context.is_cancelled():
-                        raise errors.Cancelled("the client went away mid-stream; nothing was committed") from None
-                    # Bytes that are not a valid Arrow IPC batch: the client's fault, not ours.
-                    raise errors.InvalidArgument(
-                        f"the DoPut stream is not valid Arrow data ({errors.first_line(exc)}); nothing was committed"
-                    ) from None
-                if self.server.stopping.is_set():
-                    raise errors.Unavailable("the server is shutting down; nothing was committed")
-                if chunk.data is not None:
-                    received[0] += chunk.data.nbytes
-                    yield _validated(chunk.data)
-        else:
-            for batch in reader:
-                if self.server.stopping.is_set():
-                    raise errors.Unavailable("the server is shutting down; nothing was committed")
-                received[0] += batch.nbytes
-                yield batch
+        return read_batches(reader, context, self.stopping, received)
 
     # -- DoAction "icefloe.maintain" ------------------------------------------------------
 
@@ -261,7 +196,7 @@ class AppendService:
 
         Answers one JSON result per table (see ``MaintenanceReport``).
         """
-        principal = self.server.authorize(context, roles.action_role(self.MAINTAIN_ACTION))
+        principal = self.authorizer.authorize(context, roles.action_role(self.MAINTAIN_ACTION))
         try:
             body = json.loads(action.body.to_pybytes() or b"{}")
             if not isinstance(body, dict):
@@ -279,9 +214,9 @@ class AppendService:
                 try:
                     report = maintain(self.appender, identifier, orphan_grace_s=grace, worker=self.maintainer.worker)
                 except Exception as exc:
-                    self.server.metrics.maintained(errors.status_of(exc))
+                    self.metrics.maintained(errors.status_of(exc))
                     raise
-                self.server.metrics.maintained("OK")
+                self.metrics.maintained("OK")
                 reports.append(report.to_json())
         return iter([json.dumps(r).encode("utf-8") for r in reports])
 
@@ -299,7 +234,7 @@ class AppendService:
         if not isinstance(table, str) or "." not in table:
             raise errors.InvalidArgument('"table" must be a qualified name such as "ns.t"')
         identifier = tuple(table.split("."))
-        if not self.server.catalog.table_exists(identifier):
+        if not self.catalog.table_exists(identifier):
             raise errors.NotFound(f"table {table} does not exist")
         return [identifier]
 
@@ -325,7 +260,7 @@ class AppendService:
         Create modes create a missing namespace. Without a namespace the target is
         ``default``. Temporary tables are refused.
         """
-        principal = self.server.authorize(context, roles.FLIGHT_COMMANDS["statement-ingest"])
+        principal = self.authorizer.authorize(context, roles.FLIGHT_COMMANDS["statement-ingest"])
         if temporary:
             raise errors.Unimplemented("temporary tables are not supported by icefloe; ingest into a regular table")
         if mode not in INGEST_MODES:
@@ -339,9 +274,9 @@ class AppendService:
         identifier = (*ns, name)
         if idempotency_key is None:
             idempotency_key = self._idempotency_key(context)
-        catalog = self.server.catalog
+        catalog = self.catalog
         operation = "append" if mode == "append" else mode
-        tracked = self.server.lineage.track_write(ns, name, operation, principal=principal)  # FAIL run on error
+        tracked = self.lineage.track_write(ns, name, operation, principal=principal)  # FAIL run on error
         with tracked, commit_context(principal=principal):
             if idempotency_key is not None and catalog.table_exists(identifier):
                 first = self.appender.idempotency.get(ns, name, idempotency_key)

@@ -54,6 +54,7 @@ from flight_server import errors
 from flight_server.appended_files import local_path, shared_reader
 from flight_server.changelog import net_changes
 from flight_server.engine import splits
+from flight_server.feed.commit_columns import with_commit_columns
 from flight_server.feed.row_changes import commit_row_changes, snapshot_has_deletes
 from flight_server.feed.rows import (
     RowsUnavailable,
@@ -64,9 +65,8 @@ from flight_server.feed.rows import (
     load_commit_metadata,
     output_schema,
     snapshot_operation,
-    with_commit_columns,
 )
-from flight_server.handles import HandleSigner
+from flight_server.security.handles import HandleSigner
 
 logger = logging.getLogger("icefloe.changes")
 

@@ -4,6 +4,10 @@ Routing only; the work lives in one service per capability:
 - ``flightsql``: Flight SQL commands (GetFlightInfo / DoGet / DoPut(CMD) / DoAction);
 - ``appends``: plain Flight appends (DoPut on a path descriptor);
 - ``feed``: the DoExchange commit and row feeds.
+
+The server builds each service from the collaborators it uses (the catalog, the engine's
+settings, the ``Authorizer``, the handle signer, metrics, the query log, lineage...), never
+from itself: no module below this one imports it (``tests/test_import_layout.py``).
 """
 
 from __future__ import annotations
@@ -23,17 +27,18 @@ import pyarrow.flight as flight
 from catalog import RocksCatalog
 from catalog.lineage import LineageExporter
 from flight_server import errors
-from flight_server.auth import MIDDLEWARE_KEY, Principal, action_floor, build_security, put_floor
 from flight_server.config import Config
 from flight_server.flightsql.sessions import MIDDLEWARE_KEY as SESSION_MIDDLEWARE_KEY
 from flight_server.flightsql.sessions import SessionMiddlewareFactory
-from flight_server.handles import HandleSigner
-from flight_server.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
-from flight_server.headers import HeadersMiddlewareFactory
 from flight_server.lineage_setup import lineage_settings
-from flight_server.metrics import Metrics, rpc
-from flight_server.querylog import QueryLog
-from flight_server.tokens import load_or_create_keys
+from flight_server.observability.metrics import Metrics, rpc
+from flight_server.observability.querylog import QueryLog
+from flight_server.security.auth import action_floor, build_security, put_floor
+from flight_server.security.authorizer import Authorizer
+from flight_server.security.handles import HandleSigner
+from flight_server.security.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
+from flight_server.security.headers import HeadersMiddlewareFactory
+from flight_server.security.tokens import load_or_create_keys
 
 logger = logging.getLogger("icefloe.server")
 
@@ -42,9 +47,10 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
     """Arrow Flight (SQL) server over a ``RocksCatalog`` warehouse."""
 
     def __init__(self, config: Config, catalog: RocksCatalog | None = None, **kwargs: Any) -> None:
+        from catalog.append import Appender
         from flight_server.appends import AppendService
         from flight_server.feed import FeedService
-        from flight_server.flightsql import FlightSqlService
+        from flight_server.flightsql.dispatcher import FlightSqlDeps, FlightSqlService
         from flight_server.staged_appends import StagedAppendService
 
         errors.install_clean_tracebacks()
@@ -54,6 +60,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         self.querylog = QueryLog(self.metrics, config.slow_query_ms)
         # Validate security flags before opening anything (a bad flag must not hold the catalog).
         self.security = build_security(config)
+        self.authorizer = Authorizer(self.security.auth)
         # Every ticket and handle given to clients is sealed with the warehouse's keys, so any
         # server on the same warehouse can run it and no client can forge one.
         self.handle_signer = HandleSigner(load_or_create_keys(config.key_folder)[0])
@@ -61,17 +68,21 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         _ensure_default_schema(self.catalog)
         # Set when shutdown begins, so long-lived streams (the feed) end and let gRPC drain.
         self.stopping = threading.Event()
-        self.flightsql = FlightSqlService(self)
-        self.appends = AppendService(self)
-        self.feed = FeedService(self)
         # Lineage outbox: registered before serving so no commit is missed; started below.
         # A write whose client cancelled or went away mid-stream is an ABORT run, not a FAIL.
         self.lineage = LineageExporter(self.catalog, abort_errors=(errors.Cancelled,))
-        self.staged = StagedAppendService(self.appends.appender, self.handle_signer, self.lineage)
-        from flight_server.operations import Operations
+        # Each service is built from the collaborators it uses, never from the server.
+        appender = Appender(self.catalog)
+        self.staged = StagedAppendService(appender, self.handle_signer, self.lineage)
+        self.appends = AppendService(self.catalog, appender, self.staged, self.lineage, self.metrics, self.authorizer,
+                                     self.stopping)
+        self.flightsql = FlightSqlService(FlightSqlDeps(config, self.catalog, self.authorizer, self.handle_signer,
+                                                        self.querylog, self.stopping, self.appends, self.lineage))
+        self.feed = FeedService(self.catalog, self.authorizer, self.metrics, self.stopping, config.max_subscribers)
+        from flight_server.observability.operations import Operations
 
         self.ops = Operations(self.catalog, self.lineage, self.flightsql.engine, self.feed.fanout, self.metrics,
-                              self.authorize)
+                              self.authorizer.authorize)
         middleware = dict(kwargs.pop("middleware", None) or {})
         middleware.update(self.security.middleware)
         middleware.setdefault(HEADERS_MIDDLEWARE_KEY, HeadersMiddlewareFactory())
@@ -93,11 +104,13 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         if config.rest_port is None and config.metrics_port is None:
             return []
         from flight_server.http import apps
+        from flight_server.http.deps import HttpDeps
         from flight_server.http.host import HttpHost, TlsFiles
 
         tls = None
         if config.tls_cert and config.tls_key:
             tls = TlsFiles(config.tls_cert, config.tls_key, config.tls_client_ca)
+        deps = HttpDeps(config, self.catalog, self.metrics, self.ops, self.security.auth, self.stopping)
         lines: list[str] = []
         for name, port, app, line in (
             ("rest", config.rest_port, apps.rest_app, "icefloe REST catalog on {url}"),
@@ -105,7 +118,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         ):
             if port is None:
                 continue
-            host = HttpHost(app(self), config.host, port, tls, name=name)
+            host = HttpHost(app(deps), config.host, port, tls, name=name)
             host.start()
             self.http_hosts.append(host)
             setattr(config, f"{name}_port", host.port)  # --*-port 0: keep the port we got
@@ -115,31 +128,11 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
     # -- access control ----------------------------------------------------------------
 
     def authorize(self, context: flight.ServerCallContext, role: str) -> str | None:
-        """Check that the caller may act with ``role`` ("read", "write" or "admin").
-
-        Returns the principal name to record on commits (None when auth is off).
-
-        Raises:
-            errors.Unauthenticated: No or bad credentials (when users are configured).
-            errors.PermissionDenied: The caller's role is below ``role``.
-        """
-        if self.security.auth is None:
-            return None
-        # The middleware authenticated the call before any handler ran (see auth.py).
-        session = context.get_middleware(MIDDLEWARE_KEY)
-        if session is None:
-            raise errors.Unauthenticated("authentication required")
-        principal: Principal = session.principal
-        if not principal.allows(role):
-            raise errors.PermissionDenied(
-                f"user {principal.name!r} has role {principal.role}; this needs role {role}"
-            )
-        return principal.name
+        """The caller's principal name if it may act with ``role`` (see ``Authorizer.authorize``)."""
+        return self.authorizer.authorize(context, role)
 
     def principal_name(self, context: flight.ServerCallContext) -> str | None:
-        """The authenticated caller's name, without checking anything (for the query log)."""
-        session = context.get_middleware(MIDDLEWARE_KEY) if self.security.auth is not None else None
-        return session.principal.name if session is not None else None
+        return self.authorizer.principal_name(context)
 
     # -- RPC routing ---------------------------------------------------------------------
 
@@ -264,7 +257,7 @@ def _port_in_use(host: str, port: int) -> bool:
 def _start(config: Config) -> IcefloeServer:
     """Construct the server, turning what commonly stops a start into one ``StartupError`` line
     (a held warehouse, a port in use, an unreadable warehouse) instead of a traceback."""
-    from catalog.rocks_catalog import CatalogReadOnlyError
+    from catalog.catalog_errors import CatalogReadOnlyError
 
     in_use = (
         f"port {config.port} on {config.host} is already in use (another icefloe serve?); stop that process, "

@@ -38,10 +38,11 @@ from catalog.staging import (
     check_job,
 )
 from catalog.two_phase import TwoPhaseAppends
-from flight_server import errors, roles
-from flight_server.appends import client_errors
-from flight_server.auth import MIDDLEWARE_KEY as AUTH_MIDDLEWARE_KEY
-from flight_server.handles import HandleSigner
+from flight_server import errors
+from flight_server.append_streams import client_errors
+from flight_server.security import roles
+from flight_server.security.auth import MIDDLEWARE_KEY as AUTH_MIDDLEWARE_KEY
+from flight_server.security.handles import HandleSigner
 
 if TYPE_CHECKING:
     from catalog.append import Appender

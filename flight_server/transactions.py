@@ -50,7 +50,7 @@ from pyiceberg.table.update import (
 from catalog.context import commit_context, current_commit_context
 from catalog.metadata_ops import apply_updates
 from flight_server import errors
-from flight_server.handles import HandleSigner
+from flight_server.security.handles import HandleSigner
 
 logger = logging.getLogger("icefloe.transactions")
 

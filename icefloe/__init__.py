@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flight_server.client import CommitEvent
+from flight_server.cli.client import CommitEvent
 from icefloe.backend import AppendEvent, Backend, ScanSource
 from icefloe.errors import (
     AlreadyExists,

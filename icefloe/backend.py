@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from flight_server.client import CommitEvent
+from flight_server.cli.client import CommitEvent
 
 if TYPE_CHECKING:  # catalog.pipes is for pipes only; a thin client that appends does not load it
     from catalog.pipes import PipeCommit

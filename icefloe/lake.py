@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from flight_server.client import CommitEvent
+from flight_server.cli.client import CommitEvent
 from icefloe.backend import AppendEvent, Backend, ScanSource
 from icefloe.errors import InvalidArgument
 

@@ -24,7 +24,7 @@ from catalog.append import Appender
 from catalog.commit_log import CommitRecord
 from catalog.pipes import PipeCommit
 from flight_server.changes import ChangeRequest, read_changes
-from flight_server.client import CommitEvent, events_of
+from flight_server.cli.client import CommitEvent, events_of
 from flight_server.engine.iceberg_source import IcebergSources
 from flight_server.feed.events import records_to_batch
 from icefloe.backend import AppendEvent, Backend, ScanSource, append_event

@@ -22,9 +22,9 @@ import pyarrow.flight as flight
 # Only light modules here (pyarrow, the wire protocol): a thin client must not import the
 # catalog, pyiceberg, DuckDB or pandas (tests/icefloe/test_thin_client.py holds it to that).
 from catalog.key_rules import check_key
-from flight_server.client import CommitEvent, FeedCursorExpired, FeedError, feed_head, subscribe
+from flight_server.cli.client import CommitEvent, FeedCursorExpired, FeedError, feed_head, subscribe
 from flight_server.flightsql import protocol as p
-from flight_server.headers import IDEMPOTENCY_HEADER, PIPE_HEADER, SCHEMA_POLICIES, SCHEMA_POLICY_HEADER
+from flight_server.security.headers import IDEMPOTENCY_HEADER, PIPE_HEADER, SCHEMA_POLICIES, SCHEMA_POLICY_HEADER
 from icefloe.backend import AppendEvent, Backend, ScanSource, append_event
 from icefloe.errors import CursorExpired, Error, InvalidArgument, NotFound, Unauthenticated, from_remote
 

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from flight_server.client import feed_messages
+from flight_server.cli.client import feed_messages
 from pyspark_icefloe.connection import Settings, option
 from pyspark_icefloe.feed import FeedWatcher
 from pyspark_icefloe.stream import offset, seq_of, starting_offset

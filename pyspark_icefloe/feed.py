@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from flight_server.client import FeedError, feed_messages
+from flight_server.cli.client import FeedError, feed_messages
 from pyspark_icefloe.connection import Settings, clean
 
 logger = logging.getLogger("icefloe.spark")

@@ -32,7 +32,7 @@ import pyarrow.flight as flight
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import LongType, StringType, StructType
 
-from flight_server.client import FeedCursorExpired
+from flight_server.cli.client import FeedCursorExpired
 from pyspark_icefloe.batch import EndpointPartition, endpoint_partitions, read_all, read_endpoint, scan_headers
 from pyspark_icefloe.connection import (
     IcefloeSparkError,

@@ -80,7 +80,7 @@ KEYS = {
     "doput": 'options = flight.FlightCallOptions(headers=[(b"x-icefloe-idempotency-key", b"batch-0001")])',
     "two_phase": 'stage = flight.FlightCallOptions(headers=[(b"x-icefloe-stage", b"job-7f3c")])',
     "adbc_staged": '"adbc.flight.sql.rpc.call_header.x-icefloe-stage": "job-7f3c"',
-    "subscribe_client": "from flight_server.client import subscribe",
+    "subscribe_client": "from flight_server.cli.client import subscribe",
     "subscribe_flight": 'request = {"feed": "commits.v1", "after": "earliest"',
     "change_scan": 'json.dumps({"changes": "sales.orders", "after": 120, "until": 180}).encode()))',
     "spark": 'uri = "grpc://127.0.0.1:31337"\n\n# Batch: one Spark partition',
@@ -227,7 +227,7 @@ def test_feeds(server: ServerProcess, tmp_path: Path) -> None:
 
 
 def test_change_scan(server: ServerProcess, tmp_path: Path) -> None:
-    from flight_server.client import feed_head
+    from flight_server.cli.client import feed_head
 
     head = feed_head(server.location, [])
     setup = f"import json\nimport pyarrow.flight as flight\nclient = flight.FlightClient({server.location!r})\n"
@@ -237,7 +237,7 @@ def test_change_scan(server: ServerProcess, tmp_path: Path) -> None:
 
 
 def test_auth(tmp_path: Path) -> None:
-    from flight_server.users import hash_password
+    from flight_server.security.users import hash_password
 
     users = tmp_path / "users.toml"
     # The example logs in as alice with the password "..." (as written).

@@ -35,57 +35,31 @@ the sandbox, where DuckDB pushes projections and filters into the dataset scan.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import hashlib
 import logging
-import queue
 import threading
 import time
 import weakref
-from collections import OrderedDict
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from typing import Any
 
 import duckdb
 import pyarrow as pa
-from duckdb import _seam  # binder access: schema of a statement without running it
-from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 from flight_server import errors
-from flight_server.engine import history, messages, policy, splits, view_expansion
+from flight_server.engine import duckdb_seam, history, messages, policy
 from flight_server.engine.bound import Bound, BoundSchemas
 from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
-from flight_server.engine.origins import ColumnOrigin, Source, result_origins
+from flight_server.engine.origins import ColumnOrigin
+from flight_server.engine.planner import QueryPlanner
 from flight_server.engine.pushdown import row_filter
-from flight_server.engine.runs import QueryRuns
+from flight_server.engine.runs import QueryRuns, run_failure
 from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 from flight_server.engine.slots import CATALOG_NAME, Slot, SlotPool, SpillFolder
-from flight_server.engine.tables import PinnedTable, name_candidates, table_hint
+from flight_server.engine.tables import PinnedTable
 from flight_server.engine.watchdog import Running, Watchdog
 from flight_server.transactions import staged_table
 
 logger = logging.getLogger("icefloe.engine")
-
-# How long a ticket's snapshots are kept from expiry after GetFlightInfo (see catalog.pins).
-TICKET_PIN_S = 900.0
-_READ_TYPES = {"SELECT", "EXPLAIN"}
-# MULTI: one statement DuckDB expands into several (ALTER TABLE ... ADD COLUMN ... NOT NULL).
-_WRITE_TYPES = {"INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "MERGE_INTO", "COPY", "MULTI"}
-# The longest SQL statement accepted (the text; parameters are bound separately).
-MAX_STATEMENT_BYTES = 1024 * 1024
-# Queries that passed the policy recently (by hash of their SQL and pins): a DoGet right after
-# its GetFlightInfo does not parse the same text again.
-_CHECKED_CACHE = 4096
-# Parse trees of recently planned statements up to this long (trees are ~20x their text).
-_TREE_CACHE = 512
-_TREE_CACHE_MAX_CHARS = 8192
-
-
-class Kind:
-    QUERY = "query"
-    WRITE = "write"
-
 
 class Engine:
     def __init__(
@@ -113,11 +87,6 @@ class Engine:
         if isinstance(warehouse, str):
             messages.register_private_path(warehouse.removeprefix("file://"))
         self._parser = Slot(threads)  # parsing, policy checks, AT values; never sees a table
-        self._parser_cursors: queue.LifoQueue[duckdb.DuckDBPyConnection] = queue.LifoQueue()
-        # Policy-checked queries (by _check_key) and where their result columns come from.
-        self._checked: OrderedDict[bytes, list[ColumnOrigin | None]] = OrderedDict()
-        self._trees: OrderedDict[tuple[str, str], policy.QueryTree] = OrderedDict()
-        self._checked_lock = threading.Lock()
         # Native Parquet reads for plain and selective scans (SQL icefloe writes, never the client's).
         self.scans = ScanPaths(catalog, self.spill.new_folder())
         # Each running query owns a slot, so the views naming its pinned snapshots cannot clash
@@ -125,6 +94,7 @@ class Engine:
         self.slots = SlotPool(max_concurrent, self._new_slot)
         self.watchdog = Watchdog(self._server_stopping)
         self.runs = QueryRuns(self.slots, self.watchdog)
+        self.planner = QueryPlanner(catalog, self._parser, self.sources, self.watchdog, self.runs, query_timeout_s)
 
     def close(self) -> None:
         self.watchdog.close()
@@ -133,253 +103,29 @@ class Engine:
     def _new_slot(self) -> Slot:
         return Slot(self._threads, self.spill.new_folder(), self._memory_limit)
 
-    # -- statements ---------------------------------------------------------------------
+    # -- statements (``planner.QueryPlanner``) -------------------------------------------
 
     def classify(self, sql: str) -> str:
-        return Kind.QUERY if self._statement_type(sql) in _READ_TYPES else Kind.WRITE
-
-    def _statement_type(self, sql: str) -> str:
-        """The DuckDB statement type of ``sql``, which must be exactly one read or write statement."""
-        if len(sql.encode("utf-8")) > MAX_STATEMENT_BYTES:
-            raise errors.InvalidArgument(f"SQL statement too long (at most {MAX_STATEMENT_BYTES // 1024} KiB)")
-        with self._parser_cursor() as cur:
-            try:
-                statements = cur.extract_statements(sql)
-                if len(statements) != 1:
-                    raise errors.InvalidArgument(f"expected exactly one SQL statement, got {len(statements)}")
-                kind = statements[0].type.name
-            except duckdb.Error as exc:
-                raise messages.map_duckdb(exc) from None
-            except ValueError:
-                # A statement type the Python binding has no name for (UPDATE EXTENSIONS, ...).
-                raise errors.InvalidArgument("this kind of statement is not allowed in icefloe SQL") from None
-        if kind in _READ_TYPES or kind in _WRITE_TYPES:
-            return str(kind)
-        raise errors.InvalidArgument(f"{kind} statements are not allowed")
-
-    @contextlib.contextmanager
-    def _parser_cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A cursor on the parser database, from a small pool: making one costs ~0.2 ms, more
-        than splitting or parsing a statement. Parser cursors only split, parse and evaluate
-        constants (no state outlives a call; an interrupt does not outlive its statement)."""
-        try:
-            cur = self._parser_cursors.get_nowait()
-        except queue.Empty:
-            cur = self._parser.cursor()
-        try:
-            yield cur
-        finally:
-            self._parser_cursors.put(cur)
-
-    @contextlib.contextmanager
-    def _planning(self, context: Any) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A parser cursor under the watchdog: planning is bounded by the query timeout and
-        stops when the client cancels, like execution."""
-        with self._parser_cursor() as cur:
-            run = Running(self._parser, cur, context, time.monotonic() + self.query_timeout_s)
-            run.pooled = False
-            self.watchdog.add(run)
-            try:
-                yield cur
-            except duckdb.Error as exc:
-                raise self._failure(run, exc) from None
-            finally:
-                self.runs.release(run)
-        if run.interrupted:
-            raise self._failure(run, duckdb.InterruptException("interrupted"))
+        return self.planner.classify(sql)
 
     def check(self, sql: str, default_schema: tuple[str, ...] | None, pins: list[PinnedTable],
               cur: duckdb.DuckDBPyConnection | None = None) -> policy.QueryTree | None:
-        """Refuse ``sql`` unless it is one query inside the sandbox policy whose every table
-        reference is one of ``pins`` (or a CTE). Returns its tree (None: passed moments ago)."""
-        key = _check_key(sql, default_schema, pins)
-        with self._checked_lock:
-            if key in self._checked:
-                self._checked.move_to_end(key)
-                return None
-        kind = self._statement_type(sql)
-        if kind not in _READ_TYPES:
-            raise errors.InvalidArgument("this statement writes; send it as an update")
-        if cur is None:
-            with self._planning(None) as planning:
-                tree = policy.check_query(planning, sql, explain=kind == "EXPLAIN")
-        else:
-            tree = policy.check_query(cur, sql, explain=kind == "EXPLAIN")
-        known = {(p.namespace, p.view_name.lower()) for p in pins}
-        for ref in tree.tables:
-            if ref.at_unit is not None:
-                raise errors.InvalidArgument("AT clauses are planned before a query runs")
-            if not any((ns, name.lower()) in known for ns, name in name_candidates(ref.parts, default_schema)):
-                raise self._missing_table(ref.parts, default_schema)
-        self._remember(key, self._origins(tree, pins, default_schema))
-        return tree
-
-    def _remember(self, key: bytes, origins: list[ColumnOrigin | None]) -> None:
-        with self._checked_lock:
-            self._checked[key] = origins
-            while len(self._checked) > _CHECKED_CACHE:
-                self._checked.popitem(last=False)
+        return self.planner.check(sql, default_schema, pins, cur)
 
     def column_origins(
         self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None
     ) -> list[ColumnOrigin | None]:
-        """The table column behind each result column of a planned query (None where a column
-        is computed; an empty list when the query's columns cannot be traced).
-
-        Remembered with the policy check, so a DoGet right after its GetFlightInfo finds them.
-        """
-        key = _check_key(sql, default_schema, pins)
-        with self._checked_lock:
-            found = self._checked.get(key)
-        if found is None:
-            self.check(sql, default_schema, pins)
-            with self._checked_lock:
-                found = self._checked.get(key, [])
-        return found
-
-    def _origins(
-        self, tree: policy.QueryTree, pins: list[PinnedTable], default_schema: tuple[str, ...] | None
-    ) -> list[ColumnOrigin | None]:
-        if tree.statement is None:
-            return []
-        by_view = {(p.namespace, p.view_name.lower()): p for p in pins}
-
-        def source(parts: tuple[str, ...], alias: str) -> Source | None:
-            for ns, name in name_candidates(parts, default_schema):
-                pin = by_view.get((ns, name.lower()))
-                if pin is None or pin.kind != "data":
-                    continue
-                try:
-                    table = self.catalog.load_table((*pin.namespace, pin.name))
-                except (NoSuchTableError, NoSuchNamespaceError, ValueError):
-                    return None
-                schema = table.schemas().get(pin.schema_id) or table.schema()
-                return Source(alias, pin.namespace, pin.name, list(schema.fields), read_only=pin.view is not None)
-            return None
-
-        return result_origins(tree.statement, source)
+        return self.planner.column_origins(sql, pins, default_schema)
 
     def plan(self, sql: str, default_schema: tuple[str, ...] | None,
              context: Any = None) -> tuple[str, list[PinnedTable]]:
-        """A query ready to run: ``sql`` with time-travel references rewritten, and its pins.
-
-        Raises:
-            errors.InvalidArgument: Not one query, a bad ``AT`` clause, or too long.
-            errors.PermissionDenied: Outside the sandbox policy.
-            errors.NotFound: A table it names does not exist.
-            errors.DeadlineExceeded: Planning took longer than the query timeout.
-        """
-        sql = view_expansion.expand(self.catalog, sql, default_schema)  # Iceberg views: their SQL, inline
-        kind = self._statement_type(sql)
-        if kind not in _READ_TYPES:
-            raise errors.InvalidArgument("this statement writes; send it as an update")
-        tree = self._checked_tree(sql, kind, context)
-        refs: list[history.AtReference] = []
-        if any(ref.at_unit is not None for ref in tree.tables):
-            with self._planning(context) as cur:  # AT values are evaluated at each planning
-                refs = history.resolve_at_references(cur, self.catalog, tree.tables, default_schema)
-        rewritten = history.rewrite(sql, refs, quote, CATALOG_NAME) if refs else sql
-        pins = {(r.namespace, history.at_view_name(r.name, r.snapshot_id)):
-                PinnedTable(r.namespace, r.name, r.snapshot_id, r.schema_id,
-                            view=history.at_view_name(r.name, r.snapshot_id)) for r in refs}
-        for ref in tree.tables:
-            if ref.at_unit is not None:
-                continue
-            for ns, table in name_candidates(ref.parts, default_schema):
-                if (ns, table) in pins:
-                    break
-                pin = self._pin_one(ns, table)
-                if pin is not None:
-                    pins[(ns, table)] = pin
-                    break
-            else:
-                raise self._missing_table(ref.parts, default_schema)
-        registry = getattr(self.catalog, "pins", None)
-        if registry is not None:
-            # The ticket's DoGet must still find these snapshots, whatever commits meanwhile.
-            for pin in pins.values():
-                if pin.snapshot_id is not None:
-                    registry.pin(pin.namespace, pin.name, pin.snapshot_id, TICKET_PIN_S)
-        planned = list(pins.values())
-        if refs:
-            # The rewritten text must pass the same policy with exactly these pins: it is what a
-            # ticket will carry and DoGet will run.
-            self.check(rewritten, default_schema, planned)
-        else:  # just checked, as is
-            self._remember(_check_key(rewritten, default_schema, planned), self._origins(tree, planned, default_schema))
-        return rewritten, planned
-
-    def _checked_tree(self, sql: str, kind: str, context: Any) -> policy.QueryTree:
-        """The policy-checked parse tree of a query; short statements' trees are remembered
-        (dashboards and drivers send the same text again and again)."""
-        key = (sql, kind)
-        with self._checked_lock:
-            tree = self._trees.get(key)
-            if tree is not None:
-                self._trees.move_to_end(key)
-                return tree
-        with self._planning(context) as cur:
-            tree = policy.check_query(cur, sql, explain=kind == "EXPLAIN")
-        if len(sql) <= _TREE_CACHE_MAX_CHARS:
-            with self._checked_lock:
-                self._trees[key] = tree
-                while len(self._trees) > _TREE_CACHE:
-                    self._trees.popitem(last=False)
-        return tree
+        return self.planner.plan(sql, default_schema, context)
 
     def split(
         self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None,
         target_bytes: int, max_partitions: int,
     ) -> list[list[PinnedTable]]:
-        """The pins of each endpoint of a planned query: several when it is a row-wise scan of
-        one table whose data files (after manifest pruning) exceed ``target_bytes``, else one.
-
-        Planned from manifests only; each endpoint's pins name part k of n (``splits``).
-        """
-        data = [p for p in pins if p.kind == "data"]
-        if len(pins) != 1 or len(data) != 1 or data[0].snapshot_id is None or max_partitions <= 1:
-            return [pins]
-        kind = self._statement_type(sql)
-        if kind != "SELECT" or not splits.splittable(self._checked_tree(sql, kind, None).statement):
-            return [pins]
-        pin = data[0]
-        snapshot_id = pin.snapshot_id
-        assert snapshot_id is not None  # checked above
-        table = self.catalog.load_table((*pin.namespace, pin.name))
-        schema = table.schemas().get(pin.schema_id) or table.schema()
-        units = splits.scan_units(self.sources.data_files(table, snapshot_id, row_filter(sql, schema)))
-        n = splits.partition_count(sum(u.bytes for u in units), len(units), target_bytes, max_partitions)
-        if n <= 1:
-            return [pins]
-        return [[dataclasses.replace(pin, split=(k, n))] for k in range(n)]
-
-    def _missing_table(self, parts: tuple[str, ...], default_schema: tuple[str, ...] | None) -> Exception:
-        """NOT_FOUND for a name that is no icefloe table, suggesting only icefloe tables."""
-        name = messages.scrub(".".join(parts))
-        if len(parts) == 1 and not default_schema:
-            return errors.NotFound(f"table {name} does not exist (name its namespace: ns.{name})")
-        candidates = name_candidates(parts, default_schema)
-        hint = ""
-        if candidates:
-            ns, table = candidates[0]
-            hint = table_hint(self.catalog, ns, table)
-        return errors.NotFound(f"table {name} does not exist{hint}")
-
-    def _pin_one(self, ns: tuple[str, ...], table: str) -> PinnedTable | None:
-        try:
-            tbl = self.catalog.load_table((*ns, table))
-            kind, view = "data", None
-        except (NoSuchTableError, NoSuchNamespaceError, ValueError):
-            meta = history.metadata_table_name(table)
-            if meta is None:
-                return None
-            try:
-                tbl = self.catalog.load_table((*ns, meta[0]))
-            except (NoSuchTableError, NoSuchNamespaceError, ValueError):
-                return None
-            kind, view, table = meta[1], table, meta[0]
-        snap = tbl.metadata.current_snapshot()
-        return PinnedTable(ns, table, snap.snapshot_id if snap else None, tbl.metadata.current_schema_id, view, kind)
+        return self.planner.split(sql, pins, default_schema, target_bytes, max_partitions)
 
     def describe(
         self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None, params: list[Any] | None = None
@@ -395,7 +141,7 @@ class Engine:
         run = Running(slot, cur, None, 0.0)
         try:
             self._setup(run, pins, default_schema)
-            sig = _seam.bind(cur, sql, values=params)
+            sig = duckdb_seam.bind(cur, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
             schema = arrow_schema(cur, sig.names, sig.types)
@@ -441,7 +187,7 @@ class Engine:
             if reader is not None:
                 return reader, run
             self._setup(run, pins, default_schema, sql, file_tags, file_positions)
-            sig = _seam.bind(run.cursor, sql, values=params)
+            sig = duckdb_seam.bind(run.cursor, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
             if not params:
@@ -452,13 +198,13 @@ class Engine:
             if reader is None:
                 # From here on only the client's statement runs on this cursor: DuckDB's count
                 # of name-changing statements must not move (see SlotPool).
-                run.catalog_version = _seam.catalog_version(run.cursor)
+                run.catalog_version = duckdb_seam.catalog_version(run.cursor)
                 reader = run.cursor.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
         except BaseException as exc:
             run.failed = True
             self.runs.release(run)
             if isinstance(exc, duckdb.Error):
-                raise self._failure(run, exc) from None
+                raise run_failure(run, self.query_timeout_s, exc) from None
             raise
         return reader, run
 
@@ -490,7 +236,7 @@ class Engine:
         run = Running(slot, cur, None, 0.0)
         try:
             self._setup(run, pins, default_schema)
-            sig = _seam.bind(cur, sql, values=params)
+            sig = duckdb_seam.bind(cur, sql, values=params)
             return [(str(n), str(t)) for n, t in zip(sig.names, sig.types, strict=True)]
         except duckdb.Error as exc:
             raise messages.map_duckdb(exc) from None
@@ -513,7 +259,7 @@ class Engine:
         try:
             return reader.read_all()
         except duckdb.Error as exc:
-            raise self._failure(run, exc) from None
+            raise run_failure(run, self.query_timeout_s, exc) from None
         except (pa.ArrowException, OSError) as exc:
             raise _stream_failure(run, exc) from None
         finally:
@@ -536,23 +282,13 @@ class Engine:
                 except StopIteration:
                     return
                 except duckdb.Error as exc:
-                    raise self._failure(run, exc) from None
+                    raise run_failure(run, self.query_timeout_s, exc) from None
                 except (pa.ArrowException, OSError) as exc:
                     raise _stream_failure(run, exc) from None
                 yield batch
         finally:
             reader.close()
             self.runs.release(run)
-
-    def _failure(self, run: Running, exc: duckdb.Error) -> Exception:
-        run.failed = True  # its slot is audited before reuse
-        if run.interrupted == "timeout":
-            return errors.DeadlineExceeded(f"query exceeded the {self.query_timeout_s:g}s timeout")
-        if run.interrupted == "cancelled":
-            return errors.Cancelled("query cancelled")
-        if run.interrupted == "shutdown":
-            return errors.Unavailable("the server is shutting down; retry")
-        return messages.map_duckdb(exc)
 
     # -- sources --------------------------------------------------------------------------
 
@@ -620,11 +356,6 @@ class Engine:
         schema = table.schemas().get(pin.schema_id) or table.schema()
         row_prune = row_filter(sql, schema) if prune and sql is not None else None
         return self.sources.parts(table, pin.snapshot_id, schema, row_prune, pin.split)
-
-def _check_key(sql: str, default_schema: tuple[str, ...] | None, pins: list[PinnedTable]) -> bytes:
-    spec = repr((sql, default_schema, sorted((p.namespace, p.view_name) for p in pins)))
-    return hashlib.blake2b(spec.encode(), digest_size=16).digest()
-
 
 def _stream_failure(run: Running, exc: BaseException) -> Exception:
     """An error DuckDB raised while producing batches reaches Python through Arrow's C stream

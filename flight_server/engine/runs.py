@@ -8,8 +8,9 @@ when the call that started it ends (``follow_call``).
 from __future__ import annotations
 
 import duckdb
-from duckdb import _seam
 
+from flight_server import errors
+from flight_server.engine import duckdb_seam, messages
 from flight_server.engine.slots import SlotPool
 from flight_server.engine.watchdog import Running, Watchdog, interrupt
 
@@ -37,7 +38,7 @@ class QueryRuns:
         suspect = run.failed or run.interrupted is not None
         if run.catalog_version is not None:
             try:
-                suspect = suspect or _seam.catalog_version(run.cursor) != run.catalog_version
+                suspect = suspect or duckdb_seam.catalog_version(run.cursor) != run.catalog_version
             except duckdb.Error:
                 suspect = True
         keep = run.cursor_reusable and not suspect
@@ -63,3 +64,15 @@ class QueryRuns:
         run.failed = True  # its slot is audited before reuse
         interrupt(run)
         self.release(run)
+
+
+def run_failure(run: Running, timeout_s: float, exc: duckdb.Error) -> Exception:
+    """The error to raise for a DuckDB error of ``run``: what interrupted it, if anything."""
+    run.failed = True  # its slot is audited before reuse
+    if run.interrupted == "timeout":
+        return errors.DeadlineExceeded(f"query exceeded the {timeout_s:g}s timeout")
+    if run.interrupted == "cancelled":
+        return errors.Cancelled("query cancelled")
+    if run.interrupted == "shutdown":
+        return errors.Unavailable("the server is shutting down; retry")
+    return messages.map_duckdb(exc)

@@ -17,8 +17,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
-from duckdb import _seam  # binder access: schema of a statement without running it
 
+from flight_server.engine import duckdb_seam
 from flight_server.engine.iceberg_source import MISSING_COLUMN, quote
 from flight_server.engine.pushdown import plain_projection, safe_conjuncts
 
@@ -126,7 +126,7 @@ class ScanPaths:
         if not conjuncts:
             return
         view = run.views[0]
-        sig = _seam.bind(run.cursor, f"SELECT * FROM {view}")
+        sig = duckdb_seam.bind(run.cursor, f"SELECT * FROM {view}")
         target = arrow_schema(run.cursor, sig.names, sig.types)
         phys_of = {name: phys for phys, name in part.columns}
         where = " AND ".join(c.sql(quote(phys_of[c.column])) for c in conjuncts)
@@ -208,5 +208,5 @@ def arrow_schema(cur: duckdb.DuckDBPyConnection, names: list[str], types: list[A
         if str(typ) == "UNKNOWN":
             fields.append(pa.field(name, pa.utf8()))
         else:
-            fields.append(_seam.arrow_schema(cur, [name], [typ]).field(0))
+            fields.append(duckdb_seam.arrow_field(cur, name, typ))
     return pa.schema(fields)

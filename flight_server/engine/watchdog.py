@@ -17,7 +17,7 @@ from typing import Any
 import duckdb
 
 from flight_server.engine.slots import Slot
-from flight_server.headers import HeadersMiddleware, call_of
+from flight_server.security.headers import HeadersMiddleware, call_of
 
 logger = logging.getLogger("icefloe.engine")
 

@@ -26,5 +26,5 @@ class CommitStream(FeedStream):
             return False
         self.send_batch(event_batch.batch)
         live = self.delivering_live and event_batch.last_seq > self.replay_until
-        self.server.metrics.delivered(event_batch.last_committed_at_us, live=live)
+        self.deps.metrics.delivered(event_batch.last_committed_at_us, live=live)
         return True

@@ -33,6 +33,7 @@ from pyiceberg.table.metadata import TableMetadata
 from catalog.commit_log import CommitRecord
 from catalog.sandbox import confine
 from flight_server import errors
+from flight_server.feed.commit_columns import with_commit_columns
 from flight_server.feed.events import metadata_message, record_matches, record_summary
 from flight_server.feed.stream import FeedStream
 
@@ -62,7 +63,7 @@ class RowStream(FeedStream):
 
     def run(self) -> None:
         # A mistyped table name should fail now rather than stream heartbeats forever.
-        self.server.catalog.load_table(self.table_name)
+        self.deps.catalog.load_table(self.table_name)
         super().run()
 
     # -- per commit --------------------------------------------------------------------------
@@ -138,8 +139,8 @@ class RowStream(FeedStream):
         location = record.metadata_location
         cached = self._metadata.get(location) if location is not None else None
         if cached is not None:
-            return cached, self.server.catalog.table_io(cached.location)
-        metadata, io = load_commit_metadata(self.server.catalog, record)
+            return cached, self.deps.catalog.table_io(cached.location)
+        metadata, io = load_commit_metadata(self.deps.catalog, record)
         assert location is not None  # load_commit_metadata refuses a record without one
         self._metadata[location] = metadata
         while len(self._metadata) > _METADATA_CACHE_SIZE:
@@ -347,21 +348,3 @@ def commit_changes(
                     return None
                 files.append(entry.data_file)
     return schema, added, removed
-
-
-def with_commit_columns(
-    batch: pa.RecordBatch, target: pa.Schema, record: CommitRecord, operation: str | None = None
-) -> pa.RecordBatch:
-    """``batch`` with the commit columns, ``_operation`` being ``operation`` or the commit's."""
-    n = batch.num_rows
-    arrays: list[Any] = []
-    for field in target:
-        if field.name == "_seq":
-            arrays.append(pa.repeat(pa.scalar(record.seq, pa.int64()), n))
-        elif field.name == "_snapshot_id":
-            arrays.append(pa.repeat(pa.scalar(record.snapshot_id, pa.int64()), n))
-        elif field.name == "_operation":
-            arrays.append(pa.repeat(pa.scalar(operation or record.operation, pa.utf8()), n))
-        else:
-            arrays.append(batch.column(field.name).cast(field.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=target)

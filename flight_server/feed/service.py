@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING
+import threading
 
 import pyarrow.flight as flight
 
-from flight_server import errors, roles
+from catalog import RocksCatalog
+from flight_server import errors
 from flight_server.feed.commits import CommitStream
 from flight_server.feed.events import EventBatchCache
 from flight_server.feed.fanout import FanOut
 from flight_server.feed.request import COMMITS_FEED, parse_request
-from flight_server.feed.stream import FeedStream
-
-if TYPE_CHECKING:
-    from flight_server.server import IcefloeServer
+from flight_server.feed.stream import FeedDeps, FeedStream
+from flight_server.observability.metrics import Metrics
+from flight_server.security import roles
+from flight_server.security.authorizer import Authorizer
 
 logger = logging.getLogger("icefloe.feed")
 
@@ -26,11 +27,13 @@ FANOUT_WORKERS = max(2, min(4, os.cpu_count() or 2))
 
 
 class FeedService:
-    def __init__(self, server: IcefloeServer) -> None:
-        self.server = server
-        server.catalog.hub.max_subscribers = server.config.max_subscribers
+    def __init__(self, catalog: RocksCatalog, authorizer: Authorizer, metrics: Metrics, stopping: threading.Event,
+                 max_subscribers: int) -> None:
+        self.authorizer = authorizer
+        self.deps = FeedDeps(catalog, stopping, metrics)
+        catalog.hub.max_subscribers = max_subscribers
         self.batches = EventBatchCache()
-        self.fanout = FanOut(server.catalog.hub, workers=FANOUT_WORKERS)
+        self.fanout = FanOut(catalog.hub, workers=FANOUT_WORKERS)
 
     def close(self) -> None:
         self.fanout.close()
@@ -42,7 +45,7 @@ class FeedService:
         reader: flight.MetadataRecordBatchReader,
         writer: flight.MetadataRecordBatchWriter,
     ) -> None:
-        self.server.authorize(context, roles.FLIGHT_COMMANDS["feed"])
+        self.authorizer.authorize(context, roles.FLIGHT_COMMANDS["feed"])
         if descriptor.descriptor_type != flight.DescriptorType.CMD:
             raise errors.InvalidArgument(
                 "DoExchange needs FlightDescriptor.for_command(<JSON subscription>), "
@@ -51,10 +54,10 @@ class FeedService:
         request = parse_request(descriptor.command)
         stream: FeedStream
         if request.feed == COMMITS_FEED:
-            stream = CommitStream(self.server, context, request, writer, batches=self.batches)
+            stream = CommitStream(self.deps, context, request, writer, batches=self.batches)
             stream.fanout = self.fanout
         else:
             from flight_server.feed.rows import RowStream
 
-            stream = RowStream(self.server, context, request, writer)
+            stream = RowStream(self.deps, context, request, writer)
         stream.run()

@@ -9,21 +9,21 @@ subscription is marked lagging and later catches up from the durable log.
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from catalog import RocksCatalog
 from catalog.commit_log import CommitRecord
 from catalog.subscriptions import Subscription
 from flight_server import errors
 from flight_server.feed.events import metadata_message
 from flight_server.feed.fanout import FanOut
 from flight_server.feed.request import FeedRequest
-
-if TYPE_CHECKING:
-    from flight_server.server import IcefloeServer
+from flight_server.observability.metrics import Metrics
 
 logger = logging.getLogger("icefloe.feed")
 
@@ -39,17 +39,26 @@ class ClientGone(Exception):
     """Writing to the client failed: it cancelled or disconnected."""
 
 
+@dataclass(frozen=True)
+class FeedDeps:
+    """What feed streams use of the server: the catalog they read, its stopping flag, metrics."""
+
+    catalog: RocksCatalog
+    stopping: threading.Event
+    metrics: Metrics
+
+
 class FeedStream:
     """Base class for a feed stream; subclasses turn commit records into messages."""
 
     def __init__(
         self,
-        server: IcefloeServer,
+        deps: FeedDeps,
         context: flight.ServerCallContext,
         request: FeedRequest,
         writer: flight.MetadataRecordBatchWriter,
     ) -> None:
-        self.server = server
+        self.deps = deps
         self.context = context
         self.request = request
         self.writer = writer
@@ -96,7 +105,7 @@ class FeedStream:
         raise NotImplementedError
 
     def run(self) -> None:
-        catalog = self.server.catalog
+        catalog = self.deps.catalog
         log = catalog.log
         after = self.request.after
         # Register before reading the log: anything landing from now on reaches the queue, and
@@ -130,7 +139,7 @@ class FeedStream:
         while True:
             if until is not None and subscription.last_seq >= until:
                 return  # every commit up to ``until`` was sent: the stream ends cleanly
-            if self.server.stopping.is_set():
+            if self.deps.stopping.is_set():
                 raise errors.Unavailable(f"server is shutting down; resume after seq {subscription.last_seq}")
             if self.context.is_cancelled():
                 return
@@ -185,7 +194,7 @@ class FeedStream:
         finally:
             fanout.detach(sink)  # on any way out, no worker may still be writing
         # Released, so no worker is writing: ``last_seq`` is final.
-        if self.server.stopping.is_set():
+        if self.deps.stopping.is_set():
             raise errors.Unavailable(f"server is shutting down; resume after seq {sink.last_seq}")
         if self.context.is_cancelled():
             return None
@@ -198,7 +207,7 @@ class FeedStream:
 
     def _ended(self) -> bool:
         """Asked by the fan-out's timer while attached: should this stream stop?"""
-        return self.server.stopping.is_set() or self.context.is_cancelled()
+        return self.deps.stopping.is_set() or self.context.is_cancelled()
 
     # -- fan-out workers ---------------------------------------------------------------------
 

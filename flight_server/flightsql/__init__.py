@@ -2,7 +2,7 @@
 
 ``FlightSqlService`` is imported on first use: the dispatcher pulls in the whole server (DuckDB,
 pyiceberg, sqlglot), and clients that only need ``protocol`` (the Spark data source's Python
-workers, ``sql_client``) should not pay seconds for it at import.
+workers, ``cli.sql``) should not pay seconds for it at import.
 """
 
 from __future__ import annotations

@@ -44,13 +44,13 @@ import pyarrow.flight as flight
 
 from flight_server import errors
 from flight_server.changes import ChangeRequest, ChangeScanService
-from flight_server.engine.engine import MAX_STATEMENT_BYTES
+from flight_server.engine.planner import MAX_STATEMENT_BYTES
 from flight_server.engine.policy import serialize
-from flight_server.handles import HandleSigner
+from flight_server.security.handles import HandleSigner
 from flight_server.staged_appends import table_identifier
 
 if TYPE_CHECKING:
-    from flight_server.querylog import QueryLog
+    from flight_server.observability.querylog import QueryLog
     from flight_server.staged_appends import StagedAppendService
 
 PURPOSE = "res"  # the sealed one-row answer of a commit / abort, read back by DoGet

@@ -17,14 +17,15 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.flight as flight
 
 from catalog.names import InvalidNameError, check_name, check_namespace
-from flight_server import errors, roles
-from flight_server.appends import requested_policy
+from flight_server import errors
+from flight_server.append_streams import read_batches, requested_policy
 from flight_server.engine import CATALOG_NAME, split_namespace
 from flight_server.flightsql import protocol as p
-from flight_server.headers import IDEMPOTENCY_HEADER, STAGE_HEADER, single_header
+from flight_server.security import roles
+from flight_server.security.headers import IDEMPOTENCY_HEADER, STAGE_HEADER, single_header
 
 if TYPE_CHECKING:
-    from flight_server.server import IcefloeServer
+    from flight_server.appends import AppendService
 
 logger = logging.getLogger("icefloe.flightsql.ingest")
 
@@ -43,7 +44,7 @@ def ingest_mode(if_not_exist: int, if_exists: int) -> str:
     raise errors.InvalidArgument("ingest: if_not_exist and if_exists are both FAIL; nothing could be written")
 
 
-def ingest(server: IcefloeServer, context: flight.ServerCallContext, cmd: p.CommandStatementIngest,
+def ingest(appends: AppendService, context: flight.ServerCallContext, cmd: p.CommandStatementIngest,
            namespace: tuple[str, ...], reader: Any) -> int:
     """Run one bulk ingest into ``cmd.schema`` (else ``namespace``, the session's schema);
     return the rows ingested (committed, or staged under the ``x-icefloe-stage`` job).
@@ -52,7 +53,7 @@ def ingest(server: IcefloeServer, context: flight.ServerCallContext, cmd: p.Comm
         errors.InvalidArgument: A bad mode, name or stream; a staged ingest that is not an append.
         errors.NotFound: Another catalog, or (append) a missing table.
     """
-    principal = server.authorize(context, roles.FLIGHT_COMMANDS["statement-ingest"])
+    principal = appends.authorizer.authorize(context, roles.FLIGHT_COMMANDS["statement-ingest"])
     if cmd.catalog not in (None, "", CATALOG_NAME):
         raise errors.NotFound(f"catalog {cmd.catalog!r} does not exist (the catalog is {CATALOG_NAME!r})")
     if not cmd.table:
@@ -64,10 +65,7 @@ def ingest(server: IcefloeServer, context: flight.ServerCallContext, cmd: p.Comm
     options = {e.key: e.value for e in cmd.options}
     job = single_header(context, STAGE_HEADER)
     if job is not None:
-        return _stage(server, context, cmd, namespace, mode, options, reader, job, principal)
-    appends = getattr(server, "appends", None)
-    if appends is None:
-        raise errors.Unimplemented("bulk ingest is not available in this build")
+        return _stage(appends, context, cmd, namespace, mode, options, reader, job, principal)
     return int(
         appends.ingest(
             context,
@@ -81,7 +79,7 @@ def ingest(server: IcefloeServer, context: flight.ServerCallContext, cmd: p.Comm
     )
 
 
-def _stage(server: IcefloeServer, context: flight.ServerCallContext, cmd: p.CommandStatementIngest,
+def _stage(appends: AppendService, context: flight.ServerCallContext, cmd: p.CommandStatementIngest,
            namespace: tuple[str, ...], mode: str, options: dict[str, str], reader: Any, job: str,
            principal: str | None) -> int:
     """A staged ingest: the rows are written and fsync'd under ``job``, nothing is committed."""
@@ -101,7 +99,7 @@ def _stage(server: IcefloeServer, context: flight.ServerCallContext, cmd: p.Comm
     except InvalidNameError as exc:
         raise errors.InvalidArgument(str(exc)) from None
     # The DoPut path's batch reader: full validation of every batch, cancellation, shutdown.
-    batches = server.appends._batches(reader, context)
-    answer = server.staged.stage(identifier, reader, batches, job, principal, requested_policy(context))
+    batches = read_batches(reader, context, appends.stopping)
+    answer = appends.staged.stage(identifier, reader, batches, job, principal, requested_policy(context))
     logger.debug("staged ingest of %d rows into %s (job %s)", answer["rows"], answer["table"], job)
     return int(answer["rows"])

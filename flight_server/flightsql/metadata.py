@@ -152,7 +152,7 @@ def sql_info_values() -> dict[int, tuple[int, Any]]:
         SQL_TRANSACTIONS_SUPPORTED: (_BOOL, True),
         SQL_SUPPORTED_TRANSACTIONS_ISOLATION_LEVELS: (_BITMASK, 1 << _REPEATABLE_READ),
         # DDL inside a transaction lands at once, outside it: it neither commits the transaction's
-        # staged writes nor is ignored (flightsql.dispatcher._is_data_change).
+        # staged writes nor is ignored (flightsql.transaction_handler.is_data_change).
         SQL_DATA_DEFINITION_CAUSES_TRANSACTION_COMMIT: (_BOOL, False),
         SQL_DATA_DEFINITIONS_IN_TRANSACTIONS_IGNORED: (_BOOL, False),
     }

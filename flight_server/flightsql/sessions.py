@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow.flight as flight
 
-from flight_server.tokens import session_identity
+from flight_server.security.tokens import session_identity
 
 COOKIE = "arrow_flight_session_id"
 MIDDLEWARE_KEY = "icefloe-session"

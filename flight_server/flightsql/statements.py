@@ -6,7 +6,7 @@ saw at GetFlightInfo; DoGet reads exactly those snapshots. A prepared-statement 
 the SQL, the default schema and, once bound through DoPut, the parameter values (as an Arrow
 IPC stream); binding returns an updated handle (``DoPutPreparedStatementResult``).
 
-Handles travel through clients, so each is sealed by ``HandleCodec`` (``flight_server.handles``):
+Handles travel through clients, so each is sealed by ``HandleCodec`` (``flight_server.security.handles``):
 nothing in one is decoded before its signature checks out. Parameter batches a client binds are
 bounded in rows and bytes as they are read, before they are kept or embedded in a handle.
 """
@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from flight_server import errors
 from flight_server.engine import PinnedTable
-from flight_server.handles import HandleSigner
+from flight_server.security.handles import HandleSigner
 
 MAX_HANDLE_BYTES = 4 * 1024 * 1024
 # Bound parameters: what one DoPut may bind to a prepared statement (JDBC executeBatch and ADBC

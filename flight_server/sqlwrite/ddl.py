@@ -20,10 +20,10 @@ from pyiceberg.exceptions import (
 )
 from sqlglot import exp
 
-from flight_server import errors, roles
-from flight_server.engine import CATALOG_NAME
+from flight_server import errors
 from flight_server.engine.iceberg_source import quote
 from flight_server.engine.sql_text import DEFAULT_SCHEMA
+from flight_server.security import roles
 from flight_server.sqlwrite import mor, types
 from flight_server.sqlwrite.commit import commit_once
 from flight_server.sqlwrite.parse import TableName, bind_subset, schema_name, sql_of, table_name
@@ -31,7 +31,7 @@ from flight_server.sqlwrite.partitioning import partition_spec
 from flight_server.sqlwrite.rows import conform, input_names
 
 if TYPE_CHECKING:
-    from flight_server.sqlwrite.writer import Write
+    from flight_server.sqlwrite.write import Write
 
 
 def create_schema(w: Write) -> int:
@@ -193,7 +193,7 @@ def alter_table(w: Write) -> int:
     if isinstance(action, exp.AlterSet):
         props = _properties(action, what)
         # As over REST: icefloe.* keys steer the server (admin), other properties are the
-        # table owner's (write) — one rule on every port (flight_server.roles).
+        # table owner's (write) — one rule on every port (flight_server.security.roles).
         w.authorize(roles.property_role(props))
         mor.check_properties(props, what)
         table = _load(w, target, what)
@@ -293,8 +293,3 @@ def _properties(action: exp.Expression, what: str) -> dict[str, str]:
     if not props:
         raise errors.InvalidArgument(f"{what} SET: no properties given")
     return props
-
-
-def view_sql(target: TableName) -> str:
-    return f"{CATALOG_NAME}.{quote('.'.join(target.namespace))}.{quote(target.name)}"
-

@@ -30,24 +30,19 @@ from pyiceberg.table.update.snapshot import _OverwriteFiles
 from sqlglot import exp
 
 from catalog.context import commit_context
-from catalog.deletes import plan_files
-from catalog.sandbox import confine
-from catalog.v3 import refuse_v3_write
 from flight_server import errors
 from flight_server.engine import PinnedTable
 from flight_server.engine.iceberg_source import quote
-from flight_server.engine.pushdown import row_filter
 from flight_server.engine.tables import table_hint
 from flight_server.sqlwrite import mor
 from flight_server.sqlwrite.commit import commit_once
-from flight_server.sqlwrite.ddl import view_sql
 from flight_server.sqlwrite.parse import TableName, bind_subset, sql_of, table_name, table_reference
 from flight_server.sqlwrite.rows import arrow_schema, conform, conform_batch, input_names
+from flight_server.sqlwrite.target_files import TAG, TargetFiles, target_pin, view_sql, with_target
 
 if TYPE_CHECKING:
-    from flight_server.sqlwrite.writer import Write
+    from flight_server.sqlwrite.write import Write
 
-TAG = "__icefloe_file"
 
 
 def _load(w: Write, target: TableName, what: str) -> Any:
@@ -62,19 +57,6 @@ def _refuse(tree: exp.Expression, what: str, *args: str) -> None:
     for arg in args:
         if tree.args.get(arg):
             raise errors.Unimplemented(f"{what}: {arg.upper()} is not supported")
-
-
-def _target_pin(table: Any, target: TableName) -> PinnedTable:
-    snap = table.metadata.current_snapshot()
-    return PinnedTable(target.namespace, target.name, snap.snapshot_id if snap else None,
-                       table.metadata.current_schema_id)
-
-
-def _with_target(pins: list[PinnedTable], target_pin: PinnedTable) -> list[PinnedTable]:
-    """``pins`` with the target table read at exactly ``target_pin`` (the commit's base)."""
-    others = [p for p in pins if not (p.namespace == target_pin.namespace and p.name == target_pin.name
-                                      and p.kind == "data" and p.view is None)]
-    return [*others, target_pin]
 
 
 def _column_types(w: Write, target: TableName, pin: PinnedTable) -> list[tuple[str, str]]:
@@ -94,8 +76,8 @@ def insert(w: Write) -> int:
     if source is None:
         raise errors.InvalidArgument(f"{what}: nothing to insert")
     sql, pins = w.engine.plan(sql_of(source), w.default_schema)
-    base = _target_pin(table, target)
-    pins = _with_target(pins, base)
+    base = target_pin(table, target)
+    pins = with_target(pins, base)
     source_sql, source_params = bind_subset(sql, w.params)
     sources = w.engine.column_types(source_sql, pins, w.default_schema, source_params)
     columns = _column_types(w, target, base)
@@ -187,51 +169,8 @@ def _insert_mapping(tree: exp.Expression, what: str, sources: list[str], targets
 # -- DELETE / UPDATE / TRUNCATE ---------------------------------------------------------------
 
 
-class _Files:
-    """The target's data files at the base snapshot, and how many rows the condition selects in each."""
-
-    def __init__(self, w: Write, table: Any, target: TableName, what: str, prune: str | None = None) -> None:
-        self.table = table
-        self.target = target
-        self.base = _target_pin(table, target)
-        self.files: list[Any] = []
-        # Files with row-level deletes (written by other engines): their reads apply the
-        # deletes (engine.deletes), and their visible row count is not their record count.
-        self.with_deletes: set[int] = set()
-        if self.base.snapshot_id is not None:
-            refuse_v3_write(table.metadata, what)
-            # ``prune`` (a WHERE condition): leave out files whose column bounds rule it out.
-            found = row_filter(f"SELECT * FROM t WHERE {prune}", table.schema()) if prune is not None else None
-            for planned in plan_files(table.metadata, table.io, self.base.snapshot_id, found):
-                confine(table.io, planned.data_file.file_path)
-                if planned.deletes:
-                    self.with_deletes.add(len(self.files))
-                self.files.append(planned.data_file)
-        self.tags = {(target.namespace, target.name): [f.file_path for f in self.files]}
-
-    def count_selected(self, w: Write, ref: str, cond: str | None) -> dict[int, int]:
-        if not self.files:
-            return {}
-        if cond is None and not self.with_deletes:
-            return {i: int(f.record_count) for i, f in enumerate(self.files)}
-        where = f" WHERE {cond}" if cond is not None else ""
-        sql, pins = w.engine.plan(f"SELECT {TAG}, count(*) FROM {ref}{where} GROUP BY 1", w.default_schema)
-        self.pins = _with_target(pins, self.base)
-        sql, params = bind_subset(sql, w.params)
-        counts = w.engine.query_table(sql, self.pins, w.default_schema, params, context=w.context,
-                                      file_tags=self.tags)
-        return {int(k): int(n) for k, n in zip(counts.column(0).to_pylist(), counts.column(1).to_pylist(),
-                                                 strict=True) if n}
-
-    def read(self, w: Write, query: str) -> pa.Table:
-        sql, pins = w.engine.plan(query, w.default_schema)
-        sql, params = bind_subset(sql, w.params)
-        return w.engine.query_table(sql, _with_target(pins, self.base), w.default_schema, params,
-                                    context=w.context, file_tags=self.tags)
-
-
 def _commit_rewrite(
-    w: Write, files: _Files, removed: list[int], rows: pa.Table | None, operation: str, inputs: list[str],
+    w: Write, files: TargetFiles, removed: list[int], rows: pa.Table | None, operation: str, inputs: list[str],
     counts: tuple[int, int],
 ) -> None:
     """One snapshot: drop the ``removed`` files, add ``rows`` as new files; ``counts`` = the
@@ -269,8 +208,8 @@ def delete(w: Write) -> int:
     if mor.write_mode(table, "write.delete.mode", what) == mor.MERGE_ON_READ:
         # Only files the condition may match are read (a copy-on-write DELETE reads them all
         # to count, which is cheap next to its rewrite).
-        return mor.delete(w, _Files(w, table, target, what, prune=cond), target.qualified, ref, cond)
-    files = _Files(w, table, target, what)
+        return mor.delete(w, TargetFiles(w, table, target, what, prune=cond), target.qualified, ref, cond)
+    files = TargetFiles(w, table, target, what)
     selected = files.count_selected(w, ref, cond)
     total = sum(selected.values())
     if total == 0:
@@ -296,7 +235,7 @@ def truncate(w: Write) -> int:
         raise errors.Unimplemented("TRUNCATE: one table per statement")
     target, what = _target_of(w, nodes[0], "TRUNCATE")
     table = _load(w, target, what)
-    files = _Files(w, table, target, what)
+    files = TargetFiles(w, table, target, what)
     if not files.files:
         return 0
     if files.with_deletes:
@@ -328,12 +267,12 @@ def update(w: Write) -> int:
     cond = sql_of(where.this) if where is not None else None
     ref = table_reference(tree.this, view_sql(target))
     if mor.write_mode(table, "write.update.mode", what) == mor.MERGE_ON_READ:
-        files = _Files(w, table, target, what, prune=cond)
+        files = TargetFiles(w, table, target, what, prune=cond)
         types = dict(_column_types(w, target, files.base))
         new_values = [f"CAST(({assignments[n]}) AS {types[n]}) AS {quote(n)}" if n in assignments else quote(n)
                       for n in names]
         return mor.update(w, files, target.qualified, ref, cond, new_values, names, what)
-    files = _Files(w, table, target, what)
+    files = TargetFiles(w, table, target, what)
     selected = files.count_selected(w, ref, cond)
     total = sum(selected.values())
     if total == 0:

@@ -33,10 +33,10 @@ from flight_server.engine.deletes import POSITION_COLUMN
 from flight_server.sqlwrite.commit import commit_once
 from flight_server.sqlwrite.parse import bind_subset
 from flight_server.sqlwrite.rows import conform, input_names
+from flight_server.sqlwrite.target_files import TAG, TargetFiles, with_target
 
 if TYPE_CHECKING:
-    from flight_server.sqlwrite.dml import _Files
-    from flight_server.sqlwrite.writer import Write
+    from flight_server.sqlwrite.write import Write
 
 COPY_ON_WRITE = "copy-on-write"
 MERGE_ON_READ = "merge-on-read"
@@ -75,14 +75,13 @@ def check_properties(props: dict[str, str], what: str) -> None:
             )
 
 
-def _positions(w: Write, files: _Files, ref: str, cond: str | None, extra: str = "") -> pa.Table:
+def _positions(w: Write, files: TargetFiles, ref: str, cond: str | None, extra: str = "") -> pa.Table:
     """``__icefloe_file``, ``__icefloe_pos`` (and ``extra`` select items) of the rows ``cond``
     selects, read at the base snapshot."""
-    from flight_server.sqlwrite.dml import TAG, _with_target
 
     where = f" WHERE {cond}" if cond is not None else ""
     sql, pins = w.engine.plan(f"SELECT {TAG}, {POSITION_COLUMN}{extra} FROM {ref}{where}", w.default_schema)
-    files.pins = _with_target(pins, files.base)
+    files.pins = with_target(pins, files.base)
     sql, params = bind_subset(sql, w.params)
     return w.engine.query_table(sql, files.pins, w.default_schema, params, context=w.context,
                                 file_tags=files.tags, file_positions=True)
@@ -99,7 +98,7 @@ def _grouped(hits: pa.Table) -> tuple[list[int], list[np.ndarray]]:
 
 
 def _commit(
-    w: Write, files: _Files, target_name: str, operation: str, hits: pa.Table, rows: pa.Table | None,
+    w: Write, files: TargetFiles, target_name: str, operation: str, hits: pa.Table, rows: pa.Table | None,
     counts: tuple[int, int],
 ) -> None:
     table = files.table
@@ -130,7 +129,7 @@ def _durable(paths: list[str]) -> dict[bytes, bytes]:
 
 
 def _write_and_commit(
-    w: Write, files: _Files, target_name: str, operation: str, indexes: list[int], positions: list[np.ndarray],
+    w: Write, files: TargetFiles, target_name: str, operation: str, indexes: list[int], positions: list[np.ndarray],
     rows: pa.Table | None, counts: tuple[int, int], commit_uuid: uuid.UUID, written: list[str],
 ) -> None:
     table = files.table
@@ -151,7 +150,7 @@ def _write_and_commit(
         commit_once(txn)
 
 
-def delete(w: Write, files: _Files, target_name: str, ref: str, cond: str | None) -> int:
+def delete(w: Write, files: TargetFiles, target_name: str, ref: str, cond: str | None) -> int:
     """A merge-on-read DELETE; returns the rows deleted."""
     if not files.files:
         return 0
@@ -162,7 +161,7 @@ def delete(w: Write, files: _Files, target_name: str, ref: str, cond: str | None
     return int(hits.num_rows)
 
 
-def update(w: Write, files: _Files, target_name: str, ref: str, cond: str | None, select: list[str],
+def update(w: Write, files: TargetFiles, target_name: str, ref: str, cond: str | None, select: list[str],
            names: list[str], what: str) -> int:
     """A merge-on-read UPDATE: the old rows deleted by position, their new values appended;
     ``select``: the new row's select items (SET expressions cast to the column types)."""

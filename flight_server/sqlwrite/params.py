@@ -29,12 +29,11 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-from duckdb import _seam
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from sqlglot import exp
 
 from flight_server import errors
-from flight_server.engine import CATALOG_NAME
+from flight_server.engine import CATALOG_NAME, duckdb_seam
 from flight_server.engine.iceberg_source import quote
 from flight_server.engine.slots import SANDBOX_SETTINGS
 from flight_server.engine.sql_text import parameter_markers
@@ -73,8 +72,8 @@ def write_parameter_schema(sql: str, default_schema: tuple[str, ...] | None, cat
             # reports its own error when it runs; the parameters fall back to text.
             logger.debug("write parameters not typed: %s", errors.first_line(exc))
         names = [f"${i}" for i in range(1, count + 1)]
-        types = [_seam.parse_type(con, _known(found.get(i))) for i in range(1, count + 1)]
-        return client_parameter_schema(_seam.arrow_schema(con, names, types))
+        types = [duckdb_seam.parse_type(con, _known(found.get(i))) for i in range(1, count + 1)]
+        return client_parameter_schema(duckdb_seam.arrow_schema(con, names, types))
     finally:
         con.close()
 
@@ -167,7 +166,7 @@ def _bound_types(con: duckdb.DuckDBPyConnection, sql: str) -> dict[int, str]:
     statements = con.extract_statements(sql)
     if len(statements) != 1 or statements[0].type.name not in _TYPED_STATEMENTS:
         return {}
-    sig = _seam.bind(con, statements[0])
+    sig = duckdb_seam.bind(con, statements[0])
     found: dict[int, str] = {}
     for name, typ in sig.parameters:
         if str(name).isdigit():

@@ -24,7 +24,7 @@ from flight_server.sqlwrite.parse import bind_subset, sql_of, table_name
 from flight_server.sqlwrite.rows import input_names
 
 if TYPE_CHECKING:
-    from flight_server.sqlwrite.writer import Write
+    from flight_server.sqlwrite.write import Write
 
 DIALECT = "duckdb"
 

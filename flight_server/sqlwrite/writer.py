@@ -20,17 +20,16 @@ import logging
 import random
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from sqlglot import exp
 
-from catalog import commit_context
 from flight_server import errors
 from flight_server.sqlwrite import ddl, dml
 from flight_server.sqlwrite import views as sql_views
 from flight_server.sqlwrite.parse import parse, table_name
+from flight_server.sqlwrite.write import Write
 
 if TYPE_CHECKING:
     from flight_server.engine import Engine
@@ -38,43 +37,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("icefloe.sqlwrite")
 
 COMMIT_ATTEMPTS = 6
-
-
-@dataclass
-class Write:
-    """One SQL write being executed: what every handler needs."""
-
-    sql: str
-    tree: exp.Expression
-    engine: Engine
-    catalog: Any
-    principal: str | None
-    default_schema: tuple[str, ...] | None
-    params: list[Any] | None
-    context: Any
-    authorize: Any  # (role) -> principal
-    # The server's group-commit Appender (catalog.append), shared with DoPut; None without one.
-    appender: Any = None
-    # Set on the last attempt: hold the target table's commit slot for the whole statement.
-    exclusive: bool = False
-    # Several bound parameter rows (INSERT only: one commit for all of them).
-    param_rows: list[list[Any]] | None = None
-
-    @contextlib.contextmanager
-    def table_slot(self, identifier: tuple[str, ...]) -> Iterator[None]:
-        """On the last attempt, keep appends (DoPut, ingest, INSERT) off the table until the
-        statement has committed, so a busy table cannot starve a DELETE / UPDATE."""
-        if not self.exclusive or self.appender is None or not identifier:
-            yield
-            return
-        with self.appender.committer(tuple(identifier[:-1]), identifier[-1]).exclusive():
-            yield
-
-    @contextlib.contextmanager
-    def committing(self, operation: str, inputs: list[str]) -> Iterator[None]:
-        with commit_context(principal=self.principal, operation=operation,
-                            extra={"sql": self.sql, "inputs": sorted(set(inputs))}):
-            yield
 
 
 class SqlWriter:

@@ -20,7 +20,7 @@ import pyarrow.flight as flight
 import pytest
 
 from flight_server.engine.watchdog import Running, Watchdog
-from flight_server.headers import MIDDLEWARE_KEY, HeadersMiddlewareFactory
+from flight_server.security.headers import MIDDLEWARE_KEY, HeadersMiddlewareFactory
 
 
 class _Cursor:

@@ -139,7 +139,7 @@ def test_an_expired_cursor_is_cursor_expired_on_both_backends(tmp_path: Path) ->
 
 
 def test_logins_tokens_and_roles_over_connect(tmp_path: Path) -> None:
-    from flight_server.users import hash_password
+    from flight_server.security.users import hash_password
 
     users = tmp_path / "users.toml"
     users.write_text("\n".join([

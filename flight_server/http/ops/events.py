@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 from catalog.commit_log import CommitRecord
 from catalog.subscriptions import CommitHub
 from flight_server.http.ops.history import commit_view
-from flight_server.operations import for_browser
+from flight_server.observability.operations import for_browser
 
 logger = logging.getLogger("icefloe.http.events")
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from catalog.commit_log import CommitRecord, CursorExpiredError
 from flight_server import errors
 from flight_server.commit_kinds import is_maintenance
-from flight_server.operations import iso_time
+from flight_server.observability.operations import iso_time
 
 if TYPE_CHECKING:
     from catalog import RocksCatalog

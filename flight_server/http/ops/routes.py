@@ -47,12 +47,12 @@ from flight_server import errors
 from flight_server.http.ops import history, table_detail
 from flight_server.http.ops.events import CommitBroadcaster, TooManyWatchers, TooManyWatchersForUser
 from flight_server.http.ops.summary import Sampler, sampler_of, summary
-from flight_server.metrics import CONTENT_TYPE, Metrics
-from flight_server.operations import Operations, for_browser
+from flight_server.observability.metrics import CONTENT_TYPE, Metrics
+from flight_server.observability.operations import Operations, for_browser
 
 if TYPE_CHECKING:
-    from flight_server.auth import AuthMiddlewareFactory, Principal
-    from flight_server.server import IcefloeServer
+    from flight_server.http.deps import HttpDeps
+    from flight_server.security.auth import AuthMiddlewareFactory, Principal
 
 logger = logging.getLogger("icefloe.http.ops")
 
@@ -75,12 +75,12 @@ OPS_ROLE = "read"  # the least role that may see the operator endpoints (every r
 _CHALLENGE = {"www-authenticate": 'Basic realm="icefloe operator", charset="UTF-8"', "cache-control": "no-store"}
 
 
-def routes(server: IcefloeServer) -> list[BaseRoute]:
+def routes(deps: HttpDeps) -> list[BaseRoute]:
     """The provider: takes the server's operations view, metrics, commit hub and stopping flag."""
-    config = server.config
-    broadcaster = CommitBroadcaster(server.catalog.hub, server.stopping, config.http_max_event_streams,
+    config = deps.config
+    broadcaster = CommitBroadcaster(deps.catalog.hub, deps.stopping, config.http_max_event_streams,
                                     config.http_max_event_streams_per_user)
-    return ops_routes(server.ops, server.metrics, broadcaster, server.security.auth, sampler_of(server))
+    return ops_routes(deps.ops, deps.metrics, broadcaster, deps.auth, sampler_of(deps))
 
 
 def _error(status: int, message: str) -> JSONResponse:

@@ -22,10 +22,10 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
+    from flight_server.http.deps import HttpDeps
     from flight_server.http.ops.events import CommitBroadcaster
-    from flight_server.metrics import Metrics
-    from flight_server.operations import Operations
-    from flight_server.server import IcefloeServer
+    from flight_server.observability.metrics import Metrics
+    from flight_server.observability.operations import Operations
 
 logger = logging.getLogger("icefloe.http.summary")
 
@@ -106,12 +106,12 @@ _SAMPLERS: weakref.WeakKeyDictionary[Any, Sampler] = weakref.WeakKeyDictionary()
 _SAMPLERS_LOCK = threading.Lock()
 
 
-def sampler_of(server: IcefloeServer) -> Sampler:
-    """The server's sampler (started on first use)."""
+def sampler_of(deps: HttpDeps) -> Sampler:
+    """The server's sampler (started on first use; one per ``HttpDeps``, shared by its ports)."""
     with _SAMPLERS_LOCK:
-        sampler = _SAMPLERS.get(server)
+        sampler = _SAMPLERS.get(deps)
         if sampler is None:
-            sampler = _SAMPLERS[server] = Sampler(server.metrics, server.stopping)
+            sampler = _SAMPLERS[deps] = Sampler(deps.metrics, deps.stopping)
         return sampler
 
 

@@ -20,8 +20,8 @@ from urllib.parse import parse_qs
 import pyarrow.flight as flight
 from starlette.responses import JSONResponse
 
-from flight_server.auth import AuthMiddlewareFactory, Principal
 from flight_server.http.rest.errors import RestError
+from flight_server.security.auth import AuthMiddlewareFactory, Principal
 
 logger = logging.getLogger("icefloe.http.rest")
 

@@ -26,9 +26,9 @@ from pyiceberg.exceptions import (
 from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from starlette.responses import JSONResponse, Response
 
+from catalog.catalog_errors import MetadataFileMissingError
 from catalog.names import InvalidNameError
 from catalog.object_store import storage_failure
-from catalog.rocks_catalog import MetadataFileMissingError
 
 logger = logging.getLogger("icefloe.http.rest")
 

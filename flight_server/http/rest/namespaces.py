@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 from starlette.responses import JSONResponse, Response
 
-from flight_server import roles
 from flight_server.http.rest.errors import RestError, bad_request
 from flight_server.http.rest.wire import (
     Call,
@@ -16,6 +15,7 @@ from flight_server.http.rest.wire import (
     page,
     properties_from_json,
 )
+from flight_server.security import roles
 
 if TYPE_CHECKING:
     from catalog import RocksCatalog

@@ -1,6 +1,6 @@
 """The REST catalog's router: raw-path matching, body bounds, auth and the error envelope.
 
-``routes(server)`` is the provider ``flight_server.http.apps`` loads; it mounts one ASGI app
+``routes(deps)`` is the provider ``flight_server.http.apps`` loads; it mounts one ASGI app
 under ``/v1``. Matching is done here on the raw (still percent-encoded) path, because a
 decoded path has lost the difference between a ``/`` between segments and a ``%2F`` inside
 a name. Handlers are plain functions run on a worker thread (the catalog blocks on fsync),
@@ -26,16 +26,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from catalog.context import commit_context
 from catalog.object_store import client_config
-from flight_server import roles
 from flight_server.http.rest import namespaces, tables, views
 from flight_server.http.rest.auth import RestAuth
 from flight_server.http.rest.errors import RestError, bad_request, error_response, from_exception
 from flight_server.http.rest.updates import Locations
 from flight_server.http.rest.wire import Call
+from flight_server.security import roles
 
 if TYPE_CHECKING:
     from catalog import RocksCatalog
-    from flight_server.server import IcefloeServer
+    from flight_server.http.deps import HttpDeps
 
 logger = logging.getLogger("icefloe.http.rest")
 
@@ -282,7 +282,7 @@ class PrefixRoute(BaseRoute):
         await self.app(scope, receive, send)
 
 
-def routes(server: IcefloeServer) -> list[BaseRoute]:
+def routes(deps: HttpDeps) -> list[BaseRoute]:
     """The REST catalog's routes for ``flight_server.http.apps.REST_PROVIDERS``."""
-    auth = RestAuth(server.security.auth, server.config.token_ttl_s)
-    return [PrefixRoute("/v1", RestCatalogApp(server.catalog, auth))]
+    auth = RestAuth(deps.auth, deps.config.token_ttl_s)
+    return [PrefixRoute("/v1", RestCatalogApp(deps.catalog, auth))]

@@ -30,11 +30,11 @@ from catalog.context import commit_context
 from catalog.metadata_json import dump_metadata
 from catalog.object_store import client_config
 from catalog.sandbox import InvalidLocationError, OutsideTableError
-from flight_server import roles
-from flight_server.auth import Principal
 from flight_server.http.rest.errors import RestError, bad_request, validation_message
 from flight_server.http.rest.updates import Locations, check_schema_policy, parse_requirements, parse_updates
 from flight_server.http.rest.wire import Call, checked_name, identifier_from_json, page, properties_from_json
+from flight_server.security import roles
+from flight_server.security.auth import Principal
 
 if TYPE_CHECKING:
     from catalog import RocksCatalog
@@ -99,7 +99,7 @@ def _format_version(catalog: RocksCatalog, location: str) -> int:
 
 def _require(principal: Principal | None, role: str, what: str) -> None:
     """403 unless the caller has ``role`` for ``what`` (the route's own role is checked by the
-    router; this is for what a body asks beyond it, see flight_server.roles)."""
+    router; this is for what a body asks beyond it, see flight_server.security.roles)."""
     if principal is not None and not principal.allows(role):
         raise RestError(403, "ForbiddenException",
                         f"user {principal.name!r} has role {principal.role}; {what} needs role {role}")

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from catalog.names import InvalidNameError, check_name, check_namespace
-from flight_server.auth import Principal
 from flight_server.http.rest.errors import bad_request
+from flight_server.security.auth import Principal
 
 NAMESPACE_SEPARATOR = "\x1f"
 DEFAULT_PAGE_SIZE = 100

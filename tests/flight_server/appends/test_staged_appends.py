@@ -15,7 +15,7 @@ import pytest
 from append_helpers import do_put, make_table, read_only, rows, scan_ids
 from servers import ServerProcess
 
-from flight_server.users import hash_password
+from flight_server.security.users import hash_password
 
 COMMIT = "icefloe.commit-staged"
 ABORT = "icefloe.abort-staged"

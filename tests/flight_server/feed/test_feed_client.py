@@ -13,7 +13,7 @@ import pytest
 from feed_helpers import SCHEMA, rows
 from servers import ROOT
 
-from flight_server.client import CommitEvent, FeedCursorExpired, FeedError, subscribe
+from flight_server.cli.client import CommitEvent, FeedCursorExpired, FeedError, subscribe
 from flight_server.server import IcefloeServer
 
 

@@ -11,7 +11,7 @@ from feed_helpers import SCHEMA, STALLING_CLIENT_OPTIONS, FeedReader, rows
 from servers import ServerProcess
 
 from catalog import RocksCatalog
-from flight_server.client import CommitEvent, subscribe
+from flight_server.cli.client import CommitEvent, subscribe
 
 
 def free_port() -> int:

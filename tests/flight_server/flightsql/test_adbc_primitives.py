@@ -18,7 +18,7 @@ import pytest
 from doput_client import do_put
 from servers import ServerProcess, serving
 
-from flight_server.users import hash_password
+from flight_server.security.users import hash_password
 
 HEADER = "adbc.flight.sql.rpc.call_header."
 STAGE = HEADER + "x-icefloe-stage"

@@ -26,8 +26,8 @@ from flightsql_samples import make_sample_warehouse
 from flightsql_wire import any_of, field_bytes, field_varint, read_fields, statement_query
 from servers import ServerProcess
 
-from flight_server.handles import HandleSigner
-from flight_server.tokens import KEY_FILE_NAME
+from flight_server.security.handles import HandleSigner
+from flight_server.security.tokens import KEY_FILE_NAME
 
 SECRET = "icefloe-secret-7f3a"
 INTERNAL_HINTS = ("sqlite_", "pg_enum", "pg_", "duckdb_", "__icefloe", "information_schema")

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from flight_server.users import hash_password
+from flight_server.security.users import hash_password
 
 # Passwords long and odd enough that a scan of logs and messages cannot find them by chance.
 PASSWORDS = {

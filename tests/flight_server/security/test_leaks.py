@@ -10,7 +10,7 @@ from security_helpers import RPCS, basic, options, outcome
 from security_support import PASSWORDS
 from servers import ServerProcess
 
-from flight_server.users import load_users
+from flight_server.security.users import load_users
 
 
 def test_logs_and_errors_hold_no_secrets_or_tracebacks(auth_server: ServerProcess, users_file: Path) -> None:

@@ -180,8 +180,8 @@ def test_forged_ticket_with_a_write_is_refused_for_a_read_user(server: ServerPro
     must not get it executed by DoGet (which only checks the read role)."""
     from flight_server.flightsql import protocol as p
     from flight_server.flightsql.statements import StatementHandle
-    from flight_server.handles import HandleSigner
-    from flight_server.tokens import KEY_FILE_NAME
+    from flight_server.security.handles import HandleSigner
+    from flight_server.security.tokens import KEY_FILE_NAME
 
     before = _commit_log(server)
     client = flight.FlightClient(server.location)

@@ -1,7 +1,7 @@
 """Roles are the same on every port: every REST route (enumerated from the router), every
 Flight action (from ListActions and the dispatcher), every Flight SQL command family and SQL
 statement kind is called by a read, a write and an admin user of one real server (Flight and
-REST ports), and who gets past authorization must be exactly what ``flight_server.roles``
+REST ports), and who gets past authorization must be exactly what ``flight_server.security.roles``
 says. A route, action or table entry added without the other side fails here.
 
 The probes are built to fail harmlessly *after* authorization (a missing table, an empty
@@ -26,13 +26,13 @@ from security_support import PASSWORDS, ROLES
 from servers import ServerProcess
 
 from catalog import RocksCatalog
-from flight_server import roles
-from flight_server.auth import METHOD_FLOOR
 from flight_server.engine.sql_text import DEFAULT_SCHEMA
 from flight_server.flightsql import dispatcher
 from flight_server.http.rest.auth import RestAuth
 from flight_server.http.rest.routes import RestCatalogApp
-from flight_server.users import ROLES as ROLE_NAMES
+from flight_server.security import roles
+from flight_server.security.auth import METHOD_FLOOR
+from flight_server.security.users import ROLES as ROLE_NAMES
 from tests.flight_server.web.rest_support import rest_url
 
 SCHEMA = pa.schema([pa.field("x", pa.int64())])

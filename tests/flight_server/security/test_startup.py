@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from servers import ROOT, ServerProcess
 
-from flight_server.users import verify_password
+from flight_server.security.users import verify_password
 
 
 def _passwd(stdin: str) -> subprocess.CompletedProcess[str]:

@@ -12,8 +12,8 @@ from security_helpers import RPCS, options, outcome
 from security_support import PASSWORDS, write_users_file
 from servers import ServerProcess
 
-from flight_server.tokens import KEY_FILE_NAME
-from flight_server.users import hash_password, load_users
+from flight_server.security.tokens import KEY_FILE_NAME
+from flight_server.security.users import hash_password, load_users
 
 
 def _login(server: ServerProcess, user: str, password: str) -> tuple[bytes, bytes]:

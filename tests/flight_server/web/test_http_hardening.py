@@ -26,8 +26,8 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 
-from flight_server.tokens import KEY_FILE_NAME, MAX_SESSION_S, TokenSigner
-from flight_server.users import load_users
+from flight_server.security.tokens import KEY_FILE_NAME, MAX_SESSION_S, TokenSigner
+from flight_server.security.users import load_users
 from tests.flight_server.security.security_support import PASSWORDS, write_users_file
 from tests.flight_server.web.ops_support import ops_url
 from tests.flight_server.web.rest_support import head_seq, rest_server, rest_url

@@ -134,7 +134,7 @@ pub(crate) enum Disposition {
 
 /// Sort a status from a feed call into retry / re-login / fail.
 ///
-/// Mirrors the Python client (`flight_server.client`): everything is retried except what
+/// Mirrors the Python client (`flight_server.cli.client`): everything is retried except what
 /// the same request can never get past. A connection lost mid-stream reaches tonic as
 /// `Unavailable`, `Unknown`, `Internal` ("h2 protocol error") or `Cancelled`, so those retry.
 pub(crate) fn classify(status: tonic::Status, can_relogin: bool) -> Disposition {

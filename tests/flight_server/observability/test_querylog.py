@@ -18,8 +18,8 @@ import pyarrow as pa
 import pytest
 from adbc_driver_flightsql import DatabaseOptions
 
-from flight_server.metrics import Metrics
-from flight_server.querylog import QueryLog, normalise
+from flight_server.observability.metrics import Metrics
+from flight_server.observability.querylog import QueryLog, normalise
 from tests.flight_server.security.security_support import PASSWORDS, write_users_file
 from tests.servers import serving
 
@@ -56,7 +56,7 @@ def test_the_log_has_one_json_line_per_statement_and_no_secret(tmp_path: Path) -
     users = write_users_file(tmp_path / "users.toml")
     args = ["--users", str(users), "--log-format", "json", "--slow-query-ms", "100000"]
     with serving(tmp_path / "wh", args) as server:
-        from flight_server.login import login_token
+        from flight_server.cli.connect import login_token
 
         token = login_token(server.location, "wendy", PASSWORDS["wendy"])
         uri = server.location

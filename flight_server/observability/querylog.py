@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from flight_server import errors
 from flight_server.engine import messages
-from flight_server.metrics import Metrics
+from flight_server.observability.metrics import Metrics
 
 logger = logging.getLogger("icefloe.querylog")
 

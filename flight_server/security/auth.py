@@ -8,7 +8,7 @@ later call. Basic is also accepted on any other call (the bearer comes back the 
 Everything happens in one ``ServerMiddlewareFactory`` whose ``start_call`` sees every RPC,
 Handshake included, before any handler runs: no credentials or bad ones -> UNAUTHENTICATED,
 a role below the method's floor -> PERMISSION_DENIED, too many concurrent calls of one user
--> UNAVAILABLE. Handlers then ask ``IcefloeServer.authorize(context, role)`` for the role
+-> UNAVAILABLE. Handlers then ask ``Authorizer.authorize(context, role)`` for the role
 their command needs; the floors here make sure nothing is open even if a handler forgets.
 """
 
@@ -29,17 +29,17 @@ from typing import Any
 
 import pyarrow.flight as flight
 
-from flight_server import roles
 from flight_server.config import Config
-from flight_server.tokens import InvalidToken, TokenClaims, TokenSigner, load_or_create_keys
-from flight_server.users import SecurityConfigError, User, load_users, verify_password
+from flight_server.security import roles
+from flight_server.security.tokens import InvalidToken, TokenClaims, TokenSigner, load_or_create_keys
+from flight_server.security.users import SecurityConfigError, User, load_users, verify_password
 
 logger = logging.getLogger("icefloe.auth")
 
 MIDDLEWARE_KEY = "icefloe.auth"
 MAX_AUTH_HEADER_CHARS = 4096
 
-# Least role for each Flight method, checked before any handler runs (see flight_server.roles;
+# Least role for each Flight method, checked before any handler runs (see flight_server.security.roles;
 # a method the table does not name needs admin).
 METHOD_FLOOR: dict[flight.FlightMethod, str] = {
     method: roles.FLIGHT_METHODS.get(name, roles.ADMIN) for name, method in flight.FlightMethod.__members__.items()

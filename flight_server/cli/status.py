@@ -9,7 +9,7 @@ import click
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flight_server.cli_connect import Connection, clean_error
+from flight_server.cli.connect import Connection, clean_error
 
 STATUS_TIMEOUT_S = 30.0
 

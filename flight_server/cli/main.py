@@ -13,9 +13,9 @@ from flight_server import (
     __version__,
     allocator,  # noqa: F401 - first: sets mimalloc's options before pyarrow loads
 )
-from flight_server.cli_connect import Connection, server_options
+from flight_server.cli.connect import Connection, server_options
 from flight_server.config import Config
-from flight_server.logging_config import configure_logging
+from flight_server.observability.logging_config import configure_logging
 
 
 def _finite_seconds(_ctx: click.Context, param: click.Parameter, value: float) -> float:
@@ -137,9 +137,9 @@ def serve(**options: object) -> None:
     config = Config(**options)  # type: ignore[arg-type]
     configure_logging(config.log_level, config.log_format)
     from catalog.object_store import StorageConfigError
+    from flight_server.security.users import SecurityConfigError
     from flight_server.server import StartupError
     from flight_server.server import serve as run
-    from flight_server.users import SecurityConfigError
 
     try:
         run(config)
@@ -154,8 +154,8 @@ def serve(**options: object) -> None:
               help="Old keys that still verify tokens and handles already given out.")
 def rotate_key(warehouse: str, keep: int) -> None:
     """Make a new signing key for bearer tokens and handles; restart the servers to use it."""
-    from flight_server.tokens import rotate_key as rotate
-    from flight_server.users import SecurityConfigError
+    from flight_server.security.tokens import rotate_key as rotate
+    from flight_server.security.users import SecurityConfigError
 
     try:
         click.echo(f"new signing key in {rotate(warehouse, keep)}; restart the servers of this warehouse")
@@ -166,7 +166,7 @@ def rotate_key(warehouse: str, keep: int) -> None:
 @main.command()
 def passwd() -> None:
     """Read a password on stdin and print its salted Argon2id hash for the --users file."""
-    from flight_server.users import hash_password, read_password_from_stdin
+    from flight_server.security.users import hash_password, read_password_from_stdin
 
     try:
         password = read_password_from_stdin()
@@ -179,8 +179,7 @@ def passwd() -> None:
 @server_options(login=True)
 def login(conn: Connection) -> None:
     """Read a password on stdin, log in, and print a bearer token (for ICEFLOE_TOKEN / --token)."""
-    from flight_server.cli_connect import read_login_password
-    from flight_server.login import login_token
+    from flight_server.cli.connect import login_token, read_login_password
 
     assert conn.user is not None  # --user is required here
     try:
@@ -205,7 +204,7 @@ def sql(query: str | None, script: TextIO | None, conn: Connection, fmt: str, up
     history in ~/.icefloe_history, or ICEFLOE_HISTORY) when it is. With --user and a
     password on stdin, the password is the first line and the statements follow.
     """
-    from flight_server.sql_client import (
+    from flight_server.cli.sql import (
         SqlSession,
         StatementFailed,
         interactive,
@@ -245,7 +244,7 @@ def subscribe(conn: Connection, after: str, tables: tuple[str, ...], heartbeat_m
     """Follow every commit live, printing one JSON line per event (reconnects by itself)."""
     import logging
 
-    from flight_server.client import FeedError, parse_after, print_events
+    from flight_server.cli.client import FeedError, parse_after, print_events
 
     feed_log = logging.getLogger("icefloe.client")  # warnings (a server out of reach) on stderr
     handler = logging.StreamHandler(sys.stderr)
@@ -270,7 +269,7 @@ def status(conn: Connection, as_json: bool) -> None:
     lineage outbox (needs role admin when the server has --users)."""
     import json
 
-    from flight_server.status_cli import fetch_status, render
+    from flight_server.cli.status import fetch_status, render
 
     body = fetch_status(conn)
     click.echo(json.dumps(body, indent=2) if as_json else render(body))
@@ -292,7 +291,7 @@ def maintain(table: str | None, conn: Connection | None, warehouse: str, orphan_
     With --uri (ICEFLOE_URI) a running server does it (DoAction icefloe.maintain, admin
     role); otherwise it runs offline on --warehouse, which no server may hold.
     """
-    from flight_server.maintain_cli import run_maintain
+    from flight_server.cli.maintain import run_maintain
 
     ctx = click.get_current_context()
     if conn is not None and ctx.get_parameter_source("warehouse") == click.core.ParameterSource.COMMANDLINE:
@@ -338,7 +337,7 @@ def load(file: str, table: str, conn: Connection, create: bool, fmt: str | None,
     """
     import json
 
-    from flight_server.load_cli import run_load
+    from flight_server.cli.load import run_load
 
     if len(delimiter) != 1:
         raise click.BadParameter("must be one character", param_hint="--delimiter")

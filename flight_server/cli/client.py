@@ -1,6 +1,6 @@
 """A small Python client for the commit feed that resumes by itself after a disconnect.
 
-    from flight_server.client import subscribe
+    from flight_server.cli.client import subscribe
 
     for event in subscribe("grpc://127.0.0.1:31337", after="earliest", tables=["sales.*"]):
         print(event.seq, event.operation, event.qualified_name)

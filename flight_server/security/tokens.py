@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from flight_server.users import SecurityConfigError
+from flight_server.security.users import SecurityConfigError
 
 logger = logging.getLogger("icefloe.auth")
 

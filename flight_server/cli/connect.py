@@ -4,7 +4,9 @@
 password is read on stdin) and ``--tls-root-certs`` (``ICEFLOE_TLS_ROOT_CERTS``) mean the same
 in ``icefloe sql``, ``subscribe``, ``maintain``, ``load`` and ``login``. The spellings of
 earlier releases (``--server`` / ``ICEFLOE_SERVER``, ``--location`` / ``ICEFLOE_LOCATION``)
-still work for one release, hidden from ``--help``, with a warning on stderr.
+still work for one release, hidden from ``--help``, with a warning on stderr. ``login_token``
+is the client side of a login (Basic on Handshake, a bearer token back), for ``--user`` and
+``icefloe login``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,32 @@ def clean_error(exc: BaseException, uri: str | None = None) -> str:
     if uri and isinstance(exc, flight.FlightUnauthenticatedError):
         return f"{text} (give --user NAME, with the password on stdin, or --token TOKEN)"
     return text
+
+
+def login_token(location: str, user: str, password: str, tls_root_certs: str | None = None,
+                timeout_s: float = 30.0) -> str:
+    """The bearer token the server issues for ``user`` (without the ``Bearer `` prefix).
+
+    Raises:
+        ValueError: With a message for the user (bad credentials, server unreachable, ...).
+    """
+    roots = Path(tls_root_certs).read_bytes() if tls_root_certs else None
+    client = flight.FlightClient(location, tls_root_certs=roots)
+    try:
+        _, value = client.authenticate_basic_token(user, password, flight.FlightCallOptions(timeout=timeout_s))
+    except flight.FlightUnauthenticatedError:
+        raise ValueError("login refused: invalid username or password") from None
+    except pa.ArrowNotImplementedError:
+        raise ValueError("the server has no logins (it runs without --users): connect without a token") from None
+    except (flight.FlightError, pa.ArrowException) as exc:
+        raise ValueError(f"login failed: {clean_error(exc, location)}") from None
+    finally:
+        client.close()
+    header = bytes(value).decode("ascii", "replace")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise ValueError("the server issued no bearer token")
+    return token
 
 
 def read_login_password(user: str) -> str:
@@ -88,8 +116,6 @@ class Connection:
         if self._headers is None:
             token = self.token
             if self.user is not None:
-                from flight_server.login import login_token
-
                 try:
                     token = login_token(self.uri, self.user, read_login_password(self.user), self.tls_root_certs)
                 except ValueError as exc:

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flight_server.cli_connect import Connection, clean_error
+from flight_server.cli.connect import Connection, clean_error
 from flight_server.flightsql import protocol as p
 
 HISTORY_LENGTH = 1000

@@ -24,9 +24,9 @@ import click
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flight_server.cli_connect import Connection, clean_error
+from flight_server.cli.connect import Connection, clean_error
 from flight_server.flightsql import protocol as p
-from flight_server.headers import IDEMPOTENCY_HEADER, SCHEMA_POLICY_HEADER
+from flight_server.security.headers import IDEMPOTENCY_HEADER, SCHEMA_POLICY_HEADER
 
 FORMATS = {".parquet": "parquet", ".parq": "parquet", ".pq": "parquet", ".csv": "csv"}
 CSV_BLOCK_BYTES = 1 << 20

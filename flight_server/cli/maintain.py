@@ -11,7 +11,7 @@ import pyarrow.flight as flight
 from catalog import CatalogReadOnlyError, RocksCatalog
 from catalog.append import Appender
 from catalog.maintenance import all_tables, maintain
-from flight_server.cli_connect import Connection, clean_error
+from flight_server.cli.connect import Connection, clean_error
 
 MAINTAIN_ACTION = "icefloe.maintain"
 

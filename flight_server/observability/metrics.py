@@ -27,7 +27,7 @@ from prometheus_client.registry import Collector
 
 from flight_server import __version__, errors
 from flight_server.commit_kinds import is_maintenance
-from flight_server.metric_cells import CellCollector, CellCounter, CellHistogram
+from flight_server.observability.metric_cells import CellCollector, CellCounter, CellHistogram
 
 if TYPE_CHECKING:
     from catalog.commit_log import CommitRecord

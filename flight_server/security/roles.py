@@ -1,6 +1,6 @@
 """Who may do what: the least role of every operation, on every port, in one table.
 
-Roles are ranked ``read`` < ``write`` < ``admin`` (``flight_server.users.ROLES``). The same
+Roles are ranked ``read`` < ``write`` < ``admin`` (``flight_server.security.users.ROLES``). The same
 operation needs the same role whichever way it arrives: a REST route, a Flight method or
 action, a Flight SQL command, or a SQL statement. The REST router (``http.rest.routes``) and
 the Flight side (``server``, ``auth``, ``flightsql.dispatcher``, ``appends``,
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from flight_server.users import ROLE_RANK
+from flight_server.security.users import ROLE_RANK
 
 READ, WRITE, ADMIN = "read", "write", "admin"
 

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.flight as flight
 
 from catalog.maintenance import catalog_tables
-from flight_server import __version__, errors, roles
-from flight_server.metrics import LiveCollector, Metrics, folder_bytes
+from flight_server import __version__, errors
+from flight_server.observability.metrics import LiveCollector, Metrics, folder_bytes
+from flight_server.security import roles
 
 if TYPE_CHECKING:
     from catalog import RocksCatalog
@@ -74,7 +75,7 @@ class Operations:
         engine: The SQL engine (queries running and queued).
         fanout: The feed's fan-out (subscribers written live).
         metrics: The server's metrics (start time; levels are registered into it).
-        authorize: The server's role check (``IcefloeServer.authorize``).
+        authorize: The server's role check (``Authorizer.authorize``).
     """
 
     ACTIONS = frozenset({HEALTH_ACTION, STATUS_ACTION})

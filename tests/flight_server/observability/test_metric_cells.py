@@ -7,7 +7,7 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from flight_server.metric_cells import CellCollector, CellCounter, CellHistogram
+from flight_server.observability.metric_cells import CellCollector, CellCounter, CellHistogram
 
 BUCKETS = (0.001, 0.01, 0.1, 1.0)
 

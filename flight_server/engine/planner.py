@@ -1,0 +1,321 @@
+"""Statement checks and planning for the engine: one query inside the sandbox policy, its
+tables pinned at snapshots, ``AT`` references rewritten, and its split into endpoints.
+
+Parsing, policy checks and ``AT`` values run on cursors of the parser database (which never
+sees a table), under the watchdog like execution: planning is bounded by the query timeout and
+stops when the client cancels. Checked statements and short statements' parse trees are
+remembered (drivers and dashboards send the same text again and again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+import duckdb
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+from flight_server import errors
+from flight_server.engine import history, messages, policy, splits, view_expansion
+from flight_server.engine.iceberg_source import IcebergSources, quote
+from flight_server.engine.origins import ColumnOrigin, Source, result_origins
+from flight_server.engine.pushdown import row_filter
+from flight_server.engine.runs import QueryRuns, run_failure
+from flight_server.engine.slots import CATALOG_NAME, Slot
+from flight_server.engine.tables import PinnedTable, name_candidates, table_hint
+from flight_server.engine.watchdog import Running, Watchdog
+
+# How long a ticket's snapshots are kept from expiry after GetFlightInfo (see catalog.pins).
+TICKET_PIN_S = 900.0
+_READ_TYPES = {"SELECT", "EXPLAIN"}
+# MULTI: one statement DuckDB expands into several (ALTER TABLE ... ADD COLUMN ... NOT NULL).
+_WRITE_TYPES = {"INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "MERGE_INTO", "COPY", "MULTI"}
+# The longest SQL statement accepted (the text; parameters are bound separately).
+MAX_STATEMENT_BYTES = 1024 * 1024
+# Queries that passed the policy recently (by hash of their SQL and pins): a DoGet right after
+# its GetFlightInfo does not parse the same text again.
+_CHECKED_CACHE = 4096
+# Parse trees of recently planned statements up to this long (trees are ~20x their text).
+_TREE_CACHE = 512
+_TREE_CACHE_MAX_CHARS = 8192
+
+
+class Kind:
+    QUERY = "query"
+    WRITE = "write"
+
+
+class QueryPlanner:
+    """Checks and plans statements for ``Engine`` (which delegates its statement methods here)."""
+
+    def __init__(self, catalog: Any, parser: Slot, sources: IcebergSources, watchdog: Watchdog, runs: QueryRuns,
+                 query_timeout_s: float) -> None:
+        self.catalog = catalog
+        self.sources = sources
+        self.watchdog = watchdog
+        self.runs = runs
+        self.query_timeout_s = query_timeout_s
+        self._parser = parser
+        self._parser_cursors: queue.LifoQueue[duckdb.DuckDBPyConnection] = queue.LifoQueue()
+        # Policy-checked queries (by _check_key) and where their result columns come from.
+        self._checked: OrderedDict[bytes, list[ColumnOrigin | None]] = OrderedDict()
+        self._trees: OrderedDict[tuple[str, str], policy.QueryTree] = OrderedDict()
+        self._checked_lock = threading.Lock()
+
+    def classify(self, sql: str) -> str:
+        return Kind.QUERY if self._statement_type(sql) in _READ_TYPES else Kind.WRITE
+
+    def _statement_type(self, sql: str) -> str:
+        """The DuckDB statement type of ``sql``, which must be exactly one read or write statement."""
+        if len(sql.encode("utf-8")) > MAX_STATEMENT_BYTES:
+            raise errors.InvalidArgument(f"SQL statement too long (at most {MAX_STATEMENT_BYTES // 1024} KiB)")
+        with self._parser_cursor() as cur:
+            try:
+                statements = cur.extract_statements(sql)
+                if len(statements) != 1:
+                    raise errors.InvalidArgument(f"expected exactly one SQL statement, got {len(statements)}")
+                kind = statements[0].type.name
+            except duckdb.Error as exc:
+                raise messages.map_duckdb(exc) from None
+            except ValueError:
+                # A statement type the Python binding has no name for (UPDATE EXTENSIONS, ...).
+                raise errors.InvalidArgument("this kind of statement is not allowed in icefloe SQL") from None
+        if kind in _READ_TYPES or kind in _WRITE_TYPES:
+            return str(kind)
+        raise errors.InvalidArgument(f"{kind} statements are not allowed")
+
+    @contextlib.contextmanager
+    def _parser_cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor on the parser database, from a small pool: making one costs ~0.2 ms, more
+        than splitting or parsing a statement. Parser cursors only split, parse and evaluate
+        constants (no state outlives a call; an interrupt does not outlive its statement)."""
+        try:
+            cur = self._parser_cursors.get_nowait()
+        except queue.Empty:
+            cur = self._parser.cursor()
+        try:
+            yield cur
+        finally:
+            self._parser_cursors.put(cur)
+
+    @contextlib.contextmanager
+    def _planning(self, context: Any) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A parser cursor under the watchdog: planning is bounded by the query timeout and
+        stops when the client cancels, like execution."""
+        with self._parser_cursor() as cur:
+            run = Running(self._parser, cur, context, time.monotonic() + self.query_timeout_s)
+            run.pooled = False
+            self.watchdog.add(run)
+            try:
+                yield cur
+            except duckdb.Error as exc:
+                raise run_failure(run, self.query_timeout_s, exc) from None
+            finally:
+                self.runs.release(run)
+        if run.interrupted:
+            raise run_failure(run, self.query_timeout_s, duckdb.InterruptException("interrupted"))
+
+    def check(self, sql: str, default_schema: tuple[str, ...] | None, pins: list[PinnedTable],
+              cur: duckdb.DuckDBPyConnection | None = None) -> policy.QueryTree | None:
+        """Refuse ``sql`` unless it is one query inside the sandbox policy whose every table
+        reference is one of ``pins`` (or a CTE). Returns its tree (None: passed moments ago)."""
+        key = _check_key(sql, default_schema, pins)
+        with self._checked_lock:
+            if key in self._checked:
+                self._checked.move_to_end(key)
+                return None
+        kind = self._statement_type(sql)
+        if kind not in _READ_TYPES:
+            raise errors.InvalidArgument("this statement writes; send it as an update")
+        if cur is None:
+            with self._planning(None) as planning:
+                tree = policy.check_query(planning, sql, explain=kind == "EXPLAIN")
+        else:
+            tree = policy.check_query(cur, sql, explain=kind == "EXPLAIN")
+        known = {(p.namespace, p.view_name.lower()) for p in pins}
+        for ref in tree.tables:
+            if ref.at_unit is not None:
+                raise errors.InvalidArgument("AT clauses are planned before a query runs")
+            if not any((ns, name.lower()) in known for ns, name in name_candidates(ref.parts, default_schema)):
+                raise self._missing_table(ref.parts, default_schema)
+        self._remember(key, self._origins(tree, pins, default_schema))
+        return tree
+
+    def _remember(self, key: bytes, origins: list[ColumnOrigin | None]) -> None:
+        with self._checked_lock:
+            self._checked[key] = origins
+            while len(self._checked) > _CHECKED_CACHE:
+                self._checked.popitem(last=False)
+
+    def column_origins(
+        self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None
+    ) -> list[ColumnOrigin | None]:
+        """The table column behind each result column of a planned query (None where a column
+        is computed; an empty list when the query's columns cannot be traced).
+
+        Remembered with the policy check, so a DoGet right after its GetFlightInfo finds them.
+        """
+        key = _check_key(sql, default_schema, pins)
+        with self._checked_lock:
+            found = self._checked.get(key)
+        if found is None:
+            self.check(sql, default_schema, pins)
+            with self._checked_lock:
+                found = self._checked.get(key, [])
+        return found
+
+    def _origins(
+        self, tree: policy.QueryTree, pins: list[PinnedTable], default_schema: tuple[str, ...] | None
+    ) -> list[ColumnOrigin | None]:
+        if tree.statement is None:
+            return []
+        by_view = {(p.namespace, p.view_name.lower()): p for p in pins}
+
+        def source(parts: tuple[str, ...], alias: str) -> Source | None:
+            for ns, name in name_candidates(parts, default_schema):
+                pin = by_view.get((ns, name.lower()))
+                if pin is None or pin.kind != "data":
+                    continue
+                try:
+                    table = self.catalog.load_table((*pin.namespace, pin.name))
+                except (NoSuchTableError, NoSuchNamespaceError, ValueError):
+                    return None
+                schema = table.schemas().get(pin.schema_id) or table.schema()
+                return Source(alias, pin.namespace, pin.name, list(schema.fields), read_only=pin.view is not None)
+            return None
+
+        return result_origins(tree.statement, source)
+
+    def plan(self, sql: str, default_schema: tuple[str, ...] | None,
+             context: Any = None) -> tuple[str, list[PinnedTable]]:
+        """A query ready to run: ``sql`` with time-travel references rewritten, and its pins.
+
+        Raises:
+            errors.InvalidArgument: Not one query, a bad ``AT`` clause, or too long.
+            errors.PermissionDenied: Outside the sandbox policy.
+            errors.NotFound: A table it names does not exist.
+            errors.DeadlineExceeded: Planning took longer than the query timeout.
+        """
+        sql = view_expansion.expand(self.catalog, sql, default_schema)  # Iceberg views: their SQL, inline
+        kind = self._statement_type(sql)
+        if kind not in _READ_TYPES:
+            raise errors.InvalidArgument("this statement writes; send it as an update")
+        tree = self._checked_tree(sql, kind, context)
+        refs: list[history.AtReference] = []
+        if any(ref.at_unit is not None for ref in tree.tables):
+            with self._planning(context) as cur:  # AT values are evaluated at each planning
+                refs = history.resolve_at_references(cur, self.catalog, tree.tables, default_schema)
+        rewritten = history.rewrite(sql, refs, quote, CATALOG_NAME) if refs else sql
+        pins = {(r.namespace, history.at_view_name(r.name, r.snapshot_id)):
+                PinnedTable(r.namespace, r.name, r.snapshot_id, r.schema_id,
+                            view=history.at_view_name(r.name, r.snapshot_id)) for r in refs}
+        for ref in tree.tables:
+            if ref.at_unit is not None:
+                continue
+            for ns, table in name_candidates(ref.parts, default_schema):
+                if (ns, table) in pins:
+                    break
+                pin = self._pin_one(ns, table)
+                if pin is not None:
+                    pins[(ns, table)] = pin
+                    break
+            else:
+                raise self._missing_table(ref.parts, default_schema)
+        registry = getattr(self.catalog, "pins", None)
+        if registry is not None:
+            # The ticket's DoGet must still find these snapshots, whatever commits meanwhile.
+            for pin in pins.values():
+                if pin.snapshot_id is not None:
+                    registry.pin(pin.namespace, pin.name, pin.snapshot_id, TICKET_PIN_S)
+        planned = list(pins.values())
+        if refs:
+            # The rewritten text must pass the same policy with exactly these pins: it is what a
+            # ticket will carry and DoGet will run.
+            self.check(rewritten, default_schema, planned)
+        else:  # just checked, as is
+            self._remember(_check_key(rewritten, default_schema, planned), self._origins(tree, planned, default_schema))
+        return rewritten, planned
+
+    def _checked_tree(self, sql: str, kind: str, context: Any) -> policy.QueryTree:
+        """The policy-checked parse tree of a query; short statements' trees are remembered
+        (dashboards and drivers send the same text again and again)."""
+        key = (sql, kind)
+        with self._checked_lock:
+            tree = self._trees.get(key)
+            if tree is not None:
+                self._trees.move_to_end(key)
+                return tree
+        with self._planning(context) as cur:
+            tree = policy.check_query(cur, sql, explain=kind == "EXPLAIN")
+        if len(sql) <= _TREE_CACHE_MAX_CHARS:
+            with self._checked_lock:
+                self._trees[key] = tree
+                while len(self._trees) > _TREE_CACHE:
+                    self._trees.popitem(last=False)
+        return tree
+
+    def split(
+        self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None,
+        target_bytes: int, max_partitions: int,
+    ) -> list[list[PinnedTable]]:
+        """The pins of each endpoint of a planned query: several when it is a row-wise scan of
+        one table whose data files (after manifest pruning) exceed ``target_bytes``, else one.
+
+        Planned from manifests only; each endpoint's pins name part k of n (``splits``).
+        """
+        data = [p for p in pins if p.kind == "data"]
+        if len(pins) != 1 or len(data) != 1 or data[0].snapshot_id is None or max_partitions <= 1:
+            return [pins]
+        kind = self._statement_type(sql)
+        if kind != "SELECT" or not splits.splittable(self._checked_tree(sql, kind, None).statement):
+            return [pins]
+        pin = data[0]
+        snapshot_id = pin.snapshot_id
+        assert snapshot_id is not None  # checked above
+        table = self.catalog.load_table((*pin.namespace, pin.name))
+        schema = table.schemas().get(pin.schema_id) or table.schema()
+        units = splits.scan_units(self.sources.data_files(table, snapshot_id, row_filter(sql, schema)))
+        n = splits.partition_count(sum(u.bytes for u in units), len(units), target_bytes, max_partitions)
+        if n <= 1:
+            return [pins]
+        return [[dataclasses.replace(pin, split=(k, n))] for k in range(n)]
+
+    def _missing_table(self, parts: tuple[str, ...], default_schema: tuple[str, ...] | None) -> Exception:
+        """NOT_FOUND for a name that is no icefloe table, suggesting only icefloe tables."""
+        name = messages.scrub(".".join(parts))
+        if len(parts) == 1 and not default_schema:
+            return errors.NotFound(f"table {name} does not exist (name its namespace: ns.{name})")
+        candidates = name_candidates(parts, default_schema)
+        hint = ""
+        if candidates:
+            ns, table = candidates[0]
+            hint = table_hint(self.catalog, ns, table)
+        return errors.NotFound(f"table {name} does not exist{hint}")
+
+    def _pin_one(self, ns: tuple[str, ...], table: str) -> PinnedTable | None:
+        try:
+            tbl = self.catalog.load_table((*ns, table))
+            kind, view = "data", None
+        except (NoSuchTableError, NoSuchNamespaceError, ValueError):
+            meta = history.metadata_table_name(table)
+            if meta is None:
+                return None
+            try:
+                tbl = self.catalog.load_table((*ns, meta[0]))
+            except (NoSuchTableError, NoSuchNamespaceError, ValueError):
+                return None
+            kind, view, table = meta[1], table, meta[0]
+        snap = tbl.metadata.current_snapshot()
+        return PinnedTable(ns, table, snap.snapshot_id if snap else None, tbl.metadata.current_schema_id, view, kind)
+
+
+def _check_key(sql: str, default_schema: tuple[str, ...] | None, pins: list[PinnedTable]) -> bytes:
+    spec = repr((sql, default_schema, sorted((p.namespace, p.view_name) for p in pins)))
+    return hashlib.blake2b(spec.encode(), digest_size=16).digest()
