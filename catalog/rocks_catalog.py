@@ -625,7 +625,9 @@ class RocksCatalog(MetastoreCatalog):
             self._require_namespace(dst_ns)
             if self._pointer(dst_ns, dst) is not None:
                 raise TableAlreadyExistsError(f"Table already exists: {'.'.join((*dst_ns, dst))}")
-            self._refuse_view_name(dst_ns, dst)
+            if views.exists(self, dst_ns, dst):  # Iceberg-Java's wording
+                raise TableAlreadyExistsError(f"Cannot rename {'.'.join((*src_ns, src))} to "
+                                              f"{'.'.join((*dst_ns, dst))}. View already exists")
             location = pointer["metadata_location"]
             metadata = self._read_metadata(src_ns, src, location)
             self._land(

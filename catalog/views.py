@@ -47,6 +47,11 @@ class ViewUpdateError(ValueError):
     """An update a view cannot take (a 400 over REST)."""
 
 
+class InvalidViewVersionError(ViewUpdateError):
+    """A view version Iceberg-Java's builder refuses (Java clients expect its type and wording:
+    a 400 with type ``IllegalArgumentException``)."""
+
+
 @dataclass(frozen=True)
 class LoadedView:
     metadata_location: str
@@ -132,6 +137,16 @@ def _free_name(catalog: RocksCatalog, ns: tuple[str, ...], name: str) -> None:
         raise TableAlreadyExistsError(f"Table with same name already exists: {qualified}")
 
 
+def _free_rename_target(catalog: RocksCatalog, src: tuple[tuple[str, ...], str],
+                        dst: tuple[tuple[str, ...], str]) -> None:
+    # Iceberg-Java's wording for a taken rename target (clients match on it).
+    move = f"Cannot rename {'.'.join((*src[0], src[1]))} to {'.'.join((*dst[0], dst[1]))}."
+    if exists(catalog, *dst):
+        raise ViewAlreadyExistsError(f"{move} View already exists")
+    if catalog._pointer(*dst) is not None:
+        raise TableAlreadyExistsError(f"{move} Table already exists")
+
+
 def create(catalog: RocksCatalog, ns: tuple[str, ...], name: str, schema: Schema, version: ViewVersion,
            location: str | None, properties: dict[str, Any]) -> LoadedView:
     """Create a view (operation ``view-create``).
@@ -140,7 +155,10 @@ def create(catalog: RocksCatalog, ns: tuple[str, ...], name: str, schema: Schema
         NoSuchNamespaceError, ViewAlreadyExistsError, TableAlreadyExistsError (the name is a
         table's), InvalidLocationError (a folder outside the warehouse or another's).
     """
+    from catalog.view_updates import check_version
+
     catalog._check_writable()
+    check_version(version)
     catalog._require_namespace(ns)
     _free_name(catalog, ns, name)
     folder = catalog._resolve_table_location(location, "\x1f".join(ns), name)
@@ -157,6 +175,39 @@ def create(catalog: RocksCatalog, ns: tuple[str, ...], name: str, schema: Schema
     with catalog._commit_lock:
         _free_name(catalog, ns, name)  # again, under the lock: a racing create lost
         _land(catalog, ns, name, "view-create", metadata_location, None, metadata)
+    return LoadedView(metadata_location, metadata)
+
+
+def register(catalog: RocksCatalog, ns: tuple[str, ...], name: str, metadata_location: str) -> LoadedView:
+    """Register an existing view metadata file under ``ns.name`` (operation ``view-register``),
+    as Iceberg's ``registerView``: the view's folder stays where the metadata says.
+
+    Raises:
+        NoSuchNamespaceError, ViewAlreadyExistsError, TableAlreadyExistsError (the name is a
+        table's), InvalidLocationError (the file or the view's folder outside the warehouse, or
+        another table's or view's folder), FileNotFoundError, ValueError (not view metadata).
+    """
+    from catalog.sandbox import InvalidLocationError
+
+    catalog._check_writable()
+    catalog._require_namespace(ns)
+    _free_name(catalog, ns, name)
+    if not catalog.files.inside(metadata_location):
+        raise InvalidLocationError(
+            f"metadata file {str(metadata_location)[:200]!r} must lie inside the catalog's warehouse")
+    io = catalog._load_file_io(location=metadata_location)
+    with io.new_input(metadata_location).open() as raw:
+        stream = Compressor.get_compressor(metadata_location).stream_decompressor(raw)
+        metadata = ViewMetadata.model_validate_json(stream.read())
+    # The server writes the view's later metadata under its folder: it must be a folder this
+    # view may own, and the registered file must lie in it (as a table's must).
+    root = _check_folder(catalog, metadata.location, (*ns, name))
+    if not metadata_location.startswith(root.rstrip("/") + "/"):
+        raise InvalidLocationError("metadata-location must lie under the view's own folder (its metadata location)")
+    with catalog._commit_lock:
+        _free_name(catalog, ns, name)  # again, under the lock: a racing create lost
+        _land(catalog, ns, name, "view-register", metadata_location, None, metadata)
+    _parsed.put(metadata_location, metadata)
     return LoadedView(metadata_location, metadata)
 
 
@@ -191,7 +242,7 @@ def rename(catalog: RocksCatalog, src: tuple[tuple[str, ...], str], dst: tuple[t
         if pointer is None:
             raise NoSuchViewError(f"View does not exist: {'.'.join((*src[0], src[1]))}")
         catalog._require_namespace(dst[0])
-        _free_name(catalog, *dst)
+        _free_rename_target(catalog, src, dst)
         metadata = ViewMetadata.model_construct(view_uuid=pointer.get("view_uuid", ""))
         fields = {"namespace": dst[0], "table": dst[1], "table_uuid": metadata.view_uuid,
                   "metadata_location": pointer["metadata_location"], "operation": "view-rename",
