@@ -47,6 +47,12 @@ public class IcefloeCatalogTests extends CatalogTests<RESTCatalog> {
     return true;
   }
 
+  // Namespaces have any number of levels.
+  @Override
+  protected boolean supportsNestedNamespaces() {
+    return true;
+  }
+
   // Names become folder names and SQL identifiers (`ns.table`, multi-level namespaces joined
   // with '.'), so '/' and '.' are refused in names (400) by design.
   @Override

@@ -1,5 +1,7 @@
 package org.apache.iceberg.rest;
 
+import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -8,10 +10,6 @@ import org.apache.iceberg.catalog.Namespace;
 
 /** Opens Iceberg-Java's RESTCatalog on the icefloe server named by -Dicefloe.rest.uri. */
 final class IcefloeCatalogs {
-  // The namespaces the suites create; each test starts without them.
-  private static final List<Namespace> SUITE_NAMESPACES =
-      List.of(Namespace.of("ns"), Namespace.of("newdb"));
-
   private IcefloeCatalogs() {}
 
   static RESTCatalog open(Map<String, String> extra) {
@@ -44,14 +42,25 @@ final class IcefloeCatalogs {
     }
   }
 
+  /** Drops every namespace (deepest first) but icefloe's always-present `default`, with its
+   * tables and views: each test starts from an empty catalog, as the suites assume. */
   static void dropSuiteNamespaces(RESTCatalog catalog) {
-    for (Namespace namespace : SUITE_NAMESPACES) {
-      if (!catalog.namespaceExists(namespace)) {
-        continue;
-      }
+    List<Namespace> all = new ArrayList<>();
+    collect(catalog, Namespace.empty(), all);
+    all.sort(Comparator.comparingInt((Namespace n) -> n.levels().length).reversed());
+    for (Namespace namespace : all) {
       catalog.listTables(namespace).forEach(catalog::dropTable);
       catalog.listViews(namespace).forEach(catalog::dropView);
-      catalog.dropNamespace(namespace);
+      if (!namespace.equals(Namespace.of("default"))) {
+        catalog.dropNamespace(namespace);
+      }
+    }
+  }
+
+  private static void collect(RESTCatalog catalog, Namespace parent, List<Namespace> into) {
+    for (Namespace child : catalog.listNamespaces(parent)) {
+      into.add(child);
+      collect(catalog, child, into);
     }
   }
 }
