@@ -109,6 +109,21 @@ def load(catalog: RocksCatalog, ns: tuple[str, ...], name: str) -> LoadedView:
     return LoadedView(location, metadata)
 
 
+def read_metadata(catalog: RocksCatalog, location: str) -> ViewMetadata:
+    """The view metadata file at ``location`` (parsed once per location).
+
+    Raises: FileNotFoundError, ValueError (not view metadata)."""
+    cached = _parsed.get(location)
+    if cached is not None:
+        return cached
+    io = catalog._load_file_io(location=location)
+    with io.new_input(location).open() as raw:
+        stream = Compressor.get_compressor(location).stream_decompressor(raw)
+        metadata = ViewMetadata.model_validate_json(stream.read())
+    _parsed.put(location, metadata)
+    return metadata
+
+
 def _write(catalog: RocksCatalog, metadata: ViewMetadata, version: int) -> str:
     io = catalog.table_io(metadata.location)
     location = f"{metadata.location.rstrip('/')}/metadata/{version:05d}-{uuid.uuid4()}.metadata.json"
