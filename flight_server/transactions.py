@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import json
 import logging
 import threading
@@ -67,8 +68,8 @@ _DATA_UPDATES = (AddSnapshotUpdate, SetSnapshotRefUpdate)
 
 
 # The transaction the current call runs in (set by the Flight SQL dispatcher for one call), so
-# the engine can read the transaction's own staged snapshots when a write inside it reads its
-# target (``staged_table``) without the many calls in between passing it along.
+# the engine pins what the transaction sees (``read_pins``) and reads its own staged snapshots
+# (``staged_table``) without the many calls in between passing it along.
 ACTIVE: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar("icefloe_transaction", default=None)
 
 
@@ -84,8 +85,6 @@ def staged_table(catalog: Any, namespace: tuple[str, ...], name: str) -> Any:
 def read_pins(catalog: Any, pins: Sequence[Any]) -> list[Any]:
     """A query's pins as the active transaction reads them (see the module doc): a table it
     wrote at its staged snapshot, any other at its snapshot at BEGIN. Unchanged outside one."""
-    import dataclasses
-
     txn = ACTIVE.get()
     if txn is None:
         return list(pins)
