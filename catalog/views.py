@@ -1,11 +1,11 @@
-"""Iceberg views in the catalog of record: create, load, replace, rename, drop, list.
+"""Iceberg views in the catalog of record: create, register, load, replace, rename, drop, list.
 
 A view is a pointer in RocksDB (``keys.VIEW``) to a view metadata JSON file (Iceberg's view
 spec, modelled by ``pyiceberg.view.metadata``) under the view's own folder in the warehouse.
 Tables and views share one name space per namespace (a name is a table or a view). Every
 change is an ordinary catalog commit: the pointer moves in the same fsync'd RocksDB batch as
-the commit sequence and a commit-log record (operation ``view-create`` / ``view-replace`` /
-``view-rename`` / ``view-drop``), so the feed carries it like a table commit.
+the commit sequence and a commit-log record (operation ``view-create`` / ``view-register`` /
+``view-replace`` / ``view-rename`` / ``view-drop``), so the feed carries it like a table commit.
 
 Updates of a replace are the REST spec's view updates; ids are assigned as Iceberg-Java's
 ``ViewMetadata.Builder`` assigns them (an added schema or version equal to an existing one

@@ -1,6 +1,7 @@
-"""View endpoints of the REST catalog: list, create, load, exists, replace (commit), drop and
+"""View endpoints of the REST catalog: list, create, register, load, exists, replace (commit), drop and
 rename. The catalog side is ``catalog.views``: every change is a catalog commit on the commit
-log and the feed (``view-create`` / ``view-replace`` / ``view-rename`` / ``view-drop``)."""
+log and the feed (``view-create`` / ``view-register`` / ``view-replace`` / ``view-rename`` /
+``view-drop``)."""
 
 from __future__ import annotations
 
