@@ -91,22 +91,17 @@ def load(catalog: RocksCatalog, ns: tuple[str, ...], name: str) -> LoadedView:
     if pointer is None:
         raise NoSuchViewError(f"View does not exist: {'.'.join((*ns, name))}")
     location = pointer["metadata_location"]
-    io = catalog._load_file_io(location=location)
-    cached = _parsed.get(location)
     # Metadata files are immutable: parsed once per location, served while the file exists
     # (a removed file fails as for tables, cached or not: see RocksCatalog._read_metadata).
-    if cached is not None and io.new_input(location).exists():
-        return LoadedView(location, cached)
     try:
-        with io.new_input(location).open() as raw:
-            stream = Compressor.get_compressor(location).stream_decompressor(raw)
-            metadata = ViewMetadata.model_validate_json(stream.read())
+        if _parsed.get(location) is not None and not catalog._load_file_io(location=location).new_input(
+                location).exists():
+            raise FileNotFoundError(location)
+        return LoadedView(location, read_metadata(catalog, location))
     except FileNotFoundError:
         from catalog.rocks_catalog import MetadataFileMissingError
 
         raise MetadataFileMissingError(location) from None
-    _parsed.put(location, metadata)
-    return LoadedView(location, metadata)
 
 
 def read_metadata(catalog: RocksCatalog, location: str) -> ViewMetadata:
@@ -210,10 +205,7 @@ def register(catalog: RocksCatalog, ns: tuple[str, ...], name: str, metadata_loc
     if not catalog.files.inside(metadata_location):
         raise InvalidLocationError(
             f"metadata file {str(metadata_location)[:200]!r} must lie inside the catalog's warehouse")
-    io = catalog._load_file_io(location=metadata_location)
-    with io.new_input(metadata_location).open() as raw:
-        stream = Compressor.get_compressor(metadata_location).stream_decompressor(raw)
-        metadata = ViewMetadata.model_validate_json(stream.read())
+    metadata = read_metadata(catalog, metadata_location)
     # The server writes the view's later metadata under its folder: it must be a folder this
     # view may own, and the registered file must lie in it (as a table's must).
     root = _check_folder(catalog, metadata.location, (*ns, name))
@@ -222,7 +214,6 @@ def register(catalog: RocksCatalog, ns: tuple[str, ...], name: str, metadata_loc
     with catalog._commit_lock:
         _free_name(catalog, ns, name)  # again, under the lock: a racing create lost
         _land(catalog, ns, name, "view-register", metadata_location, None, metadata)
-    _parsed.put(metadata_location, metadata)
     return LoadedView(metadata_location, metadata)
 
 

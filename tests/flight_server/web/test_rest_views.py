@@ -221,3 +221,13 @@ def test_bad_register_view_bodies(server: ServerProcess, rest: RestCatalog, body
 def test_register_view_is_in_the_config_endpoints(server: ServerProcess) -> None:
     endpoints = httpx.get(_url(server, "config"), timeout=10).json()["endpoints"]
     assert "POST /v1/{prefix}/namespaces/{namespace}/register-view" in endpoints
+
+
+def test_a_view_whose_metadata_file_is_gone_is_404(rest: RestCatalog, server: ServerProcess) -> None:
+    rest.create_view("vw.lost", SCHEMA, _version("SELECT id FROM vw.base"))
+    url = _url(server, "namespaces/vw/views/lost")
+    location = httpx.get(url, timeout=10).json()["metadata-location"]  # parsed and cached now
+    Path(location.removeprefix("file://")).unlink()
+    answer = httpx.get(url, timeout=10)
+    assert answer.status_code == 404 and answer.json()["error"]["type"] == "NotFoundException", answer.text
+    rest.drop_view("vw.lost")
