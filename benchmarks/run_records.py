@@ -106,6 +106,8 @@ FIGURES = (
            "(appends per second)", "appends.median_ratio_rest_over_sql", "report", "x"),
     Figure("rest", "rest.spark", "Spark `INSERT` of 10M rows through the REST catalog / one DoPut (speed)",
            "bulk.median_ratio_spark_over_doput", "report"),
+    Figure("rest", "rest.views", "a query on an Iceberg view / the view's SQL inlined on its base table (time)",
+           "views.median_ratio_view_over_base", "<= 1.05"),
     Figure("embedded", "embedded.in_process", "`pl.DataFrame(t.scan())` of 10M rows in process / `pl.read_parquet` "
            "(speed)", "scans.in_process_vs_read_parquet", ">= 0.8"),
     Figure("rust_change_scan", "rust_change_scan.parallel", "Rust `Client::changes`, 4 endpoints at once / one at a "

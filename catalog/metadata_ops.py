@@ -20,6 +20,7 @@ from pyiceberg.table.update import (
     SetCurrentSchemaUpdate,
     SetPropertiesUpdate,
     TableUpdate,
+    UpgradeFormatVersionUpdate,
     _apply_table_update,
     _TableMetadataUpdateContext,
     _update_table_metadata_log,
@@ -45,6 +46,10 @@ def apply_updates(
             # Removing a property that is not set is a no-op in Iceberg (Java's TableMetadata
             # builder); pyiceberg's apply raises KeyError, which would be a 500 over REST.
             update = RemovePropertiesUpdate(removals=[key for key in update.removals if key in metadata.properties])
+        if isinstance(update, UpgradeFormatVersionUpdate) and update.format_version == V3 > metadata.format_version:
+            metadata = _with_row_ids(_upgraded_to_v3(metadata, context))
+            context.add_update(update)
+            continue
         metadata = _with_row_ids(_apply_table_update(update, metadata, context))
     if context.has_changes():
         if metadata_location:
@@ -57,6 +62,19 @@ def apply_updates(
         # A new table is built from an empty V1 shell; re-parse to get the right version class.
         return TableMetadataUtil.parse_obj(metadata.model_dump())
     return metadata
+
+
+V3 = 3
+
+
+def _upgraded_to_v3(metadata: TableMetadata, context: _TableMetadataUpdateContext) -> TableMetadata:
+    """``metadata`` as format v3 (via v2, which pyiceberg's own update makes). pyiceberg 0.12
+    refuses ``upgrade-format-version`` 3 although it reads and writes v3 metadata; icefloe
+    serves v3 tables other engines write (its own writers refuse them, see ``catalog.v3``), and
+    Iceberg-Java's create transactions of v3 tables send this update."""
+    if metadata.format_version < 2:
+        metadata = _apply_table_update(UpgradeFormatVersionUpdate(format_version=2), metadata, context)  # type: ignore[call-arg]
+    return TableMetadataUtil._construct_without_validation(metadata.model_copy(update={"format_version": V3}))
 
 
 def _with_row_ids(metadata: TableMetadata) -> TableMetadata:

@@ -26,6 +26,24 @@ class StoreLockedError(RuntimeError):
     """The database is held by another process for writing."""
 
 
+class StoreSnapshot:
+    """The database as it was when ``RocksStore.snapshot`` was called."""
+
+    def __init__(self, snapshot: rocksdict.Snapshot) -> None:
+        self._snapshot = snapshot
+
+    def get(self, key: bytes) -> bytes | None:
+        # Only item access reads at the snapshot (rocksdict's snapshot iterators read the
+        # latest data); a missing key is a bare Exception saying so.
+        try:
+            value: bytes = self._snapshot[key]
+        except Exception as exc:
+            if "not found" in str(exc).lower():
+                return None
+            raise
+        return value
+
+
 class RocksStore:
     """Key/value access to the catalog database with durable (fsync'd) atomic batches."""
 
@@ -85,6 +103,11 @@ class RocksStore:
             key: bytes = it.key()
             return key
         return None
+
+    def snapshot(self) -> StoreSnapshot:
+        """A consistent read view of the database as it is now (a RocksDB snapshot; held
+        until the returned object is dropped)."""
+        return StoreSnapshot(self._db.snapshot())
 
     # -- writes ------------------------------------------------------------------------
 

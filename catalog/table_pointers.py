@@ -14,7 +14,7 @@ from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Identifier
 
-from catalog import keys, table_files
+from catalog import keys, table_files, views
 from catalog.catalog_internals import CatalogInternals
 from catalog.names import InvalidNameError
 from catalog.sandbox import InvalidLocationError
@@ -111,7 +111,9 @@ def rename(
         catalog._require_namespace(dst_ns)
         if catalog._pointer(dst_ns, dst) is not None:
             raise TableAlreadyExistsError(f"Table already exists: {'.'.join((*dst_ns, dst))}")
-        catalog._refuse_view_name(dst_ns, dst)
+        if views.exists(catalog, dst_ns, dst):  # Iceberg-Java's wording
+            raise TableAlreadyExistsError(f"Cannot rename {'.'.join((*src_ns, src))} to "
+                                          f"{'.'.join((*dst_ns, dst))}. View already exists")
         location = pointer["metadata_location"]
         metadata = catalog._read_metadata(src_ns, src, location)
         catalog._land(

@@ -26,6 +26,11 @@ VIEW_FORMAT_VERSION = 1
 class ViewUpdateError(ValueError):
     """An update a view cannot take (a 400 over REST)."""
 
+
+class InvalidViewVersionError(ViewUpdateError):
+    """A view version Iceberg-Java's builder refuses (Java clients expect its type and wording:
+    a 400 with type ``IllegalArgumentException``)."""
+
 LAST_ADDED = -1
 MAX_VERSIONS = 10  # Iceberg's version.history.num-entries default: older versions drop out
 
@@ -49,6 +54,17 @@ def _model(model: Any, raw: Any, what: str) -> Any:
         raise ViewUpdateError(f"{what} is invalid: {first['msg']}") from None
     except (ValueError, TypeError, AttributeError, KeyError):
         raise ViewUpdateError(f"{what} is invalid") from None
+
+
+def check_version(version: ViewVersion) -> None:
+    """Refuse a version with two queries in one dialect (Iceberg-Java's check and wording)."""
+    seen: set[str] = set()
+    for representation in version.representations:
+        sql = getattr(representation, "root", representation)  # pyiceberg wraps each in a RootModel
+        dialect = str(getattr(sql, "dialect", "")).lower()
+        if dialect in seen:
+            raise InvalidViewVersionError(f"Invalid view version: Cannot add multiple queries for dialect {dialect}")
+        seen.add(dialect)
 
 
 def _same_version(a: ViewVersion, b: ViewVersion) -> bool:
@@ -103,6 +119,7 @@ def apply(base: ViewMetadata, updates: Sequence[Any]) -> ViewMetadata:
                 properties.pop(key, None)
         elif action == "add-view-version":
             version = _model(ViewVersion, update.get("view-version"), f"{what}.view-version")
+            check_version(version)
             if version.schema_id == LAST_ADDED:
                 if last_schema is None:
                     raise ViewUpdateError("a view version names the last added schema, but none was added")

@@ -1,11 +1,11 @@
-"""Iceberg views in the catalog of record: create, load, replace, rename, drop, list.
+"""Iceberg views in the catalog of record: create, register, load, replace, rename, drop, list.
 
 A view is a pointer in RocksDB (``keys.VIEW``) to a view metadata JSON file (Iceberg's view
 spec, modelled by ``pyiceberg.view.metadata``) under the view's own folder in the warehouse.
 Tables and views share one name space per namespace (a name is a table or a view). Every
 change is an ordinary catalog commit: the pointer moves in the same fsync'd RocksDB batch as
-the commit sequence and a commit-log record (operation ``view-create`` / ``view-replace`` /
-``view-rename`` / ``view-drop``), so the feed carries it like a table commit.
+the commit sequence and a commit-log record (operation ``view-create`` / ``view-register`` /
+``view-replace`` / ``view-rename`` / ``view-drop``), so the feed carries it like a table commit.
 
 Updates of a replace are the REST spec's view updates; ids are assigned as Iceberg-Java's
 ``ViewMetadata.Builder`` assigns them (an added schema or version equal to an existing one
@@ -83,20 +83,30 @@ def load(catalog: CatalogInternals, ns: tuple[str, ...], name: str) -> LoadedVie
     if pointer is None:
         raise NoSuchViewError(f"View does not exist: {'.'.join((*ns, name))}")
     location = pointer["metadata_location"]
-    io = catalog._load_file_io(location=location)
-    cached = _parsed.get(location)
     # Metadata files are immutable: parsed once per location, served while the file exists
-    # (a removed file fails as for tables, cached or not: see RocksCatalog._read_metadata).
-    if cached is not None and io.new_input(location).exists():
-        return LoadedView(location, cached)
+    # (a removed file fails as for tables, cached or not: see CatalogInternals._read_metadata).
     try:
-        with io.new_input(location).open() as raw:
-            stream = Compressor.get_compressor(location).stream_decompressor(raw)
-            metadata = ViewMetadata.model_validate_json(stream.read())
+        if _parsed.get(location) is not None and not catalog._load_file_io(location=location).new_input(
+                location).exists():
+            raise FileNotFoundError(location)
+        return LoadedView(location, read_metadata(catalog, location))
     except FileNotFoundError:
         raise MetadataFileMissingError(location) from None
+
+
+def read_metadata(catalog: CatalogInternals, location: str) -> ViewMetadata:
+    """The view metadata file at ``location`` (parsed once per location).
+
+    Raises: FileNotFoundError, ValueError (not view metadata)."""
+    cached = _parsed.get(location)
+    if cached is not None:
+        return cached
+    io = catalog._load_file_io(location=location)
+    with io.new_input(location).open() as raw:
+        stream = Compressor.get_compressor(location).stream_decompressor(raw)
+        metadata = ViewMetadata.model_validate_json(stream.read())
     _parsed.put(location, metadata)
-    return LoadedView(location, metadata)
+    return metadata
 
 
 def _write(catalog: CatalogInternals, metadata: ViewMetadata, version: int) -> str:
@@ -127,6 +137,16 @@ def _free_name(catalog: CatalogInternals, ns: tuple[str, ...], name: str) -> Non
         raise TableAlreadyExistsError(f"Table with same name already exists: {qualified}")
 
 
+def _free_rename_target(catalog: CatalogInternals, src: tuple[tuple[str, ...], str],
+                        dst: tuple[tuple[str, ...], str]) -> None:
+    # Iceberg-Java's wording for a taken rename target (clients match on it).
+    move = f"Cannot rename {'.'.join((*src[0], src[1]))} to {'.'.join((*dst[0], dst[1]))}."
+    if exists(catalog, *dst):
+        raise ViewAlreadyExistsError(f"{move} View already exists")
+    if catalog._pointer(*dst) is not None:
+        raise TableAlreadyExistsError(f"{move} Table already exists")
+
+
 def create(catalog: CatalogInternals, ns: tuple[str, ...], name: str, schema: Schema, version: ViewVersion,
            location: str | None, properties: dict[str, Any]) -> LoadedView:
     """Create a view (operation ``view-create``).
@@ -135,7 +155,10 @@ def create(catalog: CatalogInternals, ns: tuple[str, ...], name: str, schema: Sc
         NoSuchNamespaceError, ViewAlreadyExistsError, TableAlreadyExistsError (the name is a
         table's), InvalidLocationError (a folder outside the warehouse or another's).
     """
+    from catalog.view_updates import check_version
+
     catalog._check_writable()
+    check_version(version)
     catalog._require_namespace(ns)
     _free_name(catalog, ns, name)
     folder = catalog._resolve_table_location(location, "\x1f".join(ns), name)
@@ -152,6 +175,35 @@ def create(catalog: CatalogInternals, ns: tuple[str, ...], name: str, schema: Sc
     with catalog._commit_lock:
         _free_name(catalog, ns, name)  # again, under the lock: a racing create lost
         _land(catalog, ns, name, "view-create", metadata_location, None, metadata)
+    return LoadedView(metadata_location, metadata)
+
+
+def register(catalog: CatalogInternals, ns: tuple[str, ...], name: str, metadata_location: str) -> LoadedView:
+    """Register an existing view metadata file under ``ns.name`` (operation ``view-register``),
+    as Iceberg's ``registerView``: the view's folder stays where the metadata says.
+
+    Raises:
+        NoSuchNamespaceError, ViewAlreadyExistsError, TableAlreadyExistsError (the name is a
+        table's), InvalidLocationError (the file or the view's folder outside the warehouse, or
+        another table's or view's folder), FileNotFoundError, ValueError (not view metadata).
+    """
+    from catalog.sandbox import InvalidLocationError
+
+    catalog._check_writable()
+    catalog._require_namespace(ns)
+    _free_name(catalog, ns, name)
+    if not catalog.files.inside(metadata_location):
+        raise InvalidLocationError(
+            f"metadata file {str(metadata_location)[:200]!r} must lie inside the catalog's warehouse")
+    metadata = read_metadata(catalog, metadata_location)
+    # The server writes the view's later metadata under its folder: it must be a folder this
+    # view may own, and the registered file must lie in it (as a table's must).
+    root = _check_folder(catalog, metadata.location, (*ns, name))
+    if not metadata_location.startswith(root.rstrip("/") + "/"):
+        raise InvalidLocationError("metadata-location must lie under the view's own folder (its metadata location)")
+    with catalog._commit_lock:
+        _free_name(catalog, ns, name)  # again, under the lock: a racing create lost
+        _land(catalog, ns, name, "view-register", metadata_location, None, metadata)
     return LoadedView(metadata_location, metadata)
 
 
@@ -186,7 +238,7 @@ def rename(catalog: CatalogInternals, src: tuple[tuple[str, ...], str], dst: tup
         if pointer is None:
             raise NoSuchViewError(f"View does not exist: {'.'.join((*src[0], src[1]))}")
         catalog._require_namespace(dst[0])
-        _free_name(catalog, *dst)
+        _free_rename_target(catalog, src, dst)
         metadata = ViewMetadata.model_construct(view_uuid=pointer.get("view_uuid", ""))
         fields = {"namespace": dst[0], "table": dst[1], "table_uuid": metadata.view_uuid,
                   "metadata_location": pointer["metadata_location"], "operation": "view-rename",

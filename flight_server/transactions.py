@@ -16,16 +16,20 @@ branch is still at the snapshot this transaction based its writes on": a concurr
 written table makes COMMIT fail with ABORTED and lands nothing. Rollback, expiry, a client that
 goes away or a killed server leave the staged files unreferenced; orphan removal takes them.
 
-Reads: a table the transaction has not written is read at the snapshot the transaction first
-saw of it (pinned at its first read or write, so repeated reads agree); reading a table the
-transaction wrote is refused with FAILED_PRECONDITION (its staged snapshot is not in the
-catalog, where the engine and DoGet tickets resolve snapshots).
+Reads see the catalog as it was at BEGIN (a RocksDB snapshot taken then: every table at the
+snapshot it had at that moment, whenever the transaction first touches it) plus the
+transaction's own writes: a table it wrote is read at its staged snapshot (the statement's
+ticket then names the transaction, so DoGet reads the staged metadata too; after COMMIT the
+same snapshot is in the catalog, after ROLLBACK it is gone and the ticket says so). A table
+created after BEGIN (DDL lands at once, see the dispatcher) is read as of its first touch.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
+import json
 import logging
 import threading
 import time
@@ -36,6 +40,7 @@ from typing import Any
 
 import uuid6
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import CommitTableResponse
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import (
@@ -47,6 +52,7 @@ from pyiceberg.table.update import (
     TableUpdate,
 )
 
+from catalog import keys
 from catalog.context import commit_context, current_commit_context
 from catalog.metadata_ops import apply_updates
 from flight_server import errors
@@ -62,8 +68,8 @@ _DATA_UPDATES = (AddSnapshotUpdate, SetSnapshotRefUpdate)
 
 
 # The transaction the current call runs in (set by the Flight SQL dispatcher for one call), so
-# the engine can read the transaction's own staged snapshots when a write inside it reads its
-# target (``staged_table``) without the many calls in between passing it along.
+# the engine pins what the transaction sees (``read_pins``) and reads its own staged snapshots
+# (``staged_table``) without the many calls in between passing it along.
 ACTIVE: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar("icefloe_transaction", default=None)
 
 
@@ -74,6 +80,51 @@ def staged_table(catalog: Any, namespace: tuple[str, ...], name: str) -> Any:
     if staged is None:
         return None
     return catalog._table(tuple(namespace), name, staged.base_location, staged.metadata)
+
+
+def read_pins(catalog: Any, pins: Sequence[Any]) -> list[Any]:
+    """A query's pins as the active transaction reads them (see the module doc): a table it
+    wrote at its staged snapshot, any other at its snapshot at BEGIN. Unchanged outside one."""
+    txn = ACTIVE.get()
+    if txn is None:
+        return list(pins)
+    out = []
+    for pin in pins:
+        key = (*pin.namespace, pin.name)
+        if getattr(pin, "kind", "data") != "data" or getattr(pin, "view", None) is not None:
+            out.append(pin)  # time travel and metadata tables name their snapshot already
+            continue
+        staged = txn.tables.get(key)
+        if staged is not None:
+            snap = staged.metadata.current_snapshot()
+            out.append(dataclasses.replace(pin, snapshot_id=snap.snapshot_id if snap else None,
+                                           schema_id=staged.metadata.current_schema_id))
+            continue
+        if key not in txn.pins:
+            txn.pins[key] = _at_begin(catalog, txn, pin)
+        snapshot_id, schema_id = txn.pins[key]
+        out.append(dataclasses.replace(pin, snapshot_id=snapshot_id, schema_id=schema_id))
+    return out
+
+
+def _at_begin(catalog: Any, txn: Transaction, pin: Any) -> tuple[int | None, int]:
+    """(snapshot id, schema id) of ``pin``'s table as it was when ``txn`` began."""
+    raw = txn.at_begin.get(keys.table_key(pin.namespace, pin.name)) if txn.at_begin is not None else None
+    if raw is None:
+        return pin.snapshot_id, pin.schema_id  # created after BEGIN: as of its first touch
+    location = json.loads(raw)["metadata_location"]
+    current = catalog.store.get(keys.table_key(pin.namespace, pin.name))
+    if current is not None and json.loads(current)["metadata_location"] == location:
+        return pin.snapshot_id, pin.schema_id  # unchanged since BEGIN: what the plan saw
+    try:
+        metadata = FromInputFile.table_metadata(catalog._load_file_io(location=location).new_input(location))
+    except FileNotFoundError:
+        raise errors.Aborted(
+            f"table {'.'.join((*pin.namespace, pin.name))} changed since this transaction began and its state "
+            "at BEGIN is no longer available; ROLLBACK and run the transaction again"
+        ) from None
+    snap = metadata.current_snapshot()
+    return (snap.snapshot_id if snap else None), metadata.current_schema_id
 
 
 @dataclass
@@ -102,10 +153,12 @@ class Transaction:
     last_used: float
     state: str = "open"  # open | committing | committed | rolled back | expired | aborted
     tables: dict[tuple[str, ...], StagedTable] = field(default_factory=dict)
-    # The snapshot id each table was first seen at (None: empty table).
-    pins: dict[tuple[str, ...], int | None] = field(default_factory=dict)
+    # (snapshot id, schema id) each table is read at (snapshot None: empty table).
+    pins: dict[tuple[str, ...], tuple[int | None, int]] = field(default_factory=dict)
     # The gRPC peer that began it (see ``TransactionManager.by_peer``).
     peer: str | None = None
+    # The catalog database as it was at BEGIN (``RocksStore.snapshot``): reads resolve tables there.
+    at_begin: Any = None
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 
@@ -132,8 +185,9 @@ class TransactionManager:
         # runId of the transaction's commits (catalog.lineage.events.commit_run_id).
         tid = uuid6.uuid7().hex
         now = time.monotonic()
+        at_begin = self.catalog.store.snapshot()
         with self._lock:
-            self._open[tid] = Transaction(tid, principal, now, now, peer=peer)
+            self._open[tid] = Transaction(tid, principal, now, now, peer=peer, at_begin=at_begin)
         logger.info("transaction %s begun by %s", tid, principal or "anonymous")
         return self.seal(tid, principal)
 
@@ -165,7 +219,8 @@ class TransactionManager:
             now = time.monotonic()
             with self._lock:
                 self._ended.pop(tid, None)
-                txn = self._open.setdefault(tid, Transaction(tid, ended[1], now, now))
+                txn = self._open.setdefault(tid, Transaction(tid, ended[1], now, now,
+                                                             at_begin=self.catalog.store.snapshot()))
             logger.info("transaction %s resumed after expiry (it had staged nothing)", tid)
         if txn is None:
             if ended is not None:
@@ -181,6 +236,7 @@ class TransactionManager:
         had_writes = bool(txn.tables)
         txn.state = state
         txn.tables.clear()
+        txn.at_begin = None  # releases the RocksDB snapshot
         with self._lock:
             self._open.pop(txn.id, None)
             self._ended[txn.id] = (state, txn.principal, had_writes)
@@ -232,26 +288,13 @@ class TransactionManager:
     def catalog_for(self, txn: Transaction) -> TransactionCatalog:
         return TransactionCatalog(self.catalog, txn)
 
-    def pin(self, txn: Transaction, pins: Sequence[Any]) -> list[Any]:
-        """A query's pins as this transaction reads them: each table at the snapshot it first
-        saw; a table it wrote is refused (see the module doc)."""
-        import dataclasses
-
-        out = []
-        for pin in pins:
-            key = (*pin.namespace, pin.name)
-            if key in txn.tables:
-                raise errors.FailedPrecondition(
-                    f"table {'.'.join(key)} has uncommitted writes in this transaction; reading them before "
-                    "COMMIT is not supported (COMMIT or ROLLBACK first, or read it in another connection)"
-                )
-            if getattr(pin, "kind", "data") != "data" or getattr(pin, "view", None) is not None:
-                out.append(pin)  # time travel and metadata tables name their snapshot already
-                continue
-            if key not in txn.pins:
-                txn.pins[key] = pin.snapshot_id
-            out.append(dataclasses.replace(pin, snapshot_id=txn.pins[key]))
-        return out
+    def find_open(self, sealed: bytes, principal: str | None) -> Transaction | None:
+        """The open transaction ``sealed`` names for ``principal``, or None once it ended."""
+        try:
+            txn = self.get(sealed, principal)
+        except (errors.NotFound, errors.FailedPrecondition):
+            return None
+        return txn if txn.state == "open" else None
 
     # -- end ------------------------------------------------------------------------------
 
@@ -333,7 +376,7 @@ class TransactionCatalog:
     def _check_pin(self, key: tuple[str, ...], table: Any) -> None:
         snap = table.metadata.current_snapshot()
         current = snap.snapshot_id if snap else None
-        if current != self._txn.pins[key]:
+        if current != self._txn.pins[key][0]:
             # The transaction read an older snapshot: a write based on the newer one would mix
             # two states; fail now rather than at COMMIT.
             raise errors.Aborted(
@@ -376,7 +419,7 @@ class TransactionCatalog:
         staged.metadata = new
         staged.updates.extend(updates)
         self._txn.tables[key] = staged
-        self._txn.pins.setdefault(key, staged.base_snapshot_id)
+        self._txn.pins.setdefault(key, (staged.base_snapshot_id, staged.metadata.current_schema_id))
         return CommitTableResponse(metadata=new, metadata_location=staged.base_location)  # type: ignore[call-arg]
 
     @staticmethod

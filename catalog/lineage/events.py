@@ -45,6 +45,7 @@ import uuid6
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import NestedField, StructType
+from pyiceberg.view.metadata import ViewMetadata
 
 from catalog.commit_log import CommitRecord
 from catalog.lineage import sql_lineage
@@ -64,6 +65,7 @@ FACET_SCHEMAS: dict[str, tuple[str, str]] = {
     ),
     "catalog": ("https://openlineage.io/spec/facets/1-1-0/CatalogDatasetFacet.json", "CatalogDatasetFacet"),
     "storage": ("https://openlineage.io/spec/facets/1-0-1/StorageDatasetFacet.json", "StorageDatasetFacet"),
+    "datasetType": ("https://openlineage.io/spec/facets/1-0-1/DatasetTypeDatasetFacet.json", "DatasetTypeDatasetFacet"),
     "lifecycleStateChange": (
         "https://openlineage.io/spec/facets/1-0-1/LifecycleStateChangeDatasetFacet.json",
         "LifecycleStateChangeDatasetFacet",
@@ -90,6 +92,11 @@ ICEFLOE_FACET = "icefloe_commit"
 ICEFLOE_FACET_SCHEMA = "urn:icefloe:spec:facets:1-0-0:IcefloeCommitRunFacet.json#/$defs/IcefloeCommitRunFacet"
 
 LIFECYCLE = {
+    "view-create": "CREATE",
+    "view-register": "CREATE",
+    "view-replace": "ALTER",
+    "view-drop": "DROP",
+    "view-rename": "RENAME",
     "create": "CREATE",
     "register": "CREATE",
     "drop": "DROP",
@@ -215,14 +222,18 @@ def _event(
     }
 
 
-def _job(settings: LineageSettings, operation: str, qualified: str, extra: dict[str, Any]) -> dict[str, Any]:
+def _job(settings: LineageSettings, operation: str, qualified: str, extra: dict[str, Any],
+         view_query: tuple[str, str] | None = None) -> dict[str, Any]:
     name = extra.get("job_name")
     if not isinstance(name, str) or not name or settings.hash_names:
         name = f"icefloe.{operation}.{settings.dataset_name(qualified)}"
     facets: dict[str, Any] = {"jobType": job_type_facet(operation)}
     sql = extra.get("sql")
+    dialect = "duckdb"
+    if view_query is not None and not (isinstance(sql, str) and sql):
+        sql, dialect = view_query  # a view created over REST: its definition is the job's SQL
     if isinstance(sql, str) and sql and settings.include_sql and not settings.hash_names:
-        facets["sql"] = facet("sql", query=redact_text(sql), dialect="duckdb")
+        facets["sql"] = facet("sql", query=redact_text(sql), dialect=dialect)
     return {"namespace": settings.namespace, "name": name, "facets": facets}
 
 
@@ -238,7 +249,22 @@ def commit_schema(metadata: TableMetadata, record: CommitRecord) -> Schema:
     return metadata.schema()
 
 
-def _dataset_facets(settings: LineageSettings, record: CommitRecord, metadata: TableMetadata | None) -> dict[str, Any]:
+def view_query(view: ViewMetadata) -> tuple[str, str] | None:
+    """(SQL, dialect) of a view's current version: DuckDB's if it has one, else its first."""
+    current = next((v for v in view.versions if v.version_id == view.current_version_id), None)
+    if current is None or not current.representations:
+        return None
+    queries = [(r.root.sql, r.root.dialect.lower()) for r in current.representations]
+    return next((q for q in queries if q[1] == "duckdb"), queries[0])
+
+
+def _view_schema(view: ViewMetadata) -> Schema | None:
+    current = next((v for v in view.versions if v.version_id == view.current_version_id), None)
+    return next((s for s in view.schemas if current is not None and s.schema_id == current.schema_id), None)
+
+
+def _dataset_facets(settings: LineageSettings, record: CommitRecord, metadata: TableMetadata | None,
+                    view: ViewMetadata | None = None) -> dict[str, Any]:
     facets: dict[str, Any] = {}
     catalog: dict[str, Any] = {
         "framework": "iceberg",
@@ -251,6 +277,13 @@ def _dataset_facets(settings: LineageSettings, record: CommitRecord, metadata: T
     if settings.warehouse:
         catalog["warehouseUri"] = redact_uri(settings.warehouse)
     facets["catalog"] = facet("catalog", **catalog)
+    if record.extra.get("kind") == "view":
+        # A view stores no data: its type and schema, no storage facet.
+        facets["datasetType"] = facet("datasetType", datasetType="VIEW")
+        schema_of_view = _view_schema(view) if view is not None and record.operation != "view-drop" else None
+        if schema_of_view is not None:
+            facets["schema"] = facet("schema", fields=schema_fields(schema_of_view.fields))
+        return _with_lifecycle(settings, record, facets)
     file_format = "parquet"
     if metadata is not None:
         file_format = str(metadata.properties.get("write.format.default", "parquet")).lower()
@@ -258,6 +291,10 @@ def _dataset_facets(settings: LineageSettings, record: CommitRecord, metadata: T
             schema: Schema = commit_schema(metadata, record)
             facets["schema"] = facet("schema", fields=schema_fields(schema.fields))
     facets["storage"] = facet("storage", storageLayer="iceberg", fileFormat=file_format)
+    return _with_lifecycle(settings, record, facets)
+
+
+def _with_lifecycle(settings: LineageSettings, record: CommitRecord, facets: dict[str, Any]) -> dict[str, Any]:
     lifecycle = LIFECYCLE.get(record.operation)
     if lifecycle is not None:
         change: dict[str, Any] = {"lifecycleStateChange": lifecycle}
@@ -319,6 +356,7 @@ def build_commit_events(
     metadata: TableMetadata | None,
     settings: LineageSettings,
     columns_of: Callable[[str], list[str] | None] = lambda _name: None,
+    view: ViewMetadata | None = None,
 ) -> list[dict[str, Any]]:
     """The ``START`` and ``COMPLETE`` events of one landed commit.
 
@@ -328,11 +366,14 @@ def build_commit_events(
             readable: the events then carry no schema or size).
         settings: Naming and redaction settings.
         columns_of: Columns of an input table named in the commit's SQL (for column lineage).
+        view: For a view's commit, the view metadata it wrote (inputs and column lineage then
+            come from the view's query, its schema from the view).
     """
     extra = record.extra or {}
     qualified = record.qualified_name
     run_id = commit_run_id(record)
-    job = _job(settings, record.operation, qualified, extra)
+    query = view_query(view) if view is not None and record.operation != "view-drop" else None
+    job = _job(settings, record.operation, qualified, extra, query)
     run_facets = _run_facets(settings)
     commit_facet: dict[str, Any] = {
         "_producer": PRODUCER,
@@ -353,7 +394,11 @@ def build_commit_events(
     inputs_named: list[str] = [i for i in extra.get("inputs") or [] if isinstance(i, str)]
     found = sql_lineage.SqlLineage()
     sql = extra.get("sql")
-    if isinstance(sql, str) and sql:
+    if query is not None:
+        view_schema = _view_schema(view) if view is not None else None
+        columns = [f.name for f in view_schema.fields] if view_schema is not None else []
+        found = sql_lineage.analyze_view(query[0], query[1], columns, columns_of)
+    elif isinstance(sql, str) and sql:
         target_columns = [f.name for f in commit_schema(metadata, record).fields] if metadata is not None else []
         found = sql_lineage.analyze(sql, qualified, target_columns, columns_of)
     for name in found.inputs:
@@ -363,7 +408,7 @@ def build_commit_events(
         {"namespace": settings.namespace, "name": settings.dataset_name(n)} for n in inputs_named if n != qualified
     ]
 
-    dataset_facets = _dataset_facets(settings, record, metadata)
+    dataset_facets = _dataset_facets(settings, record, metadata, view)
     lineage_facet = _column_lineage(settings, found) or _declared_column_lineage(settings, extra.get("column_lineage"))
     if lineage_facet is not None:
         dataset_facets["columnLineage"] = lineage_facet
@@ -374,6 +419,8 @@ def build_commit_events(
     }
 
     complete_facets = dict(dataset_facets)
+    if view is not None and record.operation != "view-drop":
+        complete_facets["version"] = facet("version", datasetVersion=str(view.current_version_id))
     if record.snapshot_id is not None and record.operation != "drop":
         complete_facets["version"] = facet("version", datasetVersion=str(record.snapshot_id))
     complete_output: dict[str, Any] = {**output, "facets": complete_facets}

@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any
 
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.view.metadata import ViewMetadata
 
-from catalog import keys
+from catalog import keys, views
 from catalog.commit_log import CommitRecord, CursorExpiredError
 from catalog.context import commit_context, current_commit_context
 from catalog.lineage.events import (
@@ -401,7 +402,8 @@ class LineageExporter:
                 return
             puts: dict[bytes, bytes] = {}
             for record in records:
-                events = build_commit_events(record, self._metadata_for(record), self.settings, self._columns_of)
+                events = build_commit_events(record, self._metadata_for(record), self.settings, self._columns_of,
+                                             self._view_for(record))
                 run_id = events[0]["run"]["runId"]
                 # A transaction's commits share one run: each commit's events get their own
                 # outbox slots (by seq), in commit order within a capture.
@@ -525,6 +527,19 @@ class LineageExporter:
         while len(self._metadata) > 64:
             self._metadata.popitem(last=False)
         return metadata
+
+    def _view_for(self, record: CommitRecord) -> ViewMetadata | None:
+        """The view metadata a view's commit wrote (None for other commits, a drop, or a file
+        no longer readable: the events then carry no schema or query lineage)."""
+        location = record.metadata_location
+        if not location or record.extra.get("kind") != "view" or record.operation == "view-drop":
+            return None
+        try:
+            return views.read_metadata(self.catalog, location)
+        except Exception as exc:
+            logger.warning("view metadata of commit %d is no longer readable (%s); its events carry no schema",
+                           record.seq, type(exc).__name__)
+            return None
 
     def _columns_of(self, name: str) -> list[str] | None:
         try:

@@ -180,9 +180,32 @@ def analyze(
     table, explicit_columns, query = _query_of(statement)
     if table is None or query is None or _table_name(table) != target:
         return SqlLineage()
+    return _query_lineage(query, explicit_columns or target_columns, columns_of)
+
+
+def analyze_view(
+    sql: str, dialect: str, columns: list[str], columns_of: Callable[[str], list[str] | None]
+) -> SqlLineage:
+    """Inputs and column lineage of a view's query (its output columns are ``columns``).
+
+    Args:
+        sql: The view's SELECT, in ``dialect`` (an Iceberg view representation's dialect).
+        dialect: sqlglot's name for it; an unknown dialect yields nothing.
+        columns: The view schema's columns in order.
+        columns_of: Column names of an input table, or None when unknown.
+    """
+    try:
+        statement = sqlglot.parse_one(sql, read=dialect)
+    except (sqlglot.errors.ParseError, ValueError):  # ValueError: a dialect sqlglot does not know
+        return SqlLineage()
+    if not isinstance(statement, exp.Query):
+        return SqlLineage()
+    return _query_lineage(statement, columns, columns_of)
+
+
+def _query_lineage(query: exp.Query, columns: list[str], columns_of: Callable[[str], list[str] | None]) -> SqlLineage:
     inputs = _input_tables(query)
     result = SqlLineage(inputs=inputs)
-    columns = explicit_columns or target_columns
     schema = _sqlglot_schema(inputs, columns_of)
     if schema is None or not inputs:
         return result

@@ -31,6 +31,7 @@ from flight_server.engine.runs import QueryRuns, run_failure
 from flight_server.engine.slots import CATALOG_NAME, Slot
 from flight_server.engine.tables import PinnedTable, name_candidates, table_hint
 from flight_server.engine.watchdog import Running, Watchdog
+from flight_server.transactions import read_pins, staged_table
 
 # How long a ticket's snapshots are kept from expiry after GetFlightInfo (see catalog.pins).
 TICKET_PIN_S = 900.0
@@ -228,13 +229,14 @@ class QueryPlanner:
                     break
             else:
                 raise self._missing_table(ref.parts, default_schema)
+        # Inside a transaction: its snapshots at BEGIN, and its own staged writes.
+        planned = read_pins(self.catalog, list(pins.values()))
         registry = getattr(self.catalog, "pins", None)
         if registry is not None:
             # The ticket's DoGet must still find these snapshots, whatever commits meanwhile.
-            for pin in pins.values():
+            for pin in planned:
                 if pin.snapshot_id is not None:
                     registry.pin(pin.namespace, pin.name, pin.snapshot_id, TICKET_PIN_S)
-        planned = list(pins.values())
         if refs:
             # The rewritten text must pass the same policy with exactly these pins: it is what a
             # ticket will carry and DoGet will run.
@@ -279,7 +281,9 @@ class QueryPlanner:
         pin = data[0]
         snapshot_id = pin.snapshot_id
         assert snapshot_id is not None  # checked above
-        table = self.catalog.load_table((*pin.namespace, pin.name))
+        # A transaction's own writes: its staged metadata.
+        table = staged_table(self.catalog, pin.namespace, pin.name) or self.catalog.load_table(
+            (*pin.namespace, pin.name))
         schema = table.schemas().get(pin.schema_id) or table.schema()
         units = splits.scan_units(self.sources.data_files(table, snapshot_id, row_filter(sql, schema)))
         n = splits.partition_count(sum(u.bytes for u in units), len(units), target_bytes, max_partitions)

@@ -100,7 +100,8 @@ class StatementHandler:
             return [handle]
         target, most = self.sessions.scan_options(context)
         groups = self.engine.split(handle.sql, handle.pins, handle.default_schema, target, most)
-        return [StatementHandle(handle.sql, handle.default_schema, pins, None) for pins in groups]
+        return [StatementHandle(handle.sql, handle.default_schema, pins, None, transaction_id=handle.transaction_id)
+                for pins in groups]
 
     def _annotated(self, schema: pa.Schema, handle: StatementHandle) -> pa.Schema:
         """A result schema with the column metadata clients read (same at GetFlightInfo and DoGet)."""
@@ -134,10 +135,12 @@ class StatementHandler:
             handle.written = count
             return handle
         sql, pins = self.engine.plan(sql, default_schema, context)
-        txn = ACTIVE.get()
-        if txn is not None:
-            pins = self.transactions.transactions.pin(txn, pins)
-        return StatementHandle(sql, default_schema, pins, params)
+        handle = StatementHandle(sql, default_schema, pins, params)
+        txn = ACTIVE.get()  # the engine pinned the transaction's view (transactions.read_pins)
+        if txn is not None and any((*pin.namespace, pin.name) in txn.tables for pin in pins):
+            # DoGet must read the transaction's staged snapshots: the ticket names it.
+            handle.transaction_id = self.transactions.transactions.seal(txn.id, txn.principal)
+        return handle
 
     def _logged_plan(
         self, context: flight.ServerCallContext, sql: str, default_schema: tuple[str, ...] | None,
@@ -213,9 +216,26 @@ class StatementHandler:
                 row = next(rest, None)
                 if row is None:
                     return
-                reader = self.engine.execute(handle.sql, handle.pins, handle.default_schema, row, context=context)
+                with self._reading_own_writes(handle, self.authorizer.principal_name(context)):
+                    reader = self.engine.execute(handle.sql, handle.pins, handle.default_schema, row, context=context)
 
         return pa.RecordBatchReader.from_batches(schema, batches())
+
+    @contextlib.contextmanager
+    def _reading_own_writes(self, handle: StatementHandle, principal: str | None) -> Iterator[None]:
+        """A ticket reading a transaction's own writes runs against its staged snapshots while
+        it is open (after COMMIT they are in the catalog; after ROLLBACK the ticket's snapshot
+        is gone, which the engine reports)."""
+        registry = self.transactions.transactions
+        txn = registry.find_open(handle.transaction_id, principal) if handle.transaction_id else None
+        if txn is None:
+            yield
+            return
+        token = ACTIVE.set(txn)
+        try:
+            yield
+        finally:
+            ACTIVE.reset(token)
 
     def update(
         self, context: flight.ServerCallContext, sql: str, default_schema: tuple[str, ...] | None,
@@ -287,9 +307,10 @@ class StatementHandler:
             raise errors.InvalidArgument("this ticket does not hold a query")
         rows = param_rows(handle.params)
         try:
-            reader = self.engine.execute(
-                handle.sql, handle.pins, handle.default_schema, rows[0] if rows else None, context=context
-            )
+            with self._reading_own_writes(handle, principal):
+                reader = self.engine.execute(
+                    handle.sql, handle.pins, handle.default_schema, rows[0] if rows else None, context=context
+                )
         except Exception as exc:
             self.querylog.record(handle.sql, principal, started, errors.status_of(exc))
             raise

@@ -116,6 +116,8 @@ class StatementHandle:
     written: int | None = None
     # The handle reads back a write's count (the write is in the query log already, this is not).
     readback: bool = False
+    # The sealed transaction whose staged snapshots the pins name (its own writes, read back).
+    transaction_id: bytes | None = None
 
     def body(self) -> bytes:
         body: dict[str, Any] = {
@@ -126,6 +128,8 @@ class StatementHandle:
         }
         if self.readback or self.written is not None:
             body["w"] = 1
+        if self.transaction_id:
+            body["x"] = self.transaction_id.decode("ascii")
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -138,6 +142,7 @@ class StatementHandle:
                 [PinnedTable.from_json(p) for p in raw.get("t", [])],
                 _decode_params(raw.get("v")),
                 readback=raw.get("w") == 1,
+                transaction_id=str(raw["x"]).encode("ascii") if raw.get("x") else None,
             )
         except (KeyError, TypeError, ValueError, pa.ArrowException):
             raise errors.InvalidArgument("malformed statement handle") from None

@@ -61,6 +61,7 @@ REST_ROUTES: Mapping[tuple[str, tuple[str, ...]], str] = {
     ("POST", ("namespaces", "{namespace}", "views", "{view}")): WRITE,
     ("DELETE", ("namespaces", "{namespace}", "views", "{view}")): WRITE,
     ("POST", ("views", "rename")): WRITE,
+    ("POST", ("namespaces", "{namespace}", "register-view")): WRITE,  # as register (tables)
 }
 
 # Update actions of a REST commit that need more than the route's ``write``. The properties

@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 from catalog.catalog_errors import MetadataFileMissingError
 from catalog.names import InvalidNameError
 from catalog.object_store import storage_failure
+from catalog.view_updates import InvalidViewVersionError
 
 logger = logging.getLogger("icefloe.http.rest")
 
@@ -105,6 +106,9 @@ def from_exception(exc: BaseException) -> RestError | None:
         return RestError(403, "ForbiddenException", message)
     if isinstance(exc, ValidationError):
         return bad_request(validation_message(exc))
+    if isinstance(exc, InvalidViewVersionError):
+        # Java's error handler turns this type back into IllegalArgumentException.
+        return RestError(400, "IllegalArgumentException", message)
     if isinstance(exc, IcebergValidationError):
         # pyiceberg's checks of metadata a client sent ("Unknown format version: 9", a type it
         # cannot parse); not a ValueError, so named here.

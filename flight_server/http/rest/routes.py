@@ -100,6 +100,7 @@ class RestCatalogApp:
             Endpoint("POST", ("namespaces", "{namespace}", "views", "{view}"), vw.replace),
             Endpoint("DELETE", ("namespaces", "{namespace}", "views", "{view}"), vw.drop),
             Endpoint("POST", ("views", "rename"), vw.rename),
+            Endpoint("POST", ("namespaces", "{namespace}", "register-view"), vw.register),
         ]
 
     # -- the config endpoint -------------------------------------------------------------

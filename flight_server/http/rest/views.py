@@ -1,17 +1,20 @@
-"""View endpoints of the REST catalog: list, create, load, exists, replace (commit), drop and
+"""View endpoints of the REST catalog: list, create, register, load, exists, replace (commit), drop and
 rename. The catalog side is ``catalog.views``: every change is a catalog commit on the commit
-log and the feed (``view-create`` / ``view-replace`` / ``view-rename`` / ``view-drop``)."""
+log and the feed (``view-create`` / ``view-register`` / ``view-replace`` / ``view-rename`` /
+``view-drop``)."""
 
 from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING
 
+from pydantic import ValidationError
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.view.metadata import ViewVersion
 from starlette.responses import JSONResponse, Response
 
 from catalog import views
+from catalog.sandbox import InvalidLocationError, OutsideTableError
 from flight_server.http.rest.errors import bad_request
 from flight_server.http.rest.tables import _model
 from flight_server.http.rest.updates import MAX_CHANGES, Locations
@@ -26,6 +29,15 @@ def _view_body(loaded: views.LoadedView) -> Response:
     metadata = loaded.metadata.model_dump_json(by_alias=True, exclude_none=True)
     text = f'{{"metadata-location":{json.dumps(loaded.metadata_location)},"metadata":{metadata},"config":{{}}}}'
     return Response(text, media_type="application/json")
+
+
+def _view_schema(schema: Schema) -> Schema:
+    """The schema as the client sent it, as Iceberg keeps it (a later REPLACE sending the same
+    schema then finds it again); fresh ids only when the sent ones are not usable ids."""
+    ids = [field.field_id for field in schema.fields]
+    if all(i > 0 for i in ids) and len(set(ids)) == len(ids):
+        return schema
+    return assign_fresh_schema_ids(schema)
 
 
 def _array(raw: object, what: str) -> list[object]:
@@ -62,7 +74,7 @@ class ViewHandlers:
         ns = call.namespace
         body = call.json()
         name = checked_name(body.get("name"), "view")
-        schema = assign_fresh_schema_ids(_model(Schema, body.get("schema"), "schema"))
+        schema = _view_schema(_model(Schema, body.get("schema"), "schema"))
         version = _model(ViewVersion, body.get("view-version"), "view-version")
         properties = properties_from_json(body.get("properties"), "properties")
         location = body.get("location")
@@ -72,6 +84,25 @@ class ViewHandlers:
             self._locations.check(location, "location")
         self._catalog._check_writable()
         return _view_body(views.create(self._catalog, ns, name, schema, version, location, properties))
+
+    def register(self, call: Call) -> Response:
+        """``POST /v1/namespaces/{namespace}/register-view`` with ``name`` and
+        ``metadata-location``: a ``LoadViewResult``."""
+        ns = call.namespace
+        body = call.json()
+        name = checked_name(body.get("name"), "view")
+        location = body.get("metadata-location")
+        if not isinstance(location, str) or not location:
+            raise bad_request("metadata-location must be a string")
+        self._locations.check(location, "metadata-location")
+        try:
+            return _view_body(views.register(self._catalog, ns, name, location))
+        except (InvalidLocationError, OutsideTableError):
+            raise  # the sandbox's own answer, with its message
+        except (FileNotFoundError, IsADirectoryError, PermissionError, OSError):
+            raise bad_request("metadata-location cannot be read (missing, a folder, or not readable)") from None
+        except (ValueError, ValidationError):
+            raise bad_request("metadata-location is not an Iceberg view metadata JSON file") from None
 
     def load(self, call: Call) -> Response:
         """``GET /v1/namespaces/{namespace}/views/{view}``: a ``LoadViewResult``."""

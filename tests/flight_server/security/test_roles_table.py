@@ -124,6 +124,7 @@ REST_PROBES: dict[tuple[str, tuple[str, ...]], tuple[str, Any]] = {
     ("POST", ("namespaces", "{namespace}", "views", "{view}")): ("/v1/namespaces/ns/views/nope", {"updates": []}),
     ("DELETE", ("namespaces", "{namespace}", "views", "{view}")): ("/v1/namespaces/ns/views/nope", None),
     ("POST", ("views", "rename")): ("/v1/views/rename", {"source": 5}),
+    ("POST", ("namespaces", "{namespace}", "register-view")): ("/v1/namespaces/nope/register-view", {"name": 5}),
 }
 
 

@@ -152,3 +152,21 @@ def test_load_of_a_table_whose_metadata_file_is_gone_is_404_before_and_after_res
         assert httpx.head(url, timeout=10).status_code == 204  # still listed
         assert httpx.delete(url, timeout=10).status_code == 204  # and can be dropped
         assert httpx.head(url, timeout=10).status_code == 404
+
+
+@pytest.mark.parametrize("start", [1, 2])
+def test_upgrade_to_format_v3_is_served(rest: RestCatalog, server: ServerProcess, start: int) -> None:
+    # Iceberg-Java's create transaction of a v3 table stages a create and commits
+    # `upgrade-format-version` 3 (CatalogTests.createTableTransaction); pyiceberg's own
+    # update refuses versions above 2.
+    name = f"up{start}"
+    rest.create_table(f"conf.{name}", SCHEMA, properties={"format-version": str(start)})
+    answer = _commit(server, name, [], [{"action": "upgrade-format-version", "format-version": 3}])
+    assert answer.status_code == 200, answer.text
+    loaded = httpx.get(_table_url(server, name), timeout=10).json()["metadata"]
+    assert loaded["format-version"] == 3 and loaded["next-row-id"] == 0
+    assert rest.load_table(f"conf.{name}").metadata.format_version == 3
+    # Above 3 is still a 400, and nothing changed.
+    beyond = _commit(server, name, [], [{"action": "upgrade-format-version", "format-version": 4}])
+    assert beyond.status_code == 400
+    assert httpx.get(_table_url(server, name), timeout=10).json()["metadata"]["format-version"] == 3

@@ -117,7 +117,8 @@ def _bodies(client: httpx.Client) -> dict[tuple[str, tuple[str, ...]], tuple[str
         {"type": "assert-default-spec-id", "default-spec-id": 0},
     ]
     table = ("namespaces", "{namespace}", "tables", "{table}")
-    view = client.get("/v1/namespaces/ns/views/v").json()["metadata"]
+    loaded_view = client.get("/v1/namespaces/ns/views/v").json()
+    view = loaded_view["metadata"]
     view_version = {"version-id": 1, "schema-id": 0, "timestamp-ms": 1, "summary": {"engine-name": "x"},
                     "representations": [{"type": "sql", "sql": "SELECT 1", "dialect": "spark"}],
                     "default-namespace": ["ns"]}
@@ -138,6 +139,8 @@ def _bodies(client: httpx.Client) -> dict[tuple[str, tuple[str, ...]], tuple[str
             {"identifier": {"namespace": ["ns"], "name": "v"},
              "requirements": [{"type": "assert-view-uuid", "uuid": view["view-uuid"]}], "updates": [u]}
             for u in view_updates]),
+        ("POST", ("namespaces", "{namespace}", "register-view")): ("/v1/namespaces/ns/register-view", [{
+            "name": "vregistered", "metadata-location": loaded_view["metadata-location"]}]),
         ("POST", ("views", "rename")): ("/v1/views/rename", [{
             "source": {"namespace": ["ns"], "name": "nope"}, "destination": {"namespace": ["ns"], "name": "nope2"}}]),
         ("POST", ("namespaces",)): ("/v1/namespaces", [{"namespace": ["nx"], "properties": {"a": "b"}}]),

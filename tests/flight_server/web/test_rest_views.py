@@ -169,3 +169,65 @@ def test_view_files_live_in_the_views_own_folder(rest: RestCatalog, server: Serv
         "view-version": _version("SELECT 1").model_dump(by_alias=True)})
     assert inside_table.status_code == 400 and "overlaps the folder of table vw.base" in inside_table.text
     rest.drop_view("vw.files")
+
+
+def test_register_view_serves_an_existing_metadata_file(rest: RestCatalog, server: ServerProcess) -> None:
+    view = rest.create_view("vw.reg", SCHEMA, _version("SELECT id, name FROM vw.base"))
+    loaded = httpx.get(_url(server, "namespaces/vw/views/reg"), timeout=10).json()
+    location = loaded["metadata-location"]
+    rest.drop_view("vw.reg")  # its files stay
+    url = _url(server, "namespaces/vw/register-view")
+    answer = httpx.post(url, json={"name": "reg", "metadata-location": location}, timeout=10)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["metadata-location"] == location
+    assert answer.json()["metadata"] == loaded["metadata"]
+    assert rest.load_view("vw.reg").metadata.view_uuid == view.metadata.view_uuid
+    # Java's words for a taken name, a view's or a table's: 409, nothing lands.
+    again = httpx.post(url, json={"name": "reg", "metadata-location": location}, timeout=10)
+    assert again.status_code == 409 and again.json()["error"] == {
+        "message": "View already exists: vw.reg", "type": "AlreadyExistsException", "code": 409}
+    as_table = httpx.post(url, json={"name": "base", "metadata-location": location}, timeout=10)
+    assert as_table.status_code == 409
+    assert as_table.json()["error"]["message"] == "Table with same name already exists: vw.base"
+    ops = [r.operation for r in commit_records(server.warehouse) if r.table == "reg"]
+    assert ops == ["view-create", "view-drop", "view-register"]
+    rest.drop_view("vw.reg")
+
+
+@pytest.mark.parametrize(("body", "status", "words"), [
+    ({"name": "r2", "metadata-location": "/etc/passwd"}, 400, "must lie inside the catalog's warehouse"),
+    ({"name": "r2", "metadata-location": 7}, 400, "metadata-location must be a string"),
+    ({"name": "r2"}, 400, "metadata-location must be a string"),
+    ({"name": "r2", "metadata-location": "WH/vw/nothing/metadata/00000-x.metadata.json"}, 400, "cannot be read"),
+    ({"name": "r2", "metadata-location": "TABLE_METADATA"}, 400, "is not an Iceberg view metadata JSON file"),
+    ({"name": "a.b", "metadata-location": "WH/x"}, 400, "must not contain '.'"),
+])
+def test_bad_register_view_bodies(server: ServerProcess, rest: RestCatalog, body: dict[str, Any], status: int,
+                                  words: str) -> None:
+    location = body.get("metadata-location")
+    if location == "TABLE_METADATA":  # a table's metadata file is no view's
+        body["metadata-location"] = httpx.get(_url(server, "namespaces/vw/tables/base"), timeout=10).json()[
+            "metadata-location"]
+    elif isinstance(location, str) and location.startswith("WH/"):
+        body["metadata-location"] = f"{server.warehouse}/{location[3:]}"
+    before = len(commit_records(server.warehouse))
+    answer = httpx.post(_url(server, "namespaces/vw/register-view"), json=body, timeout=10)
+    assert answer.status_code == status, answer.text
+    assert words in answer.json()["error"]["message"]
+    assert len(commit_records(server.warehouse)) == before
+    assert not rest.view_exists("vw.r2")
+
+
+def test_register_view_is_in_the_config_endpoints(server: ServerProcess) -> None:
+    endpoints = httpx.get(_url(server, "config"), timeout=10).json()["endpoints"]
+    assert "POST /v1/{prefix}/namespaces/{namespace}/register-view" in endpoints
+
+
+def test_a_view_whose_metadata_file_is_gone_is_404(rest: RestCatalog, server: ServerProcess) -> None:
+    rest.create_view("vw.lost", SCHEMA, _version("SELECT id FROM vw.base"))
+    url = _url(server, "namespaces/vw/views/lost")
+    location = httpx.get(url, timeout=10).json()["metadata-location"]  # parsed and cached now
+    Path(location.removeprefix("file://")).unlink()
+    answer = httpx.get(url, timeout=10)
+    assert answer.status_code == 404 and answer.json()["error"]["type"] == "NotFoundException", answer.text
+    rest.drop_view("vw.lost")
