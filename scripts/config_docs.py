@@ -117,7 +117,7 @@ def _variable_rows(variables: dict[str, tuple[str, str]]) -> list[str]:
 
 def generate() -> str:
     """The generated part of the page (without the markers)."""
-    from flight_server.cli import main
+    from flight_server.cli.main import main
 
     ctx = click.Context(main)
     names = sorted(main.list_commands(ctx), key=lambda n: (n != "serve", n))

@@ -69,7 +69,7 @@ def test_the_configuration_page_is_current() -> None:
 
 
 def test_every_flag_and_variable_is_on_the_configuration_page() -> None:
-    from flight_server.cli import main
+    from flight_server.cli.main import main
 
     page = config_docs.PAGE.read_text()
     ctx = click.Context(main)
