@@ -16,10 +16,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from spark_jvm_support import FORMAT, jvm_session, missing_tools, plan_text
-
 from pyspark import cloudpickle
 from servers import ServerProcess, make_tables, serving
+from spark_jvm_support import FORMAT, jvm_session, missing_tools, plan_text
 
 # The Python workers cannot import this module: ship its functions (the failing mapInArrow) by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -27,6 +26,7 @@ pytestmark = pytest.mark.skipif(missing_tools() is not None, reason=str(missing_
 
 XS = pa.schema([pa.field("x", pa.int64()), pa.field("g", pa.int32()), pa.field("s", pa.string()),
                 pa.field("d", pa.float64())])
+COLUMNS = "x long, g int, s string, d double"
 ROWS_PER_APPEND = 2_000
 APPENDS = 4
 PASSWORD_ENV = "ICEFLOE_JVM_TEST_PASSWORD"
@@ -61,7 +61,8 @@ def _make_types(warehouse: Path) -> None:
     cat = RocksCatalog("t", warehouse=str(warehouse))
     schema = Schema(
         NestedField(1, "i", IntegerType()), NestedField(2, "dec", DecimalType(10, 3)), NestedField(3, "dt", DateType()),
-        NestedField(4, "tm", TimeType()), NestedField(5, "ts", TimestampType()), NestedField(6, "tstz", TimestamptzType()),
+        NestedField(4, "tm", TimeType()), NestedField(5, "ts", TimestampType()),
+        NestedField(6, "tstz", TimestamptzType()),
         NestedField(7, "u", UUIDType()), NestedField(8, "bin", BinaryType()),
         NestedField(9, "lst", ListType(10, LongType(), element_required=False)),
         NestedField(11, "st", StructType(NestedField(12, "a", IntegerType()), NestedField(13, "z", StringType()))),
@@ -249,7 +250,7 @@ def test_a_task_that_fails_and_is_retried_commits_once(spark: Any, server: Serve
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
     try:
         # writeBatchRows 50: the failing attempt has sent batches of its staged DoPut before it dies.
-        frame = _frame(spark, 0, 2000, parts=2).mapInArrow(_fail_first_attempt_midway, "x long, g int, s string, d double")
+        frame = _frame(spark, 0, 2000, parts=2).mapInArrow(_fail_first_attempt_midway, COLUMNS)
         _write(frame, server, "ns.retry", writeBatchRows="50")
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
@@ -268,7 +269,7 @@ def _always_fail_partition_one(batches: Iterator[pa.RecordBatch]) -> Iterator[pa
 
 
 def test_a_failed_job_commits_nothing(spark: Any, server: ServerProcess) -> None:
-    frame = _frame(spark, 0, 1000, parts=2).mapInArrow(_always_fail_partition_one, "x long, g int, s string, d double")
+    frame = _frame(spark, 0, 1000, parts=2).mapInArrow(_always_fail_partition_one, COLUMNS)
     with pytest.raises(Exception, match="this partition always fails"):
         _write(frame, server, "ns.abort")
     assert _xs(server, "ns.abort") == [] and _commits(server, "ns.abort") == 0
@@ -335,7 +336,8 @@ def test_tls_login_and_token_with_no_secret_in_plans(spark: Any, tmp_path: Path)
             assert token not in plans and PASSWORDS["rita"] not in plans, "a secret in a Spark plan"
         with pytest.raises(Exception, match="(?i)unauthenticated"):
             spark.read.format(FORMAT).options(**secure).load().collect()
-        with pytest.raises(Exception, match="(?i)permission"):  # rita reads only
+        # rita reads only (Arrow Java names PERMISSION_DENIED "UNAUTHORIZED").
+        with pytest.raises(Exception, match="UNAUTHORIZED: user 'rita' has role read; this needs role write"):
             _write(_frame(spark, 0, 3), proc, "ns.sec", **tls, token=token)
     finally:
         proc.stop()

@@ -101,8 +101,15 @@ final class StagingWriterFactory implements DataWriterFactory {
         }
       } catch (FlightRuntimeException e) {
         throw IcefloeFlightException.from("staging rows for " + options.table + " failed", e);
-      } catch (InterruptedException | java.util.concurrent.ExecutionException e) {
-        throw new IcefloeFlightException("staging rows for " + options.table + " failed: " + e.getMessage(), e);
+      } catch (java.util.concurrent.ExecutionException e) {
+        if (e.getCause() instanceof FlightRuntimeException) {
+          throw IcefloeFlightException.from("staging rows for " + options.table + " failed",
+              (FlightRuntimeException) e.getCause());
+        }
+        throw new IcefloeFlightException("staging rows for " + options.table + " failed: " + e.getCause(), e);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new IcefloeFlightException("staging rows for " + options.table + " was interrupted", e);
       }
     }
 
