@@ -42,6 +42,7 @@ public final class FlightOptions implements Serializable {
   final int maxPartitions;
   final Integer minPartitions;
   final int writeBatchRows;
+  final boolean pushDownAggregate;
 
   private FlightOptions(Map<String, String> raw) {
     Map<String, String> options = new TreeMap<>(String.CASE_INSENSITIVE_ORDER);
@@ -109,6 +110,7 @@ public final class FlightOptions implements Serializable {
     Long min = longOption(options, "minPartitions", null, 1);
     minPartitions = min == null ? null : min.intValue();
     writeBatchRows = longOption(options, "writeBatchRows", (long) DEFAULT_WRITE_BATCH_ROWS, 1).intValue();
+    pushDownAggregate = boolOption(options, "pushDownAggregate", true);
   }
 
   /** Parse and check the options; throws IllegalArgumentException naming the bad option. */

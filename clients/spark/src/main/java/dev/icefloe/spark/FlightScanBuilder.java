@@ -124,6 +124,9 @@ final class FlightScanBuilder implements ScanBuilder, SupportsPushDownV2Filters,
 
   /** [select items, group-by items, Spark schema], or null when the server cannot answer it whole. */
   private Object[] renderAggregation(Aggregation aggregation) {
+    if (!table.options.pushDownAggregate) {
+      return null;
+    }
     List<String> items = new ArrayList<>();
     List<String> groups = new ArrayList<>();
     List<StructField> fields = new ArrayList<>();
