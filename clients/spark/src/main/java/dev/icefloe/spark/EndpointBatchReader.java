@@ -63,13 +63,16 @@ final class EndpointBatchReader implements PartitionReader<ColumnarBatch> {
   private ArrowColumnVector[] wrap(VectorSchemaRoot root) {
     StructField[] expected = readSchema.fields();
     List<FieldVector> vectors = root.getFieldVectors();
-    if (vectors.size() < expected.length) {
-      throw new IcefloeFlightException("the server sent " + vectors.size() + " columns, the scan expects "
-          + expected.length);
-    }
     ArrowColumnVector[] out = new ArrowColumnVector[expected.length];
     for (int i = 0; i < expected.length; i++) {
-      FieldVector vector = vectors.get(i);
+      // By name: a change scan sends the table's columns plus _seq, _snapshot_id, _operation.
+      FieldVector vector = root.getVector(expected[i].name());
+      if (vector == null && vectors.size() == expected.length) {
+        vector = vectors.get(i);
+      }
+      if (vector == null) {
+        throw new IcefloeFlightException("the server sent no column " + expected[i].name());
+      }
       String actual = ArrowSparkTypes.sparkType(vector.getField()).catalogString();
       if (!actual.equals(expected[i].dataType().catalogString())) {
         throw new IcefloeFlightException("column " + expected[i].name() + ": the server sent " + actual

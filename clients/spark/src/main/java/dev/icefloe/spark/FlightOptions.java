@@ -43,6 +43,8 @@ public final class FlightOptions implements Serializable {
   final Integer minPartitions;
   final int writeBatchRows;
   final boolean pushDownAggregate;
+  final String startingOffsets;
+  final Integer maxCommitsPerTrigger;
 
   private FlightOptions(Map<String, String> raw) {
     Map<String, String> options = new TreeMap<>(String.CASE_INSENSITIVE_ORDER);
@@ -111,6 +113,14 @@ public final class FlightOptions implements Serializable {
     minPartitions = min == null ? null : min.intValue();
     writeBatchRows = longOption(options, "writeBatchRows", (long) DEFAULT_WRITE_BATCH_ROWS, 1).intValue();
     pushDownAggregate = boolOption(options, "pushDownAggregate", true);
+    startingOffsets = options.getOrDefault("startingOffsets", "latest").strip();
+    if (!startingOffsets.equalsIgnoreCase("latest") && !startingOffsets.equalsIgnoreCase("earliest")
+        && !startingOffsets.matches("[0-9]+")) {
+      throw new IllegalArgumentException(
+          "option startingOffsets must be earliest, latest or a commit seq, got '" + cut(startingOffsets) + "'");
+    }
+    Long most = longOption(options, "maxCommitsPerTrigger", null, 1);
+    maxCommitsPerTrigger = most == null ? null : most.intValue();
   }
 
   /** Parse and check the options; throws IllegalArgumentException naming the bad option. */

@@ -61,6 +61,14 @@ final class FlightScan implements Scan, Batch {
   }
 
   @Override
+  public org.apache.spark.sql.connector.read.streaming.MicroBatchStream toMicroBatchStream(String checkpoint) {
+    if (options.table == null) {
+      throw new IcefloeFlightException("a stream reads a table's commits: give option table, not query");
+    }
+    return new CommitStream(options, readSchema);
+  }
+
+  @Override
   public InputPartition[] planInputPartitions() {
     if (planned != null) {
       return planned;

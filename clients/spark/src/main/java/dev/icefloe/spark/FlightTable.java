@@ -43,7 +43,8 @@ final class FlightTable implements SupportsRead, SupportsWrite {
     if (options.table == null) {
       return EnumSet.of(TableCapability.BATCH_READ);
     }
-    return EnumSet.of(TableCapability.BATCH_READ, TableCapability.BATCH_WRITE, TableCapability.TRUNCATE);
+    return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ, TableCapability.BATCH_WRITE,
+        TableCapability.TRUNCATE);
   }
 
   @Override
