@@ -285,6 +285,7 @@ def test_bad_options_fail_precisely_and_the_server_lives(spark: Any, server: Ser
         ({"uri": server.location, "table": "ns.big", "maxPartitions": "0"}, "option maxPartitions must be >= 1"),
         ({"uri": server.location, "table": "ns.big", "targetPartitionBytes": "lots"}, "must be a whole number"),
         ({"uri": server.location, "table": "ns.big", "user": "wendy"}, "option user needs password"),
+        ({"uri": server.location, "table": "ns.big", "startingOffsets": "soon"}, "option startingOffsets must be"),
         ({"uri": server.location, "table": "ns.nope"}, "NOT_FOUND"),
         ({"uri": server.location, "query": "SELEC 1"}, "INVALID_ARGUMENT"),
     ]
