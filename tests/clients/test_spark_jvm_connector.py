@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import os
 import sys
 import uuid
 from collections.abc import Iterator
@@ -29,7 +28,6 @@ XS = pa.schema([pa.field("x", pa.int64()), pa.field("g", pa.int32()), pa.field("
 COLUMNS = "x long, g int, s string, d double"
 ROWS_PER_APPEND = 2_000
 APPENDS = 4
-PASSWORD_ENV = "ICEFLOE_JVM_TEST_PASSWORD"
 
 
 def _rows(start: int, n: int) -> pa.Table:
@@ -92,9 +90,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from security_support import PASSWORDS
-
-    os.environ[PASSWORD_ENV] = PASSWORDS["wendy"]
     session = jvm_session(master="local[2,3]")
     yield session
     session.stop()
@@ -321,7 +316,9 @@ def test_tls_login_and_token_with_no_secret_in_plans(spark: Any, tmp_path: Path)
     try:
         tls = {"tls.rootCerts": str(pki.ca_cert)}
         secure = {"uri": proc.location, "table": "ns.sec", **tls}
-        _write(_frame(spark, 0, 300), proc, "ns.sec", **tls, user="wendy", passwordEnv=PASSWORD_ENV)
+        # (passwordEnv is read by the driver JVM, which may have started before this module set
+        # a variable: the literal password option here.)
+        _write(_frame(spark, 0, 300), proc, "ns.sec", **tls, user="wendy", password=PASSWORDS["wendy"])
         client = flight.FlightClient(proc.location, tls_root_certs=pki.ca_cert.read_bytes())
         try:
             token = client.authenticate_basic_token("rita", PASSWORDS["rita"])[1].decode().removeprefix("Bearer ")

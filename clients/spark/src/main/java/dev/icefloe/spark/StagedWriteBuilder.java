@@ -28,6 +28,7 @@ import org.slf4j.LoggerFactory;
 final class StagedWriteBuilder implements WriteBuilder, SupportsTruncate {
   static final String COMMIT_STAGED = "icefloe.commit-staged";
   static final String ABORT_STAGED = "icefloe.abort-staged";
+  static final int COMMIT_RETRIES = 4;
   private static final Logger LOG = LoggerFactory.getLogger(StagedWriteBuilder.class);
   private static final ObjectMapper JSON = new ObjectMapper();
 
@@ -104,9 +105,38 @@ final class StagedWriteBuilder implements WriteBuilder, SupportsTruncate {
       tokens.forEach(list::add);
       body.put("idempotency_key", key);
       body.put("mode", overwrite ? "overwrite" : "append");
-      try (FlightConnection connection = FlightConnection.open(options)) {
-        String answer = connection.action(COMMIT_STAGED, body.toString());
-        LOG.info("icefloe-flight write of {} committed: {}", options.table, answer);
+      // The key makes the commit exactly once, so a commit whose answer was lost (the server
+      // unreachable) is retried safely: a retry of a landed commit answers "duplicate": true.
+      long delayMs = 200;
+      for (int attempt = 0; ; attempt++) {
+        try (FlightConnection connection = FlightConnection.open(options)) {
+          String answer = connection.action(COMMIT_STAGED, body.toString());
+          LOG.info("icefloe-flight write of {} committed: {}", options.table, answer);
+          return;
+        } catch (IcefloeFlightException e) {
+          if (attempt >= COMMIT_RETRIES || !unavailable(e)) {
+            throw e;
+          }
+          LOG.info("icefloe-flight: commit of {} unanswered ({}); retrying in {} ms", options.table,
+              e.getMessage(), delayMs);
+          sleep(delayMs);
+          delayMs = Math.min(5000, delayMs * 2);
+        }
+      }
+    }
+
+    private static boolean unavailable(IcefloeFlightException e) {
+      return e.getCause() instanceof org.apache.arrow.flight.FlightRuntimeException
+          && ((org.apache.arrow.flight.FlightRuntimeException) e.getCause()).status().code()
+              == org.apache.arrow.flight.FlightStatusCode.UNAVAILABLE;
+    }
+
+    private static void sleep(long ms) {
+      try {
+        Thread.sleep(ms);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new IcefloeFlightException("interrupted while retrying the commit", e);
       }
     }
 
