@@ -268,6 +268,9 @@ def test_a_failed_job_commits_nothing(spark: Any, server: ServerProcess) -> None
     with pytest.raises(Exception, match="this partition always fails"):
         _write(frame, server, "ns.abort")
     assert _xs(server, "ns.abort") == [] and _commits(server, "ns.abort") == 0
+    # A table with no snapshot reads as empty (and the pin stays empty for this DataFrame).
+    empty = _read(spark, server, table="ns.abort")
+    assert empty.count() == 0 and empty.agg({"x": "sum"}).collect()[0][0] is None
 
 
 def test_bad_options_fail_precisely_and_the_server_lives(spark: Any, server: ServerProcess) -> None:
