@@ -170,6 +170,10 @@ def test_aggregate_and_limit_pushdown(spark: Any, server: ServerProcess) -> None
     limited = _read(spark, server, table="ns.big").limit(5)
     assert len(limited.collect()) == 5
     assert "LIMIT 5" in plan_text(spark, limited)
+    # pushDownAggregate=false: Spark counts the rows of a scan that sends no column at all.
+    scanned = _read(spark, server, table="ns.big", pushDownAggregate="false", targetPartitionBytes="1")
+    assert scanned.count() == ROWS_PER_APPEND * APPENDS
+    assert 'SELECT 1 AS "_" FROM' in plan_text(spark, scanned.groupBy().count())
     # An aggregate the server cannot answer as pushed (a UDF argument) is computed by Spark, correctly.
     total = _read(spark, server, table="ns.big").agg(F.sum(F.col("x") * 2).alias("t")).collect()[0].t
     assert total == 2 * sum(range(ROWS_PER_APPEND * APPENDS))

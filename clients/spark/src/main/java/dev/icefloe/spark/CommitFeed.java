@@ -147,6 +147,11 @@ final class CommitFeed implements AutoCloseable {
     return seen;
   }
 
+  /** Forget the seqs up to {@code seq} (committed by Spark): the set holds only what is ahead. */
+  void forget(long seq) {
+    seqs.headSet(seq, true).clear();
+  }
+
   @Override
   public void close() {
     closed = true;

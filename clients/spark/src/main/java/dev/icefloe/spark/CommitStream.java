@@ -132,8 +132,11 @@ final class CommitStream implements MicroBatchStream, SupportsAdmissionControl {
   }
 
   @Override
-  public void commit(Offset end) {
-    // Nothing to release: the server keeps the data; the change scan of a range is deterministic.
+  public synchronized void commit(Offset end) {
+    // The server keeps the data (a range's change scan is deterministic); only forget the seqs.
+    if (feed != null) {
+      feed.forget(((SeqOffset) end).seq);
+    }
   }
 
   @Override
