@@ -108,6 +108,12 @@ FIGURES = (
            "bulk.median_ratio_spark_over_doput", "report"),
     Figure("rest", "rest.views", "a query on an Iceberg view / the view's SQL inlined on its base table (time)",
            "views.median_ratio_view_over_base", "<= 1.05"),
+    Figure("spark_jvm", "spark_jvm.scan", "JVM connector (`icefloe-flight`) scan of 10M rows / `spark.read.parquet` "
+           "(speed)", "median.scan_ratio", ">= 0.8"),
+    Figure("spark_jvm", "spark_jvm.python", "JVM connector scan / the Python `icefloe` source (speed)",
+           "median.jvm_vs_python", "report"),
+    Figure("spark_jvm", "spark_jvm.write", "JVM connector write of 1.25M rows / one DoPut (speed)",
+           "median.write_ratio", ">= 0.7"),
     Figure("embedded", "embedded.in_process", "`pl.DataFrame(t.scan())` of 10M rows in process / `pl.read_parquet` "
            "(speed)", "scans.in_process_vs_read_parquet", ">= 0.8"),
     Figure("rust_change_scan", "rust_change_scan.parallel", "Rust `Client::changes`, 4 endpoints at once / one at a "

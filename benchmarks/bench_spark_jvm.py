@@ -1,0 +1,168 @@
+"""The JVM Spark connector (format "icefloe-flight") against baselines in the same run, on one
+local[2] Spark session with the connector's jar and the Python data source both registered.
+
+- Read: count + sum(amount) over the table, four ways, alternating order each round:
+  ``spark.read.parquet`` of the same data files (the baseline), the JVM connector scanning
+  (``pushDownAggregate=false``: every row crosses Flight as Arrow columns into Spark), the JVM
+  connector as a user runs it (the aggregate is pushed: the server answers it), and the Python
+  data source (``format("icefloe")``, its ``columns`` option pruning to ``amount``).
+  ``scan_ratio`` = parquet time / JVM scan time (target >= 0.8).
+- Write: ``df.write.format("icefloe-flight")`` of ``--write-rows`` rows (staged per task, one
+  commit) vs one client's DoPut of the same rows; ``write_ratio`` = DoPut time / Spark time.
+
+``--runs`` runs (default 3); the table shows each run with the load average at its end, and the
+median of the runs. Results go to a run file benchmarks/results/spark_jvm-<UTC time>.json.
+
+Usage: python benchmarks/bench_spark_jvm.py [--rows 10000000] [--files 8] [--rounds 1] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "pyspark_icefloe"))
+
+from bench_flightsql_scan import make_table  # noqa: E402
+from run_records import save_run  # noqa: E402
+from servers import ServerProcess  # noqa: E402
+from spark_support import do_put, make_session  # noqa: E402
+
+READS = ("parquet", "jvm_scan", "jvm_pushed", "python")
+
+
+def connector_jar() -> str:
+    out = subprocess.run([str(ROOT / "scripts" / "build-spark-connector")], capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1].split("JAR=", 1)[1]
+
+
+def timed(action: Any) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def read_times(spark: Any, location: str, files: list[str], rounds: int) -> dict[str, float]:
+    expected = spark.read.parquet(*files).selectExpr("count(*)", "sum(amount)").collect()[0]
+
+    def check(frame: Any) -> None:
+        got = frame.selectExpr("count(*)", "sum(amount)").collect()[0]
+        assert got[0] == expected[0] and abs(got[1] - expected[1]) < 1e-6 * abs(expected[1]), (got, expected)
+
+    def jvm(pushed: bool) -> Any:
+        return (spark.read.format("icefloe-flight").option("uri", location).option("table", "bench.events")
+                .option("pushDownAggregate", str(pushed).lower()).load())
+
+    actions = {
+        "parquet": lambda: check(spark.read.parquet(*files)),
+        "jvm_scan": lambda: check(jvm(False)),
+        "jvm_pushed": lambda: check(jvm(True)),
+        "python": lambda: check(spark.read.format("icefloe").option("uri", location).option("table", "bench.events")
+                                .option("columns", "amount").load()),
+    }
+    for action in actions.values():  # warm-up: JVM classes, Python workers, server caches
+        action()
+    times: dict[str, list[float]] = {name: [] for name in READS}
+    for k in range(rounds):
+        order = list(actions.items())
+        for name, action in order if k % 2 == 0 else reversed(order):
+            times[name].append(timed(action))
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def write_times(spark: Any, location: str, source: pa.Table, run: int) -> dict[str, float]:
+    path = Path(tempfile.mkdtemp(prefix="icefloe-bench-jvm-write-")) / "rows.parquet"
+    pq.write_table(source, path)
+    frame = spark.read.parquet(str(path)).repartition(2).cache()
+    frame.count()
+
+    def spark_write() -> None:
+        frame.write.format("icefloe-flight").option("uri", location).option("table", f"bench.jw_{run}").mode(
+            "append").save()
+
+    def one_put() -> None:
+        do_put(location, f"bench.jp_{run}", source)
+
+    result = {"spark": timed(spark_write), "doput": timed(one_put)}
+    frame.unpersist()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--files", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--write-rows", type=int, default=2_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="icefloe-bench-spark-jvm-"))
+    warehouse = work / "warehouse"
+    files = make_table(warehouse, args.rows, args.files)
+    source = pq.read_table(files[0]).slice(0, args.write_rows)
+    make_write_tables(warehouse, args.runs, source.schema)
+    server = ServerProcess(warehouse).start()
+    spark = make_session(conf={"spark.jars": connector_jar()})
+    runs = []
+    try:
+        for run in range(args.runs):
+            reads = read_times(spark, server.location, files, args.rounds)
+            writes = write_times(spark, server.location, source, run)
+            runs.append({
+                "reads": reads, "writes": writes,
+                "scan_ratio": reads["parquet"] / reads["jvm_scan"],
+                "pushed_ratio": reads["parquet"] / reads["jvm_pushed"],
+                "python_ratio": reads["parquet"] / reads["python"],
+                "jvm_vs_python": reads["python"] / reads["jvm_scan"],
+                "write_ratio": writes["doput"] / writes["spark"],
+                "load_average": os.getloadavg()[0],
+            })
+            print(f"run {run + 1}: {json.dumps(runs[-1])}", flush=True)
+    finally:
+        spark.stop()
+        server.stop()
+    keys = ("scan_ratio", "pushed_ratio", "python_ratio", "jvm_vs_python", "write_ratio", "load_average")
+    median = {key: statistics.median(float(r[key]) for r in runs) for key in keys}
+    save_run("spark_jvm", {"rows": args.rows, "write_rows": source.num_rows, "runs": runs, "median": median,
+                           "scan_target": ">= 0.8", "write_target": ">= 0.7"})
+    print(f"{args.rows:,} rows in {args.files} files; write {source.num_rows:,} rows; {args.runs} runs")
+    print(f"{'run':>4} {'load':>5} {'parquet s':>9} {'jvm scan s':>10} {'jvm pushed s':>12} {'python s':>8} "
+          f"{'scan x':>6} {'py x':>5} {'write x':>7}")
+    for n, r in enumerate(runs, 1):
+        t = r["reads"]
+        print(f"{n:>4} {r['load_average']:5.1f} {t['parquet']:9.2f} {t['jvm_scan']:10.2f} {t['jvm_pushed']:12.2f} "
+              f"{t['python']:8.2f} {r['scan_ratio']:6.2f} {r['python_ratio']:5.2f} {r['write_ratio']:7.2f}")
+    print(f"median: JVM scan {median['scan_ratio']:.2f}x parquet (target >= 0.8), pushed aggregate "
+          f"{median['pushed_ratio']:.2f}x, Python source {median['python_ratio']:.2f}x parquet "
+          f"(JVM {median['jvm_vs_python']:.2f}x faster than Python); write {median['write_ratio']:.2f}x one DoPut "
+          f"(target >= 0.7); load {median['load_average']:.1f}")
+
+
+def make_write_tables(warehouse: Path, runs: int, schema: pa.Schema) -> None:
+    from catalog import RocksCatalog
+
+    cat = RocksCatalog("bench", warehouse=str(warehouse))
+    try:
+        for run in range(runs):
+            cat.create_table(f"bench.jw_{run}", schema)
+            cat.create_table(f"bench.jp_{run}", schema)
+    finally:
+        cat.close()
+
+
+if __name__ == "__main__":
+    main()

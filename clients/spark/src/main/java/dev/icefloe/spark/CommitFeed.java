@@ -1,0 +1,186 @@
+package dev.icefloe.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.nio.charset.StandardCharsets;
+import java.util.NavigableSet;
+import java.util.concurrent.ConcurrentSkipListSet;
+import org.apache.arrow.flight.FlightClient;
+import org.apache.arrow.flight.FlightDescriptor;
+import org.apache.arrow.flight.FlightRuntimeException;
+import org.apache.arrow.flight.FlightStream;
+import org.apache.arrow.memory.ArrowBuf;
+import org.apache.arrow.vector.BigIntVector;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A background subscription to the server's commit feed ({@code commits.v1}) for one table: the
+ * commit sequence numbers it pushes are what a micro-batch stream's next trigger sees, so a new
+ * commit is visible at once, with no polling interval.
+ */
+final class CommitFeed implements AutoCloseable {
+  private static final Logger LOG = LoggerFactory.getLogger(CommitFeed.class);
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  private final FlightOptions options;
+  private final String table;
+  final long after;
+  private final NavigableSet<Long> seqs = new ConcurrentSkipListSet<>();
+  private volatile RuntimeException failure;
+  private volatile boolean closed;
+  private final Thread thread;
+  private volatile FlightConnection connection;
+  private volatile FlightClient.ExchangeReaderWriter exchange;
+
+  CommitFeed(FlightOptions options, String table, long after) {
+    this.options = options;
+    this.table = table;
+    this.after = after;
+    thread = new Thread(this::follow, "icefloe-commit-feed-" + table);
+    thread.setDaemon(true);
+    thread.start();
+  }
+
+  static byte[] command(String table, String after) {
+    ObjectNode command = JSON.createObjectNode();
+    command.put("feed", "commits.v1");
+    if (after.chars().allMatch(Character::isDigit)) {
+      command.put("after", Long.parseLong(after));
+    } else {
+      command.put("after", after);
+    }
+    command.putArray("tables").add(table);
+    command.put("heartbeat_ms", 1000);
+    return command.toString().getBytes(StandardCharsets.UTF_8);
+  }
+
+  /** The feed's head (its newest commit seq, any table) from the hello message. */
+  static long head(FlightOptions options) {
+    try (FlightConnection connection = FlightConnection.open(options)) {
+      FlightClient.ExchangeReaderWriter exchange = connection.client.doExchange(
+          FlightDescriptor.command(command(options.table, "latest")), connection.callOptions());
+      try {
+        FlightStream reader = exchange.getReader();
+        while (reader.next()) {
+          JsonNode hello = metadata(reader).path("hello");
+          if (hello.has("head")) {
+            return hello.get("head").asLong();
+          }
+        }
+        throw new IcefloeFlightException("the commit feed ended before its hello message");
+      } finally {
+        exchange.getReader().cancel("done", null);
+        closeQuietly(exchange);
+      }
+    } catch (FlightRuntimeException e) {
+      throw IcefloeFlightException.from("subscribing to the commit feed failed", e);
+    }
+  }
+
+  private static JsonNode metadata(FlightStream reader) {
+    ArrowBuf buf = reader.getLatestMetadata();
+    if (buf == null || buf.readableBytes() == 0) {
+      return JSON.createObjectNode();
+    }
+    byte[] bytes = new byte[(int) buf.readableBytes()];
+    buf.getBytes(0, bytes);
+    try {
+      return JSON.readTree(bytes);
+    } catch (java.io.IOException e) {
+      return JSON.createObjectNode();
+    }
+  }
+
+  private void follow() {
+    try {
+      connection = FlightConnection.open(options);
+      exchange = connection.client.doExchange(
+          FlightDescriptor.command(command(table, Long.toString(after))), connection.callOptions());
+      FlightStream reader = exchange.getReader();
+      while (!closed && reader.next()) {
+        VectorSchemaRoot root = reader.getRoot();
+        if (root.getRowCount() == 0) {
+          continue; // hello / heartbeat
+        }
+        BigIntVector seq = (BigIntVector) root.getVector("seq");
+        for (int i = 0; i < root.getRowCount(); i++) {
+          seqs.add(seq.get(i));
+        }
+      }
+    } catch (FlightRuntimeException e) {
+      if (!closed) {
+        failure = IcefloeFlightException.from("the commit feed of " + table + " failed", e);
+        LOG.warn("icefloe-flight: {}", failure.getMessage());
+      }
+    } catch (RuntimeException e) {
+      if (!closed) {
+        failure = e;
+        LOG.warn("icefloe-flight: the commit feed of {} failed", table, e);
+      }
+    }
+  }
+
+  /** The newest commit seq of the table after {@code start}, at most {@code most} commits on
+   * (null: all); {@code start} itself when there is none. */
+  long latest(long start, Integer most) {
+    if (failure != null) {
+      throw failure;
+    }
+    NavigableSet<Long> later = seqs.tailSet(start, false);
+    if (later.isEmpty()) {
+      return start;
+    }
+    if (most == null) {
+      return later.last();
+    }
+    int n = 0;
+    long seen = start;
+    for (long s : later) {
+      seen = s;
+      if (++n >= most) {
+        break;
+      }
+    }
+    return seen;
+  }
+
+  /** Forget the seqs up to {@code seq} (committed by Spark): the set holds only what is ahead. */
+  void forget(long seq) {
+    seqs.headSet(seq, true).clear();
+  }
+
+  @Override
+  public void close() {
+    closed = true;
+    FlightClient.ExchangeReaderWriter current = exchange;
+    if (current != null) {
+      try {
+        current.getReader().cancel("stream stopped", null);
+      } catch (RuntimeException e) {
+        LOG.debug("icefloe-flight: cancelling the feed: {}", e.getMessage());
+      }
+    }
+    try {
+      thread.join(5000);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+    if (current != null) {
+      closeQuietly(current);
+    }
+    if (connection != null) {
+      connection.close();
+    }
+  }
+
+  private static void closeQuietly(FlightClient.ExchangeReaderWriter exchange) {
+    try {
+      exchange.close();
+    } catch (Exception e) {
+      LOG.debug("icefloe-flight: closing the feed exchange: {}", e.getMessage());
+    }
+  }
+}

@@ -1,0 +1,196 @@
+package dev.icefloe.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.spark.sql.connector.write.BatchWrite;
+import org.apache.spark.sql.connector.write.DataWriterFactory;
+import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.PhysicalWriteInfo;
+import org.apache.spark.sql.connector.write.SupportsTruncate;
+import org.apache.spark.sql.connector.write.Write;
+import org.apache.spark.sql.connector.write.WriteBuilder;
+import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * {@code df.write.format("icefloe-flight").mode("append" | "overwrite")}: exactly once through
+ * the server's two-phase appends. Each task stages its rows (files written and fsync'd, nothing
+ * committed) and hands its signed token to the driver, which commits every successful task's
+ * token in one {@code icefloe.commit-staged} call keyed by the write's query id: one snapshot
+ * per job, and a retried commit is answered as a duplicate. A failed task attempt's staging is
+ * never committed (Spark hands the driver only the commit messages of the attempts it chose).
+ */
+final class StagedWriteBuilder implements WriteBuilder, SupportsTruncate {
+  static final String COMMIT_STAGED = "icefloe.commit-staged";
+  static final String ABORT_STAGED = "icefloe.abort-staged";
+  static final int COMMIT_RETRIES = 4;
+  private static final Logger LOG = LoggerFactory.getLogger(StagedWriteBuilder.class);
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  private final FlightOptions options;
+  private final LogicalWriteInfo info;
+  private boolean overwrite;
+
+  StagedWriteBuilder(FlightOptions options, LogicalWriteInfo info) {
+    this.options = options;
+    this.info = info;
+  }
+
+  @Override
+  public WriteBuilder truncate() {
+    overwrite = true;
+    return this;
+  }
+
+  @Override
+  public Write build() {
+    final String key = "spark-jvm:" + info.queryId();
+    final boolean replace = overwrite;
+    // The driver logs in once; tasks carry the bearer token, never the password.
+    try (FlightConnection ignored = FlightConnection.open(options)) {
+      LOG.debug("icefloe-flight write to {} (job {})", options.table, key);
+    }
+    return new Write() {
+      @Override
+      public String description() {
+        return "IcefloeFlightStagedWrite[" + options.table + (replace ? ", overwrite" : ", append") + "]";
+      }
+
+      @Override
+      public BatchWrite toBatch() {
+        return new StagedBatchWrite(options, info.schema(), key, replace);
+      }
+    };
+  }
+
+  /** The driver's side of a write: hands out the task writers, commits or aborts their tokens. */
+  static final class StagedBatchWrite implements BatchWrite {
+    private final FlightOptions options;
+    private final org.apache.spark.sql.types.StructType schema;
+    private final String key;
+    private final boolean overwrite;
+
+    StagedBatchWrite(FlightOptions options, org.apache.spark.sql.types.StructType schema, String key,
+        boolean overwrite) {
+      this.options = options;
+      this.schema = schema;
+      this.key = key;
+      this.overwrite = overwrite;
+    }
+
+    @Override
+    public DataWriterFactory createBatchWriterFactory(PhysicalWriteInfo physical) {
+      return new StagingWriterFactory(options, schema, key);
+    }
+
+    @Override
+    public boolean useCommitCoordinator() {
+      return true; // one committed attempt per partition, even with speculation
+    }
+
+    @Override
+    public void commit(WriterCommitMessage[] messages) {
+      List<String> tokens = tokens(messages);
+      if (tokens.isEmpty() && !overwrite) {
+        return; // nothing to append: no empty snapshot
+      }
+      ObjectNode body = JSON.createObjectNode();
+      body.put("table", options.table);
+      ArrayNode list = body.putArray("tokens");
+      tokens.forEach(list::add);
+      body.put("idempotency_key", key);
+      body.put("mode", overwrite ? "overwrite" : "append");
+      // The key makes the commit exactly once, so a commit whose answer was lost (the server
+      // unreachable) is retried safely: a retry of a landed commit answers "duplicate": true.
+      long delayMs = 200;
+      for (int attempt = 0; ; attempt++) {
+        try (FlightConnection connection = FlightConnection.open(options)) {
+          String answer = connection.action(COMMIT_STAGED, body.toString());
+          LOG.info("icefloe-flight write of {} committed: {}", options.table, answer);
+          return;
+        } catch (IcefloeFlightException e) {
+          if (attempt >= COMMIT_RETRIES || !unavailable(e)) {
+            throw e;
+          }
+          LOG.info("icefloe-flight: commit of {} unanswered ({}); retrying in {} ms", options.table,
+              e.getMessage(), delayMs);
+          sleep(delayMs);
+          delayMs = Math.min(5000, delayMs * 2);
+        }
+      }
+    }
+
+    private static boolean unavailable(IcefloeFlightException e) {
+      return e.getCause() instanceof org.apache.arrow.flight.FlightRuntimeException
+          && ((org.apache.arrow.flight.FlightRuntimeException) e.getCause()).status().code()
+              == org.apache.arrow.flight.FlightStatusCode.UNAVAILABLE;
+    }
+
+    private static void sleep(long ms) {
+      try {
+        Thread.sleep(ms);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new IcefloeFlightException("interrupted while retrying the commit", e);
+      }
+    }
+
+    @Override
+    public void abort(WriterCommitMessage[] messages) {
+      List<String> tokens = tokens(messages);
+      if (tokens.isEmpty()) {
+        return;
+      }
+      ObjectNode body = JSON.createObjectNode();
+      body.put("table", options.table);
+      ArrayNode list = body.putArray("tokens");
+      tokens.forEach(list::add);
+      try (FlightConnection connection = FlightConnection.open(options)) {
+        connection.action(ABORT_STAGED, body.toString());
+      } catch (RuntimeException e) {
+        // Uncommitted staged files also go with the server's orphan removal.
+        LOG.warn("icefloe-flight: aborting the staged files of {} failed: {}", options.table, e.getMessage());
+      }
+    }
+
+    private static List<String> tokens(WriterCommitMessage[] messages) {
+      List<String> out = new ArrayList<>();
+      for (WriterCommitMessage m : messages) {
+        if (m instanceof StagedMessage && ((StagedMessage) m).token != null) {
+          out.add(((StagedMessage) m).token);
+        }
+      }
+      return out;
+    }
+  }
+
+  /** What one task staged: its signed token (null for an empty partition) and row count. */
+  static final class StagedMessage implements WriterCommitMessage {
+    private static final long serialVersionUID = 1L;
+    final String token;
+    final long rows;
+
+    StagedMessage(String token, long rows) {
+      this.token = token;
+      this.rows = rows;
+    }
+  }
+
+  static String tokenOf(String answer, String table) {
+    try {
+      JsonNode node = JSON.readTree(answer);
+      JsonNode token = node.get("token");
+      if (token == null || !token.isTextual()) {
+        throw new IcefloeFlightException("the server did not stage the rows for " + table + " (no token in its answer)");
+      }
+      return token.asText();
+    } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+      throw new IcefloeFlightException("the server's staging answer for " + table + " is not JSON", e);
+    }
+  }
+}

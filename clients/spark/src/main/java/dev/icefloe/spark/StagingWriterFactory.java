@@ -1,0 +1,140 @@
+package dev.icefloe.spark;
+
+import java.nio.charset.StandardCharsets;
+import java.util.Map;
+import org.apache.arrow.flight.FlightClient;
+import org.apache.arrow.flight.FlightRuntimeException;
+import org.apache.arrow.flight.PutResult;
+import org.apache.arrow.flight.SyncPutListener;
+import org.apache.arrow.memory.ArrowBuf;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.connector.write.DataWriter;
+import org.apache.spark.sql.connector.write.DataWriterFactory;
+import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.apache.spark.sql.execution.arrow.ArrowWriter;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.ArrowUtils;
+
+/** The task side of a write: one staged DoPut per task attempt. */
+final class StagingWriterFactory implements DataWriterFactory {
+  private static final long serialVersionUID = 1L;
+  static final String STAGE_HEADER = "x-icefloe-stage";
+
+  private final FlightOptions options;
+  private final StructType schema;
+  private final String job;
+
+  StagingWriterFactory(FlightOptions options, StructType schema, String job) {
+    this.options = options;
+    this.schema = schema;
+    this.job = job;
+  }
+
+  @Override
+  public DataWriter<InternalRow> createWriter(int partitionId, long taskId) {
+    return new StagingWriter();
+  }
+
+  /** Rows go into Arrow vectors (Spark's own ArrowWriter) and out as DoPut batches of
+   * writeBatchRows; commit() ends the stream and answers the staging token. */
+  private final class StagingWriter implements DataWriter<InternalRow> {
+    private FlightConnection connection;
+    private VectorSchemaRoot root;
+    private ArrowWriter arrow;
+    private FlightClient.ClientStreamListener put;
+    private SyncPutListener answers;
+    private long rows;
+    private int pending;
+
+    private void start() {
+      connection = FlightConnection.open(options);
+      root = VectorSchemaRoot.create(
+          ArrowUtils.toArrowSchema(schema, "UTC", true, false), connection.allocator);
+      arrow = ArrowWriter.create(root);
+      answers = new SyncPutListener();
+      String job = StagingWriterFactory.this.job.replaceAll("[^A-Za-z0-9._-]", "-");
+      put = connection.client.startPut(FlightConnection.tablePath(options.table), root, answers,
+          connection.callOptions(Map.of(STAGE_HEADER, job)));
+    }
+
+    @Override
+    public void write(InternalRow row) {
+      if (connection == null) {
+        start();
+      }
+      arrow.write(row);
+      rows++;
+      if (++pending >= options.writeBatchRows) {
+        flush();
+      }
+    }
+
+    private void flush() {
+      if (pending == 0) {
+        return;
+      }
+      arrow.finish();
+      put.putNext();
+      arrow.reset();
+      pending = 0;
+    }
+
+    @Override
+    public WriterCommitMessage commit() {
+      if (connection == null) {
+        return new StagingWriteBuilderMessages().empty();
+      }
+      try {
+        flush();
+        put.completed();
+        PutResult result = answers.read();
+        put.getResult();
+        if (result == null) {
+          throw new IcefloeFlightException("the server answered no staging token for " + options.table);
+        }
+        try (ArrowBuf metadata = result.getApplicationMetadata()) {
+          byte[] bytes = new byte[(int) metadata.readableBytes()];
+          metadata.getBytes(0, bytes);
+          String answer = new String(bytes, StandardCharsets.UTF_8);
+          return new StagedWriteBuilder.StagedMessage(StagedWriteBuilder.tokenOf(answer, options.table), rows);
+        }
+      } catch (FlightRuntimeException e) {
+        throw IcefloeFlightException.from("staging rows for " + options.table + " failed", e);
+      } catch (java.util.concurrent.ExecutionException e) {
+        if (e.getCause() instanceof FlightRuntimeException) {
+          throw IcefloeFlightException.from("staging rows for " + options.table + " failed",
+              (FlightRuntimeException) e.getCause());
+        }
+        throw new IcefloeFlightException("staging rows for " + options.table + " failed: " + e.getCause(), e);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new IcefloeFlightException("staging rows for " + options.table + " was interrupted", e);
+      }
+    }
+
+    @Override
+    public void abort() {
+      if (put != null) {
+        put.error(new RuntimeException("the Spark task failed; nothing of it is staged"));
+      }
+    }
+
+    @Override
+    public void close() {
+      if (root != null) {
+        root.close();
+      }
+      if (connection != null) {
+        connection.close();
+      }
+    }
+  }
+
+  /** Empty partitions stage nothing. */
+  private static final class StagingWriteBuilderMessages {
+    WriterCommitMessage empty() {
+      return new StagedWriteBuilder.StagedMessage(null, 0);
+    }
+  }
+}
