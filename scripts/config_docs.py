@@ -45,6 +45,7 @@ SCRIPT_VARIABLES = {
     "ICEFLOE_ICEBERG_VERSION": "the Iceberg Spark runtime version `scripts/fetch-iceberg-spark` fetches",
     "ICEFLOE_ICEBERG_SPARK_JAR": "an Iceberg Spark runtime jar to use instead of the fetched one",
     "ICEFLOE_S3_PORT": "the port `scripts/s3-server` listens on (default: a free one)",
+    "ICEFLOE_SPARK_CONNECTOR_CACHE": "where `scripts/build-spark-connector` keeps the built connector jar (default `~/.cache/icefloe/spark-connector`)",
     "ICEFLOE_S3_SERVER_BIN": "an S3 server binary `scripts/fetch-s3-server` answers instead of building one",
 }
 # Read by the test suites only.
