@@ -151,7 +151,9 @@ def checkpoint_from_summaries(name: str, summaries: Iterable[tuple[int | None, M
         positions = json.loads(best[2])
     except ValueError:
         positions = None
-    if not isinstance(positions, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in positions.items()):
+    readable = isinstance(positions, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                                   for k, v in positions.items())
+    if not readable:
         raise InvalidIngestCommit(f"the checkpoint of connector {name!r} in snapshot {best[1]} is not readable")
     return StoredCheckpoint(best[0], positions, best[1])
 
