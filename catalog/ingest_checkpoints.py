@@ -102,9 +102,11 @@ class IngestCommit:
         return {step_property(self.name): str(self.step),
                 checkpoint_property(self.name): encode_positions(self.positions)}
 
-    def idempotency_key(self) -> str:
-        # Keys allow [A-Za-z0-9._:-]; the name already fits.
-        return f"icefloe-ingest:{self.name}:{self.after_step}"
+    def idempotency_key(self, table_uuid: str) -> str:
+        """One key per (table, connector, start step). The table's uuid is in it because
+        idempotency records outlive a dropped table: a table created again under the same name
+        starts at step 0 again and must not be told its first commit was a duplicate."""
+        return f"icefloe-ingest:{table_uuid}:{self.name}:{self.after_step}"
 
     def commit_extra(self) -> dict[str, Any]:
         """The commit record's ``extra``: lineage input dataset, job name, ingest details."""

@@ -25,8 +25,10 @@ Options:
 A cursor that stops advancing (the API answers a page whose next page is itself, or cycles)
 ends the read and reports the connector as ``stalled``; nothing is taken twice.
 
-A backfill range is ``start`` = the URL to start from (default: ``url``) and ``end`` = a URL
-at which to stop (exclusive; default: read to the end once).
+A backfill range is ``start`` = the page URL to start from (default: ``url``) and ``end`` = a
+page URL at which to stop (exclusive; default: the last page), both on ``url``'s host. A
+backfill keeps a digest per page it took; running the same range again takes only the pages
+whose records changed since (all of such a page's records: a page is the unit of change).
 """
 
 from __future__ import annotations
@@ -90,6 +92,8 @@ class HttpJsonConnector(Connector):
         self._headers = {str(k): str(v) for k, v in headers.items()}
         self._position: dict[str, Any] = {"url": url, "skip": 0}
         self._stop_at: str | None = None
+        self._backfill: dict[str, str] | None = None
+        self._backfill_done = False
         self._last_request = 0.0
         self._lock = threading.Lock()
         self._health = Health(State.STARTING)
@@ -107,12 +111,21 @@ class HttpJsonConnector(Connector):
     def open(self, checkpoint: Checkpoint, backfill: BackfillRange | None = None) -> None:
         start = self.url
         self._stop_at = None
+        self._backfill = None
         if backfill is not None:
+            origin = urllib.parse.urlsplit(self.url)[:2]
             for value in (backfill.start, backfill.end):
-                if value is not None and urllib.parse.urlsplit(value).scheme not in {"http", "https"}:
-                    raise InvalidOptions("an http backfill range is start/end URLs")
+                # Same scheme, host and port as the connector's URL: a backfill may not make the
+                # server call anywhere else.
+                if value is not None and urllib.parse.urlsplit(value)[:2] != origin:
+                    raise InvalidOptions(f"an http backfill range is start/end URLs on {origin[0]}://{origin[1]}")
             start = backfill.start or self.url
             self._stop_at = backfill.end
+            # Backfill positions are per page: page URL -> digest of the records taken from it.
+            self._backfill = dict(checkpoint.positions)
+            self._position = {"url": start, "skip": 0}
+            self._backfill_done = False
+            return
         saved = checkpoint.get(PARTITION)
         self._position = {"url": start, "skip": 0}
         if saved is not None:
@@ -122,7 +135,35 @@ class HttpJsonConnector(Connector):
             except (ValueError, KeyError, TypeError):
                 raise SourceDataError("the stored http checkpoint is not readable") from None
 
+    def _read_backfill(self, max_rows: int) -> Iterator[Envelope]:
+        """Walk the range's pages once; take a page again only if its records changed since
+        this backfill last took it (so running the same range again is idempotent)."""
+        assert self._backfill is not None
+        taken = 0
+        seen: set[str] = set()
+        while not self._backfill_done and taken < max_rows:
+            url = str(self._position["url"])
+            if url == self._stop_at or url in seen:
+                self._backfill_done = True
+                return
+            seen.add(url)
+            records, next_url = self._page(url)
+            digest = _digest(records)
+            if next_url is None or next_url == url:
+                self._backfill_done = True
+            else:
+                self._position = {"url": next_url, "skip": 0}
+            if self._backfill.get(url) == digest:
+                continue
+            self._backfill[url] = digest
+            rows = pa.Table.from_pylist(records) if records else pa.table({})
+            taken += rows.num_rows
+            yield Envelope(rows, url[:1024], digest, version=digest)
+
     def read(self, max_rows: int) -> Iterator[Envelope]:
+        if self._backfill is not None:
+            yield from self._read_backfill(max_rows)
+            return
         taken = 0
         seen: set[tuple[str, int]] = set()
         while taken < max_rows:
@@ -151,7 +192,7 @@ class HttpJsonConnector(Connector):
             self._position = position
             rows = pa.Table.from_pylist(fresh) if fresh else pa.table({})
             taken += rows.num_rows
-            digest = hashlib.sha256(json.dumps(fresh, sort_keys=True).encode("utf-8")).hexdigest()[:32]
+            digest = _digest(fresh)
             self._set_health(Health(State.UP, pending=None if next_url else 0))
             yield Envelope(rows, PARTITION, json.dumps(position, separators=(",", ":")), version=digest)
             if next_url is None:
@@ -235,6 +276,10 @@ class HttpJsonConnector(Connector):
         if wait > 0:
             time.sleep(wait)
         self._last_request = time.monotonic()
+
+
+def _digest(records: list[dict[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps(records, sort_keys=True).encode("utf-8")).hexdigest()[:32]
 
 
 def _at(document: Any, path: str) -> Any:

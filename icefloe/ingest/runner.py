@@ -203,6 +203,12 @@ class IngestRunner:
             if new_step == step and whole and any(e.rows.num_rows for e in whole):
                 # Another runner committed from this checkpoint first: continue from its.
                 stored = self.sink.checkpoint(checkpoint_name)
+                if stored.step <= step:
+                    # The commit was judged a duplicate, yet the table holds no later checkpoint
+                    # (its snapshot was removed by another tool): stop rather than loop or guess.
+                    raise CheckpointLost(
+                        f"ingest {self.name}: step {step} was committed before but the table no longer holds that "
+                        "checkpoint; nothing was committed now")
                 new_step, new_durable = stored.step, Checkpoint(stored.positions)
                 self.connector.open(new_durable, backfill)
             elif boundary < len(pending):
@@ -277,6 +283,10 @@ class IngestRunner:
                                MAX_BACKOFF_S)
                 backoff = MAX_BACKOFF_S
             stop.wait(backoff)
+
+
+class CheckpointLost(ConnectorError):
+    """The target no longer holds the checkpoint a commit was judged a duplicate of."""
 
 
 def _fits(pending: list[Envelope], envelope: Envelope) -> bool:

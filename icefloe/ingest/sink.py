@@ -44,9 +44,10 @@ class CatalogSink:
         return table_checkpoint(metadata, name)
 
     def commit(self, rows: pa.Table, commit: IngestCommit) -> CommitOutcome:
+        table_uuid = str(self.appender.catalog.load_table(self.identifier).metadata.table_uuid)
         with commit_context(principal=self.principal):
             result = self.appender.append_stream(
-                self.identifier, rows.schema, rows.to_batches(), idempotency_key=commit.idempotency_key(),
+                self.identifier, rows.schema, rows.to_batches(), idempotency_key=commit.idempotency_key(table_uuid),
                 snapshot_properties=commit.snapshot_properties(), extra=commit.commit_extra(),
                 schema_policy=self.schema_policy,
             )

@@ -32,8 +32,30 @@ def source(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         made.close()
 
 
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for the cases that do not kill it (a server start costs seconds on CI)."""
+    proc = ServerProcess(tmp_path_factory.mktemp("ingest") / "warehouse").start()
+    try:
+        sql(proc, "CREATE SCHEMA IF NOT EXISTS ns")
+        yield proc
+    finally:
+        proc.stop()
+
+
 @pytest.fixture
-def lake(tmp_path: Path) -> Iterator[ServerProcess]:
+def lake(shared_server: ServerProcess, request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    """The shared server with a fresh ``ns.t`` (the previous case's table and connector gone)."""
+    sql(shared_server, "DROP TABLE IF EXISTS ns.t", "CREATE TABLE ns.t (id BIGINT, name VARCHAR)")
+    yield shared_server
+    try:
+        action(shared_server, "remove", {"name": "conn"})
+    except flight.FlightError:
+        pass
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[ServerProcess]:
     proc = ServerProcess(tmp_path / "warehouse").start()
     try:
         sql(proc, "CREATE SCHEMA IF NOT EXISTS ns", "CREATE TABLE ns.t (id BIGINT, name VARCHAR)")
@@ -89,10 +111,11 @@ def wait_for(predicate: Any, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def test_resume_after_kill_9_no_gap_no_duplicate(lake: ServerProcess, source: Any) -> None:
+def test_resume_after_kill_9_no_gap_no_duplicate(own_server: ServerProcess, source: Any) -> None:
     """kill -9 of the server at random points while the connector runs (small commits, so kills
     land between reads and commits and inside commits); after restarts the target holds every
     source row exactly once."""
+    lake = own_server
     rng = random.Random(43)
     for i in range(8):
         source.add(batch(i * 4, 4))
