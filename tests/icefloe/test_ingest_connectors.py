@@ -1,0 +1,178 @@
+"""The files and HTTP connectors on their own (real folders, a real HTTP server), and the runner
+over a real embedded catalog: globbing, completion markers, rewritten files, retries, pacing,
+backfill, and a re-created target table."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from ingest_sources import HttpSource
+
+from catalog import RocksCatalog
+from catalog.append import Appender
+from icefloe.ingest import BackfillRange, Checkpoint, InvalidOptions, SourceUnavailable
+from icefloe.ingest.files import FilesConnector
+from icefloe.ingest.http_json import HttpJsonConnector
+from icefloe.ingest.runner import IngestRunner
+from icefloe.ingest.sink import CatalogSink
+
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
+
+
+@pytest.fixture
+def appender(tmp_path: Path) -> Iterator[Appender]:
+    catalog = RocksCatalog("t", warehouse=str(tmp_path / "warehouse"), **{"read-only": "false"})
+    catalog.create_namespace(("ns",))
+    catalog.create_table(("ns", "t"), schema=SCHEMA)
+    try:
+        yield Appender(catalog)
+    finally:
+        catalog.close()
+
+
+def ids(appender: Appender) -> list[int]:
+    return sorted(appender.catalog.load_table(("ns", "t")).scan().to_arrow().column("id").to_pylist())
+
+
+def write(path: Path, first: int, count: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    numbers = range(first, first + count)
+    pq.write_table(pa.table({"id": list(numbers), "name": [f"n{i}" for i in numbers]}), path)
+
+
+def names(connector: Any, checkpoint: Checkpoint | None = None) -> list[str]:
+    connector.open(checkpoint or Checkpoint())
+    return [e.partition for e in connector.read(10**9)]
+
+
+def test_files_pattern_hidden_files_and_marker(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    write(src / "2026/a.parquet", 0, 1)
+    write(src / "2026/b.pq", 1, 1)
+    write(src / "other/c.parquet", 2, 1)
+    write(src / "2026/.hidden.parquet", 3, 1)
+    write(src / "2026/_tmp.parquet", 4, 1)
+    (src / "2026/notes.txt").write_text("not data")
+    assert sorted(names(FilesConnector({"path": str(src), "pattern": "2026/*"}))) == ["2026/a.parquet", "2026/b.pq"]
+    marked = FilesConnector({"path": str(src), "marker": "_SUCCESS"})
+    assert names(marked) == []  # no folder is complete yet
+    (src / "other/_SUCCESS").write_text("")
+    assert names(marked) == ["other/c.parquet"]
+
+
+def test_files_rewritten_file_policy(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    write(src / "a.parquet", 0, 2)
+    connector = FilesConnector({"path": str(src)})
+    connector.open(Checkpoint())
+    [first] = list(connector.read(100))
+    done = Checkpoint().advanced(first)
+    assert names(FilesConnector({"path": str(src)}), done) == []  # same version: taken once
+    write(src / "a.parquet", 10, 3)  # rewritten in place: a new version
+    os.utime(src / "a.parquet", ns=(time.time_ns(), time.time_ns() + 10**9))
+    assert names(FilesConnector({"path": str(src)}), done) == ["a.parquet"]
+    assert names(FilesConnector({"path": str(src), "rewritten": "ignore"}), done) == []
+
+
+def test_files_options_and_down(tmp_path: Path) -> None:
+    with pytest.raises(InvalidOptions, match="unknown files option"):
+        FilesConnector({"path": str(tmp_path), "colour": "red"})
+    with pytest.raises(InvalidOptions, match="format must be"):
+        FilesConnector({"path": str(tmp_path), "format": "xml"})
+    connector = FilesConnector({"path": str(tmp_path / "missing")})
+    connector.open(Checkpoint())
+    with pytest.raises(SourceUnavailable, match="cannot list"):
+        list(connector.read(10))
+    assert connector.health().state.value == "down"
+
+
+def test_http_retries_429_and_5xx_and_paces_requests() -> None:
+    source = HttpSource("cursor", page_size=2)
+    try:
+        source.add([{"id": i, "name": f"n{i}"} for i in range(5)])
+        source.api.fail_next = [429, 503]
+        connector = HttpJsonConnector({**source.options(), "rate": 20, "retries": 3})
+        connector.open(Checkpoint())
+        envelopes = list(connector.read(100))
+        assert [r["id"] for e in envelopes for r in e.rows.to_pylist()] == [0, 1, 2, 3, 4]
+        assert source.api.requests == 5  # 2 refused + 3 pages
+        source.api.fail_next = [503] * 3
+        connector.open(Checkpoint())
+        with pytest.raises(SourceUnavailable, match="HTTP 503"):
+            list(connector.read(100))
+        assert connector.health().state.value == "down"
+    finally:
+        source.close()
+
+
+def test_http_rate_limit_paces_requests() -> None:
+    """At most ``rate`` requests a second: N requests cannot take less than (N-1)/rate (a lower
+    bound that sleeping guarantees, whatever the machine's load)."""
+    source = HttpSource("link", page_size=1)
+    try:
+        source.add([{"id": i, "name": "x"} for i in range(6)])
+        connector = HttpJsonConnector({**source.options(), "rate": 10})
+        connector.open(Checkpoint())
+        started = time.monotonic()
+        assert len([e for e in connector.read(100) if e.rows.num_rows]) == 6
+        elapsed = time.monotonic() - started
+        assert source.api.requests == 6
+        assert elapsed >= 5 / 10
+    finally:
+        source.close()
+
+
+def test_http_backfill_is_idempotent_and_takes_changed_pages(appender: Appender) -> None:
+    source = HttpSource("cursor", page_size=2)
+    try:
+        source.add([{"id": i, "name": f"n{i}"} for i in range(6)])
+        connector = HttpJsonConnector(source.options())
+        runner = IngestRunner("api", connector, CatalogSink(appender, "ns.t"))
+        assert runner.run_once().rows == 6
+        live = runner.status().step
+        # Backfill from the second page: those pages again, once.
+        start = f"http://127.0.0.1:{source.port}/items?cursor=2"
+        assert runner.run_once(BackfillRange(start, None)).rows == 4
+        assert runner.run_once(BackfillRange(start, None)).rows == 0  # idempotent
+        with source.api.lock:
+            source.api.records[5] = {"id": 5, "name": "changed"}
+        assert runner.run_once(BackfillRange(start, None)).rows == 2  # the changed page, whole
+        assert runner.status().step == live  # the live checkpoint did not move
+        assert runner.run_once().rows == 0
+        with pytest.raises(InvalidOptions, match="backfill range"):
+            runner.run_once(BackfillRange("http://elsewhere.example/items", None))
+    finally:
+        source.close()
+    assert ids(appender) == [0, 1, 2, 2, 3, 3, 4, 4, 4, 5, 5, 5]
+
+
+def test_files_backfill_without_moving_the_live_checkpoint(appender: Appender, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    write(src / "a/1.parquet", 0, 2)
+    write(src / "b/2.parquet", 2, 2)
+    runner = IngestRunner("files", FilesConnector({"path": str(src)}), CatalogSink(appender, "ns.t"))
+    assert runner.run_once().rows == 4
+    assert runner.run_once(BackfillRange("b/*")).rows == 2
+    assert runner.run_once(BackfillRange("b/*")).rows == 0
+    assert runner.status().step == 1
+    assert ids(appender) == [0, 1, 2, 2, 3, 3]
+
+
+def test_target_table_created_again_starts_over(appender: Appender, tmp_path: Path) -> None:
+    """A re-created table has no checkpoint: the connector's first commit into it is a commit, not
+    a duplicate of the dropped table's first one (the pass used to loop re-reading forever)."""
+    src = tmp_path / "src"
+    write(src / "a.parquet", 0, 3)
+    runner = IngestRunner("files", FilesConnector({"path": str(src)}), CatalogSink(appender, "ns.t"))
+    assert runner.run_once().rows == 3
+    appender.catalog.drop_table(("ns", "t"))
+    appender.catalog.create_table(("ns", "t"), schema=SCHEMA)
+    assert runner.run_once().rows == 3
+    assert ids(appender) == [0, 1, 2]
