@@ -83,9 +83,7 @@ def add(name: str, table: str, source: str, conn: Connection, extra: tuple[str, 
     if poll_s is not None:
         body["poll_s"] = poll_s
     if paused:
-        call(conn, "icefloe.ingest.add", body)  # the answer printed is the one of pause
-        call(conn, "icefloe.ingest.pause", {"name": name})
-        return
+        body["paused"] = True
     call(conn, "icefloe.ingest.add", body)
 
 

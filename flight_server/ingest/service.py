@@ -2,7 +2,7 @@
 
 Actions (``DoAction``, JSON bodies, JSON answers; roles in ``flight_server.roles``):
 
-``icefloe.ingest.add``       ``{"name", "table", "source", "options", ...}`` (admin: it makes the
+``icefloe.ingest.add``       ``{"name", "table", "source", "options", "paused"?, ...}`` (admin: it makes the
                              server read a folder or call a URL) -> the status
 ``icefloe.ingest.list``      -> ``[{"name", "table", "source", "origin", "state", "paused"}]``
 ``icefloe.ingest.status``    ``{"name"?}`` -> one status, or all
@@ -173,7 +173,12 @@ class IngestService:
         with self._lock:
             if spec.name in self._running:
                 raise errors.AlreadyExists(f"ingest connector {spec.name} already exists")
-            self._store.write({keys.INGEST_DEFINITION + spec.name.encode(): encode(spec)})
+            if body.get("paused") not in (None, True, False):
+                raise errors.InvalidArgument("paused must be true or false")
+            writes = {keys.INGEST_DEFINITION + spec.name.encode(): encode(spec)}
+            if body.get("paused"):  # paused before its thread starts: it never runs a pass until resumed
+                writes[keys.INGEST_PAUSED + spec.name.encode()] = b"1"
+            self._store.write(writes)
             item = self._running[spec.name] = self._new_running(spec)
             self._start_thread(item)
         logger.info("ingest connector %s added: %s -> %s", spec.name, spec.source, spec.table)

@@ -26,7 +26,7 @@ from icefloe.ingest.http_json import HttpJsonConnector
 
 BUILT_IN: dict[str, type[Connector]] = {"files": FilesConnector, "http": HttpJsonConnector}
 MAX_NAME = 100
-SPEC_FIELDS = {"name", "table", "source", "options", "schema_policy", "max_rows", "poll_s"}
+SPEC_FIELDS = {"name", "table", "source", "options", "schema_policy", "max_rows", "poll_s", "paused"}
 
 
 class InvalidSpec(ValueError):
