@@ -303,12 +303,18 @@ def _lag(envelopes: list[Envelope]) -> float:
 
 
 def _dataset(uri: str) -> tuple[str, str]:
-    """OpenLineage naming: ``scheme://authority`` as namespace, the path as name."""
+    """OpenLineage dataset naming: local files are namespace ``file`` and the absolute path;
+    object stores ``s3://bucket`` and the key prefix; anything else ``scheme://authority`` and
+    the path."""
     scheme, sep, rest = uri.partition("://")
     if not sep:
         return "icefloe-ingest", uri
-    authority, slash, path = rest.partition("/")
-    return f"{scheme}://{authority}", "/" + path if slash else "/"
+    authority, _, path = rest.partition("/")
+    if scheme == "file":
+        return "file", "/" + path
+    if scheme in ("s3", "s3a", "gs", "abfss"):
+        return f"{scheme}://{authority}", path
+    return f"{scheme}://{authority}", "/" + path
 
 
 def _first_line(exc: BaseException) -> str:

@@ -176,3 +176,24 @@ def test_target_table_created_again_starts_over(appender: Appender, tmp_path: Pa
     appender.catalog.create_table(("ns", "t"), schema=SCHEMA)
     assert runner.run_once().rows == 3
     assert ids(appender) == [0, 1, 2]
+
+
+def test_files_from_an_s3_prefix(s3_server: Any, appender: Appender, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The files connector on an ``s3://`` prefix of a real S3 server: each object once."""
+    import uuid
+
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    prefix = f"icefloe-test/src-{uuid.uuid4().hex[:8]}"
+    fs = s3_server.filesystem()
+    for index in range(3):
+        numbers = range(index * 10, index * 10 + 10)
+        pq.write_table(pa.table({"id": list(numbers), "name": [f"n{i}" for i in numbers]}),
+                       f"{prefix}/day={index}/part.parquet", filesystem=fs)
+    connector = FilesConnector({"path": f"s3://{prefix}", "s3_endpoint": s3_server.endpoint})
+    runner = IngestRunner("s3", connector, CatalogSink(appender, "ns.t"))
+    assert runner.run_once().rows == 30
+    assert runner.run_once().rows == 0
+    assert sorted(runner.status().positions) == [f"day={i}/part.parquet" for i in range(3)]
+    assert ids(appender) == list(range(30))
+    assert connector.source_uri() == f"s3://{prefix}"

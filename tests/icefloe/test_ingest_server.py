@@ -73,7 +73,7 @@ def test_config_connector_in_serve_metrics_lineage_and_durable_pause(tmp_path: P
         wait_for(lambda: any(e["job"]["name"] == "icefloe.ingest.orders" and e["eventType"] == "COMPLETE"
                              for e in collector.snapshot()))
         event = next(e for e in collector.snapshot() if e["job"]["name"] == "icefloe.ingest.orders")
-        assert {"namespace": "file://", "name": str(src)} in [
+        assert {"namespace": "file", "name": str(src)} in [
             {"namespace": i["namespace"], "name": i["name"]} for i in event["inputs"]]
         # A durable pause: a restart keeps it paused; a new file waits until resumed.
         assert json.loads(cli(proc, "pause", "orders").stdout)["state"] == "paused"
