@@ -197,3 +197,24 @@ def test_files_from_an_s3_prefix(s3_server: Any, appender: Appender, monkeypatch
     assert sorted(runner.status().positions) == [f"day={i}/part.parquet" for i in range(3)]
     assert ids(appender) == list(range(30))
     assert connector.source_uri() == f"s3://{prefix}"
+
+
+def test_the_checkpoint_survives_snapshot_expiry(appender: Appender, tmp_path: Path) -> None:
+    """Paused while other writers move the table on, past the retention window: expiry keeps the
+    snapshot holding the connector's checkpoint, so it resumes at its place (nothing taken twice)."""
+    import time as clock
+
+    from catalog.maintenance import expire_snapshots
+
+    src = tmp_path / "src"
+    write(src / "a.parquet", 0, 3)
+    runner = IngestRunner("files", FilesConnector({"path": str(src)}), CatalogSink(appender, "ns.t"))
+    assert runner.run_once().rows == 3
+    for k in range(4):
+        appender.append_table(("ns", "t"), pa.table({"id": [100 + k], "name": ["other"]}, schema=SCHEMA))
+    expired = expire_snapshots(appender, ("ns", "t"), now_ms=int(clock.time() * 1000) + 10**9)
+    assert expired == 3  # the other writer's older snapshots, not the checkpoint (nor the current one)
+    write(src / "b.parquet", 3, 2)
+    restarted = IngestRunner("files", FilesConnector({"path": str(src)}), CatalogSink(appender, "ns.t"))
+    assert restarted.run_once().rows == 2
+    assert ids(appender) == [0, 1, 2, 3, 4, 100, 101, 102, 103]
