@@ -86,6 +86,15 @@ def test_config_connector_in_serve_metrics_lineage_and_durable_pause(tmp_path: P
         wait_for(lambda: count(proc) == 6)
         removed = cli(proc, "remove", "orders")
         assert removed.returncode == 1 and "config file" in removed.stderr
+        # Connectors added with the CLI's flags.
+        added = cli(proc, "add", "web", "--table", "ns.t", "--source", "http", "--url", "http://127.0.0.1:9/items",
+                    "--records", "data", "--rate", "2", "--option", "cursor_param=after", "--paused")
+        assert added.returncode == 0, added.stderr
+        assert json.loads(added.stdout)["state"] == "paused"
+        assert [c["name"] for c in json.loads(cli(proc, "list").stdout)] == ["orders", "web"]
+        wrong = cli(proc, "add", "x", "--table", "ns.t", "--source", "http", "--path", "/data")
+        assert wrong.returncode == 2 and "--path is not an option of --source http" in wrong.stderr
+        assert json.loads(cli(proc, "remove", "web").stdout) == {"name": "web", "removed": True}
     finally:
         proc.stop()
         collector.down()
