@@ -93,6 +93,8 @@ class Envelope:
         version: A digest of the rows' source unit at the time it was read (a file's
             size+mtime/etag, a page's content hash), used by backfill to tell an unchanged unit
             from a genuine change. None: the position says it all.
+        retired: Partitions this envelope's position now covers, to be dropped from the
+            checkpoint (e.g. files folded into a watermark), so that checkpoints stay bounded.
     """
 
     rows: pa.Table
@@ -104,6 +106,7 @@ class Envelope:
     transaction_end: bool = True
     source_time_us: int | None = None
     version: str | None = None
+    retired: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.rows, pa.Table):
@@ -141,8 +144,11 @@ class Checkpoint:
         object.__setattr__(self, "positions", dict(sorted(self.positions.items())))
 
     def advanced(self, envelope: Envelope) -> Checkpoint:
-        """This checkpoint with ``envelope.partition`` moved to ``envelope.position``."""
-        return Checkpoint({**self.positions, envelope.partition: envelope.position})
+        """This checkpoint with ``envelope.partition`` moved to ``envelope.position`` (and the
+        envelope's ``retired`` partitions gone)."""
+        positions = {k: v for k, v in self.positions.items() if k not in envelope.retired}
+        positions[envelope.partition] = envelope.position
+        return Checkpoint(positions)
 
     def get(self, partition: str) -> str | None:
         return self.positions.get(partition)

@@ -16,6 +16,11 @@ Options (``icefloe ingest add --source files`` flags, or keys of a server config
 ``marker``     a completion marker's file name (e.g. ``_SUCCESS``): a file is only taken once
                its folder holds the marker, so half-written folders are never read.
 ``rewritten``  ``new-version`` (default) | ``ignore``.
+``max_tracked`` how many files the checkpoint names one by one (default 5000). Beyond that, the
+               oldest are folded into a watermark (their newest mtime): a file whose mtime is
+               not after the watermark and that is not named counts as taken. So a checkpoint
+               stays bounded; the price is that a file appearing later with an old mtime (a
+               copy that keeps its mtime) is not taken once the watermark has passed it.
 
 A backfill range is a pair of globs (``start`` = the pattern to read again; ``end`` unused): the
 files matching it are read again once each under the backfill's own checkpoint, and again only
@@ -52,7 +57,9 @@ logger = logging.getLogger("icefloe.ingest.files")
 
 FORMATS = {".parquet": "parquet", ".parq": "parquet", ".pq": "parquet", ".csv": "csv",
            ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
-OPTIONS = {"path", "pattern", "format", "marker", "rewritten", "s3_endpoint", "s3_region"}
+OPTIONS = {"path", "pattern", "format", "marker", "rewritten", "s3_endpoint", "s3_region", "max_tracked"}
+# The checkpoint partition holding the watermark (no file's relative path is empty).
+WATERMARK = ""
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,12 @@ class FilesConnector(Connector):
         self.rewritten = _text(self.options, "rewritten", "new-version")
         if self.rewritten not in {"new-version", "ignore"}:
             raise InvalidOptions("rewritten must be new-version or ignore")
+        tracked = self.options.get("max_tracked", 5000)
+        if isinstance(tracked, str) and tracked.isdigit():
+            tracked = int(tracked)
+        if isinstance(tracked, bool) or not isinstance(tracked, int) or tracked < 1:
+            raise InvalidOptions("max_tracked must be an integer >= 1")
+        self.max_tracked = tracked
         self._fs, self._root = _filesystem(path, self.options)
         self._uri = path if path.startswith("s3://") else "file://" + os.path.abspath(path)
         self._checkpoint = Checkpoint()
@@ -118,10 +131,35 @@ class FilesConnector(Connector):
                 break
             rows = self._read(source_file)
             taken += rows.num_rows
-            self._checkpoint = Checkpoint({**self._checkpoint.positions, source_file.relative: source_file.version})
+            # Files still to come bound what may be folded into the watermark.
+            later = todo[index + 1].mtime_ns if index + 1 < len(todo) else None
+            retired = self._retire(source_file, later)
+            positions = {k: v for k, v in self._checkpoint.positions.items() if k not in retired}
+            positions[source_file.relative] = source_file.version
             self._set_health(Health(State.UP, pending=len(todo) - index - 1))
+            if retired:
+                watermark = max([_mtime(self._checkpoint.get(p) or "") for p in retired if p != WATERMARK]
+                                + [_mtime(self._checkpoint.get(WATERMARK) or "0")])
+                positions[WATERMARK] = str(watermark)
+                self._checkpoint = Checkpoint(positions)
+                # The watermark moves in an envelope of its own (no rows), right before the file.
+                yield Envelope(pa.table({}), WATERMARK, str(watermark),
+                               retired=tuple(p for p in retired if p != WATERMARK))
+            else:
+                self._checkpoint = Checkpoint(positions)
             yield Envelope(rows, source_file.relative, source_file.version, source_time_us=source_file.mtime_ns // 1000,
                            version=source_file.version)
+
+    def _retire(self, taking: SourceFile, later_mtime_ns: int | None) -> set[str]:
+        """The named files to fold into the watermark so that at most ``max_tracked`` stay named:
+        the oldest, and only ones strictly older than every file not taken yet."""
+        named = [(p, _mtime(v)) for p, v in self._checkpoint.positions.items() if p != WATERMARK]
+        if len(named) + 1 <= self.max_tracked:
+            return set()
+        bound = min(taking.mtime_ns, later_mtime_ns if later_mtime_ns is not None else taking.mtime_ns)
+        named.sort(key=lambda item: item[1])
+        excess = len(named) + 1 - self.max_tracked // 2  # fold in batches: not at every file
+        return {p for p, mtime in named[:excess] if mtime < bound}
 
     def health(self) -> Health:
         with self._lock:
@@ -139,7 +177,8 @@ class FilesConnector(Connector):
                 return False
         seen = self._checkpoint.get(source_file.relative)
         if seen is None:
-            return True
+            watermark = self._checkpoint.get(WATERMARK)
+            return watermark is None or source_file.mtime_ns > int(watermark) or self._backfill is not None
         return seen != source_file.version and self.rewritten == "new-version"
 
     def _list(self) -> list[SourceFile]:
@@ -196,6 +235,14 @@ class FilesConnector(Connector):
         except (OSError, pa.ArrowException) as exc:
             self._set_health(Health(State.FAILED, f"cannot read {source_file.relative}: {_reason(exc)}"))
             raise SourceDataError(f"cannot read {source_file.relative} as {fmt}: {_reason(exc)}") from None
+
+
+def _mtime(version: str) -> int:
+    """The mtime (ns) in a ``SIZE:MTIME_NS`` version (0 if unreadable)."""
+    try:
+        return int(version.rpartition(":")[2])
+    except ValueError:
+        return 0
 
 
 def _text(options: Mapping[str, Any], name: str, default: str) -> str:

@@ -218,3 +218,22 @@ def test_the_checkpoint_survives_snapshot_expiry(appender: Appender, tmp_path: P
     restarted = IngestRunner("files", FilesConnector({"path": str(src)}), CatalogSink(appender, "ns.t"))
     assert restarted.run_once().rows == 2
     assert ids(appender) == [0, 1, 2, 3, 4, 100, 101, 102, 103]
+
+
+def test_files_checkpoint_stays_bounded_with_a_watermark(appender: Appender, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    base = time.time_ns() - 10**12
+    for index in range(10):
+        write(src / f"f{index}.parquet", index * 2, 2)
+        os.utime(src / f"f{index}.parquet", ns=(base, base + index * 10**9))
+    options = {"path": str(src), "max_tracked": 4}
+    runner = IngestRunner("files", FilesConnector(options), CatalogSink(appender, "ns.t"), max_rows=3)
+    assert runner.run_once().rows == 20
+    positions = runner.status().positions
+    assert len(positions) <= 5 and "" in positions  # at most 4 files named, plus the watermark
+    restarted = IngestRunner("files", FilesConnector(options), CatalogSink(appender, "ns.t"))
+    assert restarted.run_once().rows == 0  # the folded files count as taken
+    write(src / "f0.parquet", 100, 1)  # an old file rewritten now: a new mtime, past the watermark
+    write(src / "new.parquet", 200, 1)
+    assert restarted.run_once().rows == 2
+    assert ids(appender) == [*range(20), 100, 200]
