@@ -148,7 +148,13 @@ class IngestRunner:
         """
         with self._run_lock:
             try:
-                stats = self._pass(backfill)
+                while True:
+                    try:
+                        stats = self._pass(backfill)
+                        break
+                    except _Reopen as moved:  # another runner moved the checkpoint: start from there
+                        logger.info("ingest %s: continuing from step %d committed by another runner", self.name,
+                                    moved.step)
             except SourceUnavailable as exc:
                 self.set_state(State.DOWN, str(exc))
                 raise
@@ -165,58 +171,76 @@ class IngestRunner:
         checkpoint_name = backfill_name(self.name, backfill.start, backfill.end) if backfill else self.name
         stats = RunStats()
         stored = self.sink.checkpoint(checkpoint_name)
-        self.connector.open(Checkpoint(stored.positions), backfill)
         step, durable = stored.step, Checkpoint(stored.positions)
+        self.connector.open(durable, backfill)
         if backfill is None:
             self._remember(step, durable.positions)
+        pending: list[Envelope] = []  # read, not committed; pending[:boundary] are whole transactions
+        boundary = 0
+        checkpoint = durable  # durable advanced by everything pending
         while True:
-            pending: list[Envelope] = []
-            checkpoint = durable
-            boundary = 0  # pending[:boundary] ends on a transaction boundary
-            read_any = False
-            for envelope in self.connector.read(self.max_rows):
-                read_any = True
-                if envelope.op is not Op.INSERT:
-                    raise SourceDataError(f"{envelope.op.value} envelopes need row-level deletes in ingest, which this "
-                                          "server does not apply yet; nothing was committed")
-                if envelope.rows.num_rows and checkpoint.get(envelope.partition) == envelope.position:
-                    stats.stalled = True
-                    break
-                if pending and boundary == len(pending) and not _fits(pending, envelope):
-                    step, durable = self._flush(checkpoint_name, step, pending, durable, checkpoint, stats, backfill)
-                    pending, boundary = [], 0
-                pending.append(envelope)
-                checkpoint = checkpoint.advanced(envelope)
-                stats.envelopes += 1
-                if envelope.transaction_end:
-                    boundary = len(pending)
-                    if sum(e.rows.num_rows for e in pending) >= self.max_rows:
+            got, stop = 0, ""
+            reader = self.connector.read(self.max_rows)
+            try:
+                for envelope in reader:
+                    got += 1
+                    if envelope.op is not Op.INSERT:
+                        raise SourceDataError(f"{envelope.op.value} envelopes need row-level deletes in ingest, which "
+                                              "this server does not apply yet; nothing was committed")
+                    if envelope.rows.num_rows and checkpoint.get(envelope.partition) == envelope.position:
+                        stats.stalled, stop = True, "stalled"
                         break
-            if not read_any:
+                    if pending and boundary == len(pending) and not _fits(pending, envelope):
+                        step, durable = self._commit(checkpoint_name, step, pending, durable, checkpoint, stats,
+                                                     backfill)
+                        pending, boundary, checkpoint = [], 0, durable
+                    pending.append(envelope)
+                    checkpoint = checkpoint.advanced(envelope)
+                    stats.envelopes += 1
+                    if envelope.transaction_end:
+                        boundary = len(pending)
+                        if sum(e.rows.num_rows for e in pending) >= self.max_rows:
+                            stop = "full"
+                            break
+            finally:
+                close = getattr(reader, "close", None)
+                if close is not None:
+                    close()
+            if boundary:
+                whole_checkpoint = durable
+                for envelope in pending[:boundary]:
+                    whole_checkpoint = whole_checkpoint.advanced(envelope)
+                step, durable = self._commit(checkpoint_name, step, pending[:boundary], durable, whole_checkpoint,
+                                             stats, backfill)
+                pending, boundary = pending[boundary:], 0
+                checkpoint = durable
+                for envelope in pending:
+                    checkpoint = checkpoint.advanced(envelope)
+            if stop == "full":
+                # The runner stopped reading mid-way: reposition the connector after what it holds
+                # (whatever the connector had advanced in the envelope it was about to yield).
+                self.connector.open(checkpoint, backfill)
+                continue
+            if stop == "stalled" or got == 0:
+                if pending:
+                    # An unfinished source transaction: read it again, whole, next time.
+                    self.connector.open(durable, backfill)
                 return stats
-            whole = pending[:boundary]
-            whole_checkpoint = durable
-            for envelope in whole:
-                whole_checkpoint = whole_checkpoint.advanced(envelope)
-            new_step, new_durable = self._flush(checkpoint_name, step, whole, durable, whole_checkpoint, stats,
-                                                backfill)
-            if new_step == step and whole and any(e.rows.num_rows for e in whole):
-                # Another runner committed from this checkpoint first: continue from its.
-                stored = self.sink.checkpoint(checkpoint_name)
-                if stored.step <= step:
-                    # The commit was judged a duplicate, yet the table holds no later checkpoint
-                    # (its snapshot was removed by another tool): stop rather than loop or guess.
-                    raise CheckpointLost(
-                        f"ingest {self.name}: step {step} was committed before but the table no longer holds that "
-                        "checkpoint; nothing was committed now")
-                new_step, new_durable = stored.step, Checkpoint(stored.positions)
-                self.connector.open(new_durable, backfill)
-            elif boundary < len(pending):
-                # A source transaction was cut off by the end of this read: read it again whole.
-                self.connector.open(new_durable, backfill)
-            step, durable = new_step, new_durable
-            if stats.stalled:
-                return stats
+
+    def _commit(self, checkpoint_name: str, step: int, envelopes: list[Envelope], durable: Checkpoint,
+                checkpoint: Checkpoint, stats: RunStats, backfill: BackfillRange | None) -> tuple[int, Checkpoint]:
+        """Flush ``envelopes``; on a duplicate (another runner committed from ``step`` first), go
+        on from the checkpoint that runner committed."""
+        new_step, new_durable = self._flush(checkpoint_name, step, envelopes, durable, checkpoint, stats, backfill)
+        if new_step != step or not any(e.rows.num_rows for e in envelopes):
+            return new_step, new_durable
+        stored = self.sink.checkpoint(checkpoint_name)
+        if stored.step <= step:
+            # Judged a duplicate, yet the table holds no later checkpoint (its snapshot was
+            # removed by another tool): stop rather than loop or guess.
+            raise CheckpointLost(f"ingest {self.name}: step {step} was committed before but the table no longer "
+                                 "holds that checkpoint; nothing was committed now")
+        raise _Reopen(stored.step, Checkpoint(stored.positions))
 
     def _flush(self, checkpoint_name: str, step: int, envelopes: list[Envelope], durable: Checkpoint,
                checkpoint: Checkpoint, stats: RunStats, backfill: BackfillRange | None) -> tuple[int, Checkpoint]:
@@ -283,6 +307,14 @@ class IngestRunner:
                                MAX_BACKOFF_S)
                 backoff = MAX_BACKOFF_S
             stop.wait(backoff)
+
+
+class _Reopen(Exception):
+    """Another runner committed from the same checkpoint first: the pass starts again from its."""
+
+    def __init__(self, step: int, checkpoint: Checkpoint) -> None:
+        super().__init__(step)
+        self.step, self.checkpoint = step, checkpoint
 
 
 class CheckpointLost(ConnectorError):

@@ -237,3 +237,40 @@ def test_files_checkpoint_stays_bounded_with_a_watermark(appender: Appender, tmp
     write(src / "new.parquet", 200, 1)
     assert restarted.run_once().rows == 2
     assert ids(appender) == [*range(20), 100, 200]
+
+
+def test_source_transactions_are_never_split_across_commits(appender: Appender) -> None:
+    """Transactions of 3 envelopes, reads of 2 envelopes: every commit holds whole transactions,
+    and the tail a read cut off is read again, whole, in the next commit."""
+    from ingest_example_connector import Transactions
+
+    connector = Transactions({"count": 4, "size": 3})
+    runner = IngestRunner("tx", connector, CatalogSink(appender, "ns.t"), max_rows=2)
+    stats = runner.run_once()
+    assert stats.rows == 12
+    table = appender.catalog.load_table(("ns", "t"))
+    for snapshot in table.metadata.snapshots:
+        rows = table.scan(snapshot_id=snapshot.snapshot_id).to_arrow()
+        assert rows.num_rows % 3 == 0  # whole transactions only, at every snapshot
+    assert ids(appender) == list(range(1, 13))
+
+
+def test_cdc_updates_are_refused_until_the_runner_applies_them(appender: Appender) -> None:
+    from ingest_example_connector import Transactions
+
+    from icefloe.ingest import SourceDataError
+
+    runner = IngestRunner("cdc", Transactions({"count": 1, "size": 1, "op": "update"}), CatalogSink(appender, "ns.t"))
+    with pytest.raises(SourceDataError, match="update envelopes need row-level deletes"):
+        runner.run_once()
+    assert runner.status().state.value == "failed" and ids(appender) == []
+
+
+def test_the_docs_example_connector_resumes_at_its_checkpoint(appender: Appender) -> None:
+    from ingest_example_connector import Countdown
+
+    first = IngestRunner("count", Countdown({"start": 5}), CatalogSink(appender, "ns.t"), max_rows=2)
+    assert first.run_once().rows == 5
+    again = IngestRunner("count", Countdown({"start": 5}), CatalogSink(appender, "ns.t"))
+    assert again.run_once().rows == 0
+    assert ids(appender) == [1, 2, 3, 4, 5]
