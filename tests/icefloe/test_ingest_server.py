@@ -179,3 +179,12 @@ def test_roles_and_precise_errors(secured: Any) -> None:
     assert [c["name"] for c in call(proc, *writer, "list", {})] == ["c1"]
     assert call(proc, *writer, "status", {"name": "c1"})["checkpoint"]["step"] == 1
     assert call(proc, *admin, "remove", {"name": "c1"}) == {"name": "c1", "removed": True}
+    # The commit is an ordinary one, made in the name of who added the connector.
+    catalog = RocksCatalog("check", warehouse=str(folder / "warehouse"), **{"read-only": "true"})
+    try:
+        records = [catalog.log.get(seq) for seq in range(1, catalog.log.head() + 1)]
+        [record] = [r for r in records if r is not None and r.extra.get("job_name") == "icefloe.ingest.c1"]
+        assert (record.operation, record.principal, record.added_rows) == ("append", "alice", 3)
+        assert record.extra["input_datasets"] == [{"namespace": "file", "name": str(folder / "src")}]
+    finally:
+        catalog.close()
