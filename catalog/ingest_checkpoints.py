@@ -33,6 +33,7 @@ STEP_SUFFIX = ".step"
 CHECKPOINT_SUFFIX = ".checkpoint"
 # A summary property lives in every metadata JSON that keeps its snapshot: keep it bounded.
 MAX_CHECKPOINT_BYTES = 512 * 1024
+BACKFILL_INFIX = "--backfill-"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,127}")
 
 
@@ -110,7 +111,8 @@ class IngestCommit:
 
     def commit_extra(self) -> dict[str, Any]:
         """The commit record's ``extra``: lineage input dataset, job name, ingest details."""
-        job = f"icefloe.ingest.{self.name}" + (".backfill" if self.backfill else "")
+        connector = self.name.split(BACKFILL_INFIX)[0]  # a backfill's checkpoint name carries the range
+        job = f"icefloe.ingest.{connector}" + (".backfill" if self.backfill else "")
         return {"job_name": job,
                 "input_datasets": [{"namespace": self.source[0], "name": self.source[1]}],
                 "ingest": {"name": self.name, "step": self.step, "backfill": self.backfill, **dict(self.stats)}}
@@ -174,4 +176,4 @@ def backfill_name(name: str, start: str | None, end: str | None) -> str:
     """The checkpoint name of a backfill of ``name`` over one range: the same range resumes
     (and re-runs) under the same name, so a backfill is idempotent across crashes and repeats."""
     digest = hashlib.sha256(json.dumps([start, end]).encode("utf-8")).hexdigest()[:12]
-    return f"{name}--backfill-{digest}"
+    return f"{name}{BACKFILL_INFIX}{digest}"

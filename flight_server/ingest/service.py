@@ -191,7 +191,7 @@ class IngestService:
         item.stop.set()
         if item.thread is not None:
             item.thread.join(JOIN_S)
-        with item.runner._run_lock:  # no pass in flight once removed
+        with item.runner.exclusive():  # no pass in flight once removed
             with self._lock:
                 self._running.pop(item.spec.name, None)
             self._store.write({}, deletes=(keys.INGEST_DEFINITION + item.spec.name.encode(),

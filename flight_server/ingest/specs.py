@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from catalog.ingest_checkpoints import InvalidIngestCommit, check_connector_name
+from catalog.ingest_checkpoints import BACKFILL_INFIX, InvalidIngestCommit, check_connector_name
 from catalog.names import InvalidNameError, check_name, check_namespace
 from catalog.schema_policy import check_policy
 from icefloe.ingest.contract import Connector, InvalidOptions
@@ -99,6 +99,8 @@ def parse_spec(raw: Any, origin: str = "api", principal: str | None = None) -> C
     except InvalidIngestCommit:
         raise InvalidSpec(f"a connector name must be 1-{MAX_NAME} characters of A-Z a-z 0-9 _ - "
                           "(not starting with -)") from None
+    if isinstance(name, str) and BACKFILL_INFIX in name:  # backfills' checkpoint names are made that way
+        raise InvalidSpec(f"a connector name may not contain {BACKFILL_INFIX!r}")
     if not isinstance(table, str):
         raise InvalidSpec(f"table must be a table name ns.t; {usage}")
     parts = table.split(".")

@@ -18,7 +18,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -119,6 +120,12 @@ class IngestRunner:
         self._run_lock = threading.Lock()  # one pass at a time (server thread and CLI run)
         self._status_lock = threading.Lock()
         self._status = RunnerStatus()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold off passes for the block (waits for one in flight)."""
+        with self._run_lock:
+            yield
 
     # -- status --------------------------------------------------------------------------
 

@@ -159,6 +159,11 @@ def test_roles_and_precise_errors(secured: Any) -> None:
     assert call(proc, *admin, "add", spec)["name"] == "c1"
     write(folder / "src" / "a.parquet", 0, 3)
     assert call(proc, *writer, "run", {"name": "c1", "once": True})["run"]["rows"] == 3
+    backfill = call(proc, *writer, "backfill", {"name": "c1", "start": "a.*", "end": None})
+    assert backfill["backfill"]["rows"] == 3 and backfill["checkpoint"]["step"] == 1
+    assert call(proc, *writer, "backfill", {"name": "c1", "start": "a.*", "end": None})["backfill"]["rows"] == 0
+    with pytest.raises(pa.ArrowInvalid, match="backfill start and end must be strings"):
+        call(proc, *writer, "backfill", {"name": "c1", "start": 5})
     cases: list[tuple[Any, type[BaseException], str]] = [
         ({**spec}, pa.ArrowException, "ALREADY_EXISTS: ingest connector c1 already exists"),
         ({**spec, "name": "c2", "table": "ns.nope"}, pa.ArrowKeyError, "table ns.nope does not exist"),
@@ -185,6 +190,8 @@ def test_roles_and_precise_errors(secured: Any) -> None:
         records = [catalog.log.get(seq) for seq in range(1, catalog.log.head() + 1)]
         [record] = [r for r in records if r is not None and r.extra.get("job_name") == "icefloe.ingest.c1"]
         assert (record.operation, record.principal, record.added_rows) == ("append", "alice", 3)
+        [backfilled] = [r for r in records if r is not None and r.extra.get("job_name") == "icefloe.ingest.c1.backfill"]
+        assert backfilled.principal == "alice" and backfilled.added_rows == 3
         assert record.extra["input_datasets"] == [{"namespace": "file", "name": str(folder / "src")}]
     finally:
         catalog.close()
