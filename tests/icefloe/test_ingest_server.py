@@ -35,11 +35,11 @@ def cli(proc: ServerProcess, *args: str, stdin: str | None = None) -> subprocess
                           capture_output=True, text=True, env=cli_env(), input=stdin, timeout=120)
 
 
-def count(proc: ServerProcess) -> int:
+def count(proc: ServerProcess, table: str = "ns.t") -> int:
     import adbc_driver_flightsql.dbapi as dbapi
 
     with dbapi.connect(proc.location) as conn, conn.cursor() as cur:
-        cur.execute("SELECT count(*) FROM ns.t")
+        cur.execute(f"SELECT count(*) FROM {table}")
         return int(cur.fetchone()[0])
 
 
@@ -52,16 +52,20 @@ def wait_for(predicate: Any, timeout: float = 60.0) -> None:
 
 def test_config_connector_in_serve_metrics_lineage_and_durable_pause(tmp_path: Path) -> None:
     warehouse, src = tmp_path / "warehouse", tmp_path / "src"
-    make_tables(warehouse, ["ns.t"], SCHEMA)
+    make_tables(warehouse, ["ns.t", "ns.c"], SCHEMA)
     write(src / "a.parquet", 0, 4)
     config = tmp_path / "connectors.toml"
+    # Two connectors: the built-in files source, and a class of the operator's own (the docs' example).
     config.write_text(f'[connectors.orders]\ntable = "ns.t"\nsource = "files"\npoll_s = 0.1\n\n'
-                      f'[connectors.orders.options]\npath = "{src}"\n')
+                      f'[connectors.orders.options]\npath = "{src}"\n\n'
+                      '[connectors.count]\ntable = "ns.c"\nsource = "ingest_example_connector:Countdown"\n'
+                      'options = { start = 7 }\n')
     collector = Collector().up()
     proc = ServerProcess(warehouse, ["--ingest-config", str(config), "--metrics-port", "0"],
-                         env={"OPENLINEAGE_URL": collector.url}).start()
+                         env={"OPENLINEAGE_URL": collector.url, "PYTHONPATH": str(Path(__file__).parent)}).start()
     try:
         wait_for(lambda: count(proc) == 4)
+        wait_for(lambda: count(proc, "ns.c") == 7)
         status = json.loads(cli(proc, "status", "orders").stdout)
         assert status["origin"] == "config" and status["state"] == "up" and status["rows"] == 4
         assert status["checkpoint"]["step"] == 1 and list(status["checkpoint"]["positions"]) == ["a.parquet"]
@@ -91,7 +95,7 @@ def test_config_connector_in_serve_metrics_lineage_and_durable_pause(tmp_path: P
                     "--records", "data", "--rate", "2", "--option", "cursor_param=after", "--paused")
         assert added.returncode == 0, added.stderr
         assert json.loads(added.stdout)["state"] == "paused"
-        assert [c["name"] for c in json.loads(cli(proc, "list").stdout)] == ["orders", "web"]
+        assert [c["name"] for c in json.loads(cli(proc, "list").stdout)] == ["orders", "count", "web"]
         wrong = cli(proc, "add", "x", "--table", "ns.t", "--source", "http", "--path", "/data")
         assert wrong.returncode == 2 and "--path is not an option of --source http" in wrong.stderr
         assert json.loads(cli(proc, "remove", "web").stdout) == {"name": "web", "removed": True}
