@@ -2,7 +2,8 @@
 
 A file's identity is its path relative to the folder plus its version ``SIZE:MTIME_NS``: each
 file is one partition of the checkpoint and its position is the version committed last. A file
-whose version is not in the checkpoint is read, whole, as one envelope; a file rewritten in
+whose version is not in the checkpoint is read as one envelope (a Parquet file of several row
+groups larger than a commit, a few row groups at a time, positions ``VERSION@N``); a file rewritten in
 place (new size or mtime) is a new version and, by default (``rewritten = "new-version"``),
 ingested again; ``rewritten = "ignore"`` takes only a path's first version.
 
@@ -129,15 +130,11 @@ class FilesConnector(Connector):
         for index, source_file in enumerate(todo):
             if taken >= max_rows:
                 break
-            rows = self._read(source_file)
-            taken += rows.num_rows
             # Files still to come bound what may be folded into the watermark.
             later = todo[index + 1].mtime_ns if index + 1 < len(todo) else None
             retired = self._retire(source_file, later)
-            positions = {k: v for k, v in self._checkpoint.positions.items() if k not in retired}
-            positions[source_file.relative] = source_file.version
-            self._set_health(Health(State.UP, pending=len(todo) - index - 1))
             if retired:
+                positions = {k: v for k, v in self._checkpoint.positions.items() if k not in retired}
                 watermark = max([_mtime(self._checkpoint.get(p) or "") for p in retired if p != WATERMARK]
                                 + [_mtime(self._checkpoint.get(WATERMARK) or "0")])
                 positions[WATERMARK] = str(watermark)
@@ -145,15 +142,56 @@ class FilesConnector(Connector):
                 # The watermark moves in an envelope of its own (no rows), right before the file.
                 yield Envelope(pa.table({}), WATERMARK, str(watermark),
                                retired=tuple(p for p in retired if p != WATERMARK))
-            else:
-                self._checkpoint = Checkpoint(positions)
-            yield Envelope(rows, source_file.relative, source_file.version, source_time_us=source_file.mtime_ns // 1000,
-                           version=source_file.version)
+            for rows, position in self._chunks(source_file, max_rows):
+                taken += rows.num_rows
+                self._checkpoint = Checkpoint({**self._checkpoint.positions, source_file.relative: position})
+                if position == source_file.version:
+                    self._set_health(Health(State.UP, pending=len(todo) - index - 1))
+                yield Envelope(rows, source_file.relative, position, source_time_us=source_file.mtime_ns // 1000,
+                               version=source_file.version)
+
+    def _chunks(self, source_file: SourceFile, max_rows: int) -> Iterator[tuple[pa.Table, str]]:
+        """A file's rows with the position after each part: the whole file at once, except a
+        Parquet file of several row groups larger than ``max_rows``, read a few row groups at a
+        time (positions ``VERSION@N``: row groups before N taken) so memory stays bounded."""
+        if self._format(source_file) != "parquet" or source_file.size == 0:
+            yield self._read(source_file), source_file.version
+            return
+        import pyarrow.parquet as pq
+
+        try:
+            handle = self._fs.open_input_file(source_file.full)
+        except FileNotFoundError:
+            raise SourceUnavailable(f"{source_file.relative} disappeared while being read") from None
+        except (OSError, pa.ArrowException) as exc:
+            raise self._unreadable(source_file, exc) from None
+        with handle:
+            try:
+                parquet = pq.ParquetFile(handle)
+            except (OSError, pa.ArrowException) as exc:
+                raise self._unreadable(source_file, exc) from None
+            groups = parquet.metadata.num_row_groups
+            if groups <= 1 or parquet.metadata.num_rows <= max_rows:
+                yield self._read(source_file), source_file.version
+                return
+            seen = self._checkpoint.get(source_file.relative) or ""
+            start = int(seen.rpartition("@")[2]) if seen.startswith(source_file.version + "@") else 0
+            while start < groups:
+                end, rows = start, 0
+                while end < groups and (end == start or rows + parquet.metadata.row_group(end).num_rows <= max_rows):
+                    rows += parquet.metadata.row_group(end).num_rows
+                    end += 1
+                try:
+                    table = parquet.read_row_groups(list(range(start, end)))
+                except (OSError, pa.ArrowException) as exc:
+                    raise self._unreadable(source_file, exc) from None
+                yield table, source_file.version if end == groups else f"{source_file.version}@{end}"
+                start = end
 
     def _retire(self, taking: SourceFile, later_mtime_ns: int | None) -> set[str]:
         """The named files to fold into the watermark so that at most ``max_tracked`` stay named:
         the oldest, and only ones strictly older than every file not taken yet."""
-        named = [(p, _mtime(v)) for p, v in self._checkpoint.positions.items() if p != WATERMARK]
+        named = [(p, _mtime(v)) for p, v in self._checkpoint.positions.items() if p != WATERMARK and "@" not in v]
         if len(named) + 1 <= self.max_tracked:
             return set()
         bound = min(taking.mtime_ns, later_mtime_ns if later_mtime_ns is not None else taking.mtime_ns)
@@ -176,6 +214,8 @@ class FilesConnector(Connector):
             if not fnmatch.fnmatchcase(source_file.relative, self._backfill.start):
                 return False
         seen = self._checkpoint.get(source_file.relative)
+        if seen is not None and seen.startswith(source_file.version + "@"):
+            return True  # partly taken (some of its row groups): the rest is still to come
         if seen is None:
             watermark = self._checkpoint.get(WATERMARK)
             return watermark is None or source_file.mtime_ns > int(watermark) or self._backfill is not None
@@ -212,8 +252,16 @@ class FilesConnector(Connector):
         files.sort(key=lambda f: (f.mtime_ns, f.relative))
         return files
 
+    def _format(self, source_file: SourceFile) -> str:
+        return self.format or FORMATS[posixpath.splitext(source_file.relative)[1].lower()]
+
+    def _unreadable(self, source_file: SourceFile, exc: BaseException) -> SourceDataError:
+        message = f"cannot read {source_file.relative} as {self._format(source_file)}: {_reason(exc)}"
+        self._set_health(Health(State.FAILED, message))
+        return SourceDataError(message)
+
     def _read(self, source_file: SourceFile) -> pa.Table:
-        fmt = self.format or FORMATS[posixpath.splitext(source_file.relative)[1].lower()]
+        fmt = self._format(source_file)
         if source_file.size == 0:
             return pa.table({})
         try:
@@ -233,14 +281,13 @@ class FilesConnector(Connector):
             # Removed between listing and reading: the next listing decides.
             raise SourceUnavailable(f"{source_file.relative} disappeared while being read") from None
         except (OSError, pa.ArrowException) as exc:
-            self._set_health(Health(State.FAILED, f"cannot read {source_file.relative}: {_reason(exc)}"))
-            raise SourceDataError(f"cannot read {source_file.relative} as {fmt}: {_reason(exc)}") from None
+            raise self._unreadable(source_file, exc) from None
 
 
 def _mtime(version: str) -> int:
     """The mtime (ns) in a ``SIZE:MTIME_NS`` version (0 if unreadable)."""
     try:
-        return int(version.rpartition(":")[2])
+        return int(version.rpartition(":")[2].partition("@")[0])
     except ValueError:
         return 0
 

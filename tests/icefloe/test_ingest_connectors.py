@@ -274,3 +274,25 @@ def test_the_docs_example_connector_resumes_at_its_checkpoint(appender: Appender
     again = IngestRunner("count", Countdown({"start": 5}), CatalogSink(appender, "ns.t"))
     assert again.run_once().rows == 0
     assert ids(appender) == [1, 2, 3, 4, 5]
+
+
+def test_a_large_parquet_file_is_taken_a_few_row_groups_at_a_time(appender: Appender, tmp_path: Path) -> None:
+    """Memory stays bounded by the commit size, and a pass interrupted inside a file resumes at
+    the row group after the last committed one."""
+    src = tmp_path / "src"
+    src.mkdir()
+    numbers = list(range(50))
+    pq.write_table(pa.table({"id": numbers, "name": [f"n{i}" for i in numbers]}), src / "big.parquet",
+                   row_group_size=10)
+    connector = FilesConnector({"path": str(src)})
+    connector.open(Checkpoint())
+    parts = list(connector.read(20))
+    assert [e.rows.num_rows for e in parts] == [20, 20, 10]
+    version = parts[-1].position
+    assert [e.position for e in parts] == [f"{version}@2", f"{version}@4", version]
+    resumed = FilesConnector({"path": str(src)})
+    resumed.open(Checkpoint({"big.parquet": f"{version}@2"}))  # as after a crash past the first commit
+    assert [i for e in resumed.read(20) for i in e.rows.column("id").to_pylist()] == list(range(20, 50))
+    runner = IngestRunner("big", FilesConnector({"path": str(src)}), CatalogSink(appender, "ns.t"), max_rows=20)
+    assert runner.run_once().commits == 3
+    assert ids(appender) == numbers
