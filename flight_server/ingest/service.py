@@ -86,8 +86,15 @@ class IngestService:
                 continue
             specs.append(spec)
         for spec in specs:
-            self._check_source(spec)
-            self._running[spec.name] = self._new_running(spec)
+            try:
+                self._check_source(spec)
+                self._running[spec.name] = self._new_running(spec)
+            except (InvalidSpec, errors.PermissionDenied) as exc:
+                if spec.origin == "config":
+                    raise InvalidSpec(f"[connectors.{spec.name}]: {exc}") from None
+                # A stored definition this server cannot run (e.g. an option a newer version
+                # dropped) must not stop the server: it is left out, loudly, and kept.
+                logger.error("ingest connector %s cannot run and is left out: %s", spec.name, exc)
         server.metrics.add_levels(IngestCollector(self))
 
     def start(self) -> None:
