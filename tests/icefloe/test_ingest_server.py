@@ -199,3 +199,22 @@ def test_roles_and_precise_errors(secured: Any) -> None:
         assert record.extra["input_datasets"] == [{"namespace": "file", "name": str(folder / "src")}]
     finally:
         catalog.close()
+
+
+def test_a_stored_connector_that_cannot_run_does_not_stop_the_server(tmp_path: Path) -> None:
+    from catalog import keys
+
+    warehouse = tmp_path / "warehouse"
+    make_tables(warehouse, ["ns.t"], SCHEMA)
+    catalog = RocksCatalog("setup", warehouse=str(warehouse), **{"read-only": "false"})
+    try:  # as a newer or older server might have left it: an option this one does not know
+        bad = {"name": "old", "table": "ns.t", "source": "files", "options": {"path": "/x", "colour": "red"}}
+        catalog.store.write({keys.INGEST_DEFINITION + b"old": json.dumps(bad).encode()})
+    finally:
+        catalog.close()
+    proc = ServerProcess(warehouse).start()
+    try:
+        assert json.loads(cli(proc, "list").stdout) == []
+        assert "ingest connector old cannot run and is left out: unknown files option" in proc.log
+    finally:
+        proc.stop()
