@@ -286,7 +286,7 @@ class IngestService:
                 "state": State.PAUSED.value if paused else status.state.value, "message": status.message,
                 "paused": paused, "checkpoint": {"step": status.step, "positions": status.positions},
                 "rows": status.rows, "commits": status.commits, "lag_seconds": round(status.lag_seconds, 3),
-                "pending": status.pending, "last_commit_seq": status.last_commit_seq}
+                "pending": status.pending, "last_commit_seq": status.last_commit_seq, "passes": status.passes}
 
     def snapshot(self) -> list[tuple[str, Any]]:
         with self._lock:

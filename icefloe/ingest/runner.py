@@ -97,6 +97,7 @@ class RunnerStatus:
     last_commit_at: float | None = None
     lag_seconds: float = 0.0
     pending: int | None = None
+    passes: int = 0  # passes finished (ok or not) since start
 
 
 class IngestRunner:
@@ -155,24 +156,31 @@ class IngestRunner:
         """
         with self._run_lock:
             try:
-                while True:
-                    try:
-                        stats = self._pass(backfill)
-                        break
-                    except _Reopen as moved:  # another runner moved the checkpoint: start from there
-                        logger.info("ingest %s: continuing from step %d committed by another runner", self.name,
-                                    moved.step)
-            except SourceUnavailable as exc:
-                self.set_state(State.DOWN, str(exc))
-                raise
-            except Exception as exc:
-                self.set_state(State.FAILED, _first_line(exc))
-                raise
-            if stats.stalled:
-                self.set_state(State.STALLED, "the source's cursor stopped advancing; nothing was taken twice")
-            else:
-                self.set_state(State.UP)
-            return stats
+                return self._run_once(backfill)
+            finally:
+                with self._status_lock:
+                    self._status.passes += 1
+
+    def _run_once(self, backfill: BackfillRange | None) -> RunStats:
+        try:
+            while True:
+                try:
+                    stats = self._pass(backfill)
+                    break
+                except _Reopen as moved:  # another runner moved the checkpoint: start from there
+                    logger.info("ingest %s: continuing from step %d committed by another runner", self.name,
+                                moved.step)
+        except SourceUnavailable as exc:
+            self.set_state(State.DOWN, str(exc))
+            raise
+        except Exception as exc:
+            self.set_state(State.FAILED, _first_line(exc))
+            raise
+        if stats.stalled:
+            self.set_state(State.STALLED, "the source's cursor stopped advancing; nothing was taken twice")
+        else:
+            self.set_state(State.UP)
+        return stats
 
     def _pass(self, backfill: BackfillRange | None) -> RunStats:
         checkpoint_name = backfill_name(self.name, backfill.start, backfill.end) if backfill else self.name

@@ -86,9 +86,14 @@ def action(proc: ServerProcess, name: str, body: dict[str, Any]) -> Any:
 
 
 def add(proc: ServerProcess, source: Any, **extra: Any) -> Any:
+    """Add the connector; with a long ``poll_s``, wait for its thread's first pass, so that the
+    passes a case asks for afterwards are the only ones."""
     body = {"name": "conn", "table": "ns.t", "source": "files" if source.kind == "files" else "http",
             "options": source.options(), "poll_s": 0.05, **extra}
-    return action(proc, "add", body)
+    added = action(proc, "add", body)
+    if body["poll_s"] >= 60:
+        wait_for(lambda: action(proc, "status", {"name": "conn"})["passes"] >= 1)
+    return added
 
 
 def target(proc: ServerProcess, columns: str = "id, name") -> list[tuple[Any, ...]]:

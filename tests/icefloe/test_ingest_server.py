@@ -154,13 +154,14 @@ def test_roles_and_precise_errors(secured: Any) -> None:
     admin = ("alice", passwords["alice"])
     writer = ("wendy", passwords["wendy"])
     reader = ("rita", passwords["rita"])
+    # Paused: only the passes asked for below run (no background pass racing them).
     spec = {"name": "c1", "table": "ns.t", "source": "files", "options": {"path": str(folder / "src")},
-            "poll_s": 3600}
+            "paused": True}
     with pytest.raises(flight.FlightUnauthorizedError):
         call(proc, *writer, "add", spec)
     with pytest.raises(flight.FlightUnauthorizedError):
         call(proc, *reader, "status", {})
-    assert call(proc, *admin, "add", spec)["name"] == "c1"
+    assert call(proc, *admin, "add", spec)["state"] == "paused"
     write(folder / "src" / "a.parquet", 0, 3)
     assert call(proc, *writer, "run", {"name": "c1", "once": True})["run"]["rows"] == 3
     backfill = call(proc, *writer, "backfill", {"name": "c1", "start": "a.*", "end": None})
