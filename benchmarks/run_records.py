@@ -114,6 +114,8 @@ FIGURES = (
            "median.jvm_vs_python", "report"),
     Figure("spark_jvm", "spark_jvm.write", "JVM connector write of 1.25M rows / one DoPut (speed)",
            "median.write_ratio", ">= 0.7"),
+    Figure("ingest", "ingest.files", "files connector ingest of 8 Parquet files / `icefloe load` of the same files "
+           "(rows per second)", "median_ratio", ">= 0.9", "x"),
     Figure("embedded", "embedded.in_process", "`pl.DataFrame(t.scan())` of 10M rows in process / `pl.read_parquet` "
            "(speed)", "scans.in_process_vs_read_parquet", ">= 0.8"),
     Figure("rust_change_scan", "rust_change_scan.parallel", "Rust `Client::changes`, 4 endpoints at once / one at a "

@@ -18,6 +18,11 @@ META = b"meta/"
 IDEMPOTENCY = b"idem/"
 # Two-phase appends: one record per staging, "staged" until its commit lands (staging.py).
 STAGED = b"stg/"
+# Ingest connectors added over Flight (flight_server.ingest): name -> definition JSON, and
+# name -> b"1" while paused (config-file connectors too). Their checkpoints are not here: they
+# live in the target table's snapshots (catalog.ingest_checkpoints).
+INGEST_DEFINITION = b"ing/def/"
+INGEST_PAUSED = b"ing/paused/"
 HOLD = b"hold/"  # commit-log holds: name -> last processed seq (trim keeps everything after)
 # Lineage outbox: built OpenLineage events waiting for delivery (commit runs and failed
 # writes), keyed by runId (UUIDv7, so time ordered) + event index; undeliverable ones move to

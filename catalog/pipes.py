@@ -26,6 +26,8 @@ from catalog.names import InvalidNameError, check_name, check_namespace
 
 PROPERTY_PREFIX = "icefloe.pipe."
 PROPERTY_SUFFIX = ".source-seq"
+INGEST_PREFIX = "icefloe.ingest."  # catalog.ingest_checkpoints (which imports nothing from here)
+INGEST_STEP_SUFFIX = ".step"
 MAX_JSON_BYTES = 8192
 MAX_COLUMNS = 256
 _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
@@ -138,7 +140,8 @@ class PipeCommit:
 
 
 def checkpoint_snapshots(snapshots: Iterable[Any]) -> set[int]:
-    """The snapshots snapshot expiry must keep: per pipe, the one holding its highest checkpoint.
+    """The snapshots snapshot expiry must keep: per pipe (and ingest connector), the one holding
+    its highest checkpoint.
 
     A checkpoint lives in a snapshot summary, so expiring that snapshot (past the age window,
     beyond the snapshot cap, or after compaction made it non-current) would lose the pipe's
@@ -170,7 +173,10 @@ def _checkpoints_in(snapshot: Any) -> tuple[tuple[str, int], ...]:
     properties = getattr(summary, "additional_properties", None) or {}
     checkpoints = []
     for name, raw in properties.items():
-        if not (name.startswith(PROPERTY_PREFIX) and name.endswith(PROPERTY_SUFFIX)):
+        # Ingest connectors (catalog.ingest_checkpoints) keep theirs by the same rule, keyed
+        # by their step counter.
+        if not ((name.startswith(PROPERTY_PREFIX) and name.endswith(PROPERTY_SUFFIX))
+                or (name.startswith(INGEST_PREFIX) and name.endswith(INGEST_STEP_SUFFIX))):
             continue
         try:
             checkpoints.append((name, int(raw)))

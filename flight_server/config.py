@@ -45,6 +45,8 @@ class Config:
     # the operator endpoints (metrics, health, watch page; also on the REST port when it is on).
     rest_port: int | None = None
     metrics_port: int | None = None
+    # A TOML file of ingest connectors ([connectors.NAME]) run inside the server (flight_server.ingest).
+    ingest_config: str | None = None
     # Host names the HTTP ports answer to beyond their own (flight_server.http.request_checks):
     # "name" (any port), "name:port", "*.domain", or "*" (no check).
     http_allowed_hosts: tuple[str, ...] = ()

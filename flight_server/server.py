@@ -83,6 +83,9 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
 
         self.ops = Operations(self.catalog, self.lineage, self.flightsql.engine, self.feed.fanout, self.metrics,
                               self.authorizer.authorize)
+        from flight_server.ingest.service import IngestService
+
+        self.ingest = IngestService(self.catalog, appender, self.metrics, config)
         middleware = dict(kwargs.pop("middleware", None) or {})
         middleware.update(self.security.middleware)
         middleware.setdefault(HEADERS_MIDDLEWARE_KEY, HeadersMiddlewareFactory())
@@ -91,6 +94,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         # --port 0 asks the OS for a port; keep the one we got.
         self.config.port = self.port
         self.lineage.start(lineage_settings(config))
+        self.ingest.start()  # connectors commit through the appender, watched by lineage
         self.http_hosts: list[Any] = []  # flight_server.http.host.HttpHost, started by start_http
 
     def start_http(self) -> list[str]:
@@ -182,11 +186,13 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
             return self.appends.do_action(context, action)
         if action.type in self.ops.ACTIONS:
             return self.ops.do_action(context, action)
+        if action.type in self.ingest.ACTIONS:
+            return self.ingest.do_action(context, action, principal)
         return self.flightsql.do_action(context, action)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         return (self.flightsql.list_actions(context) + self.appends.list_actions(context)
-                + self.staged.list_actions() + self.ops.list_actions())
+                + self.staged.list_actions() + self.ops.list_actions() + self.ingest.list_actions())
 
     def list_flights(self, context: flight.ServerCallContext, criteria: bytes) -> Iterator[flight.FlightInfo]:
         return iter(())
@@ -207,6 +213,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         stopper.join(grace_s)
         if stopper.is_alive():
             logger.warning("some calls did not finish within %.0f s of shutdown; closing anyway", grace_s)
+        self.ingest.close()  # before the appender and catalog its commits go through
         self.feed.close()
         self.appends.close()
         self.flightsql.close()
@@ -258,6 +265,7 @@ def _start(config: Config) -> IcefloeServer:
     """Construct the server, turning what commonly stops a start into one ``StartupError`` line
     (a held warehouse, a port in use, an unreadable warehouse) instead of a traceback."""
     from catalog.catalog_errors import CatalogReadOnlyError
+    from flight_server.ingest.specs import InvalidSpec
 
     in_use = (
         f"port {config.port} on {config.host} is already in use (another icefloe serve?); stop that process, "
@@ -267,6 +275,8 @@ def _start(config: Config) -> IcefloeServer:
         raise StartupError(in_use)  # before the warehouse is opened: nothing to undo
     try:
         return IcefloeServer(config)
+    except InvalidSpec as exc:
+        raise StartupError(str(exc)) from None
     except CatalogReadOnlyError:
         raise StartupError(
             f"the warehouse {config.warehouse} is in use by another process (another icefloe serve?); one server "

@@ -22,6 +22,9 @@ that lineage reads:
     the commit time.
 ``job_name`` (str)
     A job name chosen by the writer instead of ``icefloe.<operation>.<ns.table>``.
+``input_datasets`` (list[{"namespace": str, "name": str}])
+    Datasets outside the lake the write read (an ingest connector's source), named by the
+    writer in OpenLineage's own terms; added to the inputs as they are.
 ``renamed_from`` (str)
     Set by the catalog on a rename: the previous ``ns.table``.
 ``column_lineage`` (dict[str, list[[str, str]]])
@@ -407,6 +410,7 @@ def build_commit_events(
     inputs = [
         {"namespace": settings.namespace, "name": settings.dataset_name(n)} for n in inputs_named if n != qualified
     ]
+    inputs.extend(_external_inputs(extra))
 
     dataset_facets = _dataset_facets(settings, record, metadata, view)
     lineage_facet = _column_lineage(settings, found) or _declared_column_lineage(settings, extra.get("column_lineage"))
@@ -488,9 +492,18 @@ def build_failure_events(
     inputs = [
         {"namespace": settings.namespace, "name": settings.dataset_name(n)} for n in inputs_named if n != qualified
     ]
+    inputs.extend(_external_inputs(extra))
     outputs = [{"namespace": settings.namespace, "name": settings.dataset_name(qualified)}]
     start_us = min(started_at_us, failed_at_us)
     return [
         _event("START", start_us, run_id, run_facets, job, inputs, outputs),
         _event(event_type, failed_at_us, run_id, fail_facets, job, inputs, outputs),
     ]
+
+
+def _external_inputs(extra: dict[str, Any]) -> list[dict[str, Any]]:
+    found = []
+    for item in extra.get("input_datasets") or []:
+        if isinstance(item, dict) and isinstance(item.get("namespace"), str) and isinstance(item.get("name"), str):
+            found.append({"namespace": item["namespace"], "name": item["name"]})
+    return found

@@ -126,6 +126,8 @@ def main() -> None:
 @click.option("--http-max-event-streams-per-user", envvar="ICEFLOE_HTTP_MAX_EVENT_STREAMS_PER_USER", default=16,
               show_default=True, type=click.IntRange(min=1),
               help="Event streams one user (one client IP without --users) may hold; more get 429.")
+@click.option("--ingest-config", envvar="ICEFLOE_INGEST_CONFIG", default=None,
+              help="TOML file of ingest connectors ([connectors.NAME]) to run inside the server.")
 @click.option("--log-level", envvar="ICEFLOE_LOG_LEVEL", default="info", show_default=True,
               help="debug, info, warning or error.")
 @click.option("--log-format", envvar="ICEFLOE_LOG_FORMAT", default="text", show_default=True,
@@ -344,6 +346,10 @@ def load(file: str, table: str, conn: Connection, create: bool, fmt: str | None,
     result = run_load(conn, file, table, fmt, create, batch_rows, delimiter, progress, idempotency_key, evolve)
     click.echo(json.dumps(result))
 
+
+from flight_server.cli.ingest import ingest  # noqa: E402 - the group's commands live there
+
+main.add_command(ingest)
 
 if __name__ == "__main__":
     main()

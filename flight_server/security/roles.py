@@ -113,6 +113,18 @@ FLIGHT_ACTIONS: Mapping[str, str] = {
     "icefloe.maintain": ADMIN,  # rewrites and deletes files, expires snapshots
     "icefloe.commit-staged": WRITE,  # another user's tokens: admin (staged_appends)
     "icefloe.abort-staged": WRITE,
+    # Ingest connectors (flight_server.ingest.service). Adding one makes the server read a
+    # folder or call a URL of the caller's choosing: admin, as is removing one. Running,
+    # pausing and backfilling an existing one commit to its table: write. Status names
+    # source folders and URLs: write.
+    "icefloe.ingest.add": ADMIN,
+    "icefloe.ingest.remove": ADMIN,
+    "icefloe.ingest.list": WRITE,
+    "icefloe.ingest.status": WRITE,
+    "icefloe.ingest.run": WRITE,
+    "icefloe.ingest.pause": WRITE,
+    "icefloe.ingest.resume": WRITE,
+    "icefloe.ingest.backfill": WRITE,
 }
 UNLISTED_ACTION = WRITE
 # Committing or aborting staging tokens someone else staged.

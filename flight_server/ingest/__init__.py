@@ -1,0 +1,1 @@
+"""Running ingest connectors inside ``icefloe serve``: definitions, actions, threads, CLI."""
