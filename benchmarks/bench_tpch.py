@@ -10,6 +10,11 @@ server (the peer a user would pick instead), all 22 queries, on the same data.
 - duckdb_on_icefloe_files: DuckDB in this process over the data files icefloe wrote: with
   ``duckdb``, it splits each icefloe ratio into what the files cost (row groups, compression,
   statistics) and what the server path costs.
+- duckdb_arrow_on_icefloe_files: the same files as ``pyarrow.dataset``s registered in DuckDB,
+  which is how icefloe's sandbox receives table data (it may read no file itself): with the
+  one before, what the Arrow dataset scan costs (no native Parquet reader, and no cardinality
+  for DuckDB's join order optimizer: every such scan is estimated at one row); icefloe's ratio
+  to it is what Flight SQL, planning and the sandbox cost.
 - peer: ``benchmarks/datafusion_peer`` (datafusion-flight-sql-server 0.4.19, DataFusion 55.2,
   built once with cargo; skipped, saying why, without it) over tpchgen's files, via ADBC.
 
@@ -37,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow.dataset as ds
 from adbc_driver_flightsql import dbapi as flightsql
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,9 +105,15 @@ def icefloe_files(warehouse: Path, table: str) -> list[str]:
     return sorted(str(p) for p in (warehouse / "tpch" / table / "data").rglob("*.parquet"))
 
 
-def duckdb_over(files: dict[str, list[str]]) -> duckdb.DuckDBPyConnection:
+def duckdb_over(files: dict[str, list[str]], arrow: bool = False) -> duckdb.DuckDBPyConnection:
+    """DuckDB in this process with a view per table over ``files``: DuckDB's own Parquet
+    reader, or (``arrow``) a registered ``pyarrow.dataset`` as icefloe's sandbox gets them."""
     connection = duckdb.connect(":memory:")
     for table, paths in files.items():
+        if arrow:
+            connection.register(f"arrow_{table}", ds.dataset(paths, format="parquet"))
+            connection.execute(f"CREATE VIEW {table} AS SELECT * FROM arrow_{table}")
+            continue
         listed = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
         connection.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{listed}])")
     return connection
@@ -127,7 +139,7 @@ def adbc_target(name: str, location: str, prefix: str) -> tuple[Target, Any]:
 
 def inprocess_target(name: str, connection: duckdb.DuckDBPyConnection) -> Target:
     def run(n: int) -> Any:
-        return connection.cursor().sql(query(n)).to_arrow_table()
+        return connection.sql(query(n)).to_arrow_table()
 
     return Target(name, run)
 
@@ -173,6 +185,12 @@ def report(args: argparse.Namespace, numbers: list[int], measured: dict[str, Any
     # icefloe over DuckDB on icefloe's own files: the server path alone, files held equal
     ratios["icefloe_vs_duckdb_on_its_files"] = {
         n: median["icefloe"][n] / median["duckdb_on_icefloe_files"][n] for n in numbers}
+    # the sandbox's Arrow dataset scan alone, files held equal
+    ratios["arrow_datasets_vs_duckdb_reader"] = {
+        n: median["duckdb_arrow_on_icefloe_files"][n] / median["duckdb_on_icefloe_files"][n] for n in numbers}
+    # icefloe over the same Arrow datasets in process: Flight SQL, planning, the sandbox
+    ratios["icefloe_vs_duckdb_arrow_on_its_files"] = {
+        n: median["icefloe"][n] / median["duckdb_arrow_on_icefloe_files"][n] for n in numbers}
     geo = {name: geomean(list(per.values())) for name, per in ratios.items()}
     result = {
         "scale": args.scale,
@@ -192,7 +210,7 @@ def report(args: argparse.Namespace, numbers: list[int], measured: dict[str, Any
     names = list(median)
     print(f"TPC-H SF{args.scale:g}, median of {args.runs} after a warm-up; load average "
           f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after ({os.cpu_count()} cores)")
-    print("query " + "".join(f"{n:>26}" for n in names) + f"{'icefloe/duckdb':>16}" + f"{'icefloe/peer':>14}")
+    print("query " + "".join(f"{n[:24]:>26}" for n in names) + f"{'icefloe/duckdb':>16}" + f"{'icefloe/peer':>14}")
     for n in numbers:
         cells = "".join(f"{median[name][n] * 1e3:23.1f} ms" for name in names)
         vs_peer = f"{ratios['icefloe_vs_peer'][n]:14.2f}" if "icefloe_vs_peer" in ratios else f"{'-':>14}"
@@ -227,12 +245,15 @@ def main() -> None:
             load_s = load(server, data)
             print("loaded: " + ", ".join(f"{t} {s:.1f}s" for t, s in load_s.items()), file=sys.stderr)
             source = duckdb_over({t: [str(data / f"{t}.parquet")] for t in TABLES})
-            own = duckdb_over({t: icefloe_files(warehouse, t) for t in TABLES})
+            own_files = {t: icefloe_files(warehouse, t) for t in TABLES}
+            own = duckdb_over(own_files)
+            own_arrow = duckdb_over(own_files, arrow=True)
             targets = [inprocess_target("duckdb", source)]
             icefloe, conn = adbc_target("icefloe", server.location, "tpch.")
             targets.append(icefloe)
             connections.append(conn)
             targets.append(inprocess_target("duckdb_on_icefloe_files", own))
+            targets.append(inprocess_target("duckdb_arrow_on_icefloe_files", own_arrow))
             if peer_bin is not None:
                 peer = BareProcess([str(peer_bin), *(f"{t}={data / f'{t}.parquet'}" for t in TABLES)])
                 peer_target, conn = adbc_target("peer", peer.location, "")
