@@ -84,3 +84,32 @@ def view_columns(physical: pa.Schema) -> frozenset[str]:
     ``binary_view``: read them as dictionaries (``ParquetReadOptions.dictionary_columns``),
     which the scan casts to the dataset's plain type, so filters on them bind."""
     return frozenset(f.name for f in physical if pa.types.is_string_view(f.type) or pa.types.is_binary_view(f.type))
+
+
+# Arrow's allocator aligns every buffer to 64 bytes; a buffer that is not at least 8-aligned
+# came from elsewhere (Flight hands record batches whose buffers point into the gRPC message).
+_ALIGNMENT = 8
+
+
+def aligned(table: pa.Table) -> pa.Table:
+    """``table`` with every column whose buffers are not ``_ALIGNMENT``-aligned copied into
+    fresh (aligned) buffers; itself when all are aligned. pyiceberg-core's partition transforms
+    (Rust, through the C data interface) panic on unaligned buffers ("Memory pointer from
+    external source ... is not aligned"), which turned a DoPut into a bucket-partitioned table
+    into an internal error."""
+    columns = list(table.columns)
+    changed = False
+    for i, column in enumerate(columns):
+        if any(b is not None and b.address % _ALIGNMENT for chunk in column.chunks for b in _buffers(chunk)):
+            # concatenating allocates new buffers, even for a single chunk (the empty second one)
+            columns[i] = pa.chunked_array([pa.concat_arrays([*column.chunks, pa.array([], column.type)])])
+            changed = True
+    return pa.Table.from_arrays(columns, schema=table.schema) if changed else table
+
+
+def _buffers(array: pa.Array) -> list[Any]:
+    """Every buffer of ``array``, its children's and its dictionary's."""
+    found = list(array.buffers())
+    if pa.types.is_dictionary(array.type):
+        found.extend(_buffers(array.dictionary))
+    return found

@@ -50,7 +50,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
 from pyiceberg.utils.properties import property_as_int
 
-from catalog.arrow_types import plain_schema, to_plain
+from catalog.arrow_types import aligned, plain_schema, to_plain
 from catalog.durable_io import background_fsync, fsync_all, local_path, local_paths
 from catalog.lru import LockedLRU
 from catalog.object_store import storage_failure
@@ -416,7 +416,7 @@ class DataFileWriter:
     def _write_partitioned(self, table: pa.Table) -> None:
         # Partitioned tables: pyiceberg splits one row group's worth of rows by partition.
         # Its writer goes through the table FileIO, which fsyncs local files on close.
-        files = list(_dataframe_to_data_files(self._metadata, table, self._io, write_uuid=uuid.uuid4()))
+        files = list(_dataframe_to_data_files(self._metadata, aligned(table), self._io, write_uuid=uuid.uuid4()))
         self._written_paths.extend(f.file_path for f in files)
         self._data_files.extend(files)
 
