@@ -32,6 +32,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import NestedField
 
 from catalog import fast_append
+from catalog.arrow_types import plain_schema
 from catalog.commit_log import CommitRecord
 from catalog.context import commit_context, current_commit_context
 from catalog.durable_io import DurableFileIO, PendingSync, deferred_fsync, fsync_all, local_paths
@@ -310,7 +311,7 @@ class Appender:
         if idempotency_key is not None:
             check_key(idempotency_key)
         check_unique_names(schema)
-        staged = self.catalog._create_staged_table(identifier, strip_field_ids(schema))
+        staged = self.catalog._create_staged_table(identifier, plain_schema(strip_field_ids(schema)))
         writer = DataFileWriter(staged.metadata, staged.io, schema)
         self.track_writer(writer)
         try:

@@ -50,6 +50,8 @@ from pyiceberg.types import (
     StructType,
 )
 
+from catalog.arrow_types import plain_type
+
 POLICY_PROPERTY = "icefloe.schema-policy"
 # The per-append choice, as a call header (DoPut, Flight SQL ingest; ADBC through its
 # call-header option). flight_server.security.headers.SCHEMA_POLICY_HEADER is the same name.
@@ -126,7 +128,7 @@ def input_field_type(arrow_field: pa.Field, format_version: int) -> IcebergType:
     """Iceberg type of one input column (raises SchemaMismatchError naming the column)."""
     try:
         converted = _pyarrow_to_schema_without_ids(
-            pa.schema([arrow_field]),
+            pa.schema([arrow_field.with_type(plain_type(arrow_field.type))]),  # a view is its plain layout
             downcast_ns_timestamp_to_us=format_version < 3,
             format_version=format_version,  # type: ignore[arg-type]
         )

@@ -50,6 +50,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
 from pyiceberg.utils.properties import property_as_int
 
+from catalog.arrow_types import aligned, plain_schema, to_plain
 from catalog.durable_io import background_fsync, fsync_all, local_path, local_paths
 from catalog.lru import LockedLRU
 from catalog.object_store import storage_failure
@@ -89,6 +90,7 @@ class _Layout:
     input_iceberg: Schema
     target_arrow: pa.Schema
     fast_schema: pa.Schema | None
+    views: bool  # the input has view layouts: batches are cast to ``input_schema`` (plain) first
     stats_plan: dict[int, Any]
     column_mapping: dict[str, int]
 
@@ -113,7 +115,9 @@ def _layout(metadata: TableMetadata, input_schema: pa.Schema) -> _Layout:
     table_schema = metadata.schema()
     sanitized = sanitize_column_names(table_schema)
     file_schema: Schema = sanitized if sanitized != table_schema else table_schema
-    stripped = strip_field_ids(input_schema)
+    # View layouts (string_view, ...) are written as plain ones (catalog.arrow_types).
+    given = strip_field_ids(input_schema)
+    stripped = plain_schema(given)
     downcast = metadata.format_version < 3
     input_iceberg = pyarrow_to_schema(
         stripped,
@@ -138,6 +142,7 @@ def _layout(metadata: TableMetadata, input_schema: pa.Schema) -> _Layout:
         input_iceberg=input_iceberg,
         target_arrow=schema_to_pyarrow(file_schema, include_field_ids=True),
         fast_schema=fast_schema,
+        views=stripped is not given,
         stats_plan=compute_statistics_plan(file_schema, metadata.properties),
         column_mapping=parquet_path_to_id_mapping(file_schema),
     )
@@ -204,6 +209,7 @@ class DataFileWriter:
         self._input_iceberg = layout.input_iceberg
         self._target_arrow = layout.target_arrow
         self._fast_schema = layout.fast_schema
+        self._views = layout.views
         self._stats_plan = layout.stats_plan
         self._column_mapping = layout.column_mapping
         self._format_model = FileFormatFactory.get(FileFormat.PARQUET)
@@ -338,6 +344,8 @@ class DataFileWriter:
                 pass
 
     def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if self._views:
+            batch = to_plain(batch)
         if self._fast_schema is not None:
             return pa.RecordBatch.from_arrays(batch.columns, schema=self._fast_schema)
         return _to_requested_schema(
@@ -408,7 +416,7 @@ class DataFileWriter:
     def _write_partitioned(self, table: pa.Table) -> None:
         # Partitioned tables: pyiceberg splits one row group's worth of rows by partition.
         # Its writer goes through the table FileIO, which fsyncs local files on close.
-        files = list(_dataframe_to_data_files(self._metadata, table, self._io, write_uuid=uuid.uuid4()))
+        files = list(_dataframe_to_data_files(self._metadata, aligned(table), self._io, write_uuid=uuid.uuid4()))
         self._written_paths.extend(f.file_path for f in files)
         self._data_files.extend(files)
 

@@ -32,6 +32,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile, FileFormat
 from pyiceberg.schema import Schema
 
+from catalog.arrow_types import view_columns
 from catalog.commit_log import CommitRecord
 from catalog.lru import LockedLRU
 from flight_server.engine.iceberg_source import MISSING_COLUMN, dictionary_columns, footer_field_ids, small_types
@@ -132,7 +133,8 @@ class AppendedFiles:
         meta = pq.read_metadata(path, filesystem=self._fs)
         physical = meta.schema.to_arrow_schema()
         ids = footer_field_ids(physical)
-        layout = _Layout(tuple(sorted(ids.items())), dictionary_columns(meta, physical))
+        # columns stored as views read as dictionaries too: how filters on them bind (catalog.arrow_types)
+        layout = _Layout(tuple(sorted(ids.items())), dictionary_columns(meta, physical) | view_columns(physical))
         self._layouts.put(path, layout)
         return layout if ids else None
 

@@ -194,7 +194,9 @@ class LocalScan(ScanSource):
         if keep_dictionaries:
             schema = pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in wanted else f
                                 for f in schema], metadata=schema.metadata)
-        options = ds.ParquetReadOptions(dictionary_columns=sorted(wanted))
+        # plus what the part reads as dictionaries already (columns a file stores as views)
+        already = set(getattr(getattr(data.format, "read_options", None), "dictionary_columns", None) or ())
+        options = ds.ParquetReadOptions(dictionary_columns=sorted(wanted | already))
         return ds.dataset(data.files, schema=schema, filesystem=data.filesystem,
                           format=ds.ParquetFileFormat(read_options=options))
 

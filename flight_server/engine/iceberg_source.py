@@ -31,6 +31,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from catalog.arrow_types import view_columns
 from catalog.deletes import DeleteSets, FileDeletes, plan_files
 from catalog.lru import LockedLRU
 from catalog.object_store import filesystem
@@ -70,6 +71,7 @@ class _Footer:
 
     ids: tuple[tuple[int, str], ...]  # (field id, physical column name)
     dictionary: frozenset[str]  # top-level string columns read best as dictionaries
+    views: frozenset[str] = frozenset()  # columns stored as views: must read as dictionaries
 
 
 def quote(name: str) -> str:
@@ -120,12 +122,15 @@ class IcebergSources:
         # Files with deletes form groups of their own (read through DeletedDataset).
         groups: dict[Any, list[tuple[str, list[int] | None]]] = {}
         dictionary: dict[Any, frozenset[str]] = {}
+        views: dict[Any, frozenset[str]] = {}
         for path, row_groups in chosen.items():
             footer = self._footer(path, fs, _fs_path(path), schema)
             key = (tuple(sorted(footer.ids)), path in deletes)
             groups.setdefault(key, []).append((path, row_groups))
             # Only columns every file of the group stores as small dictionaries.
             dictionary[key] = dictionary[key] & footer.dictionary if key in dictionary else footer.dictionary
+            # but a column any file stores as a view: a dictionary read is how its filters bind
+            views[key] = views.get(key, frozenset()) | footer.views
         parts = []
         for key, group in groups.items():
             id_to_phys = dict(key[0])
@@ -137,7 +142,7 @@ class IcebergSources:
                 columns.append((phys, f.name))
             physical = pa.schema(fields)
             partial = any(row_groups is not None for _, row_groups in group)
-            as_dictionary = sorted(dictionary[key] & set(id_to_phys.values()))
+            as_dictionary = sorted((dictionary[key] | views[key]) & set(id_to_phys.values()))
             parquet = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=as_dictionary))
             dataset: Any
             if key[1]:
@@ -199,7 +204,9 @@ class IcebergSources:
         parts = []
         for index, path in enumerate(paths):
             lpath = _fs_path(path)
-            id_to_phys = dict(self._footer(path, fs, lpath, schema).ids)
+            footer = self._footer(path, fs, lpath, schema)
+            id_to_phys = dict(footer.ids)
+            parquet = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=sorted(footer.views)))
             fields, select = [], []
             for f, af in zip(schema.fields, arrow_schema, strict=True):
                 phys = id_to_phys.get(f.field_id, MISSING_COLUMN.format(f.field_id))
@@ -211,12 +218,12 @@ class IcebergSources:
                 fields.append(pa.field(POSITION_COLUMN, pa.int64(), nullable=False))
                 select.append(POSITION_COLUMN)
                 dataset = self._deleted(table, [(path, None)], {path: deletes.get(path, FileDeletes())},
-                                        pa.schema(fields), ds.ParquetFileFormat(), fs, schema, id_to_phys)
+                                        pa.schema(fields), parquet, fs, schema, id_to_phys)
             elif path in deletes:
-                dataset = self._deleted(table, [(path, None)], deletes, pa.schema(fields), ds.ParquetFileFormat(),
-                                        fs, schema, id_to_phys)
+                dataset = self._deleted(table, [(path, None)], deletes, pa.schema(fields), parquet, fs, schema,
+                                        id_to_phys)
             else:
-                dataset = ds.dataset([lpath], schema=pa.schema(fields), format="parquet", filesystem=fs)
+                dataset = ds.dataset([lpath], schema=pa.schema(fields), format=parquet, filesystem=fs)
             parts.append(SourcePart(dataset, ", ".join(select), has_deletes=path in deletes))
         return parts
 
@@ -283,7 +290,7 @@ class IcebergSources:
             # Files without field ids (e.g. registered from elsewhere): match by current name.
             names = set(physical.names)
             ids = {f.field_id: f.name for f in schema.fields if f.name in names}
-        footer = _Footer(tuple(ids.items()), dictionary_columns(meta, physical))
+        footer = _Footer(tuple(ids.items()), dictionary_columns(meta, physical), view_columns(physical))
         self._footers.put(path, footer)
         return footer
 

@@ -29,6 +29,7 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 from sqlglot import exp
 
+from catalog.arrow_types import to_plain
 from catalog.context import commit_context
 from flight_server import errors
 from flight_server.engine import PinnedTable
@@ -186,7 +187,7 @@ def _commit_rewrite(
                 ow.delete_data_file(files.files[i])
             if rows is not None and rows.num_rows:
                 for data_file in _dataframe_to_data_files(
-                    table_metadata=txn.table_metadata, write_uuid=ow.commit_uuid, df=rows, io=table.io
+                    table_metadata=txn.table_metadata, write_uuid=ow.commit_uuid, df=to_plain(rows), io=table.io
                 ):
                     ow.append_data_file(data_file)
         commit_once(txn)

@@ -25,6 +25,7 @@ import pyarrow as pa
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
 from catalog import delete_writer
+from catalog.arrow_types import to_plain
 from catalog.context import commit_context
 from catalog.durable_io import deferred_fsync, fsync_all, local_paths
 from catalog.idempotency import extra_batch_writes
@@ -138,7 +139,7 @@ def _write_and_commit(
     written += [f.file_path for f in deletes]
     added = []
     if rows is not None and rows.num_rows:
-        added = list(_dataframe_to_data_files(table_metadata=table.metadata, write_uuid=commit_uuid, df=rows,
+        added = list(_dataframe_to_data_files(table_metadata=table.metadata, write_uuid=commit_uuid, df=to_plain(rows),
                                               io=table.io))
         written += [f.file_path for f in added]
     delta = delete_writer.row_delta(table, deletes, added, commit_uuid)
