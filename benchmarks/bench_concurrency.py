@@ -11,7 +11,7 @@ each kind, and p50 / p99 latency of each kind. Then icefloe alone with 16 reader
 writers append (DoPut, 1,000 rows each) to another table: the readers' p99 with and without.
 
 The peer: ``benchmarks/datafusion_peer`` over the same Parquet files (skipped, saying why,
-without cargo). Writes ``benchmarks/results/concurrency.json``.
+without cargo). Writes a run file ``benchmarks/results/concurrency-<UTC time>.json``.
 
 Usage: python benchmarks/bench_concurrency.py [--seconds 8] [--clients 1,4,16,64] [--no-peer]
 """
@@ -19,7 +19,6 @@ Usage: python benchmarks/bench_concurrency.py [--seconds 8] [--clients 1,4,16,64
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import random
@@ -42,10 +41,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_flightsql_scan import BareProcess, peer_binary  # noqa: E402
 from bench_tpch import CACHE, PEER, generate, scale_name  # noqa: E402
+from run_records import save_run  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 from tpch_queries import query  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results" / "concurrency.json"
 ROWS = 1_000_000
 KINDS = ("point", "q1", "q6", "scan", "select1")
 
@@ -229,9 +228,7 @@ def main() -> None:
                 peer.stop()
     results["load_average_after"] = os.getloadavg()
     report(results)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    print(f"wrote {RESULTS.relative_to(ROOT)}")
+    save_run("concurrency", results)
 
 
 def report(results: dict[str, Any]) -> None:

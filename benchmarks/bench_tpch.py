@@ -21,7 +21,7 @@ server (the peer a user would pick instead), all 22 queries, on the same data.
 Each query: one warm-up per target, then ``--runs`` rounds, the targets in rotating order in
 each round; the median per target. Every target's answer is checked against DuckDB's (numbers
 to 1e-9 relative). Prints a table per query and the geometric means of the ratios; writes
-``benchmarks/results/tpch_sf<SCALE>.json``.
+a run file ``benchmarks/results/tpch_sf<SCALE>-<UTC time>.json``.
 
 Usage: python benchmarks/bench_tpch.py [--scale 1] [--runs 3] [--queries 1,6,18] [--no-peer]
 """
@@ -29,7 +29,6 @@ Usage: python benchmarks/bench_tpch.py [--scale 1] [--runs 3] [--queries 1,6,18]
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import shutil
@@ -51,10 +50,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_flightsql_scan import BareProcess, peer_binary  # noqa: E402
+from run_records import save_run  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 from tpch_queries import NUMBERS, TABLES, query, rows_of, same_answer  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "icefloe" / "tpch"
 PEER = "datafusion-flight-sql-server 0.4.19, DataFusion 55.2"
 
@@ -268,10 +267,7 @@ def main() -> None:
             if peer is not None:
                 peer.stop()
     result = report(args, numbers, measured, load_s, peer_note, load_before)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"tpch_{scale_name(args.scale)}.json"
-    out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    print(f"wrote {out.relative_to(ROOT)}")
+    save_run(f"tpch_{scale_name(args.scale)}", result)
 
 
 if __name__ == "__main__":

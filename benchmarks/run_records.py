@@ -116,6 +116,10 @@ FIGURES = (
            "median.write_ratio", ">= 0.7"),
     Figure("ingest", "ingest.files", "files connector ingest of 8 Parquet files / `icefloe load` of the same files "
            "(rows per second)", "median_ratio", ">= 0.9", "x"),
+    Figure("tpch_sf1", "tpch.icefloe", "TPC-H SF1, 22 queries over Flight SQL: geometric mean of icefloe / DuckDB in "
+           "process on the same Parquet (time)", "geomean.icefloe", "<= 1.3"),
+    Figure("tpch_sf1", "tpch.arrow_scan", "the same queries: DuckDB over icefloe's files as Arrow datasets / DuckDB's "
+           "own Parquet reader on them (time)", "geomean.arrow_datasets_vs_duckdb_reader", "report"),
     Figure("embedded", "embedded.in_process", "`pl.DataFrame(t.scan())` of 10M rows in process / `pl.read_parquet` "
            "(speed)", "scans.in_process_vs_read_parquet", ">= 0.8"),
     Figure("rust_change_scan", "rust_change_scan.parallel", "Rust `Client::changes`, 4 endpoints at once / one at a "
