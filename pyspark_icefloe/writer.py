@@ -16,7 +16,11 @@ an error there, in the server's words ("did you mean"), unless option ``create``
 creates it from the DataFrame's columns (as ``saveAsTable`` would); columns the table lacks are
 named there too. Columns are matched by name as the server matches them (case-insensitively
 where that is unambiguous). Option ``schema-policy`` (``match`` or ``strict``) is sent with each
-staged append; ``evolve`` is refused, since staged files cannot change the table's schema.
+staged append. Staged files cannot change the table's schema, so with ``evolve`` the driver
+first evolves the table itself, before any task: one empty DoPut of the DataFrame's schema under
+``x-icefloe-schema-policy: evolve`` (new columns added as nullable, narrower columns widened,
+exactly as an evolving DoPut would; one ``schema`` commit, none when nothing changes); the tasks
+then stage under ``match``.
 """
 
 from __future__ import annotations
@@ -54,7 +58,8 @@ logger = logging.getLogger("icefloe.spark")
 
 STAGE_HEADER = b"x-icefloe-stage"
 SCHEMA_POLICY_HEADER = b"x-icefloe-schema-policy"
-STAGED_POLICIES = ("match", "strict")
+MATCH, STRICT, EVOLVE = "match", "strict", "evolve"  # catalog.schema_policy's names
+STAGED_POLICIES = (MATCH, STRICT)
 COMMIT_STAGED = "icefloe.commit-staged"
 ABORT_STAGED = "icefloe.abort-staged"
 
@@ -68,19 +73,22 @@ class Staged(WriterCommitMessage):
 
 
 def write_policy(options: Mapping[str, str]) -> str | None:
-    """Option ``schema-policy`` for a write (None: the table's own)."""
+    """Option ``schema-policy`` for a write (None: the table's own), as asked."""
     value = option(options, "schema-policy") or option(options, "schemaPolicy")
     if value is None:
         return None
     policy = value.strip().lower()
-    if policy == "evolve":
-        raise IcefloeSparkError(
-            "option schema-policy evolve: a Spark write stages its rows, and staged files cannot change the "
-            "table's schema; add the columns first (ALTER TABLE ns.t ADD COLUMN ...), then write"
-        )
-    if policy not in STAGED_POLICIES:
-        raise IcefloeSparkError(f"option schema-policy must be one of {', '.join(STAGED_POLICIES)}, not {value!r}")
+    if policy != EVOLVE and policy not in STAGED_POLICIES:
+        choices = ", ".join([*STAGED_POLICIES, EVOLVE])
+        raise IcefloeSparkError(f"option schema-policy must be one of {choices}, not {value!r}")
     return policy
+
+
+def staged_policy(options: Mapping[str, str]) -> str | None:
+    """The policy each task's staged append is sent with: ``match`` after the driver evolved
+    the table (``prepare_table``), else the one asked."""
+    policy = write_policy(options)
+    return MATCH if policy == EVOLVE else policy
 
 
 def _matches(table_names: list[str], names: list[str]) -> dict[str, str]:
@@ -107,7 +115,7 @@ def prepare_table(settings: Settings, table: str, schema: StructType, options: M
             it), columns the table lacks (each named), a bad option.
     """
     quote_table(table)
-    write_policy(options)
+    policy = write_policy(options)
     client = settings.connect()
     try:
         try:
@@ -120,6 +128,9 @@ def prepare_table(settings: Settings, table: str, schema: StructType, options: M
                 ) from None
             _create(client, table, target_schema(schema))
             logger.info("icefloe: created %s from the DataFrame's columns", table)
+            return
+        if policy == EVOLVE:
+            _evolve(client, table, target_schema(schema))
             return
     finally:
         client.close()
@@ -139,6 +150,24 @@ def prepare_table(settings: Settings, table: str, schema: StructType, options: M
             f"{'are' if len(unknown) > 1 else 'is'} not in the table (its columns: {', '.join(existing.names)}); "
             "rename them (df.withColumnRenamed), or add them to the table first (ALTER TABLE ... ADD COLUMN)"
         )
+
+
+def _evolve(client: Any, table: str, schema: pa.Schema) -> None:
+    """Evolve ``table`` to hold ``schema``'s columns: an empty DoPut under the evolve policy
+    (the server commits the schema change alone, or nothing when none is needed)."""
+    namespace, _, name = table.rpartition(".")
+    headers = [(SCHEMA_POLICY_HEADER, EVOLVE.encode())]
+    try:
+        writer, reader = client.flight.do_put(flight.FlightDescriptor.for_path(namespace, name), schema,
+                                              client.options(headers))
+        writer.done_writing()
+        reader.read()
+        writer.close()
+    except pa.ArrowException as exc:
+        from pyspark_icefloe.connection import clean
+
+        raise IcefloeSparkError(f"cannot evolve {table} to the DataFrame's columns: {clean(exc)}") from None
+    logger.info("icefloe: evolved %s to the DataFrame's columns", table)
 
 
 def _create(client: Any, table: str, schema: pa.Schema) -> None:
@@ -242,7 +271,7 @@ class BatchWriter(DataSourceArrowWriter):
         self.settings = settings
         self.table = table
         self.overwrite = overwrite
-        self.policy = write_policy(options)
+        self.policy = staged_policy(options)
         self.job_id = f"spark-{uuid.uuid4()}"  # made once, on the driver; tasks get it pickled
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
@@ -267,7 +296,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         prepare_table(settings, table, schema, options)  # on the driver, before any task
         self.settings = settings
         self.table = table
-        self.policy = write_policy(options)
+        self.policy = staged_policy(options)
         stream_key = option(options, "streamKey") or option(options, "checkpointLocation")
         if not stream_key:
             raise IcefloeSparkError("a streaming write needs option checkpointLocation (or streamKey): it keys "
