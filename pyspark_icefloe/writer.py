@@ -52,7 +52,7 @@ from pyspark_icefloe.connection import (
     quote_table,
     table_schema,
 )
-from pyspark_icefloe.types import target_schema
+from pyspark_icefloe.types import for_iceberg, iceberg_schema, target_schema, to_table_types
 
 logger = logging.getLogger("icefloe.spark")
 
@@ -106,9 +106,11 @@ def _matches(table_names: list[str], names: list[str]) -> dict[str, str]:
     return found
 
 
-def prepare_table(settings: Settings, table: str, schema: StructType, options: Mapping[str, str]) -> None:
+def prepare_table(settings: Settings, table: str, schema: StructType,
+                  options: Mapping[str, str]) -> pa.Schema | None:
     """On the driver, before any task: the table must exist (or be created, option ``create``)
-    and hold every column of the DataFrame.
+    and hold every column of the DataFrame. Answers the table's Arrow schema (None for a table
+    just made from the DataFrame), which the tasks convert uuid and fixed values to.
 
     Raises:
         IcefloeSparkError: A missing table (with the server's "did you mean" and how to create
@@ -126,12 +128,13 @@ def prepare_table(settings: Settings, table: str, schema: StructType, options: M
                     f"{exc}; create it first (CREATE TABLE {table} (...)), or write with "
                     f'.option("create", "true") to create it from the DataFrame\'s columns'
                 ) from None
-            _create(client, table, target_schema(schema))
+            _create(client, table, iceberg_schema(target_schema(schema)))
             logger.info("icefloe: created %s from the DataFrame's columns", table)
-            return
+            return None
         if policy == EVOLVE:
-            _evolve(client, table, target_schema(schema))
-            return
+            _evolve(client, table, iceberg_schema(target_schema(schema)))
+            return _stored_types(client, table)
+        stored = _stored_types(client, table)
     finally:
         client.close()
     names = [f.name for f in schema.fields]
@@ -150,6 +153,25 @@ def prepare_table(settings: Settings, table: str, schema: StructType, options: M
             f"{'are' if len(unknown) > 1 else 'is'} not in the table (its columns: {', '.join(existing.names)}); "
             "rename them (df.withColumnRenamed), or add them to the table first (ALTER TABLE ... ADD COLUMN)"
         )
+    return stored
+
+
+def _stored_types(client: Any, table: str) -> pa.Schema | None:
+    """The table's schema as the catalog stores it (GetTables with its schema): Iceberg's uuid
+    and fixed types, which a ``SELECT *`` schema shows as text and binary. None if not listed."""
+    namespace, _, name = table.rpartition(".")
+    command = p.CommandGetTables(db_schema_filter_pattern=namespace, table_name_filter_pattern=name,
+                                 include_schema=True).pack()
+    try:
+        info = client.flight.get_flight_info(flight.FlightDescriptor.for_command(command), client.options())
+        listed = pa.concat_tables([client.flight.do_get(e.ticket, client.options()).read_all()
+                                   for e in info.endpoints])
+    except (flight.FlightError, pa.ArrowException):
+        return None  # the types then go as Spark has them; the server names any mismatch
+    for row in listed.to_pylist():  # the patterns are LIKE patterns: "_" matched any character
+        if row["db_schema_name"] == namespace and row["table_name"] == name:
+            return pa.ipc.read_schema(pa.py_buffer(row["table_schema"]))
+    return None
 
 
 def _evolve(client: Any, table: str, schema: pa.Schema) -> None:
@@ -190,7 +212,7 @@ def _create(client: Any, table: str, schema: pa.Schema) -> None:
 
 
 def stage(settings: Settings, table: str, job_id: str, batches: Iterator[pa.RecordBatch],
-          policy: str | None = None) -> Staged:
+          policy: str | None = None, table_types: pa.Schema | None = None) -> Staged:
     """DoPut one task's batches as a staged (uncommitted) append; answer its token.
 
     Raises:
@@ -208,11 +230,12 @@ def stage(settings: Settings, table: str, job_id: str, batches: Iterator[pa.Reco
         headers = [(STAGE_HEADER, job_id.encode())]
         if policy is not None:
             headers.append((SCHEMA_POLICY_HEADER, policy.encode()))
+        first = to_table_types(for_iceberg(first), table_types)
         writer, reader = client.flight.do_put(descriptor, first.schema, client.options(headers))
         rows = 0
         for batch in _chain(first, batches):
             if batch.num_rows:
-                writer.write_batch(batch)
+                writer.write_batch(to_table_types(for_iceberg(batch), table_types))
                 rows += batch.num_rows
         writer.done_writing()
         answer = reader.read()
@@ -267,7 +290,8 @@ class BatchWriter(DataSourceArrowWriter):
 
     def __init__(self, settings: Settings, table: str, schema: StructType, overwrite: bool,
                  options: Mapping[str, str]) -> None:
-        prepare_table(settings, table, schema, options)  # on the driver, before any task
+        # On the driver, before any task; the tasks get the table's types pickled.
+        self.table_types = prepare_table(settings, table, schema, options)
         self.settings = settings
         self.table = table
         self.overwrite = overwrite
@@ -275,7 +299,7 @@ class BatchWriter(DataSourceArrowWriter):
         self.job_id = f"spark-{uuid.uuid4()}"  # made once, on the driver; tasks get it pickled
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return stage(self.settings, self.table, self.job_id, iterator, self.policy)
+        return stage(self.settings, self.table, self.job_id, iterator, self.policy, self.table_types)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         tokens = _tokens(messages)
@@ -293,7 +317,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, settings: Settings, table: str, schema: StructType, overwrite: bool,
                  options: Mapping[str, str]) -> None:
-        prepare_table(settings, table, schema, options)  # on the driver, before any task
+        # On the driver, before any task; the tasks get the table's types pickled.
+        self.table_types = prepare_table(settings, table, schema, options)
         self.settings = settings
         self.table = table
         self.policy = staged_policy(options)
@@ -305,7 +330,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         self.job_id = f"spark-stream-{uuid.uuid4()}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return stage(self.settings, self.table, self.job_id, iterator, self.policy)
+        return stage(self.settings, self.table, self.job_id, iterator, self.policy, self.table_types)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         tokens = _tokens(messages)

@@ -98,10 +98,10 @@ class IcebergSources:
         arrow_schema = schema_to_pyarrow(schema, include_field_ids=False)
         arrow_schema = pa.schema([f.with_type(small_types(f.type)) for f in arrow_schema])
         if snapshot_id is None:
-            return [_identity_part(arrow_schema.empty_table())]
+            return [_identity_part(empty_table(arrow_schema))]
         files = self.data_files(table, snapshot_id, row_filter)
         if not files:  # an empty table, or every file pruned by the row filter
-            return [_identity_part(arrow_schema.empty_table())]
+            return [_identity_part(empty_table(arrow_schema))]
         deletes = self.file_deletes(table, snapshot_id)
         # The table's own S3 settings (endpoint, keys): from_uri would know neither.
         fs = filesystem(table.io, files[0][0])
@@ -116,7 +116,7 @@ class IcebergSources:
                 if part == k:
                     self._choose(chosen, unit, fs)
         if not chosen:
-            return [_identity_part(arrow_schema.empty_table())]
+            return [_identity_part(empty_table(arrow_schema))]
         # Files with deletes form groups of their own (read through DeletedDataset).
         groups: dict[Any, list[tuple[str, list[int] | None]]] = {}
         dictionary: dict[Any, frozenset[str]] = {}
@@ -190,7 +190,7 @@ class IcebergSources:
         arrow_schema = pa.schema([f.with_type(small_types(f.type)) for f in arrow_schema])
         names = ", ".join(quote(f.name) for f in schema.fields)
         if not paths:
-            empty = arrow_schema.empty_table().append_column("__icefloe_file", pa.array([], pa.int64()))
+            empty = empty_table(arrow_schema).append_column("__icefloe_file", pa.array([], pa.int64()))
             if positions:
                 empty = empty.append_column(POSITION_COLUMN, pa.array([], pa.int64()))
                 return [SourcePart(ds.dataset(empty), f"{names}, __icefloe_file, {POSITION_COLUMN}")]
@@ -325,6 +325,12 @@ def dictionary_columns(meta: pq.FileMetaData, physical: pa.Schema) -> frozenset[
                 found.discard(name)
         found &= seen
     return frozenset(found)
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """A table of no rows with ``schema``. ``Schema.empty_table`` fails on a uuid (an extension
+    type) inside a list, map or struct (pyarrow builds it from Python values); ``nulls`` does not."""
+    return pa.table([pa.nulls(0, f.type) for f in schema], schema=schema)
 
 
 def small_types(typ: pa.DataType) -> pa.DataType:

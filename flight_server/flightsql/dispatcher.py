@@ -24,6 +24,7 @@ from flight_server import errors, roles
 from flight_server.changes import PURPOSE as CHANGES_PURPOSE
 from flight_server.changes import ChangeRequest, ChangeScanService
 from flight_server.engine import CATALOG_NAME, Engine, Kind, split_namespace
+from flight_server.engine.iceberg_source import empty_table
 from flight_server.engine.splits import DEFAULT_MAX_PARTITIONS, DEFAULT_TARGET_BYTES
 from flight_server.engine.sql_text import DEFAULT_SCHEMA, parameter_markers
 from flight_server.flightsql import calls
@@ -435,7 +436,7 @@ class FlightSqlService:
         if isinstance(cmd, p.CommandGetTableTypes):
             return self.metadata.table_types()
         # Iceberg tables have no primary or foreign keys: empty results with the spec's schema.
-        return schema.empty_table()
+        return empty_table(schema)
 
     # -- DoPut -------------------------------------------------------------------------------
 
