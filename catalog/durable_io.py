@@ -207,7 +207,10 @@ class _BoundedObjectFile(PyArrowFile):
     _deadline_s: float
 
     def create(self, overwrite: bool = False) -> OutputStream:
-        return DeadlineStream(super().create(overwrite=overwrite), self._deadline_s)
+        # Not pyiceberg's exists() check first: on an object store it is a HEAD request (a round
+        # trip per file, four per append) and guards nothing, as S3 cannot create-if-absent
+        # atomically; every file icefloe creates has a new unique (UUID) name.
+        return DeadlineStream(super().create(overwrite=True), self._deadline_s)
 
 
 class DurableFileIO(PyArrowFileIO):
