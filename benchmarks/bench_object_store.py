@@ -114,6 +114,7 @@ def main() -> None:
     timings: dict[str, list[float]] = {k: [] for k in ("append_local", "append_s3", "scan_local", "scan_s3",
                                                        "split_s3", "small_local", "small_s3")}
     requests_per_append: Counter[str] = Counter()
+    scan_requests: Counter[str] = Counter()
     endpoints = 0
     try:
         data = _rows(args.rows)
@@ -132,8 +133,11 @@ def main() -> None:
                     do_put(location, ("bench", "events"), data, batch_rows=65_536)
                     timings[f"append_{name}"].append(time.perf_counter() - started)
                     _scan(location)  # warm-up
+                before_scan = len(relay.log)
                 seconds, rows, _ = _scan(location)
                 assert rows == 2 * args.rows, (name, rows)
+                if name == "s3" and round_no == 0:
+                    scan_requests.update(r.method for r in relay.log[before_scan:])
                 timings[f"scan_{name}"].append(seconds)
                 if name == "s3":
                     seconds, rows, endpoints = _scan(location, SPLIT_HEADERS)
@@ -168,6 +172,7 @@ def main() -> None:
         "small_append_ms": {"local": round(med["small_local"] * 1000, 1), "s3": round(med["small_s3"] * 1000, 1)},
         "small_append_s3_over_local": round(med["small_s3"] / med["small_local"], 3),
         "s3_requests_per_small_append": {k: round(v / args.appends, 1) for k, v in requests_per_append.items()},
+        "s3_requests_per_scan": dict(scan_requests),
     }
     print(f"object store vs local disk ({2 * args.rows:,} rows scanned, median of {args.rounds}; load {load[0]:.2f} "
           f"{load[1]:.2f} {load[2]:.2f})")
@@ -178,6 +183,7 @@ def main() -> None:
     print(f"  small append       {results['small_append_ms']['s3']:.1f} ms on S3 vs "
           f"{results['small_append_ms']['local']:.1f} ms local ({results['small_append_s3_over_local']:.2f}x); "
           f"S3 requests per append: {results['s3_requests_per_small_append']}")
+    print(f"  S3 requests of one scan: {results['s3_requests_per_scan']}")
     out = ROOT / "benchmarks" / "results" / "object_store.json"
     out.write_text(json.dumps(results, indent=2) + "\n")
 

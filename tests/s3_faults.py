@@ -66,7 +66,7 @@ class FaultRelay:
         class Handler(_RelayHandler):
             owner = relay
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
@@ -121,6 +121,11 @@ class FaultRelay:
             if (whole_put or completed) and 200 <= r.status < 300:
                 done[r.key] = r.answered_at
         return done
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client that drops its connection (a timed-out upload) is expected here
 
 
 class _RelayHandler(BaseHTTPRequestHandler):

@@ -105,6 +105,7 @@ class IcebergSources:
         deletes = self.file_deletes(table, snapshot_id)
         # The table's own S3 settings (endpoint, keys): from_uri would know neither.
         fs = filesystem(table.io, files[0][0])
+        sizes = {path: size for path, size, _ in files}
         # path -> row groups to read (None: the whole file), in manifest order.
         chosen: dict[str, list[int] | None] = {}
         if split is None:
@@ -142,10 +143,12 @@ class IcebergSources:
             dataset: Any
             if key[1]:
                 dataset = self._deleted(table, group, deletes, physical, parquet, fs, schema, id_to_phys)
-            elif not partial:
-                dataset = ds.dataset([_fs_path(p) for p, _ in group], schema=physical, format=parquet, filesystem=fs)
             else:
-                fragments = [parquet.make_fragment(_fs_path(p), filesystem=fs, row_groups=row_groups)
+                # Fragments that know their file's size (the manifest's): opening a file then
+                # costs no size lookup (on an object store a HEAD request per file, twice: the
+                # dataset's discovery and the reader's open).
+                fragments = [parquet.make_fragment(_fs_path(p), filesystem=fs, row_groups=row_groups,
+                                                   file_size=sizes.get(p))
                              for p, row_groups in group]
                 dataset = ds.FileSystemDataset(fragments, schema=physical, format=parquet, filesystem=fs)
             parts.append(SourcePart(dataset, ", ".join(select), tuple(columns), partial or key[1], key[1]))
