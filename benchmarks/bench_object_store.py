@@ -118,11 +118,11 @@ def main() -> None:
     endpoints = 0
     try:
         data = _rows(args.rows)
-        for name, server in servers.items():
+        for server in servers.values():
             _sql(server.location, "CREATE SCHEMA bench")
             _sql(server.location, "CREATE TABLE bench.events (id BIGINT, v VARCHAR, x DOUBLE)")
             _sql(server.location, "CREATE TABLE bench.small (id BIGINT, v VARCHAR, x DOUBLE)")
-        for name, server in servers.items():  # warm-up: both pay their first reads before timing
+        for server in servers.values():  # warm-up: both pay their first reads before timing
             do_put(server.location, ("bench", "events"), data, batch_rows=65_536)
         for round_no in range(args.rounds):
             order = ["local", "s3"] if round_no % 2 == 0 else ["s3", "local"]
