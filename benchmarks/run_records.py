@@ -120,6 +120,12 @@ FIGURES = (
            "process on the same Parquet (time)", "geomean.icefloe", "<= 1.3"),
     Figure("tpch_sf1", "tpch.arrow_scan", "the same queries: DuckDB over icefloe's files as Arrow datasets / DuckDB's "
            "own Parquet reader on them (time)", "geomean.arrow_datasets_vs_duckdb_reader", "report"),
+    Figure("object_store", "object_store.scan", "scan on an S3 warehouse (s3s-fs on loopback) / on local disk "
+           "(rows per second)", "scan_s3_vs_local", ">= 0.7"),
+    Figure("object_store", "object_store.split", "4-endpoint split scan / one stream, on S3", "split_vs_single_on_s3",
+           ">= 1.3"),
+    Figure("object_store", "object_store.small_append", "small append on S3 / on local disk (time)",
+           "small_append_s3_over_local", "report"),
     Figure("embedded", "embedded.in_process", "`pl.DataFrame(t.scan())` of 10M rows in process / `pl.read_parquet` "
            "(speed)", "scans.in_process_vs_read_parquet", ">= 0.8"),
     Figure("rust_change_scan", "rust_change_scan.parallel", "Rust `Client::changes`, 4 endpoints at once / one at a "

@@ -388,6 +388,15 @@ class Appender:
     ) -> AppendResult:
         namespace, name = tuple(identifier[:-1]), identifier[-1]
         qualified = ".".join(identifier)
+        if not files and staged is not None:
+            # No rows, but the append asked to evolve the table (schema policy evolve): the
+            # schema change is the commit, as an engine's schema merge of an empty write is.
+            # A distributed writer (Spark) evolves the table this way before its staged writes,
+            # which cannot change the schema themselves.
+            with table.update_schema() as update:
+                self._apply_plan(update, staged.plan)
+            snapshot = table.current_snapshot()
+            return AppendResult(qualified, self.catalog.log.head(), snapshot.snapshot_id if snapshot else None, 0)
         if not files:
             # Nothing to commit: answer with the table's current state.
             snapshot = table.current_snapshot()

@@ -20,8 +20,12 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlparse
 
+import pyarrow.fs as pafs
 from pyiceberg.io import FileIO, OutputStream
 from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
+
+from catalog.object_store import OBJECT_SCHEMES
+from catalog.object_writes import DeadlineStream, close_deadline_s
 
 
 def fsync_path(path: str) -> None:
@@ -197,6 +201,18 @@ class _DurableFile(PyArrowFile):
         return super().__len__()
 
 
+class _BoundedObjectFile(PyArrowFile):
+    """An object-store file whose output stream's close ends in bounded time (object_writes)."""
+
+    _deadline_s: float
+
+    def create(self, overwrite: bool = False) -> OutputStream:
+        # Not pyiceberg's exists() check first: on an object store it is a HEAD request (a round
+        # trip per file, four per append) and guards nothing, as S3 cannot create-if-absent
+        # atomically; every file icefloe creates has a new unique (UUID) name.
+        return DeadlineStream(super().create(overwrite=True), self._deadline_s)
+
+
 class DurableFileIO(PyArrowFileIO):
     """PyArrowFileIO that fsyncs every local file (and its folder) when it is closed.
 
@@ -222,6 +238,11 @@ class DurableFileIO(PyArrowFileIO):
     def new_output(self, location: str) -> PyArrowFile:
         scheme, _, path = self.parse_location(location, self.properties)
         output = super().new_output(location)
+        if scheme in OBJECT_SCHEMES:
+            bounded = _BoundedObjectFile.__new__(_BoundedObjectFile)
+            bounded.__dict__.update(output.__dict__)
+            bounded._deadline_s = close_deadline_s(self.properties)
+            return bounded
         if scheme != "file":
             return output
         durable = _DurableFile.__new__(_DurableFile)
@@ -229,6 +250,15 @@ class DurableFileIO(PyArrowFileIO):
         durable._path = path
         durable._deferred = self._deferred
         return durable
+
+    def _initialize_s3_fs(self, netloc: str | None) -> pafs.FileSystem:
+        """pyiceberg's S3 filesystem, opening output streams lazily (``allow_delayed_open``):
+        an object smaller than one upload part (every manifest, manifest list and metadata
+        file) is then one PUT at close, not a multipart upload begun at open (three
+        requests, each a round trip to the store)."""
+        built = super()._initialize_s3_fs(netloc)
+        rebuild, (options,) = built.__reduce__()  # the options pyiceberg chose, to change one
+        return rebuild({**options, "allow_delayed_open": True})
 
 
 def _confine(file_io: FileIO, location: str) -> None:

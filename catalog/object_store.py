@@ -33,6 +33,10 @@ CONNECT_TIMEOUT_S = 5.0
 REQUEST_TIMEOUT_S = 60.0
 
 
+class ObjectStoreTimeout(TimeoutError):
+    """An object-store write got no answer within its deadline (``catalog.object_writes``)."""
+
+
 class StorageConfigError(ValueError):
     """The object-store settings are incomplete or contradictory (a message for the operator)."""
 
@@ -61,6 +65,9 @@ class S3Settings:
     access_key_id: str | None = None
     secret_access_key: str | None = None
     session_token: str | None = None
+    # Seconds a request may go without progress before it fails (and is retried):
+    # ICEFLOE_S3_REQUEST_TIMEOUT, for stores much slower or faster than the default suits.
+    request_timeout_s: float = REQUEST_TIMEOUT_S
 
     @classmethod
     def resolve(
@@ -73,7 +80,8 @@ class S3Settings:
         ``AWS_PROFILE``, else ``default``, with ``aws_access_key_id`` and
         ``aws_secret_access_key``). Without it the keys come from ``AWS_ACCESS_KEY_ID`` /
         ``AWS_SECRET_ACCESS_KEY`` (and ``AWS_SESSION_TOKEN``); the region from ``--s3-region``,
-        else ``AWS_REGION`` / ``AWS_DEFAULT_REGION``.
+        else ``AWS_REGION`` / ``AWS_DEFAULT_REGION``; the request timeout from
+        ``ICEFLOE_S3_REQUEST_TIMEOUT`` (seconds; default ``REQUEST_TIMEOUT_S``).
 
         Raises:
             StorageConfigError: A bad endpoint, an unreadable or incomplete credentials file,
@@ -99,14 +107,16 @@ class S3Settings:
             token = env.get("AWS_SESSION_TOKEN") or None
             if (key is None) != (secret is None):
                 raise StorageConfigError("set both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or neither")
-        return cls(endpoint, region, bool(path_style), key, secret, token)
+        timeout = _positive_seconds(env.get("ICEFLOE_S3_REQUEST_TIMEOUT"), "ICEFLOE_S3_REQUEST_TIMEOUT",
+                                    REQUEST_TIMEOUT_S)
+        return cls(endpoint, region, bool(path_style), key, secret, token, timeout)
 
     def io_properties(self) -> dict[str, str]:
         """pyiceberg FileIO properties (PyArrowFileIO's names) for these settings."""
         props = {
             "s3.retry-strategy-impl": f"{BoundedRetry.__module__}.{BoundedRetry.__qualname__}",
             "s3.connect-timeout": str(CONNECT_TIMEOUT_S),
-            "s3.request-timeout": str(REQUEST_TIMEOUT_S),
+            "s3.request-timeout": str(self.request_timeout_s),
             # A custom endpoint serves path-style requests; virtual hosts need DNS per bucket.
             "s3.force-virtual-addressing": "false" if self.path_style or self.endpoint else "true",
         }
@@ -123,6 +133,18 @@ class S3Settings:
         if self.session_token:
             props["s3.session-token"] = self.session_token
         return props
+
+
+def _positive_seconds(text: str | None, name: str, default: float) -> float:
+    if text is None or not text.strip():
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        raise StorageConfigError(f"{name} must be a number of seconds in (0, 3600], not {text[:40]!r}")
+    return value
 
 
 def _read_credentials_file(path: str, profile: str) -> tuple[str, str, str | None]:
@@ -187,6 +209,8 @@ def storage_failure(exc: BaseException) -> str | None:
     cause: BaseException | None = exc
     match = None
     while cause is not None and seen < 8 and match is None:
+        if isinstance(cause, ObjectStoreTimeout):
+            return "the object store did not answer in time; nothing was committed by it, retry later"
         if isinstance(cause, OSError):
             match = _AWS_ERROR.search(str(cause))
         cause, seen = cause.__cause__ or cause.__context__, seen + 1

@@ -161,7 +161,10 @@ class _RollingFile:
             os.makedirs(os.path.dirname(self.local_path), exist_ok=True)
             self._stream: Any = pa.OSFile(self.local_path, "wb")  # native stream: no GIL per write
         else:
-            self._stream = io.new_output(path).create(overwrite=False)
+            # An object store's stream closes within a deadline (catalog.object_writes); the
+            # Parquet writer writes to the native stream under it.
+            self._closer = io.new_output(path).create(overwrite=False)
+            self._stream = getattr(self._closer, "raw", self._closer)
         self.writer = pq.ParquetWriter(self._stream, schema=schema, store_decimal_as_integer=True, **writer_kwargs)
         self._writeback: Future[None] | None = None
 
@@ -181,7 +184,7 @@ class _RollingFile:
     def close(self) -> tuple[pq.FileMetaData, int]:
         self.writer.close()
         size = self.size()
-        self._stream.close()
+        (self._closer if self.local_path is None else self._stream).close()
         return self.writer.writer.metadata, size
 
 

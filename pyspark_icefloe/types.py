@@ -139,3 +139,90 @@ def _conform_array(array: pa.Array, to: pa.DataType) -> pa.Array:
         return array.cast(to)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise IcefloeSparkError(f"cannot hold {t} values as {to}: {exc}") from None
+
+
+def iceberg_type(t: pa.DataType) -> pa.DataType:
+    """The Arrow type a Spark value is sent to the server as: Spark's ``time`` travels as
+    ``time64[ns]``, which Iceberg (microseconds) cannot store; Spark's own precision is
+    microseconds (``time(6)``), so ``time64[us]`` holds every value. Nested types alike."""
+    if pa.types.is_time64(t) and t.unit == "ns":
+        return pa.time64("us")
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field.with_type(iceberg_type(t.key_type)),
+                       t.item_field.with_type(iceberg_type(t.item_type)))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        make = pa.large_list if pa.types.is_large_list(t) else pa.list_
+        return make(t.value_field.with_type(iceberg_type(t.value_type)))
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(iceberg_type(t.field(i).type)) for i in range(t.num_fields)])
+    return t
+
+
+def iceberg_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every field as ``iceberg_type`` sends it."""
+    return pa.schema([f.with_type(iceberg_type(f.type)) for f in schema], metadata=schema.metadata)
+
+
+def for_iceberg(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` as the server can store it (``iceberg_type``); unchanged when it already is.
+
+    Raises:
+        IcefloeSparkError: A value that does not fit (sub-microsecond time of day).
+    """
+    target = iceberg_schema(batch.schema)
+    if target.equals(batch.schema):
+        return batch
+    try:
+        return batch.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise IcefloeSparkError(f"cannot send the DataFrame's rows as Iceberg types: {exc}") from None
+
+
+def to_table_types(batch: pa.RecordBatch, table: pa.Schema | None) -> pa.RecordBatch:
+    """``batch`` with the values Spark has no type for turned into the table's: a uuid column
+    (Spark writes it as its text, as it reads it) and a fixed-size binary (Spark: binary),
+    inside lists and structs too. Other columns are left to the server's schema policy.
+
+    Raises:
+        IcefloeSparkError: A text that is not a uuid, a binary of the wrong length.
+    """
+    if table is None:
+        return batch
+    by_name = {f.name.lower(): f for f in table}
+    columns = []
+    for field, column in zip(batch.schema, batch.columns, strict=True):
+        target = by_name.get(field.name.lower())
+        columns.append(column if target is None else _to_table_array(column, target.type, field.name))
+    converted = pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
+    return batch if converted.schema.equals(batch.schema) else converted
+
+
+def _to_table_array(array: pa.Array, to: pa.DataType, name: str) -> pa.Array:
+    t = array.type
+    if isinstance(to, pa.BaseExtensionType) and to.extension_name == "arrow.uuid" and (
+            pa.types.is_string(t) or pa.types.is_large_string(t)):
+        try:
+            raw = [None if v is None else uuid.UUID(v).bytes for v in array.to_pylist()]
+        except ValueError:
+            raise IcefloeSparkError(f"column {name!r} holds a text that is not a UUID") from None
+        return pa.ExtensionArray.from_storage(to, pa.array(raw, to.storage_type))
+    if pa.types.is_fixed_size_binary(to) and (pa.types.is_binary(t) or pa.types.is_large_binary(t)):
+        values = array.to_pylist()
+        if any(v is not None and len(v) != to.byte_width for v in values):
+            raise IcefloeSparkError(f"column {name!r} is fixed[{to.byte_width}]: every value must have "
+                                    f"{to.byte_width} bytes")
+        return pa.array(values, to)
+    if pa.types.is_struct(t) and pa.types.is_struct(to):
+        targets = {to.field(i).name.lower(): to.field(i).type for i in range(to.num_fields)}
+        children = [child if t.field(i).name.lower() not in targets
+                    else _to_table_array(child, targets[t.field(i).name.lower()], f"{name}.{t.field(i).name}")
+                    for i, child in enumerate(array.flatten())]
+        return pa.StructArray.from_arrays(children, names=[t.field(i).name for i in range(t.num_fields)],
+                                          mask=array.is_null())
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and (pa.types.is_list(to) or pa.types.is_large_list(to)):
+        values = _to_table_array(array.values, to.value_type, f"{name}[]")
+        if values is array.values:
+            return array
+        make = pa.LargeListArray if pa.types.is_large_list(t) else pa.ListArray
+        return make.from_arrays(array.offsets, values, mask=array.is_null())
+    return array

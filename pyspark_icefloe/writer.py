@@ -16,7 +16,11 @@ an error there, in the server's words ("did you mean"), unless option ``create``
 creates it from the DataFrame's columns (as ``saveAsTable`` would); columns the table lacks are
 named there too. Columns are matched by name as the server matches them (case-insensitively
 where that is unambiguous). Option ``schema-policy`` (``match`` or ``strict``) is sent with each
-staged append; ``evolve`` is refused, since staged files cannot change the table's schema.
+staged append. Staged files cannot change the table's schema, so with ``evolve`` the driver
+first evolves the table itself, before any task: one empty DoPut of the DataFrame's schema under
+``x-icefloe-schema-policy: evolve`` (new columns added as nullable, narrower columns widened,
+exactly as an evolving DoPut would; one ``schema`` commit, none when nothing changes); the tasks
+then stage under ``match``.
 """
 
 from __future__ import annotations
@@ -48,13 +52,14 @@ from pyspark_icefloe.connection import (
     quote_table,
     table_schema,
 )
-from pyspark_icefloe.types import target_schema
+from pyspark_icefloe.types import for_iceberg, iceberg_schema, target_schema, to_table_types
 
 logger = logging.getLogger("icefloe.spark")
 
 STAGE_HEADER = b"x-icefloe-stage"
 SCHEMA_POLICY_HEADER = b"x-icefloe-schema-policy"
-STAGED_POLICIES = ("match", "strict")
+MATCH, STRICT, EVOLVE = "match", "strict", "evolve"  # catalog.schema_policy's names
+STAGED_POLICIES = (MATCH, STRICT)
 COMMIT_STAGED = "icefloe.commit-staged"
 ABORT_STAGED = "icefloe.abort-staged"
 
@@ -68,19 +73,22 @@ class Staged(WriterCommitMessage):
 
 
 def write_policy(options: Mapping[str, str]) -> str | None:
-    """Option ``schema-policy`` for a write (None: the table's own)."""
+    """Option ``schema-policy`` for a write (None: the table's own), as asked."""
     value = option(options, "schema-policy") or option(options, "schemaPolicy")
     if value is None:
         return None
     policy = value.strip().lower()
-    if policy == "evolve":
-        raise IcefloeSparkError(
-            "option schema-policy evolve: a Spark write stages its rows, and staged files cannot change the "
-            "table's schema; add the columns first (ALTER TABLE ns.t ADD COLUMN ...), then write"
-        )
-    if policy not in STAGED_POLICIES:
-        raise IcefloeSparkError(f"option schema-policy must be one of {', '.join(STAGED_POLICIES)}, not {value!r}")
+    if policy != EVOLVE and policy not in STAGED_POLICIES:
+        choices = ", ".join([*STAGED_POLICIES, EVOLVE])
+        raise IcefloeSparkError(f"option schema-policy must be one of {choices}, not {value!r}")
     return policy
+
+
+def staged_policy(options: Mapping[str, str]) -> str | None:
+    """The policy each task's staged append is sent with: ``match`` after the driver evolved
+    the table (``prepare_table``), else the one asked."""
+    policy = write_policy(options)
+    return MATCH if policy == EVOLVE else policy
 
 
 def _matches(table_names: list[str], names: list[str]) -> dict[str, str]:
@@ -98,16 +106,18 @@ def _matches(table_names: list[str], names: list[str]) -> dict[str, str]:
     return found
 
 
-def prepare_table(settings: Settings, table: str, schema: StructType, options: Mapping[str, str]) -> None:
+def prepare_table(settings: Settings, table: str, schema: StructType,
+                  options: Mapping[str, str]) -> pa.Schema | None:
     """On the driver, before any task: the table must exist (or be created, option ``create``)
-    and hold every column of the DataFrame.
+    and hold every column of the DataFrame. Answers the table's Arrow schema (None for a table
+    just made from the DataFrame), which the tasks convert uuid and fixed values to.
 
     Raises:
         IcefloeSparkError: A missing table (with the server's "did you mean" and how to create
             it), columns the table lacks (each named), a bad option.
     """
     quote_table(table)
-    write_policy(options)
+    policy = write_policy(options)
     client = settings.connect()
     try:
         try:
@@ -118,9 +128,13 @@ def prepare_table(settings: Settings, table: str, schema: StructType, options: M
                     f"{exc}; create it first (CREATE TABLE {table} (...)), or write with "
                     f'.option("create", "true") to create it from the DataFrame\'s columns'
                 ) from None
-            _create(client, table, target_schema(schema))
+            _create(client, table, iceberg_schema(target_schema(schema)))
             logger.info("icefloe: created %s from the DataFrame's columns", table)
-            return
+            return None
+        if policy == EVOLVE:
+            _evolve(client, table, iceberg_schema(target_schema(schema)))
+            return _stored_types(client, table)
+        stored = _stored_types(client, table)
     finally:
         client.close()
     names = [f.name for f in schema.fields]
@@ -139,6 +153,43 @@ def prepare_table(settings: Settings, table: str, schema: StructType, options: M
             f"{'are' if len(unknown) > 1 else 'is'} not in the table (its columns: {', '.join(existing.names)}); "
             "rename them (df.withColumnRenamed), or add them to the table first (ALTER TABLE ... ADD COLUMN)"
         )
+    return stored
+
+
+def _stored_types(client: Any, table: str) -> pa.Schema | None:
+    """The table's schema as the catalog stores it (GetTables with its schema): Iceberg's uuid
+    and fixed types, which a ``SELECT *`` schema shows as text and binary. None if not listed."""
+    namespace, _, name = table.rpartition(".")
+    command = p.CommandGetTables(db_schema_filter_pattern=namespace, table_name_filter_pattern=name,
+                                 include_schema=True).pack()
+    try:
+        info = client.flight.get_flight_info(flight.FlightDescriptor.for_command(command), client.options())
+        listed = pa.concat_tables([client.flight.do_get(e.ticket, client.options()).read_all()
+                                   for e in info.endpoints])
+    except (flight.FlightError, pa.ArrowException):
+        return None  # the types then go as Spark has them; the server names any mismatch
+    for row in listed.to_pylist():  # the patterns are LIKE patterns: "_" matched any character
+        if row["db_schema_name"] == namespace and row["table_name"] == name:
+            return pa.ipc.read_schema(pa.py_buffer(row["table_schema"]))
+    return None
+
+
+def _evolve(client: Any, table: str, schema: pa.Schema) -> None:
+    """Evolve ``table`` to hold ``schema``'s columns: an empty DoPut under the evolve policy
+    (the server commits the schema change alone, or nothing when none is needed)."""
+    namespace, _, name = table.rpartition(".")
+    headers = [(SCHEMA_POLICY_HEADER, EVOLVE.encode())]
+    try:
+        writer, reader = client.flight.do_put(flight.FlightDescriptor.for_path(namespace, name), schema,
+                                              client.options(headers))
+        writer.done_writing()
+        reader.read()
+        writer.close()
+    except pa.ArrowException as exc:
+        from pyspark_icefloe.connection import clean
+
+        raise IcefloeSparkError(f"cannot evolve {table} to the DataFrame's columns: {clean(exc)}") from None
+    logger.info("icefloe: evolved %s to the DataFrame's columns", table)
 
 
 def _create(client: Any, table: str, schema: pa.Schema) -> None:
@@ -161,7 +212,7 @@ def _create(client: Any, table: str, schema: pa.Schema) -> None:
 
 
 def stage(settings: Settings, table: str, job_id: str, batches: Iterator[pa.RecordBatch],
-          policy: str | None = None) -> Staged:
+          policy: str | None = None, table_types: pa.Schema | None = None) -> Staged:
     """DoPut one task's batches as a staged (uncommitted) append; answer its token.
 
     Raises:
@@ -179,11 +230,12 @@ def stage(settings: Settings, table: str, job_id: str, batches: Iterator[pa.Reco
         headers = [(STAGE_HEADER, job_id.encode())]
         if policy is not None:
             headers.append((SCHEMA_POLICY_HEADER, policy.encode()))
+        first = to_table_types(for_iceberg(first), table_types)
         writer, reader = client.flight.do_put(descriptor, first.schema, client.options(headers))
         rows = 0
         for batch in _chain(first, batches):
             if batch.num_rows:
-                writer.write_batch(batch)
+                writer.write_batch(to_table_types(for_iceberg(batch), table_types))
                 rows += batch.num_rows
         writer.done_writing()
         answer = reader.read()
@@ -238,15 +290,16 @@ class BatchWriter(DataSourceArrowWriter):
 
     def __init__(self, settings: Settings, table: str, schema: StructType, overwrite: bool,
                  options: Mapping[str, str]) -> None:
-        prepare_table(settings, table, schema, options)  # on the driver, before any task
+        # On the driver, before any task; the tasks get the table's types pickled.
+        self.table_types = prepare_table(settings, table, schema, options)
         self.settings = settings
         self.table = table
         self.overwrite = overwrite
-        self.policy = write_policy(options)
+        self.policy = staged_policy(options)
         self.job_id = f"spark-{uuid.uuid4()}"  # made once, on the driver; tasks get it pickled
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return stage(self.settings, self.table, self.job_id, iterator, self.policy)
+        return stage(self.settings, self.table, self.job_id, iterator, self.policy, self.table_types)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         tokens = _tokens(messages)
@@ -264,10 +317,11 @@ class StreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, settings: Settings, table: str, schema: StructType, overwrite: bool,
                  options: Mapping[str, str]) -> None:
-        prepare_table(settings, table, schema, options)  # on the driver, before any task
+        # On the driver, before any task; the tasks get the table's types pickled.
+        self.table_types = prepare_table(settings, table, schema, options)
         self.settings = settings
         self.table = table
-        self.policy = write_policy(options)
+        self.policy = staged_policy(options)
         stream_key = option(options, "streamKey") or option(options, "checkpointLocation")
         if not stream_key:
             raise IcefloeSparkError("a streaming write needs option checkpointLocation (or streamKey): it keys "
@@ -276,7 +330,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         self.job_id = f"spark-stream-{uuid.uuid4()}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return stage(self.settings, self.table, self.job_id, iterator, self.policy)
+        return stage(self.settings, self.table, self.job_id, iterator, self.policy, self.table_types)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         tokens = _tokens(messages)

@@ -10,16 +10,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from servers import ServerProcess  # noqa: E402
 
-
-@pytest.fixture
-def warehouse(tmp_path: Path) -> Path:
-    return tmp_path / "warehouse"
+# The warehouse of a test: a local folder, or (for modules that ask: ON_EVERY_STORAGE) an S3 prefix.
+from storage_kinds import Warehouse, start_server, storage_kind, warehouse  # noqa: E402, F401
 
 
 @pytest.fixture
-def server(warehouse: Path) -> Iterator[ServerProcess]:
+def server(warehouse: Warehouse) -> Iterator[ServerProcess]:  # noqa: F811  # the fixture imported above
     """A real icefloe server on a free port over a fresh warehouse."""
-    proc = ServerProcess(warehouse).start()
+    proc = start_server(warehouse).start()
     try:
         yield proc
     finally:

@@ -100,13 +100,14 @@ class IcebergSources:
         arrow_schema = schema_to_pyarrow(schema, include_field_ids=False)
         arrow_schema = pa.schema([f.with_type(small_types(f.type)) for f in arrow_schema])
         if snapshot_id is None:
-            return [_identity_part(arrow_schema.empty_table())]
+            return [_identity_part(empty_table(arrow_schema))]
         files = self.data_files(table, snapshot_id, row_filter)
         if not files:  # an empty table, or every file pruned by the row filter
-            return [_identity_part(arrow_schema.empty_table())]
+            return [_identity_part(empty_table(arrow_schema))]
         deletes = self.file_deletes(table, snapshot_id)
         # The table's own S3 settings (endpoint, keys): from_uri would know neither.
         fs = filesystem(table.io, files[0][0])
+        sizes = {path: size for path, size, _ in files}
         # path -> row groups to read (None: the whole file), in manifest order.
         chosen: dict[str, list[int] | None] = {}
         if split is None:
@@ -118,7 +119,7 @@ class IcebergSources:
                 if part == k:
                     self._choose(chosen, unit, fs)
         if not chosen:
-            return [_identity_part(arrow_schema.empty_table())]
+            return [_identity_part(empty_table(arrow_schema))]
         # Files with deletes form groups of their own (read through DeletedDataset).
         groups: dict[Any, list[tuple[str, list[int] | None]]] = {}
         dictionary: dict[Any, frozenset[str]] = {}
@@ -147,10 +148,12 @@ class IcebergSources:
             dataset: Any
             if key[1]:
                 dataset = self._deleted(table, group, deletes, physical, parquet, fs, schema, id_to_phys)
-            elif not partial:
-                dataset = ds.dataset([_fs_path(p) for p, _ in group], schema=physical, format=parquet, filesystem=fs)
             else:
-                fragments = [parquet.make_fragment(_fs_path(p), filesystem=fs, row_groups=row_groups)
+                # Fragments that know their file's size (the manifest's): opening a file then
+                # costs no size lookup (on an object store a HEAD request per file, twice: the
+                # dataset's discovery and the reader's open).
+                fragments = [parquet.make_fragment(_fs_path(p), filesystem=fs, row_groups=row_groups,
+                                                   file_size=sizes.get(p))
                              for p, row_groups in group]
                 dataset = ds.FileSystemDataset(fragments, schema=physical, format=parquet, filesystem=fs)
             parts.append(SourcePart(dataset, ", ".join(select), tuple(columns), partial or key[1], key[1]))
@@ -195,7 +198,7 @@ class IcebergSources:
         arrow_schema = pa.schema([f.with_type(small_types(f.type)) for f in arrow_schema])
         names = ", ".join(quote(f.name) for f in schema.fields)
         if not paths:
-            empty = arrow_schema.empty_table().append_column("__icefloe_file", pa.array([], pa.int64()))
+            empty = empty_table(arrow_schema).append_column("__icefloe_file", pa.array([], pa.int64()))
             if positions:
                 empty = empty.append_column(POSITION_COLUMN, pa.array([], pa.int64()))
                 return [SourcePart(ds.dataset(empty), f"{names}, __icefloe_file, {POSITION_COLUMN}")]
@@ -332,6 +335,12 @@ def dictionary_columns(meta: pq.FileMetaData, physical: pa.Schema) -> frozenset[
                 found.discard(name)
         found &= seen
     return frozenset(found)
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """A table of no rows with ``schema``. ``Schema.empty_table`` fails on a uuid (an extension
+    type) inside a list, map or struct (pyarrow builds it from Python values); ``nulls`` does not."""
+    return pa.table([pa.nulls(0, f.type) for f in schema], schema=schema)
 
 
 def small_types(typ: pa.DataType) -> pa.DataType:

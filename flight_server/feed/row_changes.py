@@ -23,6 +23,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
 
 from catalog.deletes import DeleteSets, FileDeletes, PlannedFile, bind, file_batches, plan_files
+from flight_server.engine.iceberg_source import empty_table
 from flight_server.feed.rows import RowsUnavailable
 
 _SETS = DeleteSets(64)
@@ -64,7 +65,7 @@ def _planned(metadata: TableMetadata, io: FileIO, snapshot_id: int | None) -> di
 
 
 def _concat(tables: list[pa.Table], target: pa.Schema) -> pa.Table:
-    return pa.concat_tables(tables) if tables else target.empty_table()
+    return pa.concat_tables(tables) if tables else empty_table(target)
 
 
 def _read(

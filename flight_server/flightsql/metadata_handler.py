@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from flight_server import errors
+from flight_server.engine.iceberg_source import empty_table
 from flight_server.flightsql import metadata as md
 from flight_server.flightsql import protocol as p
 from flight_server.security import roles
@@ -57,4 +58,4 @@ class MetadataHandler:
         if isinstance(cmd, p.CommandGetTableTypes):
             return self.metadata.table_types()
         # Iceberg tables have no primary or foreign keys: empty results with the spec's schema.
-        return schema.empty_table()
+        return empty_table(schema)

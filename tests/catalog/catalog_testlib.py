@@ -8,6 +8,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.io import load_file_io
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import (
@@ -70,6 +72,17 @@ def referenced_files(table: Table) -> set[str]:
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
             files.add(local_path(entry.data_file.file_path))
     return files
+
+
+def as_uri(location: str) -> str:
+    """A location as a URI (a plain local path becomes ``file://``)."""
+    return location if "://" in location else f"file://{location}"
+
+
+def file_exists(cat: Catalog, location: str) -> bool:
+    """Whether the file at ``location`` exists, read with the catalog's storage settings
+    (a local path, a ``file://`` URI or an object in the catalog's S3 store)."""
+    return bool(load_file_io(dict(cat.properties), location).new_input(location).exists())
 
 
 def missing_files(table: Table) -> list[str]:

@@ -1,20 +1,19 @@
-"""pyiceberg's ``Catalog`` contract for tables, run against RocksCatalog (over a path and over
-a file:// URI) and SqlCatalog, the reference.
+"""pyiceberg's ``Catalog`` contract for tables, run against RocksCatalog (over a path, a
+file:// URI and an s3:// warehouse) and SqlCatalog, the reference.
 
 The cases follow the generic ones pyiceberg's own suite (tests/catalog/test_catalog_behaviors.py)
 runs against its reference catalogs, plus our own. Every test takes ``any_catalog`` and so runs
-three times; a behaviour that passes on SqlCatalog and fails on RocksCatalog is our bug.
+four times (RocksCatalog over a path, a file:// URI and an s3:// warehouse on a real S3
+server); a behaviour that passes on SqlCatalog and fails on RocksCatalog is our bug.
 Namespaces: test_behaviour_namespaces.py; commits and transactions:
 test_behaviour_commits.py; deliberate differences: test_rocks_only.py.
 """
 
 from __future__ import annotations
 
-import os
-
 import pyarrow as pa
 import pytest
-from catalog_testlib import NESTED, SCHEMA, ids, local_path, rows
+from catalog_testlib import NESTED, SCHEMA, as_uri, file_exists, ids, local_path, rows
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.expressions import LessThan
@@ -42,7 +41,7 @@ def test_create_load_list_exists(any_catalog: Catalog) -> None:
     assert loaded.properties["owner"] == "ana"
     assert loaded.current_snapshot() is None
     assert loaded.scan().to_arrow().num_rows == 0
-    assert os.path.exists(local_path(loaded.metadata_location))
+    assert file_exists(cat, loaded.metadata_location)
     with pytest.raises(TableAlreadyExistsError):
         cat.create_table("ns.t", SCHEMA)
     assert cat.create_table_if_not_exists("ns.t", SCHEMA).metadata.table_uuid == table.metadata.table_uuid
@@ -82,22 +81,22 @@ def test_drop_table_keeps_files_purge_removes_them(any_catalog: Catalog) -> None
     cat.create_namespace("ns")
     kept = cat.create_table("ns.kept", SCHEMA)
     kept.append(rows(0, 3))
-    kept_meta = local_path(cat.load_table("ns.kept").metadata_location)
+    kept_meta = cat.load_table("ns.kept").metadata_location
     cat.drop_table("ns.kept")
     assert not cat.table_exists("ns.kept")
-    assert os.path.exists(kept_meta)
+    assert file_exists(cat, kept_meta)
     with pytest.raises(NoSuchTableError):
         cat.drop_table("ns.kept")
 
     purged = cat.create_table("ns.purged", SCHEMA)
     purged.append(rows(0, 3))
     loaded = cat.load_table("ns.purged")
-    data_files = [local_path(t.file.file_path) for t in loaded.scan().plan_files()]
-    assert data_files and all(os.path.exists(p) for p in data_files)
+    data_files = [t.file.file_path for t in loaded.scan().plan_files()]
+    assert data_files and all(file_exists(cat, p) for p in data_files)
     cat.purge_table("ns.purged")
     assert not cat.table_exists("ns.purged")
-    assert not any(os.path.exists(p) for p in data_files)
-    assert not os.path.exists(local_path(loaded.metadata_location))
+    assert not any(file_exists(cat, p) for p in data_files)
+    assert not file_exists(cat, loaded.metadata_location)
     with pytest.raises(NoSuchTableError):
         cat.purge_table("ns.purged")
 
@@ -165,14 +164,14 @@ def test_partitioned_table_with_sort_order(any_catalog: Catalog) -> None:
     assert len(list(loaded.scan().plan_files())) > 1  # one file per bucket written
 
 
-def test_table_locations(any_catalog: Catalog, tmp_path: os.PathLike[str]) -> None:
+def test_table_locations(any_catalog: Catalog, given_warehouse: str) -> None:
     cat = any_catalog
     # Inside the warehouse: RocksCatalog refuses folders outside it (catalog.sandbox).
-    ns_location = f"{tmp_path}/warehouse/elsewhere/ns_loc"
+    ns_location = f"{given_warehouse}/elsewhere/ns_loc"
     cat.create_namespace("located", {"location": ns_location})
     in_ns = cat.create_table("located.t", SCHEMA)
-    assert local_path(in_ns.location()) == f"{ns_location}/t"
-    explicit = f"{tmp_path}/warehouse/explicit/table"
+    assert local_path(in_ns.location()) == local_path(f"{ns_location}/t")
+    explicit = local_path(f"{given_warehouse}/explicit/table")
     cat.create_namespace("ns")
     table = cat.create_table("ns.t", SCHEMA, location=explicit + "/")
     assert local_path(table.location()) == explicit
@@ -239,13 +238,13 @@ def test_default_locations_keep_the_warehouse_form(any_catalog: Catalog, given_w
     assert all(t.file.file_path.startswith(f"{given_warehouse}/ns/t/data/") for t in loaded.scan().plan_files())
     manifests = loaded.current_snapshot().manifests(loaded.io)  # type: ignore[union-attr]
     assert all(m.manifest_path.startswith(f"{given_warehouse}/ns/t/metadata/") for m in manifests)
-    assert os.path.exists(local_path(loaded.metadata_location))
+    assert file_exists(cat, loaded.metadata_location)
 
 
-def test_explicit_location_is_kept_as_given(any_catalog: Catalog, tmp_path: os.PathLike[str]) -> None:
+def test_explicit_location_is_kept_as_given(any_catalog: Catalog, warehouse_uri: str) -> None:
     cat = any_catalog
     cat.create_namespace("ns")
-    uri = f"file://{tmp_path}/warehouse/given/location"
+    uri = f"{warehouse_uri}/given/location"
     spec = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=IdentityTransform(), name="x"))
     table = cat.create_table("ns.t", NESTED, location=uri + "/", partition_spec=spec, properties={"k": "v"})
     assert table.location() == uri
@@ -253,11 +252,11 @@ def test_explicit_location_is_kept_as_given(any_catalog: Catalog, tmp_path: os.P
     assert table.metadata_location.startswith(f"{uri}/metadata/")
 
 
-def test_metadata_path_property(any_catalog: Catalog, tmp_path: os.PathLike[str]) -> None:
+def test_metadata_path_property(any_catalog: Catalog, warehouse_uri: str) -> None:
     """``write.metadata.path`` moves metadata files and manifests; the table location stays."""
     cat = any_catalog
     cat.create_namespace("ns")
-    located = f"file://{tmp_path}/warehouse/located"
+    located = f"{warehouse_uri}/located"
     custom = f"{located}/custom/metadata"  # under the table's own folder (catalog.sandbox)
     table = cat.create_table("ns.t", SCHEMA, location=located,
                              properties={TableProperties.WRITE_METADATA_PATH: custom})
@@ -269,7 +268,7 @@ def test_metadata_path_property(any_catalog: Catalog, tmp_path: os.PathLike[str]
     assert table.location() != custom
     other = cat.create_table("ns.u", SCHEMA)
     assert other.location_provider().new_metadata_location("m.json") == f"{other.location()}/metadata/m.json"
-    moved = f"file://{local_path(other.location())}/moved"
+    moved = f"{as_uri(other.location())}/moved"
     other.transaction().set_properties({TableProperties.WRITE_METADATA_PATH: moved}).commit_transaction()
     assert other.location_provider().new_metadata_location("m.json") == f"{moved}/m.json"
     assert cat.load_table("ns.u").metadata_location.startswith(moved)

@@ -5,12 +5,11 @@ URI) and SqlCatalog, the reference, as in test_behaviour.py.
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import pyarrow as pa
 import pytest
-from catalog_testlib import NESTED, SCHEMA, ids, local_path, rows
+from catalog_testlib import NESTED, SCHEMA, file_exists, ids, rows
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
@@ -236,7 +235,7 @@ def test_old_metadata_files_are_deleted_beyond_previous_versions_max(any_catalog
         with table.transaction() as tx, tx.update_schema() as update:
             update.add_column(path=f"new_column_{i}", field_type=IntegerType())
     assert len(table.metadata.metadata_log) == 5
-    assert os.path.exists(local_path(original))
+    assert file_exists(cat, original)
     with table.transaction() as tx:
         tx.set_properties(
             {
@@ -249,9 +248,9 @@ def test_old_metadata_files_are_deleted_beyond_previous_versions_max(any_catalog
     with table.transaction() as tx, tx.update_schema() as update:
         update.add_column(path="new_column_x", field_type=IntegerType())
     assert len(table.metadata.metadata_log) == 2
-    assert not os.path.exists(local_path(original))
-    assert not os.path.exists(local_path(older.metadata_file))
-    assert os.path.exists(local_path(newer.metadata_file))
+    assert not file_exists(cat, original)
+    assert not file_exists(cat, older.metadata_file)
+    assert file_exists(cat, newer.metadata_file)
 
 
 @pytest.mark.parametrize("format_version", [1, 2])

@@ -65,6 +65,11 @@ def test_settings_resolve_from_flags_file_and_environment(tmp_path: Path) -> Non
         S3Settings.resolve(None, None, False, str(creds), environ={"AWS_PROFILE": "other"})
     with pytest.raises(StorageConfigError, match="both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"):
         S3Settings.resolve(None, None, False, environ={"AWS_ACCESS_KEY_ID": "k"})
+    timed = S3Settings.resolve(None, None, False, environ={"ICEFLOE_S3_REQUEST_TIMEOUT": "2.5"})
+    assert timed.io_properties()["s3.request-timeout"] == "2.5"
+    for bad in ("abc", "0", "-1", "99999"):
+        with pytest.raises(StorageConfigError, match=r"ICEFLOE_S3_REQUEST_TIMEOUT must be a number of seconds"):
+            S3Settings.resolve(None, None, False, environ={"ICEFLOE_S3_REQUEST_TIMEOUT": bad})
     creds.write_text("[default]\naws_access_key_id = fk\n")
     with pytest.raises(StorageConfigError, match="needs aws_access_key_id and aws_secret_access_key"):
         S3Settings.resolve(None, None, False, str(creds), environ={})

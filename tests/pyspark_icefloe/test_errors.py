@@ -72,6 +72,43 @@ def test_a_column_the_table_lacks_is_named(spark: Any, server: ServerProcess) ->
     assert "the DataFrame's column 'ss' (did you mean 's'?) is not in the table (its columns: x, s)" in message, \
         message
     assert "without staging" not in message
-    with pytest.raises(Exception, match="staged files cannot change the table's schema"):
+    with pytest.raises(Exception, match="option schema-policy must be one of match, strict, evolve, not 'grow'"):
         (df.write.format("icefloe").option("uri", server.location).option("table", "ns.case")
-         .option("schema-policy", "evolve").mode("append").save())
+         .option("schema-policy", "grow").mode("append").save())
+
+
+def test_schema_policy_evolve_adds_and_widens_columns_before_the_tasks(spark: Any, server: ServerProcess) -> None:
+    """``schema-policy`` ``evolve``, as the DoPut header means it: new DataFrame columns are added
+    (nullable), a narrower table column is widened, then the rows land in one commit; without
+    the option the same write is refused naming the column."""
+    sql(server.location, "CREATE TABLE ns.evo (id INTEGER, s VARCHAR)")
+    sql(server.location, "INSERT INTO ns.evo VALUES (1, 'old')")
+    df = spark.range(10, 14, numPartitions=2).selectExpr("id", "concat('v', id) AS s",
+                                                         "CAST(id AS DOUBLE) / 2 AS score")
+
+    def write(frame: Any, table: str, **options: str) -> None:
+        writer = frame.write.format("icefloe").option("uri", server.location).option("table", table)
+        for key, value in options.items():
+            writer = writer.option(key, value)
+        writer.mode("append").save()
+
+    with pytest.raises(Exception) as info:
+        write(df, "ns.evo")
+    assert "the DataFrame's column 'score' is not in the table" in _message(info.value)
+    write(df, "ns.evo", **{"schema-policy": "evolve"})
+    schema = sql(server.location, "SELECT * FROM ns.evo").schema
+    assert [(f.name, str(f.type)) for f in schema] == [("id", "int64"), ("s", "string"), ("score", "double")]
+    got = sql(server.location, "SELECT id, s, score FROM ns.evo ORDER BY id").to_pylist()
+    assert got == [{"id": 1, "s": "old", "score": None}] + [
+        {"id": i, "s": f"v{i}", "score": i * 0.5} for i in range(10, 14)]
+    # Once evolved, evolving again changes nothing and the rows append.
+    write(df, "ns.evo", **{"schema-policy": "evolve"})
+    assert sql(server.location, "SELECT count(*) AS n FROM ns.evo").to_pylist() == [{"n": 9}]
+
+    # A change Iceberg cannot make (text to a number) is refused on the driver; nothing lands.
+    clash = spark.range(0, 2, numPartitions=2).selectExpr("id", "id AS s")
+    with pytest.raises(Exception) as info:
+        write(clash, "ns.evo", **{"schema-policy": "evolve"})
+    assert "cannot evolve ns.evo to the DataFrame's columns" in _message(info.value), _message(info.value)
+    assert "'s'" in _message(info.value)
+    assert sql(server.location, "SELECT count(*) AS n FROM ns.evo").to_pylist() == [{"n": 9}]

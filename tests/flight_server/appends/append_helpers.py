@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pyarrow as pa
 
 # Re-exported: the append tests take the shared DoPut client from here.
 from doput_client import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER
 from doput_client import do_put as do_put
+from storage_kinds import Warehouse, open_catalog, table_files
 
 from catalog import RocksCatalog
 
 
 def make_table(
-    warehouse: Path, name: str = "ns.t", schema: pa.Schema | None = None, properties: dict[str, str] | None = None
+    warehouse: Warehouse, name: str = "ns.t", schema: pa.Schema | None = None,
+    properties: dict[str, str] | None = None,
 ) -> None:
     """Create a table offline (before the server starts)."""
-    cat = RocksCatalog("setup", warehouse=str(warehouse), **{"read-only": "false"})
+    cat = open_catalog(warehouse, "setup")
     try:
         ns = tuple(name.split(".")[:-1])
         if not cat.namespace_exists(ns):
@@ -38,11 +38,11 @@ def rows(n: int, start: int = 0) -> pa.Table:
     )
 
 
-def read_only(warehouse: Path) -> RocksCatalog:
-    return RocksCatalog("reader", warehouse=str(warehouse), **{"read-only": "true"})
+def read_only(warehouse: Warehouse) -> RocksCatalog:
+    return open_catalog(warehouse, "reader", read_only=True)
 
 
-def scan_ids(warehouse: Path, name: str = "ns.t") -> list[int]:
+def scan_ids(warehouse: Warehouse, name: str = "ns.t") -> list[int]:
     cat = read_only(warehouse)
     try:
         return sorted(cat.load_table(name).scan().to_arrow().column("id").to_pylist())
@@ -50,6 +50,6 @@ def scan_ids(warehouse: Path, name: str = "ns.t") -> list[int]:
         cat.close()
 
 
-def data_files_on_disk(warehouse: Path, name: str = "ns.t") -> list[Path]:
-    folder = warehouse.joinpath(*name.split("."), "data")
-    return sorted(folder.rglob("*.parquet")) if folder.exists() else []
+def data_files_on_disk(warehouse: Warehouse, name: str = "ns.t") -> list[str]:
+    """The table's data files in storage (local files or S3 objects), referenced or not."""
+    return [f for f in table_files(warehouse, name, "*.parquet") if "/data/" in f]

@@ -11,6 +11,10 @@ import pyarrow.flight as flight
 import pytest
 from append_helpers import IDEMPOTENCY_HEADER, data_files_on_disk, do_put, read_only, rows, scan_ids
 from servers import ServerProcess
+from storage_kinds import ON_EVERY_STORAGE
+
+# Appends hold on a local folder and on S3 alike.
+pytestmark = ON_EVERY_STORAGE
 
 
 def test_doput_appends_and_answers_exact_json(table_server: ServerProcess, warehouse: Path) -> None:

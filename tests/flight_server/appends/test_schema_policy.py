@@ -234,3 +234,37 @@ def test_duplicate_column_names_refused(policy_server: ServerProcess) -> None:
     with pytest.raises(pa.ArrowInvalid) as info:
         do_put(policy_server.location, ("ns", "ev"), dup)
     assert "'s'" in str(info.value) and "more than once" in str(info.value)
+
+
+def test_an_empty_append_under_evolve_commits_the_schema_change_alone(
+    policy_server: ServerProcess, warehouse: Path
+) -> None:
+    """How a distributed writer (the Spark source) evolves a table before staging its rows: a
+    DoPut of no rows under evolve commits the schema change (one ``schema`` commit); under match
+    the same stream is refused, and an evolve that changes nothing commits nothing."""
+    wider = pa.schema([*BASE, pa.field("extra", pa.string())]).set(1, pa.field("i", pa.int64()))
+    empty = wider.empty_table()
+    with pytest.raises(pa.ArrowInvalid, match="extra"):
+        do_put(policy_server.location, ("ns", "mt"), empty)
+    cat = read_only(warehouse)
+    try:
+        head = cat.log.head()
+    finally:
+        cat.close()
+    answer = do_put(policy_server.location, ("ns", "mt"), empty, schema_policy="evolve")
+    assert answer["rows"] == 0
+    cat = read_only(warehouse)
+    try:
+        schema = cat.load_table("ns.mt").schema()
+        assert schema.find_field("extra") is not None and isinstance(schema.find_field("i").field_type, LongType)
+        assert cat.log.head() == head + 1
+        assert cat.log.get(head + 1).operation == "schema"  # type: ignore[union-attr]
+        assert cat.load_table("ns.mt").current_snapshot() is None, "no rows, no snapshot"
+    finally:
+        cat.close()
+    do_put(policy_server.location, ("ns", "mt"), empty, schema_policy="evolve")
+    cat = read_only(warehouse)
+    try:
+        assert cat.log.head() == head + 1, "nothing left to evolve: nothing committed"
+    finally:
+        cat.close()

@@ -14,8 +14,12 @@ import pyarrow.flight as flight
 import pytest
 from append_helpers import do_put, make_table, read_only, rows, scan_ids
 from servers import ServerProcess
+from storage_kinds import ON_EVERY_STORAGE, Warehouse, start_server, table_files
 
 from flight_server.security.users import hash_password
+
+# Staged files and their commit hold on a local folder and on S3 alike.
+pytestmark = ON_EVERY_STORAGE
 
 COMMIT = "icefloe.commit-staged"
 ABORT = "icefloe.abort-staged"
@@ -74,8 +78,8 @@ def log_records(warehouse: Path) -> list[Any]:
         cat.close()
 
 
-def files_under(warehouse: Path, pattern: str) -> set[str]:
-    return {str(p) for p in (warehouse / "ns" / "t").rglob(pattern)}
+def files_under(warehouse: Warehouse, pattern: str) -> set[str]:
+    return set(table_files(warehouse, "ns.t", pattern))
 
 
 def test_stage_commits_nothing_then_one_commit_lands_every_staging(
@@ -338,7 +342,7 @@ def test_only_the_stager_or_an_admin_commits(warehouse: Path, tmp_path: Path) ->
         f'[users.{n}]\nrole = "{r}"\npassword_hash = "{hash_password(p)}"\n\n' for n, (r, p) in people.items()
     ))
     make_table(warehouse)
-    server = ServerProcess(warehouse, ["--users", str(users)]).start()
+    server = start_server(warehouse, ["--users", str(users)]).start()
     try:
         def login(name: str) -> list[tuple[bytes, bytes]]:
             client = flight.FlightClient(server.location)

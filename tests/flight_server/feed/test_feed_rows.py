@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pyarrow as pa
 import pytest
 from feed_helpers import SCHEMA, FeedReader, Message, rows
 from pyiceberg.types import StringType
+from storage_kinds import ON_EVERY_STORAGE
 
 from flight_server.server import IcefloeServer
 
@@ -20,6 +19,9 @@ EXTRA = [
     pa.field("_operation", pa.utf8(), nullable=False),
 ]
 
+
+# The row feed reads appended files from a local folder and from S3 alike.
+pytestmark = ON_EVERY_STORAGE
 
 def row_feed(location: str, after: object = "earliest", table: str = "ns.t") -> FeedReader:
     return FeedReader(location, {"feed": "rows.v1", "after": after, "tables": [table], "heartbeat_ms": 100})
@@ -181,7 +183,7 @@ def test_replay_of_appends_whose_snapshots_expired(feed_server: IcefloeServer, l
     for k in range(8):
         table.append(rows(k * 10, 2))
     assert len(table.metadata.snapshots) == 3
-    assert not Path(first_metadata).exists()
+    assert not table.io.new_input(first_metadata).exists()
     with row_feed(location, after=1) as f:
         f.wait_for("hello")
         got = [next_commit(f) for _ in range(8)]

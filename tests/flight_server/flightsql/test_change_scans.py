@@ -4,7 +4,6 @@ every time for the same range, through a real server and pyarrow.flight."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import adbc_driver_flightsql.dbapi as flight_sql
@@ -13,9 +12,12 @@ import pyarrow.flight as flight
 import pytest
 from doput_client import do_put
 from flightsql_wire import any_of, field_bytes, statement_query
-from servers import ServerProcess, serving
+from servers import ServerProcess
+from storage_kinds import ON_EVERY_STORAGE, Warehouse, open_catalog, start_server
 
 SPLIT = [(b"icefloe.scan.target-partition-bytes", b"1")]
+# Change scans read a local folder and S3 alike.
+pytestmark = ON_EVERY_STORAGE
 
 
 def _descriptor(**request: Any) -> flight.FlightDescriptor:
@@ -40,17 +42,17 @@ def _append(server: ServerProcess, values: list[int]) -> int:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Any:
-    from catalog import RocksCatalog
-
-    warehouse = tmp_path / "warehouse"
-    cat = RocksCatalog("t", warehouse=str(warehouse))
+def server(warehouse: Warehouse) -> Any:
+    cat = open_catalog(warehouse, "t")
     cat.create_namespace("ns")
     cat.create_table("ns.t", pa.schema([pa.field("x", pa.int64())]))
     cat.create_table("ns.other", pa.schema([pa.field("x", pa.int64())]))
     cat.close()
-    with serving(warehouse) as proc:
+    proc = start_server(warehouse).start()
+    try:
         yield proc
+    finally:
+        proc.stop()
 
 
 def test_exactly_the_rows_of_the_range(server: ServerProcess) -> None:
@@ -142,11 +144,8 @@ def test_range_limits_and_bad_requests(server: ServerProcess) -> None:
     client.close()
 
 
-def test_expired_range_is_cursor_expired(tmp_path: Path) -> None:
-    from catalog import RocksCatalog
-
-    warehouse = tmp_path / "warehouse"
-    cat = RocksCatalog("t", warehouse=str(warehouse))
+def test_expired_range_is_cursor_expired(warehouse: Warehouse) -> None:
+    cat = open_catalog(warehouse, "t")
     cat.create_namespace("ns")
     cat.create_table("ns.t", pa.schema([pa.field("x", pa.int64())]))
     for i in range(4):
@@ -154,19 +153,22 @@ def test_expired_range_is_cursor_expired(tmp_path: Path) -> None:
     head = cat.log.head()
     cat.log.trim(head - 2)
     cat.close()
-    with serving(warehouse) as proc:
+    proc = start_server(warehouse).start()
+    try:
         client = flight.FlightClient(proc.location)
         with pytest.raises(pa.ArrowInvalid, match="OUT_OF_RANGE: cursor expired"):
             client.get_flight_info(_descriptor(after=0, until=head))
         assert [r["x"] for r in _scan(client, head - 2, head)[1]] == [2, 3]
         client.close()
+    finally:
+        proc.stop()
 
 
 def _changes(rows: list[dict[str, Any]]) -> list[tuple[int, str, int]]:
     return sorted((r["_seq"], r["_operation"], r["x"]) for r in rows)
 
 
-def test_include_all_reads_deletes_and_updates_as_rows(server: ServerProcess) -> None:
+def test_include_all_reads_deletes_and_updates_as_rows(server: ServerProcess, warehouse: Warehouse) -> None:
     first = _append(server, [1, 2, 3, 4])
     second = _append(server, [5, 6])
     with flight_sql.connect(server.location, autocommit=True) as conn, conn.cursor() as cur:
@@ -176,7 +178,7 @@ def test_include_all_reads_deletes_and_updates_as_rows(server: ServerProcess) ->
     client = flight.FlightClient(server.location)
     body = json.dumps({"table": "ns.t", "orphan_grace_s": 3600, "min_input_files": 2}).encode()
     list(client.do_action(flight.Action("icefloe.maintain", body)))  # compaction: a replace commit
-    head = _head(server)
+    head = _head(warehouse)
     info, rows = _scan(client, first - 1, head, include="all")
     deleted_seq, updated_seq = second + 1, second + 2
     assert _changes(rows) == sorted([
@@ -206,10 +208,8 @@ def test_include_all_reads_deletes_and_updates_as_rows(server: ServerProcess) ->
     client.close()
 
 
-def _head(server: ServerProcess) -> int:
-    from catalog import RocksCatalog
-
-    cat = RocksCatalog("reader", warehouse=str(server.warehouse), **{"read-only": "true"})
+def _head(warehouse: Warehouse) -> int:
+    cat = open_catalog(warehouse, "reader", read_only=True)
     try:
         return cat.log.head()
     finally:

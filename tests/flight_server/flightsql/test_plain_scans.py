@@ -160,3 +160,33 @@ def test_dictionary_columns_are_the_small_dictionary_string_columns(tmp_path: Pa
     # no dictionary; "number" is no string.
     assert dictionary_columns(meta, pq.read_schema(path)) == frozenset({"few"})
     assert dictionary_columns(pq.read_metadata(tmp_path / "f.parquet"), pa.schema([])) == frozenset()
+
+
+def test_an_empty_table_with_uuids_inside_lists_maps_and_structs_answers_its_schema(tmp_path: Path) -> None:
+    """An empty table (no snapshot) whose uuid columns sit inside a list, a map and a struct:
+    ``SELECT *`` answers its schema and no rows (it was INTERNAL: pyarrow's ``empty_table``
+    cannot build a nested uuid; the Spark source hit it asking for a write target's schema)."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import ListType, LongType, MapType, NestedField, StringType, StructType, UUIDType
+
+    from catalog import RocksCatalog
+
+    warehouse = tmp_path / "warehouse"
+    cat = RocksCatalog("t", warehouse=str(warehouse))
+    cat.create_namespace("ns")
+    cat.create_table("ns.nested_uuids", Schema(
+        NestedField(1, "k", LongType()),
+        NestedField(2, "ids", ListType(3, UUIDType(), element_required=False)),
+        NestedField(4, "by_name", MapType(5, StringType(), 6, UUIDType(), value_required=False)),
+        NestedField(7, "owner", StructType(NestedField(8, "id", UUIDType()))),
+    ))
+    cat.close()
+    with serving(warehouse) as proc:
+        client = flight.FlightClient(proc.location)
+        try:
+            descriptor = flight.FlightDescriptor.for_command(statement_query("SELECT * FROM ns.nested_uuids"))
+            info = client.get_flight_info(descriptor)
+            assert info.schema.names == ["k", "ids", "by_name", "owner"]
+            assert sum(client.do_get(e.ticket).read_all().num_rows for e in info.endpoints) == 0
+        finally:
+            client.close()

@@ -32,14 +32,24 @@ def runtime_jar() -> Path:
     return jar
 
 
-def spark_session(rest_uri: str, warehouse: str, catalog: str = "ice", **extra: str) -> Any:
-    """One Spark session whose catalog ``catalog`` is icefloe's REST endpoint."""
+def aws_bundle_jar() -> Path:
+    """Iceberg's AWS bundle (S3FileIO), fetched with the runtime by scripts/fetch-iceberg-spark."""
+    jar = Path.home() / ".cache" / "icefloe" / "iceberg-spark" / f"iceberg-aws-bundle-{ICEBERG_VERSION}.jar"
+    if not jar.exists():
+        subprocess.run(["bash", str(ROOT / "scripts" / "fetch-iceberg-spark")], check=True, timeout=600)
+    return jar
+
+
+def spark_session(rest_uri: str, warehouse: str, catalog: str = "ice", aws: bool = False, **extra: str) -> Any:
+    """One Spark session whose catalog ``catalog`` is icefloe's REST endpoint (with Iceberg's
+    AWS bundle too when ``aws``: an S3 warehouse)."""
     from pyspark.sql import SparkSession
 
+    jars = [str(runtime_jar()), *([str(aws_bundle_jar())] if aws else [])]
     builder = (
         SparkSession.builder.master("local[2]")
         .appName("icefloe-rest-tests")
-        .config("spark.jars", str(runtime_jar()))
+        .config("spark.jars", ",".join(jars))
         .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
         .config(f"spark.sql.catalog.{catalog}", "org.apache.iceberg.spark.SparkCatalog")
         .config(f"spark.sql.catalog.{catalog}.type", "rest")
