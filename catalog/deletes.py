@@ -451,24 +451,16 @@ def _with_positions(
 ) -> Iterator[pa.RecordBatch]:
     # The positions are those of the file as written, so they are attached before the deletes
     # mask rows out: the batches are read with a position column that the mask then filters.
-    meta = pq.read_metadata(path, filesystem=filesystem)
-    starts = np.concatenate([[0], np.cumsum([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])])
-    groups = range(meta.num_row_groups) if row_groups is None else sorted(row_groups)
     needed = list(dict.fromkeys([*stored, *sorted(deletes.columns_needed(names) - set(stored))]))
-    for group in groups:
-        position = int(starts[group])
-        fragment = fragment_format.make_fragment(path, filesystem=filesystem, row_groups=[group])
-        scanner = ds.Scanner.from_fragment(fragment, schema=schema.remove(schema.get_field_index(position_column)),
-                                           columns=needed, batch_size=batch_size, use_threads=True)
-        for batch in scanner.to_batches():
-            n = batch.num_rows
-            mask = deletes.keep(batch, position, names)
-            batch = batch.append_column(position_column, pa.array(np.arange(position, position + n, dtype=np.int64)))
-            position += n
-            if mask is not None:
-                batch = batch.filter(pa.array(mask))
-            if batch.num_rows:
-                yield batch.select(columns)
+    read_schema = schema.remove(schema.get_field_index(position_column))
+    for position, batch in _group_batches(path, filesystem, read_schema, needed, row_groups, batch_size):
+        n = batch.num_rows
+        mask = deletes.keep(batch, position, names)
+        batch = batch.append_column(position_column, pa.array(np.arange(position, position + n, dtype=np.int64)))
+        if mask is not None:
+            batch = batch.filter(pa.array(mask))
+        if batch.num_rows:
+            yield batch.select(columns)
 
 
 def _read_with_deletes(
@@ -477,18 +469,44 @@ def _read_with_deletes(
     batch_size: int = 131_072,
 ) -> Iterator[pa.RecordBatch]:
     needed = list(dict.fromkeys([*columns, *sorted(deletes.columns_needed(names) - set(columns))]))
-    meta = pq.read_metadata(path, filesystem=filesystem)
-    starts = np.concatenate([[0], np.cumsum([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])])
-    groups = range(meta.num_row_groups) if row_groups is None else sorted(row_groups)
-    for group in groups:
-        position = int(starts[group])
-        fragment = fragment_format.make_fragment(path, filesystem=filesystem, row_groups=[group])
-        scanner = ds.Scanner.from_fragment(fragment, schema=schema, columns=needed, batch_size=batch_size,
-                                           use_threads=True)
-        for batch in scanner.to_batches():
-            mask = deletes.keep(batch, position, names)
-            position += batch.num_rows
-            if mask is not None:
-                batch = batch.filter(pa.array(mask))
-            if batch.num_rows:
-                yield batch.select(columns) if len(needed) != len(columns) else batch
+    for position, batch in _group_batches(path, filesystem, schema, needed, row_groups, batch_size):
+        mask = deletes.keep(batch, position, names)
+        if mask is not None:
+            batch = batch.filter(pa.array(mask))
+        if batch.num_rows:
+            yield batch.select(columns) if len(needed) != len(columns) else batch
+
+
+def _group_batches(
+    path: str, filesystem: pafs.FileSystem, schema: pa.Schema, needed: list[str], row_groups: Iterable[int] | None,
+    batch_size: int,
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(position in the file of its first row, batch of ``needed`` as ``schema`` types them),
+    read synchronously on the calling thread.
+
+    Not through a dataset scanner: these generators run on threads of Arrow's own pools (DuckDB
+    pulls the outer ``Scanner.from_batches`` through a background generator), and a nested scan
+    waits for threads of those pools. With as many files read at once as a pool has threads
+    (a join over a table of many files), every thread waited on the others for ever.
+    """
+    with filesystem.open_input_file(path) as stream:
+        parquet = pq.ParquetFile(stream, pre_buffer=False)
+        meta = parquet.metadata
+        starts = np.concatenate([[0], np.cumsum([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])])
+        groups = range(meta.num_row_groups) if row_groups is None else sorted(row_groups)
+        present = set(parquet.schema_arrow.names)
+        stored = [c for c in needed if c in present]
+        target = pa.schema([schema.field(c) for c in needed])
+        for group in groups:
+            position = int(starts[group])
+            for raw in parquet.iter_batches(batch_size=batch_size, row_groups=[group], columns=stored,
+                                            use_threads=False):
+                arrays = []
+                for field in target:
+                    if field.name in present:
+                        column = raw.column(field.name)
+                        arrays.append(column if column.type == field.type else column.cast(field.type))
+                    else:
+                        arrays.append(pa.nulls(raw.num_rows, field.type))
+                yield position, pa.RecordBatch.from_arrays(arrays, schema=target)
+                position += raw.num_rows
