@@ -89,7 +89,7 @@ def test_one_snapshot_with_the_files_of_the_mode(conn: Any, reader_catalog: Any,
     assert count == 25
     records = log_records(reader_catalog, head)
     assert len(records) == 1
-    assert records[0].extra["row_counts"] == {"added": 15, "deleted": 20}
+    assert (records[0].added_rows, records[0].deleted_rows) == (15, 20)
     table = reader_catalog.load_table(name)
     snap = table.current_snapshot()
     tasks = list(table.scan().plan_files())
@@ -142,7 +142,7 @@ def test_source_is_another_table_and_the_target_itself(conn: Any) -> None:
     ("MERGE INTO {t} USING (SELECT 1 AS id) s ON t.id = s.id WHEN MATCHED THEN UPDATE SET nope = 1",
      "NOT_FOUND", "the table has no column nope"),
     ("MERGE INTO {t} USING (SELECT 1 AS id) s ON t.id = s.id WHEN NOT MATCHED BY SOURCE THEN DELETE",
-     "UNIMPLEMENTED", "WHEN NOT MATCHED BY SOURCE is not supported"),
+     "NOT_IMPLEMENTED", "WHEN NOT MATCHED BY SOURCE is not supported"),
     ("MERGE INTO {t} USING (SELECT 1 AS id) s ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = 'x'",
      "INVALID_ARGUMENT", "MERGE INTO merge_bad.t"),
     ("MERGE INTO {t} USING (SELECT 9 AS id) s ON t.id = s.id WHEN NOT MATCHED THEN INSERT *",
