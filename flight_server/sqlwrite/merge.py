@@ -96,7 +96,7 @@ def merge(w: Write) -> int:
     new_rows = result.filter(pa.array(updated | inserted)).select(list(range(3, result.num_columns)))
     new_rows = conform(new_rows, table.schema(), names, what)
     n_updated, n_inserted = int(updated.sum()), int(inserted.sum())
-    n_deleted = hits.num_rows - n_updated
+    n_deleted = int(hits.num_rows) - n_updated
     if hits.num_rows == 0 and new_rows.num_rows == 0:
         return 0
     counts = (n_updated + n_inserted, n_updated + n_deleted)
@@ -213,6 +213,7 @@ def _insert_values(
 ) -> dict[str, str]:
     listed = then.this
     row = then.expression
+    values: dict[str, str]
     if isinstance(listed, exp.Star):
         values = by_name()
     elif isinstance(listed, exp.Tuple) and any(isinstance(e, exp.Alias) for e in listed.expressions):
