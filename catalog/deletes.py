@@ -23,6 +23,9 @@ This module has no Flight or DuckDB import: the catalog's compaction uses it as 
 from __future__ import annotations
 
 import logging
+import os
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -51,7 +54,6 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import ManifestGroupPlanner
 from pyiceberg.table.metadata import TableMetadata
 
-from catalog.lru import LockedLRU
 from catalog.puffin import read_deletion_vector
 from catalog.sandbox import confine
 
@@ -214,14 +216,66 @@ def plan_files(
 # -- reading delete sets ----------------------------------------------------------------------
 
 
-class DeleteSets:
-    """Reads and caches delete sets: per delete file, since delete files never change."""
+DEFAULT_CACHE_BYTES = 256 << 20
+CACHE_BYTES_ENV = "ICEFLOE_DELETE_CACHE_BYTES"
 
-    def __init__(self, capacity: int = 256) -> None:
-        # position delete file path -> {data file path: sorted positions}
-        self._positions: LockedLRU[tuple[str, int | None], dict[str, np.ndarray]] = LockedLRU(capacity)
-        # equality delete file path -> keys table (columns named by field id)
-        self._keys: LockedLRU[str, pa.Table] = LockedLRU(capacity)
+
+def cache_budget() -> int:
+    """Bytes of delete sets a reader keeps cached (``ICEFLOE_DELETE_CACHE_BYTES``, default 256 MiB)."""
+    raw = os.environ.get(CACHE_BYTES_ENV, "").strip()
+    try:
+        return max(0, int(raw)) if raw else DEFAULT_CACHE_BYTES
+    except ValueError:
+        logger.warning("%s=%r is not a number of bytes; using %d", CACHE_BYTES_ENV, raw, DEFAULT_CACHE_BYTES)
+        return DEFAULT_CACHE_BYTES
+
+
+class _BudgetCache:
+    """Least-recently-used entries whose sizes add up to at most ``budget`` bytes.
+
+    A count-bounded cache of delete sets is not bounded in memory: one set can hold millions of
+    positions or keys. An entry larger than the whole budget is not kept at all (it is read
+    again when needed), so a large delete set costs memory only while a scan uses it.
+    """
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._entries: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                return None
+            self._entries.move_to_end(key)
+            return found[0]
+
+    def put(self, key: Any, value: Any, size: int) -> None:
+        if size > self.budget:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.held -= old[1]
+            self._entries[key] = (value, size)
+            self.held += size
+            while self.held > self.budget:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self.held -= dropped
+
+
+class DeleteSets:
+    """Reads and caches delete sets: per delete file, since delete files never change; the
+    cache holds at most ``budget`` bytes (``cache_budget()`` when not given)."""
+
+    def __init__(self, budget: int | None = None) -> None:
+        self._cache = _BudgetCache(cache_budget() if budget is None else budget)
+
+    @property
+    def held_bytes(self) -> int:
+        return self._cache.held
 
     def positions(self, io: FileIO, deletes: FileDeletes, data_path: str) -> np.ndarray:
         """Sorted unique deleted positions of ``data_path`` (int64)."""
@@ -233,8 +287,8 @@ class DeleteSets:
 
     def _file_positions(self, io: FileIO, delete_file: DataFile) -> dict[str, np.ndarray]:
         referenced, offset, size = v3_fields(delete_file)
-        key = (delete_file.file_path, offset)
-        cached = self._positions.get(key)
+        key = ("positions", delete_file.file_path, offset)
+        cached: dict[str, np.ndarray] | None = self._cache.get(key)
         if cached is not None:
             return cached
         confine(io, delete_file.file_path)  # delete files too: nothing outside the table's folder
@@ -252,12 +306,12 @@ class DeleteSets:
                 mask = pc.equal(encoded.indices, index)
                 values = positions.filter(mask).to_numpy(zero_copy_only=False).astype(np.int64)
                 result[str(path)] = np.unique(values)
-        self._positions.put(key, result)
+        self._cache.put(key, result, sum(int(a.nbytes) + len(p) for p, a in result.items()))
         return result
 
     def equality_keys(self, io: FileIO, delete_file: DataFile) -> pa.Table:
         """The delete rows' key columns, named ``str(field_id)``."""
-        cached = self._keys.get(delete_file.file_path)
+        cached: pa.Table | None = self._cache.get(("keys", delete_file.file_path))
         if cached is not None:
             return cached
         confine(io, delete_file.file_path)
@@ -272,7 +326,7 @@ class DeleteSets:
                 raise ValueError(f"equality delete file lacks field ids {missing}")
             table = parquet.read(columns=[by_id[i] for i in ids])
         table = table.rename_columns([str(i) for i in ids])
-        self._keys.put(delete_file.file_path, table)
+        self._cache.put(("keys", delete_file.file_path), table, int(table.nbytes))
         return table
 
 

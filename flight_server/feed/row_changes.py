@@ -25,7 +25,7 @@ from pyiceberg.table.metadata import TableMetadata
 from catalog.deletes import DeleteSets, FileDeletes, PlannedFile, bind, file_batches, plan_files
 from flight_server.feed.rows import RowsUnavailable
 
-_SETS = DeleteSets(64)
+_SETS = DeleteSets()
 
 
 def commit_row_changes(
