@@ -54,6 +54,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import ManifestGroupPlanner
 from pyiceberg.table.metadata import TableMetadata
 
+from catalog.lru import LockedLRU
 from catalog.puffin import read_deletion_vector
 from catalog.sandbox import confine
 
@@ -74,9 +75,25 @@ def v3_fields(delete_file: DataFile) -> tuple[str | None, int | None, int | None
     return None, None, None
 
 
+# (manifest path, sequence numbers) -> its live entries. A manifest file never changes once
+# written, and every row-level write re-plans the table: without this, each statement read
+# every delete manifest of the table again (a fixed cost growing with the table's history).
+_DELETE_MANIFESTS: LockedLRU[tuple[str, int, int], list[ManifestEntry]] = LockedLRU(1024)
+
+
 def read_delete_manifest(io: FileIO, manifest: ManifestFile) -> list[ManifestEntry]:
     """Live entries of a delete manifest, read with the v3 schema (keeps the deletion vector
-    fields; a v2 manifest simply lacks them)."""
+    fields; a v2 manifest simply lacks them). Callers must not change the entries (cached)."""
+    key = (manifest.manifest_path, int(manifest.sequence_number or 0), int(manifest.min_sequence_number or 0))
+    cached = _DELETE_MANIFESTS.get(key)
+    if cached is not None:
+        return cached
+    entries = _read_delete_manifest(io, manifest)
+    _DELETE_MANIFESTS.put(key, entries)
+    return entries
+
+
+def _read_delete_manifest(io: FileIO, manifest: ManifestFile) -> list[ManifestEntry]:
     with AvroFile[ManifestEntry](
         io.new_input(manifest.manifest_path),
         MANIFEST_ENTRY_SCHEMAS[3],

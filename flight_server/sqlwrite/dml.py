@@ -30,7 +30,7 @@ from pyiceberg.table.update.snapshot import _OverwriteFiles
 from sqlglot import exp
 
 from catalog.context import commit_context
-from catalog.deletes import plan_files
+from catalog.deletes import FileDeletes, plan_files
 from catalog.sandbox import confine
 from catalog.v3 import refuse_v3_write
 from flight_server import errors
@@ -43,6 +43,7 @@ from flight_server.sqlwrite.commit import commit_once
 from flight_server.sqlwrite.ddl import view_sql
 from flight_server.sqlwrite.parse import TableName, bind_subset, sql_of, table_name, table_reference
 from flight_server.sqlwrite.rows import arrow_schema, conform, conform_batch, input_names
+from flight_server.sqlwrite.types import exact_duckdb_type
 
 if TYPE_CHECKING:
     from flight_server.sqlwrite.writer import Write
@@ -77,7 +78,16 @@ def _with_target(pins: list[PinnedTable], target_pin: PinnedTable) -> list[Pinne
     return [*others, target_pin]
 
 
-def _column_types(w: Write, target: TableName, pin: PinnedTable) -> list[tuple[str, str]]:
+def _column_types(w: Write, target: TableName, pin: PinnedTable, table: Any = None) -> list[tuple[str, str]]:
+    """(name, DuckDB type) of the target's columns as its view has them at ``pin``.
+
+    From the table's schema when every type maps exactly (no query: asking the view plans the
+    snapshot's files, a fixed cost of every statement); otherwise from the view itself."""
+    if table is not None:
+        schema = table.schemas().get(pin.schema_id) or table.schema()
+        types = [(f.name, exact_duckdb_type(f.field_type)) for f in schema.fields]
+        if all(t is not None for _, t in types):
+            return [(n, str(t)) for n, t in types]
     return w.engine.column_types(f"SELECT * FROM {view_sql(target)}", [pin], None)
 
 
@@ -98,7 +108,7 @@ def insert(w: Write) -> int:
     pins = _with_target(pins, base)
     source_sql, source_params = bind_subset(sql, w.params)
     sources = w.engine.column_types(source_sql, pins, w.default_schema, source_params)
-    columns = _column_types(w, target, base)
+    columns = _column_types(w, target, base, table)
     mapping = _insert_mapping(tree, what, [n for n, _ in sources], [n for n, _ in columns])
     required = {f.name for f in table.schema().fields if f.required}
     # Each source column is named after the target column it fills, so that a failed cast
@@ -198,6 +208,9 @@ class _Files:
         # Files with row-level deletes (written by other engines): their reads apply the
         # deletes (engine.deletes), and their visible row count is not their record count.
         self.with_deletes: set[int] = set()
+        # Data file path -> its deletes, handed to the engine's reads of these files (which
+        # would otherwise plan the snapshot once more).
+        self.deletes: dict[str, FileDeletes] = {}
         if self.base.snapshot_id is not None:
             refuse_v3_write(table.metadata, what)
             # ``prune`` (a WHERE condition): leave out files whose column bounds rule it out.
@@ -205,7 +218,10 @@ class _Files:
             for planned in plan_files(table.metadata, table.io, self.base.snapshot_id, found):
                 confine(table.io, planned.data_file.file_path)
                 if planned.deletes:
+                    for delete_file in planned.deletes.files():
+                        confine(table.io, delete_file.file_path)
                     self.with_deletes.add(len(self.files))
+                    self.deletes[planned.data_file.file_path] = planned.deletes
                 self.files.append(planned.data_file)
         self.tags = {(target.namespace, target.name): [f.file_path for f in self.files]}
 
@@ -219,7 +235,7 @@ class _Files:
         self.pins = _with_target(pins, self.base)
         sql, params = bind_subset(sql, w.params)
         counts = w.engine.query_table(sql, self.pins, w.default_schema, params, context=w.context,
-                                      file_tags=self.tags)
+                                      file_tags=self.tags, file_deletes=self.deletes)
         return {int(k): int(n) for k, n in zip(counts.column(0).to_pylist(), counts.column(1).to_pylist(),
                                                  strict=True) if n}
 
@@ -227,7 +243,7 @@ class _Files:
         sql, pins = w.engine.plan(query, w.default_schema)
         sql, params = bind_subset(sql, w.params)
         return w.engine.query_table(sql, _with_target(pins, self.base), w.default_schema, params,
-                                    context=w.context, file_tags=self.tags)
+                                    context=w.context, file_tags=self.tags, file_deletes=self.deletes)
 
 
 def _commit_rewrite(
@@ -329,7 +345,7 @@ def update(w: Write) -> int:
     ref = table_reference(tree.this, view_sql(target))
     if mor.write_mode(table, "write.update.mode", what) == mor.MERGE_ON_READ:
         files = _Files(w, table, target, what, prune=cond)
-        types = dict(_column_types(w, target, files.base))
+        types = dict(_column_types(w, target, files.base, table))
         new_values = [f"CAST(({assignments[n]}) AS {types[n]}) AS {quote(n)}" if n in assignments else quote(n)
                       for n in names]
         return mor.update(w, files, target.qualified, ref, cond, new_values, names, what)
@@ -338,7 +354,7 @@ def update(w: Write) -> int:
     total = sum(selected.values())
     if total == 0:
         return 0
-    types = dict(_column_types(w, target, files.base))
+    types = dict(_column_types(w, target, files.base, table))
     select = []
     for name in names:
         col = quote(name)

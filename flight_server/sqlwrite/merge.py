@@ -83,7 +83,7 @@ def merge(w: Write) -> int:
     table = _load(w, target, what)
     mode = mor.write_mode(table, "write.merge.mode", what)
     files = _Files(w, table, target, what)
-    columns = _column_types(w, target, files.base)
+    columns = _column_types(w, target, files.base, table)
     plan = _plan(w, tree, target, what, columns, {f.name for f in table.schema().fields if f.required})
     result = _decide(w, files, plan, columns)
     action = result.column(2).to_numpy(zero_copy_only=False)
@@ -274,7 +274,8 @@ def _decide(w: Write, files: _Files, plan: _Plan, columns: list[tuple[str, str]]
     files.pins = _with_target(pins, files.base)
     sql, params = bind_subset(sql, w.params)
     return w.engine.query_table(sql, files.pins, w.default_schema, params, context=w.context,
-                                file_tags=files.tags, file_positions=True)
+                                file_tags=files.tags, file_positions=True,
+                                   file_deletes=files.deletes)
 
 
 def _keys(files_col: pa.ChunkedArray | pa.Array, positions: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -315,7 +316,8 @@ def _rewrite(
     query = (f"SELECT {TAG}, {POSITION_COLUMN}, {cols} FROM {view_sql(target)} "
              f"WHERE {TAG} IN ({', '.join(map(str, touched))})")
     current = w.engine.query_table(query, [files.base], w.default_schema, None, context=w.context,
-                                   file_tags=files.tags, file_positions=True)
+                                   file_tags=files.tags, file_positions=True,
+                                   file_deletes=files.deletes)
     changed = np.isin(_keys(current.column(0), current.column(1)), _keys(hits.column(0), hits.column(1)))
     kept = conform(current.filter(pa.array(~changed)).select(list(range(2, current.num_columns))),
                    files.table.schema(), names, what)

@@ -85,7 +85,7 @@ def _positions(w: Write, files: _Files, ref: str, cond: str | None, extra: str =
     files.pins = _with_target(pins, files.base)
     sql, params = bind_subset(sql, w.params)
     return w.engine.query_table(sql, files.pins, w.default_schema, params, context=w.context,
-                                file_tags=files.tags, file_positions=True)
+                                file_tags=files.tags, file_positions=True, file_deletes=files.deletes)
 
 
 def _grouped(hits: pa.Table) -> tuple[list[int], list[np.ndarray]]:
