@@ -72,9 +72,10 @@ def statements(kind: str, rows: int, rep: int) -> str:
         return f"UPDATE bench.t SET v = v + 1 WHERE id % 100 = {50 + rep}"
     if kind == "merge clustered":
         # Half of the source matches the table's last ids (updated), half is new (inserted).
+        # Values of the column's own scale: DuckDB's v is DECIMAL(., 1) and would round others.
         half = max(1, one_pct // 2)
         first = rows - (rep + 1) * half
-        return (f"MERGE INTO bench.t AS tgt USING (SELECT range AS id, range * 0.25 AS v FROM range({first}, "
+        return (f"MERGE INTO bench.t AS tgt USING (SELECT range AS id, range * 1.5 AS v FROM range({first}, "
                 f"{first + one_pct})) s ON tgt.id = s.id WHEN MATCHED THEN UPDATE SET v = s.v "
                 "WHEN NOT MATCHED THEN INSERT VALUES (s.id, 0, s.v, 'merged')")
     # Clustered slices step through the table so each repetition hits rows still present:
