@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+from catalog.v3 import refuse_v3_write
 from flight_server import errors
 from flight_server.engine.deletes import POSITION_COLUMN
 from flight_server.engine.iceberg_source import quote
@@ -81,6 +82,9 @@ def merge(w: Write) -> int:
     if tree.args.get("returning"):
         raise errors.Unimplemented(f"{what}: RETURNING is not supported")
     table = _load(w, target, what)
+    # Up front, not only when the table has files: an insert-only MERGE into an empty v3 table
+    # would otherwise append with pyiceberg's writer, which cannot make a valid v3 commit.
+    refuse_v3_write(table.metadata, what)
     mode = mor.write_mode(table, "write.merge.mode", what)
     files = _Files(w, table, target, what)
     columns = _column_types(w, target, files.base, table)

@@ -163,3 +163,27 @@ def test_bad_merges_commit_nothing(conn: Any, reader_catalog: Any, statement: st
     assert log_head(reader_catalog) == head
     assert rows(conn, "SELECT id, p, v FROM merge_bad.t ORDER BY id") == [
         {"id": 1, "p": 1, "v": 1}, {"id": 2, "p": 2, "v": 2}]
+
+
+def test_merge_into_a_v3_table_is_refused(tmp_path: Any) -> None:
+    """icefloe writes no format-v3 commits yet: even an insert-only MERGE into an empty v3
+    table is INVALID_ARGUMENT, nothing committed (v3 tables other engines write are read)."""
+    import adbc_driver_flightsql.dbapi as fsql
+    from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from tests.flight_server.web.rest_support import head_seq, rest_server, rest_url
+
+    with rest_server(tmp_path / "wh") as server:
+        rest = RestCatalog("icefloe", uri=rest_url(server))
+        rest.create_namespace("v3")
+        rest.create_table("v3.t", Schema(NestedField(1, "id", LongType(), required=False)),
+                          properties={"format-version": "3"})
+        seq = head_seq(server.warehouse)
+        with fsql.connect(server.location, autocommit=True) as c:
+            with pytest.raises(adbc_driver_manager.Error) as info:
+                update(c, "MERGE INTO v3.t USING (SELECT 1 AS id) s ON t.id = s.id WHEN NOT MATCHED THEN INSERT *")
+        assert "INVALID_ARGUMENT" in str(info.value)
+        assert "MERGE INTO v3.t: the table is Iceberg format v3" in str(info.value)
+        assert head_seq(server.warehouse) == seq
