@@ -74,7 +74,7 @@ class _Plan:
 
 
 def merge(w: Write) -> int:
-    from flight_server.sqlwrite.dml import _column_types, _Files, _load
+    from flight_server.sqlwrite.dml import _column_types, _Files, _load, _target_pin
 
     tree = w.tree
     target = table_name(tree.this, w.default_schema)
@@ -86,9 +86,10 @@ def merge(w: Write) -> int:
     # would otherwise append with pyiceberg's writer, which cannot make a valid v3 commit.
     refuse_v3_write(table.metadata, what)
     mode = mor.write_mode(table, "write.merge.mode", what)
-    files = _Files(w, table, target, what)
-    columns = _column_types(w, target, files.base, table)
+    columns = _column_types(w, target, _target_pin(table, target), table)
     plan = _plan(w, tree, target, what, columns, {f.name for f in table.schema().fields if f.required})
+    files = _Files(w, table, target, what, prune=_key_range(w, tree, plan, dict(columns),
+                                                            _target_pin(table, target)))
     result = _decide(w, files, plan, columns)
     action = result.column(2).to_numpy(zero_copy_only=False)
     changes = np.isin(action, [i for i, c in enumerate(plan.matched) if c.kind in ("update", "delete")])
@@ -137,7 +138,7 @@ def _plan(
         raise errors.InvalidArgument(f"{what}: an ON condition is required")
     types = dict(columns)
     names = [n for n, _ in columns]
-    lowered = {n.lower(): n for n in names}
+    lowered = {n.lower(): n for n in types}
     source_columns: list[str] | None = None
 
     def source_names() -> list[str]:
@@ -209,6 +210,59 @@ def _plan(
         raise errors.InvalidArgument(f"{what}: no WHEN clause")
     return _Plan(target, what, table_reference(node, view_sql(target)), qualifier, source_ref, on, matched,
                  not_matched)
+
+
+def _key_range(w: Write, tree: exp.Expression, plan: _Plan, types: dict[str, str], base: Any) -> str | None:
+    """A condition on the target's join keys that every matched target row meets (each key
+    between the least and greatest source value), so the files whose column bounds rule it out
+    are not read at all; None when the ON clause has no ``target.col = source.col`` conjunct
+    or a key is not a whole number or text on both sides. One small query over the source."""
+    from flight_server.sqlwrite.dml import _with_target
+
+    on = tree.args.get("on")
+    source = tree.args.get("using")
+    if not isinstance(on, exp.Expression) or source is None or not source.alias_or_name:
+        return None
+    target_names = {plan.target_qualifier.strip('"'), plan.target.name}
+    lowered = {n.lower(): n for n in types}
+    keys: list[tuple[str, str]] = []  # (target column, source column SQL)
+    for conjunct in on.flatten() if isinstance(on, exp.And) else [on]:
+        if not isinstance(conjunct, exp.EQ):
+            continue
+        left, right = conjunct.this, conjunct.expression
+        if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
+            continue
+        if right.table in target_names and left.table == source.alias_or_name:
+            left, right = right, left
+        if left.table in target_names and right.table == source.alias_or_name and left.name.lower() in lowered:
+            keys.append((lowered[left.name.lower()], sql_of(right)))
+    if not keys:
+        return None
+    items = ", ".join(f"min({k}), max({k})" for _, k in keys)
+    sql, pins = w.engine.plan(f"SELECT {items} FROM {plan.source_ref}", w.default_schema)
+    sql, params = bind_subset(sql, w.params)
+    bounds = w.engine.query_table(sql, _with_target(pins, base) if pins else pins, w.default_schema, params,
+                                  context=w.context).to_pylist()[0]
+    values = list(bounds.values())
+    conditions = []
+    for i, (column, _) in enumerate(keys):
+        low, high = values[2 * i], values[2 * i + 1]
+        if low is None:  # no source row has a key: NULL matches nothing, so no target row is matched
+            return "FALSE"
+        # Only where the bounds compare as the join does: whole numbers against an integer
+        # column, text against a text column (anything else is simply not pruned).
+        kind = _PRUNABLE.get(types[column])
+        if kind is None or isinstance(low, bool) or type(low) is not kind or type(high) is not kind:
+            continue
+        conditions.append(f"{quote(column)} BETWEEN {_literal(low)} AND {_literal(high)}")
+    return " AND ".join(conditions) or None
+
+
+_PRUNABLE: dict[str, type] = {"INTEGER": int, "BIGINT": int, "VARCHAR": str}
+
+
+def _literal(value: object) -> str:
+    return str(value) if isinstance(value, int) else "'" + str(value).replace("'", "''") + "'"
 
 
 def _insert_values(
