@@ -1,16 +1,18 @@
-"""SQL DELETE / UPDATE of 1% of a table: icefloe merge-on-read and copy-on-write vs DuckDB.
+"""SQL DELETE / UPDATE / MERGE of 1% of a table: icefloe merge-on-read and copy-on-write vs DuckDB.
 
 A real ``icefloe serve`` holds a fresh warehouse with two tables of ``--rows`` rows each, both
 loaded with ``--files`` INSERT ... SELECT statements (one data file each, ids in file order):
-``bench.cow`` (the default, copy-on-write) and ``bench.mor`` (``write.delete.mode`` and
-``write.update.mode`` = merge-on-read: position delete files). The same rows go into a native
-DuckDB table in this process (the baseline). Then, ``--repeat`` times each, on a fresh 1%
+``bench.cow`` (the default, copy-on-write) and ``bench.mor`` (``write.delete.mode``,
+``write.update.mode`` and ``write.merge.mode`` = merge-on-read: position delete files). The
+same rows go into a native DuckDB table in this process (the baseline). Then, ``--repeat`` times each, on a fresh 1%
 slice every time, the same statement runs on all three:
 
 - ``delete clustered``: ``DELETE ... WHERE id BETWEEN a AND b`` (1% of ids: one or two files);
 - ``update clustered``: ``UPDATE ... SET v = v + 1, s = 'updated' WHERE id BETWEEN a AND b``;
 - ``delete scattered``: ``DELETE ... WHERE id % 100 = r`` (1% of the rows of every file);
-- ``update scattered``: ``UPDATE ... SET v = v + 1 WHERE id % 100 = r`` (same, an UPDATE).
+- ``update scattered``: ``UPDATE ... SET v = v + 1 WHERE id % 100 = r`` (same, an UPDATE);
+- ``merge clustered``: ``MERGE`` of 1% of the ids, half of them in the table (updated), half
+  new (inserted); ``write.merge.mode`` as the table's other modes.
 
 icefloe's time is the client's round trip (ADBC ``execute_update``: plan, scan, write,
 fsync'd commit); DuckDB's is ``con.execute`` on its in-memory table. Per run: median times,
@@ -68,6 +70,14 @@ def statements(kind: str, rows: int, rep: int) -> str:
         return f"DELETE FROM bench.t WHERE id % 100 = {rep}"
     if kind == "update scattered":
         return f"UPDATE bench.t SET v = v + 1 WHERE id % 100 = {50 + rep}"
+    if kind == "merge clustered":
+        # Half of the source matches the table's last ids (updated), half is new (inserted).
+        # Values of the column's own scale: DuckDB's v is DECIMAL(., 1) and would round others.
+        half = max(1, one_pct // 2)
+        first = rows - (rep + 1) * half
+        return (f"MERGE INTO bench.t AS tgt USING (SELECT range AS id, range * 1.5 AS v FROM range({first}, "
+                f"{first + one_pct})) s ON tgt.id = s.id WHEN MATCHED THEN UPDATE SET v = s.v "
+                "WHEN NOT MATCHED THEN INSERT VALUES (s.id, 0, s.v, 'merged')")
     # Clustered slices step through the table so each repetition hits rows still present:
     # deletes in the first half of the ids, updates in the second.
     start = ((rep * 7 + 3) % 45 + (50 if kind.startswith("update") else 0)) * one_pct
@@ -77,7 +87,7 @@ def statements(kind: str, rows: int, rep: int) -> str:
     return f"UPDATE bench.t SET v = v + 1, s = 'updated' WHERE {where}"
 
 
-KINDS = ("delete clustered", "update clustered", "delete scattered", "update scattered")
+KINDS = ("delete clustered", "update clustered", "delete scattered", "update scattered", "merge clustered")
 TABLES = ("mor", "cow")
 
 
@@ -97,7 +107,7 @@ def one_run(rows: int, files: int, repeat: int) -> dict[str, Any]:
                     execute_update(conn, f"INSERT INTO bench.{table} SELECT {COLUMNS} FROM range({f * per_file}, "
                                          f"{(f + 1) * per_file})")
             execute_update(conn, "ALTER TABLE bench.mor SET ('write.delete.mode' = 'merge-on-read', "
-                                 "'write.update.mode' = 'merge-on-read')")
+                                 "'write.update.mode' = 'merge-on-read', 'write.merge.mode' = 'merge-on-read')")
             result["table_bytes"] = int(last_summary(conn, "cow")["total-files-size"])
             for table in TABLES:  # warm every side alike (file footers, DuckDB's buffers)
                 _scan(conn, table)

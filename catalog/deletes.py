@@ -23,6 +23,9 @@ This module has no Flight or DuckDB import: the catalog's compaction uses it as 
 from __future__ import annotations
 
 import logging
+import os
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -72,9 +75,25 @@ def v3_fields(delete_file: DataFile) -> tuple[str | None, int | None, int | None
     return None, None, None
 
 
+# (manifest path, sequence numbers) -> its live entries. A manifest file never changes once
+# written, and every row-level write re-plans the table: without this, each statement read
+# every delete manifest of the table again (a fixed cost growing with the table's history).
+_DELETE_MANIFESTS: LockedLRU[tuple[str, int, int], list[ManifestEntry]] = LockedLRU(1024)
+
+
 def read_delete_manifest(io: FileIO, manifest: ManifestFile) -> list[ManifestEntry]:
     """Live entries of a delete manifest, read with the v3 schema (keeps the deletion vector
-    fields; a v2 manifest simply lacks them)."""
+    fields; a v2 manifest simply lacks them). Callers must not change the entries (cached)."""
+    key = (manifest.manifest_path, int(manifest.sequence_number or 0), int(manifest.min_sequence_number or 0))
+    cached = _DELETE_MANIFESTS.get(key)
+    if cached is not None:
+        return cached
+    entries = _read_delete_manifest(io, manifest)
+    _DELETE_MANIFESTS.put(key, entries)
+    return entries
+
+
+def _read_delete_manifest(io: FileIO, manifest: ManifestFile) -> list[ManifestEntry]:
     with AvroFile[ManifestEntry](
         io.new_input(manifest.manifest_path),
         MANIFEST_ENTRY_SCHEMAS[3],
@@ -214,14 +233,66 @@ def plan_files(
 # -- reading delete sets ----------------------------------------------------------------------
 
 
-class DeleteSets:
-    """Reads and caches delete sets: per delete file, since delete files never change."""
+DEFAULT_CACHE_BYTES = 256 << 20
+CACHE_BYTES_ENV = "ICEFLOE_DELETE_CACHE_BYTES"
 
-    def __init__(self, capacity: int = 256) -> None:
-        # position delete file path -> {data file path: sorted positions}
-        self._positions: LockedLRU[tuple[str, int | None], dict[str, np.ndarray]] = LockedLRU(capacity)
-        # equality delete file path -> keys table (columns named by field id)
-        self._keys: LockedLRU[str, pa.Table] = LockedLRU(capacity)
+
+def cache_budget() -> int:
+    """Bytes of delete sets a reader keeps cached (``ICEFLOE_DELETE_CACHE_BYTES``, default 256 MiB)."""
+    raw = os.environ.get(CACHE_BYTES_ENV, "").strip()
+    try:
+        return max(0, int(raw)) if raw else DEFAULT_CACHE_BYTES
+    except ValueError:
+        logger.warning("%s=%r is not a number of bytes; using %d", CACHE_BYTES_ENV, raw, DEFAULT_CACHE_BYTES)
+        return DEFAULT_CACHE_BYTES
+
+
+class _BudgetCache:
+    """Least-recently-used entries whose sizes add up to at most ``budget`` bytes.
+
+    A count-bounded cache of delete sets is not bounded in memory: one set can hold millions of
+    positions or keys. An entry larger than the whole budget is not kept at all (it is read
+    again when needed), so a large delete set costs memory only while a scan uses it.
+    """
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._entries: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                return None
+            self._entries.move_to_end(key)
+            return found[0]
+
+    def put(self, key: Any, value: Any, size: int) -> None:
+        if size > self.budget:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.held -= old[1]
+            self._entries[key] = (value, size)
+            self.held += size
+            while self.held > self.budget:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self.held -= dropped
+
+
+class DeleteSets:
+    """Reads and caches delete sets: per delete file, since delete files never change; the
+    cache holds at most ``budget`` bytes (``cache_budget()`` when not given)."""
+
+    def __init__(self, budget: int | None = None) -> None:
+        self._cache = _BudgetCache(cache_budget() if budget is None else budget)
+
+    @property
+    def held_bytes(self) -> int:
+        return self._cache.held
 
     def positions(self, io: FileIO, deletes: FileDeletes, data_path: str) -> np.ndarray:
         """Sorted unique deleted positions of ``data_path`` (int64)."""
@@ -233,8 +304,8 @@ class DeleteSets:
 
     def _file_positions(self, io: FileIO, delete_file: DataFile) -> dict[str, np.ndarray]:
         referenced, offset, size = v3_fields(delete_file)
-        key = (delete_file.file_path, offset)
-        cached = self._positions.get(key)
+        key = ("positions", delete_file.file_path, offset)
+        cached: dict[str, np.ndarray] | None = self._cache.get(key)
         if cached is not None:
             return cached
         confine(io, delete_file.file_path)  # delete files too: nothing outside the table's folder
@@ -252,12 +323,12 @@ class DeleteSets:
                 mask = pc.equal(encoded.indices, index)
                 values = positions.filter(mask).to_numpy(zero_copy_only=False).astype(np.int64)
                 result[str(path)] = np.unique(values)
-        self._positions.put(key, result)
+        self._cache.put(key, result, sum(int(a.nbytes) + len(p) for p, a in result.items()))
         return result
 
     def equality_keys(self, io: FileIO, delete_file: DataFile) -> pa.Table:
         """The delete rows' key columns, named ``str(field_id)``."""
-        cached = self._keys.get(delete_file.file_path)
+        cached: pa.Table | None = self._cache.get(("keys", delete_file.file_path))
         if cached is not None:
             return cached
         confine(io, delete_file.file_path)
@@ -272,7 +343,7 @@ class DeleteSets:
                 raise ValueError(f"equality delete file lacks field ids {missing}")
             table = parquet.read(columns=[by_id[i] for i in ids])
         table = table.rename_columns([str(i) for i in ids])
-        self._keys.put(delete_file.file_path, table)
+        self._cache.put(("keys", delete_file.file_path), table, int(table.nbytes))
         return table
 
 
@@ -451,24 +522,16 @@ def _with_positions(
 ) -> Iterator[pa.RecordBatch]:
     # The positions are those of the file as written, so they are attached before the deletes
     # mask rows out: the batches are read with a position column that the mask then filters.
-    meta = pq.read_metadata(path, filesystem=filesystem)
-    starts = np.concatenate([[0], np.cumsum([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])])
-    groups = range(meta.num_row_groups) if row_groups is None else sorted(row_groups)
     needed = list(dict.fromkeys([*stored, *sorted(deletes.columns_needed(names) - set(stored))]))
-    for group in groups:
-        position = int(starts[group])
-        fragment = fragment_format.make_fragment(path, filesystem=filesystem, row_groups=[group])
-        scanner = ds.Scanner.from_fragment(fragment, schema=schema.remove(schema.get_field_index(position_column)),
-                                           columns=needed, batch_size=batch_size, use_threads=True)
-        for batch in scanner.to_batches():
-            n = batch.num_rows
-            mask = deletes.keep(batch, position, names)
-            batch = batch.append_column(position_column, pa.array(np.arange(position, position + n, dtype=np.int64)))
-            position += n
-            if mask is not None:
-                batch = batch.filter(pa.array(mask))
-            if batch.num_rows:
-                yield batch.select(columns)
+    read_schema = schema.remove(schema.get_field_index(position_column))
+    for position, batch in _group_batches(path, filesystem, read_schema, needed, row_groups, batch_size):
+        n = batch.num_rows
+        mask = deletes.keep(batch, position, names)
+        batch = batch.append_column(position_column, pa.array(np.arange(position, position + n, dtype=np.int64)))
+        if mask is not None:
+            batch = batch.filter(pa.array(mask))
+        if batch.num_rows:
+            yield batch.select(columns)
 
 
 def _read_with_deletes(
@@ -477,18 +540,44 @@ def _read_with_deletes(
     batch_size: int = 131_072,
 ) -> Iterator[pa.RecordBatch]:
     needed = list(dict.fromkeys([*columns, *sorted(deletes.columns_needed(names) - set(columns))]))
-    meta = pq.read_metadata(path, filesystem=filesystem)
-    starts = np.concatenate([[0], np.cumsum([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])])
-    groups = range(meta.num_row_groups) if row_groups is None else sorted(row_groups)
-    for group in groups:
-        position = int(starts[group])
-        fragment = fragment_format.make_fragment(path, filesystem=filesystem, row_groups=[group])
-        scanner = ds.Scanner.from_fragment(fragment, schema=schema, columns=needed, batch_size=batch_size,
-                                           use_threads=True)
-        for batch in scanner.to_batches():
-            mask = deletes.keep(batch, position, names)
-            position += batch.num_rows
-            if mask is not None:
-                batch = batch.filter(pa.array(mask))
-            if batch.num_rows:
-                yield batch.select(columns) if len(needed) != len(columns) else batch
+    for position, batch in _group_batches(path, filesystem, schema, needed, row_groups, batch_size):
+        mask = deletes.keep(batch, position, names)
+        if mask is not None:
+            batch = batch.filter(pa.array(mask))
+        if batch.num_rows:
+            yield batch.select(columns) if len(needed) != len(columns) else batch
+
+
+def _group_batches(
+    path: str, filesystem: pafs.FileSystem, schema: pa.Schema, needed: list[str], row_groups: Iterable[int] | None,
+    batch_size: int,
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(position in the file of its first row, batch of ``needed`` as ``schema`` types them),
+    read synchronously on the calling thread.
+
+    Not through a dataset scanner: these generators run on threads of Arrow's own pools (DuckDB
+    pulls the outer ``Scanner.from_batches`` through a background generator), and a nested scan
+    waits for threads of those pools. With as many files read at once as a pool has threads
+    (a join over a table of many files), every thread waited on the others for ever.
+    """
+    with filesystem.open_input_file(path) as stream:
+        parquet = pq.ParquetFile(stream, pre_buffer=False)
+        meta = parquet.metadata
+        starts = np.concatenate([[0], np.cumsum([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])])
+        groups = range(meta.num_row_groups) if row_groups is None else sorted(row_groups)
+        present = set(parquet.schema_arrow.names)
+        stored = [c for c in needed if c in present]
+        target = pa.schema([schema.field(c) for c in needed])
+        for group in groups:
+            position = int(starts[group])
+            for raw in parquet.iter_batches(batch_size=batch_size, row_groups=[group], columns=stored,
+                                            use_threads=False):
+                arrays = []
+                for field in target:
+                    if field.name in present:
+                        column = raw.column(field.name)
+                        arrays.append(column if column.type == field.type else column.cast(field.type))
+                    else:
+                        arrays.append(pa.nulls(raw.num_rows, field.type))
+                yield position, pa.RecordBatch.from_arrays(arrays, schema=target)
+                position += raw.num_rows

@@ -186,7 +186,7 @@ def _rewrite_with_deletes(table: Table, base: Any, chosen: list[PlannedFile]) ->
     """Rewrite ``chosen`` files with their deletes applied (set-wise, ``catalog.deletes``)."""
     schema = table.schema()
     target = schema.as_arrow()
-    sets = DeleteSets(64)
+    sets = DeleteSets()
     for p in chosen:
         confine(table.io, p.data_file.file_path)
     writer = DataFileWriter(table.metadata, table.io, target)

@@ -28,6 +28,10 @@ SERVER_VARIABLES = {
                                            "`bench_ops_overhead`); default `on`."),
     "ICEFLOE_EXPIRY_PERIOD_S": ("`serve`", "Seconds between background snapshot-expiry passes (default 30)."),
     "ICEFLOE_SWEEP_PERIOD_S": ("`serve`", "Seconds between background orphan sweeps (default 900)."),
+    "ICEFLOE_DELETE_CACHE_BYTES": ("`serve`", "Bytes of decoded delete sets (position and equality deletes) kept "
+                                              "between reads (default 256 MiB); a larger set is used once and dropped."),
+    "ICEFLOE_S3_REQUEST_TIMEOUT": ("`serve`", "Seconds one S3 request may take (default 60); an object's upload "
+                                              "fails UNAVAILABLE after four of them."),
     "ICEFLOE_SERVER": ("`maintain`, `login`", "Old spelling of `ICEFLOE_URI`; still read, with a warning."),
     "ICEFLOE_LOCATION": ("`subscribe`", "Old spelling of `ICEFLOE_URI`; still read, with a warning."),
 }

@@ -186,14 +186,18 @@ class IcebergSources:
 
     def file_parts(
         self, table: Table, paths: list[str], schema: Schema, snapshot_id: int | None = None,
-        positions: bool = False,
+        positions: bool = False, known_deletes: dict[str, FileDeletes] | None = None,
     ) -> list[SourcePart]:
         """One part per data file, tagged with its index in ``paths`` as ``__icefloe_file``
         (SQL DELETE / UPDATE: which files the predicate touches); the deletes that apply to a
         file at ``snapshot_id`` are applied. ``positions``: also a column ``__icefloe_pos``, each
         row's position in its file (a merge-on-read DELETE / UPDATE deletes rows by position;
-        every file is then read through the position-counting ``DeletedDataset``)."""
-        deletes = self.file_deletes(table, snapshot_id) if snapshot_id is not None else {}
+        every file is then read through the position-counting ``DeletedDataset``). ``known_deletes``:
+        the deletes of ``paths`` as the caller planned them (saves planning the snapshot again)."""
+        if known_deletes is not None:
+            deletes = known_deletes
+        else:
+            deletes = self.file_deletes(table, snapshot_id) if snapshot_id is not None else {}
         arrow_schema = schema_to_pyarrow(schema, include_field_ids=False)
         arrow_schema = pa.schema([f.with_type(small_types(f.type)) for f in arrow_schema])
         names = ", ".join(quote(f.name) for f in schema.fields)

@@ -26,7 +26,7 @@ from catalog.deletes import DeleteSets, FileDeletes, PlannedFile, bind, file_bat
 from flight_server.engine.iceberg_source import empty_table
 from flight_server.feed.rows import RowsUnavailable
 
-_SETS = DeleteSets(64)
+_SETS = DeleteSets()
 
 
 def commit_row_changes(

@@ -40,6 +40,7 @@ from flight_server.sqlwrite.commit import commit_once
 from flight_server.sqlwrite.parse import TableName, bind_subset, sql_of, table_name, table_reference
 from flight_server.sqlwrite.rows import arrow_schema, conform, conform_batch, input_names
 from flight_server.sqlwrite.target_files import TAG, TargetFiles, target_pin, view_sql, with_target
+from flight_server.sqlwrite.types import exact_duckdb_type
 
 if TYPE_CHECKING:
     from flight_server.sqlwrite.write import Write
@@ -60,7 +61,16 @@ def _refuse(tree: exp.Expression, what: str, *args: str) -> None:
             raise errors.Unimplemented(f"{what}: {arg.upper()} is not supported")
 
 
-def _column_types(w: Write, target: TableName, pin: PinnedTable) -> list[tuple[str, str]]:
+def _column_types(w: Write, target: TableName, pin: PinnedTable, table: Any = None) -> list[tuple[str, str]]:
+    """(name, DuckDB type) of the target's columns as its view has them at ``pin``.
+
+    From the table's schema when every type maps exactly (no query: asking the view plans the
+    snapshot's files, a fixed cost of every statement); otherwise from the view itself."""
+    if table is not None:
+        schema = table.schemas().get(pin.schema_id) or table.schema()
+        types = [(f.name, exact_duckdb_type(f.field_type)) for f in schema.fields]
+        if all(t is not None for _, t in types):
+            return [(n, str(t)) for n, t in types]
     return w.engine.column_types(f"SELECT * FROM {view_sql(target)}", [pin], None)
 
 
@@ -81,7 +91,7 @@ def insert(w: Write) -> int:
     pins = with_target(pins, base)
     source_sql, source_params = bind_subset(sql, w.params)
     sources = w.engine.column_types(source_sql, pins, w.default_schema, source_params)
-    columns = _column_types(w, target, base)
+    columns = _column_types(w, target, base, table)
     mapping = _insert_mapping(tree, what, [n for n, _ in sources], [n for n, _ in columns])
     required = {f.name for f in table.schema().fields if f.required}
     # Each source column is named after the target column it fills, so that a failed cast
@@ -269,7 +279,7 @@ def update(w: Write) -> int:
     ref = table_reference(tree.this, view_sql(target))
     if mor.write_mode(table, "write.update.mode", what) == mor.MERGE_ON_READ:
         files = TargetFiles(w, table, target, what, prune=cond)
-        types = dict(_column_types(w, target, files.base))
+        types = dict(_column_types(w, target, files.base, table))
         new_values = [f"CAST(({assignments[n]}) AS {types[n]}) AS {quote(n)}" if n in assignments else quote(n)
                       for n in names]
         return mor.update(w, files, target.qualified, ref, cond, new_values, names, what)
@@ -278,7 +288,7 @@ def update(w: Write) -> int:
     total = sum(selected.values())
     if total == 0:
         return 0
-    types = dict(_column_types(w, target, files.base))
+    types = dict(_column_types(w, target, files.base, table))
     select = []
     for name in names:
         col = quote(name)

@@ -1,8 +1,8 @@
 """Merge-on-read DELETE and UPDATE: position delete files instead of rewritten data files.
 
 Which mode a statement uses is the table's Iceberg property (``write.delete.mode`` for
-DELETE, ``write.update.mode`` for UPDATE; ``write.merge.mode`` would be MERGE's, which the SQL
-writer does not support): ``copy-on-write`` (the default, ``dml``) or ``merge-on-read`` (here).
+DELETE, ``write.update.mode`` for UPDATE, ``write.merge.mode`` for MERGE, see ``merge``):
+``copy-on-write`` (the default, ``dml``) or ``merge-on-read`` (here).
 
 The rows to delete are found in one DuckDB query over the target at the base snapshot, each
 data file read through its own source with two extra columns, ``__icefloe_file`` (the file's
@@ -85,7 +85,7 @@ def _positions(w: Write, files: TargetFiles, ref: str, cond: str | None, extra: 
     files.pins = with_target(pins, files.base)
     sql, params = bind_subset(sql, w.params)
     return w.engine.query_table(sql, files.pins, w.default_schema, params, context=w.context,
-                                file_tags=files.tags, file_positions=True)
+                                file_tags=files.tags, file_positions=True, file_deletes=files.deletes)
 
 
 def _grouped(hits: pa.Table) -> tuple[list[int], list[np.ndarray]]:
@@ -98,10 +98,12 @@ def _grouped(hits: pa.Table) -> tuple[list[int], list[np.ndarray]]:
     return [int(t) for t in uniq], np.split(pos, starts[1:])
 
 
-def _commit(
+def commit_changes(
     w: Write, files: TargetFiles, target_name: str, operation: str, hits: pa.Table, rows: pa.Table | None,
     counts: tuple[int, int],
 ) -> None:
+    """One row-delta snapshot: the rows ``hits`` names (file index, position) deleted by
+    position delete files, ``rows`` (if any) appended; ``counts``: rows truly (added, deleted)."""
     table = files.table
     indexes, positions = _grouped(hits)
     commit_uuid = uuid.uuid4()
@@ -158,7 +160,7 @@ def delete(w: Write, files: TargetFiles, target_name: str, ref: str, cond: str |
     hits = _positions(w, files, ref, cond)
     if hits.num_rows == 0:
         return 0
-    _commit(w, files, target_name, "delete", hits, None, (0, hits.num_rows))
+    commit_changes(w, files, target_name, "delete", hits, None, (0, hits.num_rows))
     return int(hits.num_rows)
 
 
@@ -172,5 +174,5 @@ def update(w: Write, files: TargetFiles, target_name: str, ref: str, cond: str |
     if hits.num_rows == 0:
         return 0
     new_rows = conform(hits.select(list(range(2, hits.num_columns))), files.table.schema(), names, what)
-    _commit(w, files, target_name, "overwrite", hits.select([0, 1]), new_rows, (hits.num_rows, hits.num_rows))
+    commit_changes(w, files, target_name, "overwrite", hits.select([0, 1]), new_rows, (hits.num_rows, hits.num_rows))
     return int(hits.num_rows)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from catalog.deletes import plan_files
+from catalog.deletes import FileDeletes, plan_files
 from catalog.sandbox import confine
 from catalog.v3 import refuse_v3_write
 from flight_server.engine import CATALOG_NAME, PinnedTable
@@ -47,6 +47,9 @@ class TargetFiles:
         # Files with row-level deletes (written by other engines): their reads apply the
         # deletes (engine.deletes), and their visible row count is not their record count.
         self.with_deletes: set[int] = set()
+        # Data file path -> its deletes, handed to the engine's reads of these files (which
+        # would otherwise plan the snapshot once more).
+        self.deletes: dict[str, FileDeletes] = {}
         if self.base.snapshot_id is not None:
             refuse_v3_write(table.metadata, what)
             # ``prune`` (a WHERE condition): leave out files whose column bounds rule it out.
@@ -54,7 +57,10 @@ class TargetFiles:
             for planned in plan_files(table.metadata, table.io, self.base.snapshot_id, found):
                 confine(table.io, planned.data_file.file_path)
                 if planned.deletes:
+                    for delete_file in planned.deletes.files():
+                        confine(table.io, delete_file.file_path)
                     self.with_deletes.add(len(self.files))
+                    self.deletes[planned.data_file.file_path] = planned.deletes
                 self.files.append(planned.data_file)
         self.tags = {(target.namespace, target.name): [f.file_path for f in self.files]}
 
@@ -68,7 +74,7 @@ class TargetFiles:
         self.pins = with_target(pins, self.base)
         sql, params = bind_subset(sql, w.params)
         counts = w.engine.query_table(sql, self.pins, w.default_schema, params, context=w.context,
-                                      file_tags=self.tags)
+                                      file_tags=self.tags, file_deletes=self.deletes)
         return {int(k): int(n) for k, n in zip(counts.column(0).to_pylist(), counts.column(1).to_pylist(),
                                                  strict=True) if n}
 
@@ -76,7 +82,7 @@ class TargetFiles:
         sql, pins = w.engine.plan(query, w.default_schema)
         sql, params = bind_subset(sql, w.params)
         return w.engine.query_table(sql, with_target(pins, self.base), w.default_schema, params,
-                                    context=w.context, file_tags=self.tags)
+                                    context=w.context, file_tags=self.tags, file_deletes=self.deletes)
 
 
 def view_sql(target: TableName) -> str:

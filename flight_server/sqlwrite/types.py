@@ -178,3 +178,19 @@ def duckdb_type(t: IcebergType) -> str:
     if text.startswith("fixed"):
         return "BLOB"
     return _DUCKDB_NAMES.get(text, "VARCHAR")
+
+
+def exact_duckdb_type(t: IcebergType) -> str | None:
+    """``duckdb_type(t)`` when it is exactly the type the engine's view has for ``t``; None for
+    a type it only approximates (an unknown type read as text), whose view must be asked."""
+    if isinstance(t, ListType):
+        return None if exact_duckdb_type(t.element_type) is None else duckdb_type(t)
+    if isinstance(t, MapType):
+        known = exact_duckdb_type(t.key_type) is not None and exact_duckdb_type(t.value_type) is not None
+        return duckdb_type(t) if known else None
+    if isinstance(t, StructType):
+        return duckdb_type(t) if all(exact_duckdb_type(f.field_type) is not None for f in t.fields) else None
+    text = str(t)
+    if isinstance(t, DecimalType) or text.startswith("fixed") or text in _DUCKDB_NAMES:
+        return duckdb_type(t) if text != "timestamptz_ns" else None
+    return None

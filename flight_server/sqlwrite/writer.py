@@ -26,7 +26,7 @@ from pyiceberg.exceptions import CommitFailedException, ValidationException
 from sqlglot import exp
 
 from flight_server import errors
-from flight_server.sqlwrite import ddl, dml
+from flight_server.sqlwrite import ddl, dml, merge
 from flight_server.sqlwrite import views as sql_views
 from flight_server.sqlwrite.parse import parse, table_name
 from flight_server.sqlwrite.write import Write
@@ -119,12 +119,12 @@ def _named(exc: errors.IcefloeError, tree: exp.Expression, default_schema: tuple
         target = _target_name(tree, default_schema)
     except errors.IcefloeError:
         target = ""
-    verb = {"INSERT": "INSERT INTO", "DELETE": "DELETE FROM"}.get(kind, kind)
+    verb = {"INSERT": "INSERT INTO", "DELETE": "DELETE FROM", "MERGE": "MERGE INTO"}.get(kind, kind)
     return type(exc)(f"{verb} {target}: {message}" if target else f"{verb}: {message}")
 
 
 def _target_name(tree: exp.Expression, default_schema: tuple[str, ...] | None) -> str:
-    node = tree.this if isinstance(tree, (exp.Insert, exp.Delete, exp.Update)) else None
+    node = tree.this if isinstance(tree, (exp.Insert, exp.Delete, exp.Update, exp.Merge)) else None
     if isinstance(tree, exp.TruncateTable) and tree.expressions:
         node = tree.expressions[0]
     if isinstance(tree, (exp.Alter, exp.Create)) and isinstance(tree.this, (exp.Table, exp.Schema)):
@@ -133,9 +133,9 @@ def _target_name(tree: exp.Expression, default_schema: tuple[str, ...] | None) -
 
 
 def _rewritten_table(tree: exp.Expression, default_schema: tuple[str, ...] | None) -> tuple[str, ...]:
-    """The table a DELETE / UPDATE / TRUNCATE rewrites (empty for other statements)."""
+    """The table a DELETE / UPDATE / MERGE / TRUNCATE rewrites (empty for other statements)."""
     node = None
-    if isinstance(tree, (exp.Delete, exp.Update)):
+    if isinstance(tree, (exp.Delete, exp.Update, exp.Merge)):
         node = tree.this
     elif isinstance(tree, exp.TruncateTable) and len(tree.expressions) == 1:
         node = tree.expressions[0]
@@ -147,7 +147,7 @@ def _rewritten_table(tree: exp.Expression, default_schema: tuple[str, ...] | Non
 def _lineage_target(tree: exp.Expression, default_schema: tuple[str, ...] | None) -> tuple[str, ...] | None:
     """The table a write changes, for lineage (None when it names no single table)."""
     node: Any = None
-    if isinstance(tree, (exp.Insert, exp.Delete, exp.Update)):
+    if isinstance(tree, (exp.Insert, exp.Delete, exp.Update, exp.Merge)):
         node = tree.this
     elif isinstance(tree, exp.TruncateTable) and len(tree.expressions) == 1:
         node = tree.expressions[0]
@@ -177,6 +177,8 @@ def _handler(tree: exp.Expression) -> Any:
         return dml.update
     if isinstance(tree, exp.TruncateTable):
         return dml.truncate
+    if isinstance(tree, exp.Merge):
+        return merge.merge
     if isinstance(tree, exp.Create):
         kind = str(tree.args.get("kind") or "").upper()
         if kind == "SCHEMA":

@@ -135,10 +135,10 @@ def test_unknown_mode_is_invalid_argument(conn: Any, reader_catalog: Any) -> Non
     update(conn, "ALTER TABLE mor_bad.t SET ('write.delete.mode' = 'Copy-On-Write')")
     assert update(conn, "DELETE FROM mor_bad.t WHERE id = 1") == 1
     assert rows(conn, "SELECT id FROM mor_bad.t") == [{"id": 2}]
-    # MERGE is not supported by the SQL writer (so write.merge.mode has nothing to steer).
-    with pytest.raises(adbc_driver_manager.Error) as merge_error:
-        update(conn, "MERGE INTO mor_bad.t USING (SELECT 2 AS id) s ON t.id = s.id WHEN MATCHED THEN DELETE")
-    assert "MERGE statements are not supported" in str(merge_error.value)
+    # write.merge.mode likewise (MERGE: test_merge_into).
+    with pytest.raises(adbc_driver_manager.ProgrammingError) as merge_error:
+        update(conn, "ALTER TABLE mor_bad.t SET ('write.merge.mode' = 'mor')")
+    assert "write.merge.mode must be 'copy-on-write' or 'merge-on-read', not 'mor'" in str(merge_error.value)
 
 
 def test_modes_set_by_other_clients_are_checked_at_write_time(tmp_path: Path) -> None:

@@ -5,8 +5,8 @@ field id), Iceberg's sequence-number rule (a key appended after the delete survi
 the commit log, change scans, the embedded API; and a randomized sequence of appends, deletes
 and updates checked against a DuckDB table at every snapshot (time travel included).
 
-Equality deletes are written with pyarrow + pyiceberg's manifest writer (tests/row_deletes_support),
-not Iceberg's Java library: Maven's iceberg-data is not built here."""
+Equality deletes are written here with pyarrow + pyiceberg's manifest writer
+(tests/row_deletes_support); test_java_equality_deletes has Iceberg's own Java writer."""
 
 from __future__ import annotations
 

@@ -285,3 +285,30 @@ def test_merge_on_read_on_v3_is_refused(spark: Any, server: ServerProcess) -> No
             sql(server.location, statement)
         assert "format v3" in str(error.value) and "INVALID_ARGUMENT" in str(error.value).upper()
     assert head_seq(server.warehouse) == seq
+
+
+@pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])
+def test_icefloe_merge_equals_sparks(spark: Any, server: ServerProcess, mode: str) -> None:
+    """The same MERGE run by Spark on one table and by icefloe (SQL over Flight) on a twin:
+    both engines read both tables alike (icefloe's MERGE files are valid for Spark)."""
+    suffix = mode.split("-")[0]
+    for owner in ("spark", "ours"):
+        spark.sql(f"CREATE TABLE ice.mor.m_{owner}_{suffix} (id bigint, p int, name string) USING iceberg "
+                  f"PARTITIONED BY (p) TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='{mode}')")
+        spark.sql(f"INSERT INTO ice.mor.m_{owner}_{suffix} SELECT id, CAST(id % 3 AS INT), CAST(id AS STRING) "
+                  "FROM range(0, 600)")
+    merge = ("MERGE INTO {t} t USING (SELECT id, CAST(id % 3 AS INT) AS p, 'm' AS name FROM range(500, 700)) s "
+             "ON t.id = s.id WHEN MATCHED AND t.id % 4 = 0 THEN DELETE "
+             "WHEN MATCHED THEN UPDATE SET name = concat(t.name, s.name) "
+             "WHEN NOT MATCHED AND s.id % 2 = 0 THEN INSERT *")
+    spark.sql(merge.format(t=f"ice.mor.m_spark_{suffix}"))
+    sql(server.location, merge.format(t=f"mor.m_ours_{suffix}").replace("range(500, 700)",
+                                                                     "range(500, 700) r(id)"))
+    query = "SELECT id, p, name FROM {t} ORDER BY id"
+    want = [tuple(r) for r in spark.sql(query.format(t=f"ice.mor.m_spark_{suffix}")).collect()]
+    spark.sql(f"REFRESH TABLE ice.mor.m_ours_{suffix}")
+    assert [tuple(r) for r in spark.sql(query.format(t=f"ice.mor.m_ours_{suffix}")).collect()] == want
+    for owner in ("spark", "ours"):
+        got = sql(server.location, query.format(t=f"mor.m_{owner}_{suffix}")).to_pylist()
+        assert [(r["id"], r["p"], r["name"]) for r in got] == want, owner
+    assert len(want) == 600 - 25 + 50
