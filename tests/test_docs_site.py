@@ -144,3 +144,13 @@ def test_scripts_bench_report_prints_the_table() -> None:
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout == run_records.report(), result.stdout
+
+
+def test_the_docs_send_no_reader_outside_the_repository() -> None:
+    """A clone has no ../shared/ folder and no DESIGN.md: the contracts users rely on live in
+    docs/ (contracts.md), so no page may send a reader to files outside the repository."""
+    pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    offenders = [f"{page.relative_to(ROOT)}:{n}" for page in pages
+                 for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+                 if "DESIGN.md" in line or "../shared" in line]
+    assert not offenders, f"pages pointing outside the repository: {offenders}"
