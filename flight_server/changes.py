@@ -66,6 +66,7 @@ from flight_server.feed.rows import (
     output_schema,
     snapshot_operation,
 )
+from flight_server.message_size import bounded_stream
 from flight_server.security.handles import HandleSigner
 
 logger = logging.getLogger("icefloe.changes")
@@ -221,7 +222,7 @@ class ChangeScanService:
     def do_get(self, sealed: bytes) -> flight.RecordBatchStream:
         assert self._signer is not None, "a service that reads tickets has a signer"
         request = ChangeRequest.parse(self._signer.open(PURPOSE, sealed, "change scan ticket"))
-        return flight.RecordBatchStream(self.read(request))
+        return bounded_stream(self.read(request))
 
     def read(self, request: ChangeRequest) -> pa.RecordBatchReader:
         """The rows of a change scan (only part k of n with ``request.split``), streamed.

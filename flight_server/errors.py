@@ -116,6 +116,15 @@ _ARROW_STATUS: dict[str, type[Exception]] = {
 _APPROXIMATED = {"ALREADY_EXISTS", "OUT_OF_RANGE", "FAILED_PRECONDITION", "ABORTED", "RESOURCE_EXHAUSTED"}
 
 _CLEAN_ATTR = "_icefloe_clean"
+# What a clean "detail" names for an Arrow status class: the gRPC code, never the Arrow class
+# (ArrowKeyError's "KeyError" read to clients as a server bug, not as "no such snapshot").
+_DETAIL_OF_ARROW = {pa.ArrowKeyError: "NOT_FOUND", pa.ArrowInvalid: "INVALID_ARGUMENT",
+                    pa.ArrowNotImplementedError: "UNIMPLEMENTED"}
+
+
+def _detail_name(code: str) -> str:
+    """``NOT_FOUND`` as ``NotFound``: the name a clean traceback "detail" shows."""
+    return "".join(part.capitalize() for part in code.split("_"))
 
 
 def clean_copy(exc: BaseException, message: str) -> BaseException:
@@ -126,7 +135,8 @@ def clean_copy(exc: BaseException, message: str) -> BaseException:
         copy = type(exc)(message)
     except Exception:  # an exception type with another constructor: keep the original
         return exc
-    setattr(copy, _CLEAN_ATTR, True)
+    code = next((c for cls, c in _DETAIL_OF_ARROW.items() if isinstance(copy, cls)), None)
+    setattr(copy, _CLEAN_ATTR, _detail_name(code) if code else type(copy).__name__.removeprefix("Arrow"))
     return copy
 
 
@@ -157,7 +167,7 @@ def to_flight_error(exc: BaseException) -> BaseException:
         return flight_error
     arrow_cls = _ARROW_STATUS.get(code, pa.ArrowInvalid)
     mapped: BaseException = arrow_cls(message)
-    setattr(mapped, _CLEAN_ATTR, True)
+    setattr(mapped, _CLEAN_ATTR, _detail_name(code))
     return mapped
 
 
@@ -262,8 +272,9 @@ def install_clean_tracebacks() -> None:
 
     def format_exception(exc: Any, *args: Any, **kwargs: Any) -> list[str]:
         value = exc if isinstance(exc, BaseException) else (args[0] if args else None)
-        if value is not None and getattr(value, _CLEAN_ATTR, False):
-            return [type(value).__name__.removeprefix("Arrow")]
+        detail = getattr(value, _CLEAN_ATTR, None) if value is not None else None
+        if detail:
+            return [str(detail)]
         return original(exc, *args, **kwargs)
 
     traceback.format_exception = format_exception

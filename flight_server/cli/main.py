@@ -152,15 +152,17 @@ def serve(**options: object) -> None:
 @main.command("rotate-key")
 @click.option("--warehouse", envvar="ICEFLOE_WAREHOUSE", default="./warehouse", show_default=True,
               help="Folder of the signing key file: the warehouse, or the --catalog-path folder of an s3:// warehouse.")
+@click.option("--catalog-path", envvar="ICEFLOE_CATALOG_PATH", default=None,
+              help="The catalog folder of an s3:// warehouse (its key file is there).")
 @click.option("--keep", default=1, show_default=True, type=click.IntRange(min=0),
               help="Old keys that still verify tokens and handles already given out.")
-def rotate_key(warehouse: str, keep: int) -> None:
+def rotate_key(warehouse: str, catalog_path: str | None, keep: int) -> None:
     """Make a new signing key for bearer tokens and handles; restart the servers to use it."""
     from flight_server.security.tokens import rotate_key as rotate
     from flight_server.security.users import SecurityConfigError
 
     try:
-        click.echo(f"new signing key in {rotate(warehouse, keep)}; restart the servers of this warehouse")
+        click.echo(f"new signing key in {rotate(warehouse, keep, catalog_path)}; restart the servers of this warehouse")
     except SecurityConfigError as exc:
         raise click.ClickException(str(exc)) from None
 

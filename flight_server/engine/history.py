@@ -132,7 +132,9 @@ def _resolve(cur: duckdb.DuckDBPyConnection, table: Table, qualified: str, unit:
         except duckdb.Error as exc:
             raise errors.InvalidArgument(f"AT (VERSION => ...) of {qualified}: {messages.clean(exc)}") from None
         snapshot_id = row[0] if row else None
-        snapshot = table.metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
+        if snapshot_id is None:
+            raise errors.InvalidArgument(f"AT (VERSION => ...) of {qualified} is NULL")
+        snapshot = table.metadata.snapshot_by_id(snapshot_id)
         if snapshot is None:
             raise errors.NotFound(f"table {qualified} has no snapshot {snapshot_id}")
         return snapshot

@@ -23,6 +23,7 @@ from flight_server import errors
 from flight_server.feed.events import metadata_message
 from flight_server.feed.fanout import FanOut
 from flight_server.feed.request import FeedRequest
+from flight_server.message_size import sliced
 from flight_server.observability.metrics import Metrics
 
 logger = logging.getLogger("icefloe.feed")
@@ -87,10 +88,15 @@ class FeedStream:
             if self._schema is None:
                 self.writer.begin(batch.schema)
                 self._schema = batch.schema
+            # Cut to sizes a gRPC client accepts; the metadata (a commit's completion) goes
+            # with the last piece, so it still follows every row it describes.
+            pieces = list(sliced(batch))
+            for piece in pieces[:-1]:
+                self.writer.write_batch(piece)
             if metadata is None:
-                self.writer.write_batch(batch)
+                self.writer.write_batch(pieces[-1])
             else:
-                self.writer.write_with_metadata(batch, metadata)
+                self.writer.write_with_metadata(pieces[-1], metadata)
         except (flight.FlightError, pa.ArrowException) as exc:
             raise ClientGone(str(exc)) from None
 

@@ -38,6 +38,7 @@ from flight_server.flightsql.sessions import SessionStore
 from flight_server.flightsql.statement_handler import WRITE_RESULT_SCHEMA, StatementHandler
 from flight_server.flightsql.statements import MAX_HANDLE_BYTES, HandleCodec, read_parameters
 from flight_server.flightsql.transaction_handler import TransactionHandler, transactional_ingest
+from flight_server.message_size import bounded_stream
 from flight_server.observability.querylog import QueryLog
 from flight_server.security import roles
 from flight_server.security.authorizer import Authorizer
@@ -195,7 +196,7 @@ class FlightSqlService:
             return self.calls.do_get(sealed)
         if sealed.startswith(b"icefloe." + HandleCodec.METADATA.encode()):
             inner = self._command(self.handles.open_metadata(sealed))
-            return flight.RecordBatchStream(self.metadata.table(context, inner))
+            return bounded_stream(self.metadata.table(context, inner))
         return self.statements.do_get(context, sealed, principal, started)
 
     # -- DoPut -------------------------------------------------------------------------------

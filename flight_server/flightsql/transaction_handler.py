@@ -171,6 +171,7 @@ def transactional_ingest(appends: AppendService, context: flight.ServerCallConte
     the transaction, run at once (None: not handled here) when it was the driver's implicit one
     (as DDL statements are, see ``is_data_change``)."""
     from catalog.context import commit_context
+    from catalog.v3 import refuse_v3_write
     from flight_server.flightsql.ingest import ingest_mode
     from flight_server.sqlwrite.commit import commit_once
     from flight_server.sqlwrite.rows import conform
@@ -191,6 +192,9 @@ def transactional_ingest(appends: AppendService, context: flight.ServerCallConte
     table = catalog.load_table(identifier)
     data = pa.Table.from_batches(list(read_batches(reader, context, appends.stopping)), schema=reader.schema)
     what = f"ingest into {'.'.join(identifier)}"
+    # As outside a transaction (catalog.append): pyiceberg cannot write v3 manifests, whose
+    # ValueError at commit was an INTERNAL error.
+    refuse_v3_write(table.metadata, what)
     names = [f.name for f in table.schema().fields]
     missing = [n for n in names if n not in data.column_names]
     if missing or len(data.column_names) != len(names):

@@ -373,7 +373,7 @@ def build_security(config: Config) -> Security:
     auth = None
     if config.users_file:
         users = load_users(config.users_file)
-        keys, key_file = load_or_create_keys(config.warehouse)
+        keys, key_file = load_or_create_keys(config.key_folder)
         signer = TokenSigner(keys[0], config.token_ttl_s, old_keys=keys[1:])
         auth = AuthMiddlewareFactory(users, signer, CallLimiter(config.max_calls_per_user))
         kwargs["auth_handler"] = HandshakeHandler()

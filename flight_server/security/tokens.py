@@ -185,15 +185,25 @@ def _read_keys(path: Path) -> list[bytes]:
     return keys
 
 
-def rotate_key(warehouse: str, keep: int = 1) -> str:
+def rotate_key(warehouse: str, keep: int = 1, catalog_path: str | None = None) -> str:
     """Make a new current signing key; keep the ``keep`` newest old keys for verification.
+
+    The key file is in the warehouse folder, or, for an object-store warehouse, in its
+    ``catalog_path`` folder (where the servers of that catalog read it: ``Config.key_folder``).
 
     Servers read the keys when they start: restart them (one at a time) after a rotation.
     Returns the key file's path.
     """
     if "://" in warehouse and not warehouse.startswith("file://"):
-        raise SecurityConfigError("an s3:// warehouse has no key file to rotate (its keys are per process)")
+        if catalog_path is None:
+            raise SecurityConfigError(
+                "an s3:// warehouse keeps its signing keys in its catalog folder: "
+                "pass the servers' --catalog-path (ICEFLOE_CATALOG_PATH)"
+            )
+        warehouse = catalog_path
     folder = Path(warehouse.removeprefix("file://"))
+    if not folder.is_dir():
+        raise SecurityConfigError(f"{folder} is not a folder: pass the warehouse (or --catalog-path) the servers use")
     path = folder / KEY_FILE_NAME
     old = _read_keys(path) if path.exists() else []
     lines = [secrets.token_hex(32)] + [k.hex() for k in old[: max(keep, 0)]]

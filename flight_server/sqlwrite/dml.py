@@ -31,6 +31,7 @@ from sqlglot import exp
 
 from catalog.arrow_types import to_plain
 from catalog.context import commit_context
+from catalog.v3 import refuse_v3_write
 from flight_server import errors
 from flight_server.engine import PinnedTable
 from flight_server.engine.iceberg_source import quote
@@ -49,10 +50,14 @@ if TYPE_CHECKING:
 
 def _load(w: Write, target: TableName, what: str) -> Any:
     try:
-        return w.catalog.load_table(target.identifier)
+        table = w.catalog.load_table(target.identifier)
     except (NoSuchTableError, NoSuchNamespaceError):
         hint = table_hint(w.catalog, target.namespace, target.name)
         raise errors.NotFound(f"{what}: table {target.qualified} does not exist{hint}") from None
+    # Every write, up front: an empty v3 table has no target files to refuse on, and inside a
+    # transaction an INSERT's rows reached pyiceberg's manifest writer (a ValueError: INTERNAL).
+    refuse_v3_write(table.metadata, what)
+    return table
 
 
 def _refuse(tree: exp.Expression, what: str, *args: str) -> None:
