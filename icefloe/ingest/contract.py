@@ -31,6 +31,7 @@ cursor, a log sequence number). They must be JSON-safe text; the runner stores t
 from __future__ import annotations
 
 import enum
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -182,6 +183,23 @@ class Health:
     state: State
     message: str = ""
     pending: int | None = None
+
+
+class ReportedHealth:
+    """A connector's latest ``Health``: set by the thread that reads the source, read by the
+    runner's status and metrics."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._health = Health(State.STARTING)
+
+    def get(self) -> Health:
+        with self._lock:
+            return self._health
+
+    def set(self, health: Health) -> None:
+        with self._lock:
+            self._health = health
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,6 @@ import fnmatch
 import logging
 import os
 import posixpath
-import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +48,7 @@ from icefloe.ingest.contract import (
     Envelope,
     Health,
     InvalidOptions,
+    ReportedHealth,
     SourceDataError,
     SourceUnavailable,
     State,
@@ -106,8 +106,7 @@ class FilesConnector(Connector):
         self._uri = path if path.startswith("s3://") else "file://" + os.path.abspath(path)
         self._checkpoint = Checkpoint()
         self._backfill: BackfillRange | None = None
-        self._lock = threading.Lock()
-        self._health = Health(State.STARTING)
+        self._health = ReportedHealth()
 
     def source_uri(self) -> str:
         return self._uri
@@ -125,7 +124,7 @@ class FilesConnector(Connector):
     def read(self, max_rows: int) -> Iterator[Envelope]:
         files = self._list()
         todo = [f for f in files if self._wanted(f)]
-        self._set_health(Health(State.UP, pending=len(todo)))
+        self._health.set(Health(State.UP, pending=len(todo)))
         taken = 0
         for index, source_file in enumerate(todo):
             if taken >= max_rows:
@@ -146,7 +145,7 @@ class FilesConnector(Connector):
                 taken += rows.num_rows
                 self._checkpoint = Checkpoint({**self._checkpoint.positions, source_file.relative: position})
                 if position == source_file.version:
-                    self._set_health(Health(State.UP, pending=len(todo) - index - 1))
+                    self._health.set(Health(State.UP, pending=len(todo) - index - 1))
                 yield Envelope(rows, source_file.relative, position, source_time_us=source_file.mtime_ns // 1000,
                                version=source_file.version)
 
@@ -200,12 +199,7 @@ class FilesConnector(Connector):
         return {p for p, mtime in named[:excess] if mtime < bound}
 
     def health(self) -> Health:
-        with self._lock:
-            return self._health
-
-    def _set_health(self, health: Health) -> None:
-        with self._lock:
-            self._health = health
+        return self._health.get()
 
     # -- listing and reading -------------------------------------------------------------
 
@@ -225,7 +219,7 @@ class FilesConnector(Connector):
         try:
             infos = self._fs.get_file_info(pafs.FileSelector(self._root, recursive=True, allow_not_found=False))
         except (OSError, pa.ArrowException) as exc:
-            self._set_health(Health(State.DOWN, f"cannot list the source folder: {_reason(exc)}"))
+            self._health.set(Health(State.DOWN, f"cannot list the source folder: {_reason(exc)}"))
             raise SourceUnavailable(f"cannot list the source folder: {_reason(exc)}") from None
         files: list[SourceFile] = []
         folders_done: set[str] = set()
@@ -257,7 +251,7 @@ class FilesConnector(Connector):
 
     def _unreadable(self, source_file: SourceFile, exc: BaseException) -> SourceDataError:
         message = f"cannot read {source_file.relative} as {self._format(source_file)}: {_reason(exc)}"
-        self._set_health(Health(State.FAILED, message))
+        self._health.set(Health(State.FAILED, message))
         return SourceDataError(message)
 
     def _read(self, source_file: SourceFile) -> pa.Table:

@@ -38,7 +38,6 @@ import hashlib
 import json
 import logging
 import os
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -55,6 +54,7 @@ from icefloe.ingest.contract import (
     Envelope,
     Health,
     InvalidOptions,
+    ReportedHealth,
     SourceDataError,
     SourceUnavailable,
     State,
@@ -95,8 +95,7 @@ class HttpJsonConnector(Connector):
         self._backfill: dict[str, str] | None = None
         self._backfill_done = False
         self._last_request = 0.0
-        self._lock = threading.Lock()
-        self._health = Health(State.STARTING)
+        self._health = ReportedHealth()
 
     def source_uri(self) -> str:
         parts = urllib.parse.urlsplit(self.url)
@@ -169,7 +168,7 @@ class HttpJsonConnector(Connector):
         while taken < max_rows:
             url, skip = str(self._position["url"]), int(self._position["skip"])
             if self._stop_at is not None and url == self._stop_at:
-                self._set_health(Health(State.UP, pending=0))
+                self._health.set(Health(State.UP, pending=0))
                 return
             if (url, skip) in seen:
                 self._stalled(url)
@@ -187,28 +186,23 @@ class HttpJsonConnector(Connector):
             else:  # the last page for now: ask it again later, past what was taken
                 position = {"url": url, "skip": max(skip, len(records))}
             if not fresh and position == self._position:
-                self._set_health(Health(State.UP, pending=0))
+                self._health.set(Health(State.UP, pending=0))
                 return  # caught up
             self._position = position
             rows = pa.Table.from_pylist(fresh) if fresh else pa.table({})
             taken += rows.num_rows
             digest = _digest(fresh)
-            self._set_health(Health(State.UP, pending=None if next_url else 0))
+            self._health.set(Health(State.UP, pending=None if next_url else 0))
             yield Envelope(rows, PARTITION, json.dumps(position, separators=(",", ":")), version=digest)
             if next_url is None:
                 return
 
     def health(self) -> Health:
-        with self._lock:
-            return self._health
-
-    def _set_health(self, health: Health) -> None:
-        with self._lock:
-            self._health = health
+        return self._health.get()
 
     def _stalled(self, url: str) -> None:
         logger.warning("http source %s: the cursor stopped advancing at %s", self.source_uri(), _redacted(url))
-        self._set_health(Health(State.STALLED, "the source's cursor stopped advancing (its next page is one "
+        self._health.set(Health(State.STALLED, "the source's cursor stopped advancing (its next page is one "
                                                "already read)"))
 
     # -- HTTP ---------------------------------------------------------------------------
@@ -233,7 +227,7 @@ class HttpJsonConnector(Connector):
         return records, next_url
 
     def _data_error(self, message: str) -> SourceDataError:
-        self._set_health(Health(State.FAILED, message))
+        self._health.set(Health(State.FAILED, message))
         return SourceDataError(message)
 
     def _get(self, url: str) -> tuple[bytes, str]:
@@ -265,7 +259,7 @@ class HttpJsonConnector(Connector):
                             self.source_uri(), last, attempt, wait)
                 time.sleep(wait)
                 delay = min(delay * 2, MAX_BACKOFF_S)
-        self._set_health(Health(State.DOWN, f"the source does not answer: {last}"))
+        self._health.set(Health(State.DOWN, f"the source does not answer: {last}"))
         raise SourceUnavailable(f"the source does not answer after {self.retries} attempts: {last}")
 
     def _pace(self) -> None:
