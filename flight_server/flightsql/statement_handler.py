@@ -35,7 +35,7 @@ from flight_server.flightsql.statements import (
     read_parameters,
 )
 from flight_server.flightsql.transaction_handler import CONTROL, TransactionHandler, is_data_change
-from flight_server.message_size import bounded_stream
+from flight_server.message_size import bounded_stream, sliced
 from flight_server.observability.querylog import QueryLog
 from flight_server.security import roles
 from flight_server.security.authorizer import Authorizer
@@ -322,8 +322,9 @@ class StatementHandler:
             reader = reader.cast(annotated)  # in C++, per batch: metadata and NOT NULL flags only
         if handle.readback:
             return bounded_stream(reader)  # a write's count: the write is logged already
-        # Counted per batch (rows, bytes) and logged once the stream ends.
-        return bounded_stream(self.querylog.streamed(reader, handle.sql, principal, started))
+        # Counted per batch (rows, bytes), cut to message size in the same pass, and logged
+        # once the stream ends.
+        return flight.RecordBatchStream(self.querylog.streamed(reader, handle.sql, principal, started, split=sliced))
 
     def bind_parameters(self, context: flight.ServerCallContext, cmd: p.CommandPreparedStatementQuery,
                         reader: flight.MetadataRecordBatchReader) -> bytes:

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,9 @@ import pyarrow as pa
 from flight_server import errors
 from flight_server.engine import messages
 from flight_server.observability.metrics import Metrics
+
+# Cuts one batch into the messages sent for it (see flight_server.message_size.sliced).
+Split = Callable[[pa.RecordBatch], Iterable[pa.RecordBatch]]
 
 logger = logging.getLogger("icefloe.querylog")
 
@@ -187,7 +190,7 @@ class QueryLog:
         self.flush()
 
     def streamed(self, reader: pa.RecordBatchReader, sql: str, principal: str | None,
-                 started: float) -> pa.RecordBatchReader | pa.Table:
+                 started: float, split: Split | None = None) -> pa.RecordBatchReader | pa.Table:
         """``reader`` counted batch by batch; the statement is logged when it ends (read to the
         end, failed, or dropped by gRPC when the client went away).
 
@@ -197,9 +200,16 @@ class QueryLog:
         Python generator made gRPC's thread take the GIL twice more per DoGet, 3% of a
         ``SELECT 1`` end to end (bench_ops_overhead). Longer results go on through the counting
         generator, whose cost per batch is nothing beside a batch's size.
+
+        ``split`` cuts each batch into the messages the client is sent (the message-size
+        bound), inside that same generator: a second generator around this one cost every batch
+        two more crossings between gRPC's C++ and Python. Counts are of the batches as read.
         """
+        pieces: Split = split if split is not None else _whole
         if not self.metrics.enabled:
-            return reader
+            if split is None:
+                return reader
+            return pa.RecordBatchReader.from_batches(reader.schema, (p for b in reader for p in pieces(b)))
         head: list[pa.RecordBatch] = []
         failure: Exception | None = None
         try:
@@ -209,7 +219,7 @@ class QueryLog:
             rows, nbytes = sum(b.num_rows for b in head), sum(b.nbytes for b in head)
             self.metrics.streamed(rows, nbytes)
             self.record(sql, principal, started, "OK", rows, nbytes)
-            return pa.Table.from_batches(head, reader.schema)
+            return pa.Table.from_batches([p for b in head for p in pieces(b)], reader.schema)
         except Exception as exc:  # raised to the client from the stream, as it would have been
             # Kept without its traceback: that holds this frame, whose cells hold the failure
             # and the reader, a cycle that kept the reader (and its query) until the collector ran.
@@ -223,7 +233,7 @@ class QueryLog:
                 for batch in head:
                     tally.rows += batch.num_rows
                     tally.nbytes += batch.nbytes
-                    yield batch
+                    yield from pieces(batch)
                 head.clear()
                 if failure is not None:
                     pending, failure = failure, None  # no cell may keep it (see above)
@@ -231,7 +241,7 @@ class QueryLog:
                 for batch in reader:
                     tally.rows += batch.num_rows
                     tally.nbytes += batch.nbytes
-                    yield batch
+                    yield from pieces(batch)
                 status = "OK"
             except (pa.ArrowException, OSError) as exc:
                 # DuckDB failed mid-stream (it reaches Python through Arrow's C stream): the
@@ -250,6 +260,10 @@ class QueryLog:
                 self.record(sql, principal, started, status, tally.rows, tally.nbytes)
 
         return pa.RecordBatchReader.from_batches(reader.schema, batches())
+
+
+def _whole(batch: pa.RecordBatch) -> Iterable[pa.RecordBatch]:
+    return (batch,)
 
 
 @dataclass

@@ -10,6 +10,7 @@ scans and the row feed.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import adbc_driver_flightsql.dbapi as fsql
 import pyarrow as pa
@@ -50,6 +51,16 @@ def test_adbc_reads_a_wide_query_result(server: ServerProcess) -> None:
     with fsql.connect(server.location, autocommit=True) as conn, conn.cursor() as cur:
         cur.execute(f"SELECT i, printf('%08d', i) || repeat('x', {WIDTH}) AS s FROM range({ROWS}) t(i)")
         _check_rows(cur.fetch_arrow_table())
+
+
+def test_wide_result_is_cut_with_the_query_log_off(tmp_path: Path) -> None:
+    """With instrumentation off the query log does not count the stream, and the cut into
+    messages must still happen (it shares the log's pass over the batches when the log is on)."""
+    proc = ServerProcess(tmp_path / "wh", env={"ICEFLOE_INSTRUMENTATION": "off"}).start()
+    try:
+        test_adbc_reads_a_wide_query_result(proc)
+    finally:
+        proc.stop()
 
 
 def test_adbc_reads_a_wide_table_and_a_prepared_query(wide_server: ServerProcess) -> None:
