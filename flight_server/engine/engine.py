@@ -51,7 +51,7 @@ from flight_server.engine.bound import Bound, BoundSchemas
 from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
 from flight_server.engine.origins import ColumnOrigin
 from flight_server.engine.planner import QueryPlanner
-from flight_server.engine.pushdown import Conjunct, row_filter
+from flight_server.engine.pushdown import row_filter
 from flight_server.engine.runs import QueryRuns, run_failure
 from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 from flight_server.engine.slots import CATALOG_NAME, Slot, SlotPool, SpillFolder
@@ -176,7 +176,7 @@ class Engine:
         params: list[Any] | None,
         context: Any,
         file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None, file_positions: bool = False,
-        file_deletes: dict[str, Any] | None = None, file_filter: tuple[Conjunct, ...] = (),
+        file_deletes: dict[str, Any] | None = None,
     ) -> tuple[pa.RecordBatchReader, Running]:
         slot = self.slots.take()
         run = Running(slot, slot.cursor(), context, time.monotonic() + self.query_timeout_s)
@@ -188,7 +188,7 @@ class Engine:
             reader = self._known_plain_scan(run, sql, pins, default_schema) if not params and not file_tags else None
             if reader is not None:
                 return reader, run
-            self._setup(run, pins, default_schema, sql, file_tags, file_positions, file_deletes, file_filter)
+            self._setup(run, pins, default_schema, sql, file_tags, file_positions, file_deletes)
             sig = duckdb_seam.bind(run.cursor, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
@@ -249,20 +249,18 @@ class Engine:
         self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None,
         params: list[Any] | None = None, context: Any = None,
         file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None, file_positions: bool = False,
-        file_deletes: dict[str, Any] | None = None, file_filter: tuple[Conjunct, ...] = (),
+        file_deletes: dict[str, Any] | None = None,
     ) -> pa.Table:
         """Run a query to completion (the read part of a SQL write); ``file_positions``: the
         ``file_tags`` sources also have ``__icefloe_pos`` (see ``IcebergSources.file_parts``);
-        ``file_deletes``: the deletes of the tagged files, when the caller has planned them;
-        ``file_filter``: conjuncts of the query's condition the tagged files' reads may apply
-        first (the query applies its whole condition again).
+        ``file_deletes``: the deletes of the tagged files, when the caller has planned them.
 
         The query is released before returning, not when the reader is collected: a reader
         kept alive by a traceback would leave the query registered with the watchdog, which
         would then ask a finished RPC's context whether it was cancelled.
         """
         reader, run = self._start(sql, pins, default_schema, params, context, file_tags, file_positions,
-                                  file_deletes, file_filter)
+                                  file_deletes)
         try:
             return reader.read_all()
         except duckdb.Error as exc:
@@ -302,7 +300,7 @@ class Engine:
     def _setup(
         self, run: Running, pins: list[PinnedTable], default_schema: tuple[str, ...] | None, sql: str | None = None,
         file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None, file_positions: bool = False,
-        file_deletes: dict[str, Any] | None = None, file_filter: tuple[Conjunct, ...] = (),
+        file_deletes: dict[str, Any] | None = None,
     ) -> None:
         """Register each pinned table's sources and name them; ``sql`` (execution only) prunes files.
 
@@ -322,7 +320,7 @@ class Engine:
                 table = self._pinned_table(pin)
                 parts = self.sources.file_parts(
                     table, tagged, table.schemas().get(pin.schema_id) or table.schema(), pin.snapshot_id,
-                    file_positions, file_deletes, file_filter,
+                    file_positions, file_deletes,
                 )
             else:
                 parts = self._data_parts(pin, sql, prune=sql is not None and len(pins) == 1)

@@ -38,7 +38,6 @@ from catalog.object_store import filesystem
 from catalog.sandbox import confine
 from flight_server.engine import position_reads
 from flight_server.engine.deletes import POSITION_COLUMN, DeletedFile, deleted_dataset
-from flight_server.engine.pushdown import Conjunct
 from flight_server.engine.splits import ScanUnit, assign, scan_units
 
 logger = logging.getLogger("icefloe.engine.iceberg")
@@ -192,16 +191,13 @@ class IcebergSources:
     def file_parts(
         self, table: Table, paths: list[str], schema: Schema, snapshot_id: int | None = None,
         positions: bool = False, known_deletes: dict[str, FileDeletes] | None = None,
-        position_filter: tuple[Conjunct, ...] = (),
     ) -> list[SourcePart]:
         """One part per data file, tagged with its index in ``paths`` as ``__icefloe_file``
         (SQL DELETE / UPDATE: which files the predicate touches); the deletes that apply to a
         file at ``snapshot_id`` are applied. ``positions``: also a column ``__icefloe_pos``, each
         row's position in its file (a merge-on-read DELETE / UPDATE deletes rows by position;
         every file is then read through the position-counting ``DeletedDataset``). ``known_deletes``:
-        the deletes of ``paths`` as the caller planned them (saves planning the snapshot again).
-        ``position_filter``: conjuncts of the query's condition that the position reads apply
-        as they read (``position_reads``), before the query applies its whole condition."""
+        the deletes of ``paths`` as the caller planned them (saves planning the snapshot again)."""
         if known_deletes is not None:
             deletes = known_deletes
         else:
@@ -235,9 +231,8 @@ class IcebergSources:
                 known = deletes.get(path, FileDeletes())
                 if self.native is not None and position_reads.usable(fs, known, schema):
                     deleted = self.delete_sets.position_arrays(table.io, known, path) if known.positions else []
-                    dataset = position_reads.position_dataset(
-                        self.native, lpath, fs, parquet, pa.schema(fields), set(id_to_phys.values()), deleted,
-                        position_reads.where_sql(position_filter, schema, id_to_phys))
+                    dataset = position_reads.position_dataset(self.native, lpath, fs, parquet, pa.schema(fields),
+                                                              set(id_to_phys.values()), deleted)
                 else:
                     dataset = self._deleted(table, [(path, None)], {path: known}, pa.schema(fields), parquet, fs,
                                             schema, id_to_phys)

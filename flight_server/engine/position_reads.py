@@ -43,7 +43,6 @@ from pyiceberg.types import (
 
 from catalog.deletes import FileDeletes
 from flight_server.engine.deletes import POSITION_COLUMN
-from flight_server.engine.pushdown import Conjunct
 
 _BATCH_ROWS = 122_880
 # Iceberg types DuckDB's Parquet reader returns as Arrow types that cast exactly to the
@@ -70,7 +69,7 @@ class PositionDataset(ds.FileSystemDataset):  # type: ignore[misc]
     _icefloe: tuple[Any, ...]
 
     def scanner(self, columns: Any = None, filter: Any = None, **kwargs: Any) -> ds.Scanner:  # noqa: A002
-        native, path, present, dead, where = self._icefloe
+        native, path, present, dead = self._icefloe
         schema = self.schema
         if isinstance(columns, dict):
             raise TypeError("expression projections are not supported on a position dataset")
@@ -90,7 +89,7 @@ class PositionDataset(ds.FileSystemDataset):  # type: ignore[misc]
             else:
                 select.append(f"NULL AS {_quote(name)}")  # a column the file lacks: typed by the cast below
         literal = "'" + path.replace("'", "''") + "'"
-        sql = f"SELECT {', '.join(select)} FROM read_parquet({literal}, file_row_number = true){where}"
+        sql = f"SELECT {', '.join(select)} FROM read_parquet({literal}, file_row_number = true)"
         batch_size = kwargs.get("batch_size", _BATCH_ROWS)
 
         def batches() -> Iterator[pa.RecordBatch]:
@@ -141,24 +140,11 @@ def _dead_rows(deleted: list[np.ndarray]) -> np.ndarray:
 
 def position_dataset(
     native: duckdb.DuckDBPyConnection, path: str, fs: pafs.FileSystem, fmt: ds.ParquetFileFormat,
-    schema: pa.Schema, present: set[str], deleted: list[np.ndarray], where: str = "",
+    schema: pa.Schema, present: set[str], deleted: list[np.ndarray],
 ) -> PositionDataset:
     """The dataset of the local file ``path`` read as ``schema`` (physical names of
     ``present`` columns, stand-ins for the others, ``POSITION_COLUMN``); ``deleted``: its
-    positions deleted already, one sorted array per delete file; ``where`` (``where_sql``):
-    a filter the read applies first."""
+    positions deleted already, one sorted array per delete file."""
     dataset = PositionDataset([fmt.make_fragment(path, filesystem=fs)], schema, fmt, fs)
-    dataset._icefloe = (native, path, present, _dead_rows(deleted), where)
+    dataset._icefloe = (native, path, present, _dead_rows(deleted))
     return dataset
-
-
-def where_sql(conjuncts: tuple[Conjunct, ...], schema: Schema, id_to_phys: dict[int, str]) -> str:
-    """`` WHERE ...`` of those ``conjuncts`` (of the statement's condition: each must hold for a
-    row to be selected, so any subset may filter first) on columns the file has, in its
-    physical names; DuckDB's reader then skips row groups by their statistics and decodes the
-    other columns only for rows that pass. Empty when none applies."""
-    ids = {f.name: f.field_id for f in schema.fields}
-    terms = [c.sql(_quote(id_to_phys[ids[c.column]])) for c in conjuncts
-             if c.column in ids and ids[c.column] in id_to_phys]
-    return " WHERE " + " AND ".join(terms) if terms else ""
-

@@ -31,7 +31,6 @@ from catalog.durable_io import deferred_fsync, fsync_all, local_paths
 from catalog.idempotency import extra_batch_writes
 from flight_server import errors
 from flight_server.engine.deletes import POSITION_COLUMN
-from flight_server.engine.pushdown import safe_conjuncts
 from flight_server.sqlwrite.commit import commit_once
 from flight_server.sqlwrite.parse import bind_subset
 from flight_server.sqlwrite.rows import conform, input_names
@@ -85,12 +84,8 @@ def _positions(w: Write, files: TargetFiles, ref: str, cond: str | None, extra: 
     sql, pins = w.engine.plan(f"SELECT {TAG}, {POSITION_COLUMN}{extra} FROM {ref}{where}", w.default_schema)
     files.pins = with_target(pins, files.base)
     sql, params = bind_subset(sql, w.params)
-    # The condition's simple comparisons are applied by the files' reads too (row groups
-    # skipped, other columns decoded only for rows that pass); the query applies all of it.
-    first = tuple(safe_conjuncts(f"SELECT * FROM t{where}", files.table.schema())) if cond is not None else ()
     return w.engine.query_table(sql, files.pins, w.default_schema, params, context=w.context,
-                                file_tags=files.tags, file_positions=True, file_deletes=files.deletes,
-                                file_filter=first)
+                                file_tags=files.tags, file_positions=True, file_deletes=files.deletes)
 
 
 def _grouped(hits: pa.Table) -> tuple[list[int], list[np.ndarray]]:
