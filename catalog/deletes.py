@@ -296,16 +296,11 @@ class DeleteSets:
 
     def positions(self, io: FileIO, deletes: FileDeletes, data_path: str) -> np.ndarray:
         """Sorted unique deleted positions of ``data_path`` (int64)."""
-        arrays = self.position_arrays(io, deletes, data_path)
+        found = [self._file_positions(io, f).get(data_path) for f in deletes.positions]
+        arrays = [a for a in found if a is not None and len(a)]
         if not arrays:
             return np.empty(0, dtype=np.int64)
         return arrays[0] if len(arrays) == 1 else np.unique(np.concatenate(arrays))
-
-    def position_arrays(self, io: FileIO, deletes: FileDeletes, data_path: str) -> list[np.ndarray]:
-        """The positions of ``data_path`` each of its position delete files (and deletion
-        vectors) deletes: sorted int64 arrays, not merged (they may overlap)."""
-        found = [self._file_positions(io, f).get(data_path) for f in deletes.positions]
-        return [a for a in found if a is not None and len(a)]
 
     def _file_positions(self, io: FileIO, delete_file: DataFile) -> dict[str, np.ndarray]:
         referenced, offset, size = v3_fields(delete_file)

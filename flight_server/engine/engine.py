@@ -89,7 +89,6 @@ class Engine:
         self._parser = Slot(threads)  # parsing, policy checks, AT values; never sees a table
         # Native Parquet reads for plain and selective scans (SQL icefloe writes, never the client's).
         self.scans = ScanPaths(catalog, self.spill.new_folder())
-        self.sources.native = self.scans.native
         # Each running query owns a slot, so the views naming its pinned snapshots cannot clash
         # with another query's; the pool size is the cap on concurrent queries.
         self.slots = SlotPool(max_concurrent, self._new_slot)

@@ -36,7 +36,6 @@ from catalog.deletes import DeleteSets, FileDeletes, plan_files
 from catalog.lru import LockedLRU
 from catalog.object_store import filesystem
 from catalog.sandbox import confine
-from flight_server.engine import position_reads
 from flight_server.engine.deletes import POSITION_COLUMN, DeletedFile, deleted_dataset
 from flight_server.engine.splits import ScanUnit, assign, scan_units
 
@@ -89,9 +88,6 @@ class IcebergSources:
         # (table uuid, snapshot id) -> {data file path: the deletes that apply to it}
         self._deletes: LockedLRU[Any, dict[str, FileDeletes]] = LockedLRU(512)
         self.delete_sets = DeleteSets()
-        # The engine's internal DuckDB database (file access, SQL icefloe writes): reads files with
-        # their row positions for merge-on-read writes (``position_reads``); None: Arrow reads them.
-        self.native: Any = None
 
     def parts(
         self, table: Table, snapshot_id: int | None, schema: Schema, row_filter: BooleanExpression | None = None,
@@ -228,14 +224,8 @@ class IcebergSources:
             if positions:
                 fields.append(pa.field(POSITION_COLUMN, pa.int64(), nullable=False))
                 select.append(POSITION_COLUMN)
-                known = deletes.get(path, FileDeletes())
-                if self.native is not None and position_reads.usable(fs, known, schema):
-                    deleted = self.delete_sets.position_arrays(table.io, known, path) if known.positions else []
-                    dataset = position_reads.position_dataset(self.native, lpath, fs, parquet, pa.schema(fields),
-                                                              set(id_to_phys.values()), deleted)
-                else:
-                    dataset = self._deleted(table, [(path, None)], {path: known}, pa.schema(fields), parquet, fs,
-                                            schema, id_to_phys)
+                dataset = self._deleted(table, [(path, None)], {path: deletes.get(path, FileDeletes())},
+                                        pa.schema(fields), parquet, fs, schema, id_to_phys)
             elif path in deletes:
                 dataset = self._deleted(table, [(path, None)], deletes, pa.schema(fields), parquet, fs, schema,
                                         id_to_phys)
