@@ -1,8 +1,8 @@
-"""Merge-on-read DELETE / UPDATE find their rows with DuckDB's native Parquet reader
-(``flight_server.engine.position_reads``): the rows' positions must be exact across schema
-evolution (columns added, renamed, promoted), earlier deletes of the same rows, conditions
-partly pushed into the read, and types that keep the Arrow reader. Each statement runs on an
-icefloe table and on a DuckDB native table; counts and contents must agree after each."""
+"""Merge-on-read DELETE / UPDATE name their rows by position in each data file: the positions
+must be exact across schema evolution (columns added, renamed, promoted), earlier deletes of
+the same rows, conditions whose simple comparisons prune files, and every column type. Each
+statement runs on an icefloe table and on a DuckDB native table; counts and contents must agree
+after each. (A guard for any faster position reader: one was tried, see docs/deletes.md.)"""
 
 from __future__ import annotations
 
@@ -53,17 +53,17 @@ def test_positions_across_schema_evolution_and_earlier_deletes(conn: Any) -> Non
     model.execute(later.format(t="t"))
 
     statements = [
-        # A condition part pushed into the read (BETWEEN), part applied after it (%).
+        # A condition part usable for pruning (BETWEEN), part applied only by the query (%).
         "DELETE FROM {t} WHERE id BETWEEN 100 AND 2500 AND id % 7 = 0",
         # Overlaps the rows deleted above: those must not be counted (or deleted) twice.
         "DELETE FROM {t} WHERE id BETWEEN 2000 AND 4000",
         "DELETE FROM {t} WHERE id % 5 = 0",
-        # A promoted column compared in the read, a renamed one in the query.
+        # A promoted column in a simple comparison, a renamed one in a LIKE.
         "UPDATE {t} SET extra = a * 2, label = label || '!' WHERE a >= 5000 AND label LIKE '%1'",
         # ``extra`` is NULL in the old files: their rows match, the new file's do not.
         "DELETE FROM {t} WHERE extra IS NULL AND id > 5500",
         "UPDATE {t} SET f = f + 1 WHERE d < DATE '2020-03-01' AND id < 7000",
-        # A string literal on the renamed column (pushed into the read by its old name).
+        # A string literal on the renamed column (old files store it by its old name).
         "DELETE FROM {t} WHERE label = 'r6011!' OR label = 'r8001'",
         "DELETE FROM {t} WHERE label IN ('r7001!', 'r7011!') AND id >= 7000",
         "DELETE FROM {t} WHERE label = 'r1501'",  # in a file written before the rename
@@ -79,8 +79,8 @@ def test_positions_across_schema_evolution_and_earlier_deletes(conn: Any) -> Non
 
 
 @pytest.mark.parametrize("column", ["tm TIME", "u UUID"])
-def test_types_kept_on_the_arrow_reader(conn: Any, column: str) -> None:
-    """Columns whose DuckDB reading differs from Arrow's keep the Arrow position reader."""
+def test_positions_with_time_and_uuid_columns(conn: Any, column: str) -> None:
+    """Types DuckDB's and Arrow's Parquet readers read differently."""
     name = column.split()[0]
     ns = f"morpos_{name}"
     update(conn, f"CREATE SCHEMA {ns}")
