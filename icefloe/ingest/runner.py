@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from catalog.ingest_checkpoints import IngestCommit, StoredCheckpoint, backfill_name
+from icefloe.ingest.changes import fold, keyed
 from icefloe.ingest.contract import (
     BackfillRange,
     Checkpoint,
@@ -33,8 +34,6 @@ from icefloe.ingest.contract import (
     ConnectorError,
     Envelope,
     Health,
-    Op,
-    SourceDataError,
     SourceUnavailable,
     State,
 )
@@ -66,6 +65,11 @@ class Sink(Protocol):
         Raises:
             Exception: Nothing was committed (schema refused, commit conflict, ...).
         """
+
+    def commit_changes(self, upserts: pa.Table, removed: pa.Table, key: tuple[str, ...],
+                       commit: IngestCommit) -> CommitOutcome:
+        """Delete the rows of every key in ``upserts`` and ``removed``, append ``upserts``, with
+        ``commit``'s checkpoint: one durable catalog commit (a CDC connector's changes)."""
 
 
 @dataclass
@@ -199,9 +203,6 @@ class IngestRunner:
             try:
                 for envelope in reader:
                     got += 1
-                    if envelope.op is not Op.INSERT:
-                        raise SourceDataError(f"{envelope.op.value} envelopes need row-level deletes in ingest, which "
-                                              "this server does not apply yet; nothing was committed")
                     if envelope.rows.num_rows and checkpoint.get(envelope.partition) == envelope.position:
                         stats.stalled, stop = True, "stalled"
                         break
@@ -266,10 +267,18 @@ class IngestRunner:
             # next commit carries them, and a restart before it reads them again, finding
             # nothing again.
             return step, checkpoint
-        rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
-        commit = IngestCommit(checkpoint_name, step, checkpoint.positions, _dataset(self.connector.source_uri()),
-                              backfill=backfill is not None, stats={"rows": rows.num_rows})
-        outcome = self.sink.commit(rows, commit)
+        if keyed(envelopes):  # CDC: row-level changes by key (updates, deletes) in one commit
+            upserts, removed, key = fold(envelopes)
+            rows = upserts
+            commit = IngestCommit(checkpoint_name, step, checkpoint.positions, _dataset(self.connector.source_uri()),
+                                  backfill=backfill is not None,
+                                  stats={"rows": upserts.num_rows, "deleted_keys": removed.num_rows})
+            outcome = self.sink.commit_changes(upserts, removed, key, commit)
+        else:
+            rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+            commit = IngestCommit(checkpoint_name, step, checkpoint.positions, _dataset(self.connector.source_uri()),
+                                  backfill=backfill is not None, stats={"rows": rows.num_rows})
+            outcome = self.sink.commit(rows, commit)
         if outcome.duplicate:
             stats.duplicates += 1
             logger.info("ingest %s: another runner committed from step %d first", self.name, step)
