@@ -255,10 +255,11 @@ class PostgresCdcConnector(Connector):
         assert self._relation is not None
         relation, conn = self._relation, self._connection()
         limit = max(1, min(max_rows, self.snapshot_batch))
-        texts = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c.name)) for c in relation.columns)
-        keys = sql.SQL(", ").join(sql.Identifier(k) for k in self._key)
-        query = sql.SQL("SELECT {} FROM {}.{}").format(texts, sql.Identifier(self.schema_name),
-                                                      sql.Identifier(self.table_name))
+        # Qualified by the alias: ORDER BY a bare name would sort by the text output column.
+        texts = sql.SQL(", ").join(sql.SQL("src.{}::text").format(sql.Identifier(c.name)) for c in relation.columns)
+        keys = sql.SQL(", ").join(sql.SQL("src.{}").format(sql.Identifier(k)) for k in self._key)
+        query = sql.SQL("SELECT {} FROM {}.{} AS src").format(texts, sql.Identifier(self.schema_name),
+                                                             sql.Identifier(self.table_name))
         params: list[Any] = []
         if self._after_key is not None:
             bound = sql.SQL(", ").join(sql.SQL("%s::{}").format(sql.SQL(self._types[k])) for k in self._key)
