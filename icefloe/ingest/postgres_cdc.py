@@ -114,6 +114,12 @@ class PostgresCdcConnector(Connector):
         self._phase = "snapshot"
         self._after_key: list[str] | None = None  # snapshot: the last key taken
         self._pos = 0  # stream: the end LSN of the last transaction yielded
+        # The snapshot's visibility (xmin, xmax, in-progress xids, and the WAL insert LSN when it
+        # was taken): stream transactions it saw are skipped, exactly. None: the snapshot's
+        # pages came from more than one snapshot (a crash in between), so nothing is skipped
+        # and replays converge by key instead.
+        self._seen: dict[str, Any] | None = None
+        self._snap_conn: Any = None  # holds the snapshot's REPEATABLE READ transaction
 
     # -- the contract ---------------------------------------------------------------------------
 
@@ -132,12 +138,20 @@ class PostgresCdcConnector(Connector):
             confirmed = self._ensure_slot()
             position = checkpoint.get(PARTITION)
             if position is None:
-                self._phase, self._after_key, self._pos = ("snapshot", None, 0) if self.snapshot else \
-                    ("stream", None, confirmed)
+                self._close_snapshot()
+                self._phase, self._after_key, self._pos, self._seen = ("snapshot", None, 0, None) if self.snapshot \
+                    else ("stream", None, confirmed, None)
             elif position.startswith("snap:"):
-                self._phase, self._after_key = "snapshot", json.loads(position[5:])
+                state = json.loads(position[5:])
+                self._phase, self._after_key = "snapshot", state["after"]
+                if self._snap_conn is None or state["seen"] is None or state["seen"] != self._seen:
+                    # The snapshot these pages came from is gone: the rest comes from another.
+                    self._close_snapshot()
+                    self._seen = None
             elif position.startswith("wal:"):
-                self._phase, self._pos = "stream", int(position[4:].split(":")[0], 16)
+                self._close_snapshot()
+                self._phase = "stream"
+                self._pos, self._seen = _decode_wal(position)
                 if confirmed > self._pos:
                     raise SourceDataError(
                         f"replication slot {self.options['slot']} is at {format_lsn(confirmed)}, past this connector's "
@@ -159,7 +173,7 @@ class PostgresCdcConnector(Connector):
         position = checkpoint.get(PARTITION) or ""
         if not position.startswith("wal:"):
             return  # the snapshot's pages: the slot stays at its start until the snapshot is done
-        lsn = format_lsn(int(position[4:].split(":")[0], 16))
+        lsn = format_lsn(_decode_wal(position)[0])
         with self._errors():
             self._connection().execute(
                 "SELECT pg_replication_slot_advance(slot_name, %s::pg_lsn) FROM pg_replication_slots "
@@ -169,6 +183,7 @@ class PostgresCdcConnector(Connector):
         return self._health.get()
 
     def close(self) -> None:
+        self._close_snapshot()
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -192,6 +207,38 @@ class PostgresCdcConnector(Connector):
             self._conn.execute("SET bytea_output = 'hex'")
             self._conn.execute("SET IntervalStyle = 'iso_8601'")
         return self._conn
+
+    def _close_snapshot(self) -> None:
+        if self._snap_conn is not None:
+            try:
+                self._snap_conn.close()  # a read-only transaction: nothing to keep
+            except Exception:  # noqa: S110 - closing a broken connection
+                pass
+            self._snap_conn = None
+
+    def _snapshot_connection(self) -> Any:
+        """The connection holding the snapshot's transaction (taking the snapshot if new)."""
+        if self._snap_conn is None or self._snap_conn.closed:
+            import psycopg
+
+            conn = psycopg.connect(self.options["dsn"], connect_timeout=self.connect_timeout,
+                                   application_name="icefloe-ingest-snapshot")
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            conn.read_only = True
+            for setting in ("TimeZone = 'UTC'", "DateStyle = 'ISO, YMD'", "bytea_output = 'hex'",
+                            "IntervalStyle = 'iso_8601'"):
+                conn.execute(f"SET {setting}")
+            conn.commit()
+            # The first statement of the transaction takes its snapshot.
+            taken = conn.execute("SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text").fetchone()
+            assert taken is not None
+            snapshot, insert_lsn = taken
+            self._snap_conn = conn
+            if self._after_key is None:
+                xmin, xmax, xip = snapshot.split(":")
+                self._seen = {"xmin": int(xmin), "xmax": int(xmax),
+                              "xip": sorted(int(x) for x in xip.split(",") if x), "until": parse_lsn(insert_lsn)}
+        return self._snap_conn
 
     def _describe(self) -> None:
         """Check the server, the table, its key and the publication; remember the table."""
@@ -253,7 +300,7 @@ class PostgresCdcConnector(Connector):
         from psycopg import sql
 
         assert self._relation is not None
-        relation, conn = self._relation, self._connection()
+        relation, conn = self._relation, self._snapshot_connection()
         limit = max(1, min(max_rows, self.snapshot_batch))
         # Qualified by the alias: ORDER BY a bare name would sort by the text output column.
         texts = sql.SQL(", ").join(sql.SQL("src.{}::text").format(sql.Identifier(c.name)) for c in relation.columns)
@@ -272,12 +319,14 @@ class PostgresCdcConnector(Connector):
             last = rows[-1]
             index = {c.name: i for i, c in enumerate(relation.columns)}
             self._after_key = [last[index[k]] for k in self._key]
-            yield Envelope(table, PARTITION, "snap:" + json.dumps(self._after_key, separators=(",", ":")))
+            state = {"after": self._after_key, "seen": self._seen}
+            yield Envelope(table, PARTITION, "snap:" + json.dumps(state, separators=(",", ":")))
             return
         # The last page: from here on, the stream from the slot's start (never advanced so far).
+        self._close_snapshot()
         confirmed = self._ensure_slot()
         self._phase, self._pos = "stream", confirmed
-        yield Envelope(table, PARTITION, f"wal:{confirmed:016X}")
+        yield Envelope(table, PARTITION, _encode_wal(confirmed, self._seen))
 
     def _read_stream(self, max_rows: int) -> Iterator[Envelope]:
         conn, slot = self._connection(), self.options["slot"]
@@ -306,7 +355,11 @@ class PostgresCdcConnector(Connector):
                                       "by this connector; the connector stopped before it (nothing after it was "
                                       "committed)")
             elif isinstance(message, Commit) and begin is not None:
+                if self._seen is not None and message.commit_lsn >= self._seen["until"]:
+                    self._seen = None  # past every transaction the snapshot saw
                 if begin.final_lsn >= self._pos:
+                    if self._seen is not None and _visible(begin.xid, self._seen):
+                        runs = []  # the snapshot holds its changes already
                     envelopes = self._transaction(begin, message, runs)
                     self._pos = message.end_lsn
                     for envelope in envelopes:
@@ -352,7 +405,7 @@ class PostgresCdcConnector(Connector):
 
     def _transaction(self, begin: Begin, commit: Commit, runs: list[tuple[Op, Relation, list[tuple[Any, ...]]]]
                      ) -> list[Envelope]:
-        position = f"wal:{commit.end_lsn:016X}"
+        position = _encode_wal(commit.end_lsn, self._seen)
         txn = f"{begin.xid}@{format_lsn(commit.commit_lsn)}"
         if not runs:
             assert self._relation is not None
@@ -363,7 +416,8 @@ class PostgresCdcConnector(Connector):
             last = n == len(runs) - 1
             # Positions inside a transaction are never a checkpoint (the runner commits whole
             # transactions only); they differ so that no envelope looks like a stalled cursor.
-            envelopes.append(Envelope(rows_table(relation, rows), PARTITION, position if last else f"{position}:{n}",
+            inside = _encode_wal(commit.end_lsn, self._seen, n)
+            envelopes.append(Envelope(rows_table(relation, rows), PARTITION, position if last else inside,
                                       op=op, key=self._key, transaction=txn, transaction_end=last,
                                       source_time_us=commit.commit_time_us))
         return envelopes
@@ -404,6 +458,33 @@ class _Errors:
         if isinstance(exc, SourceDataError):
             self.connector._health.set(Health(State.FAILED, self.connector.scrub(str(exc))))
         return False
+
+
+def _encode_wal(lsn: int, seen: dict[str, Any] | None, inside: int | None = None) -> str:
+    """A stream position: ``wal:<end LSN, hex>`` (``.n``: inside a transaction, never a
+    checkpoint), and while it matters, `` `` + the snapshot's visibility as JSON."""
+    text = f"wal:{lsn:016X}" + (f".{inside}" if inside is not None else "")
+    return text + (" " + json.dumps(seen, separators=(",", ":")) if seen is not None else "")
+
+
+def _decode_wal(position: str) -> tuple[int, dict[str, Any] | None]:
+    head, _, seen = position[4:].partition(" ")
+    return int(head.split(".")[0], 16), (json.loads(seen) if seen else None)
+
+
+def _visible(xid: int, seen: dict[str, Any]) -> bool:
+    """Whether transaction ``xid`` (32 bits, as the stream gives it) committed before the snapshot
+    ``seen`` was taken (its xmin / xmax / in-progress list are 64-bit: compared modulo 2^32)."""
+
+    def precedes(a: int, b: int) -> bool:
+        return ((a - b) & 0xFFFFFFFF) >= 0x80000000
+
+    xmin, xmax = seen["xmin"] & 0xFFFFFFFF, seen["xmax"] & 0xFFFFFFFF
+    if precedes(xid, xmin):
+        return True
+    if not precedes(xid, xmax):
+        return False
+    return xid not in {x & 0xFFFFFFFF for x in seen["xip"]}
 
 
 def _first_line(exc: BaseException) -> str:
