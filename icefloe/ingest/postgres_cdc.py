@@ -329,10 +329,24 @@ class PostgresCdcConnector(Connector):
         yield Envelope(table, PARTITION, _encode_wal(confirmed, self._seen))
 
     def _read_stream(self, max_rows: int) -> Iterator[Envelope]:
-        conn, slot = self._connection(), self.options["slot"]
-        messages = conn.execute(
-            "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, 'proto_version', '1', "
-            "'publication_names', %s)", (slot, self.peek_changes, self.options["publication"])).fetchall()
+        """The transactions after the position. Peeks always start at the slot's confirmed
+        position, which moves only when a commit with rows confirms it; when a whole window
+        holds nothing new (transactions already taken, or skipped as the snapshot's), a
+        larger window is peeked, so the stream never stalls behind them."""
+        window = self.peek_changes
+        while True:
+            fresh = 0
+            messages = self._connection().execute(
+                "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, 'proto_version', '1', "
+                "'publication_names', %s)", (self.options["slot"], window, self.options["publication"])).fetchall()
+            for envelope in self._decode_window(messages, max_rows):
+                fresh += 1
+                yield envelope
+            if fresh or len(messages) < window:
+                return
+            window *= 4
+
+    def _decode_window(self, messages: list[tuple[bytes]], max_rows: int) -> Iterator[Envelope]:
         relations: dict[int, Relation] = {}
         begin: Begin | None = None
         runs: list[tuple[Op, Relation, list[tuple[Any, ...]]]] = []

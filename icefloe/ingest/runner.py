@@ -196,6 +196,8 @@ class IngestRunner:
             self._remember(step, durable.positions)
         pending: list[Envelope] = []  # read, not committed; pending[:boundary] are whole transactions
         boundary = 0
+        pending_rows = 0  # rows in pending
+        schemas: list[pa.Schema] = []  # the distinct schemas of pending's rows
         checkpoint = durable  # durable advanced by everything pending
         while True:
             got, stop = 0, ""
@@ -206,16 +208,21 @@ class IngestRunner:
                     if envelope.rows.num_rows and checkpoint.get(envelope.partition) == envelope.position:
                         stats.stalled, stop = True, "stalled"
                         break
-                    if pending and boundary == len(pending) and not _fits(pending, envelope):
+                    if pending and boundary == len(pending) and not _fits(schemas, envelope):
                         step, durable = self._commit(checkpoint_name, step, pending, durable, checkpoint, stats,
                                                      backfill)
-                        pending, boundary, checkpoint = [], 0, durable
+                        pending, boundary, checkpoint, pending_rows, schemas = [], 0, durable, 0, []
                     pending.append(envelope)
+                    # Kept as we go: recounting ``pending`` per envelope is quadratic for a CDC
+                    # stream of many one-row transactions.
+                    pending_rows += envelope.rows.num_rows
+                    if envelope.rows.num_rows and not any(envelope.rows.schema.equals(x) for x in schemas):
+                        schemas.append(envelope.rows.schema)
                     checkpoint = checkpoint.advanced(envelope)
                     stats.envelopes += 1
                     if envelope.transaction_end:
                         boundary = len(pending)
-                        if sum(e.rows.num_rows for e in pending) >= self.max_rows:
+                        if pending_rows >= self.max_rows:
                             stop = "full"
                             break
             finally:
@@ -229,6 +236,11 @@ class IngestRunner:
                 step, durable = self._commit(checkpoint_name, step, pending[:boundary], durable, whole_checkpoint,
                                              stats, backfill)
                 pending, boundary = pending[boundary:], 0
+                pending_rows = sum(e.rows.num_rows for e in pending)
+                schemas = []
+                for envelope in pending:
+                    if envelope.rows.num_rows and not any(envelope.rows.schema.equals(x) for x in schemas):
+                        schemas.append(envelope.rows.schema)
                 checkpoint = durable
                 for envelope in pending:
                     checkpoint = checkpoint.advanced(envelope)
@@ -345,12 +357,12 @@ class CheckpointLost(ConnectorError):
     """The target no longer holds the checkpoint a commit was judged a duplicate of."""
 
 
-def _fits(pending: list[Envelope], envelope: Envelope) -> bool:
-    """Whether ``envelope`` can share a commit with ``pending``: the same schema (rows of
-    another schema go through the table's schema policy in a commit of their own)."""
+def _fits(schemas: list[pa.Schema], envelope: Envelope) -> bool:
+    """Whether ``envelope`` can share a commit with pending envelopes of ``schemas``: the same
+    schema (rows of another schema go through the table's schema policy in a commit of their own)."""
     if not envelope.rows.num_rows:
         return True
-    return all(e.rows.schema.equals(envelope.rows.schema) for e in pending if e.rows.num_rows)
+    return all(x.equals(envelope.rows.schema) for x in schemas)
 
 
 def _lag(envelopes: list[Envelope]) -> float:

@@ -146,3 +146,54 @@ def test_refusals_password_and_a_connector_from_the_config_file(tmp_path: Path, 
                          f"DROP TABLE {keyless}")
     for text in [*shown, proc.log]:
         assert PASSWORD not in text
+
+
+def test_types_from_the_relation_message_match_the_snapshot(tmp_path: Path, postgres: Any) -> None:
+    """Rows of many types arrive with the same values through the snapshot (text casts) and the
+    stream (pgoutput text by type OID); in-process, a real catalog."""
+    import datetime
+    import decimal
+
+    from catalog import RocksCatalog
+    from catalog.append import Appender
+    from icefloe.ingest.postgres_cdc import PostgresCdcConnector
+    from icefloe.ingest.runner import IngestRunner
+    from icefloe.ingest.sink import CatalogSink
+
+    table, publication, slot = postgres.names()
+    postgres.execute(
+        f"CREATE TABLE {table} (id INT PRIMARY KEY, b BOOL, s SMALLINT, n NUMERIC(10,2), f FLOAT8, r REAL, "
+        "d DATE, t TIMESTAMP, tz TIMESTAMPTZ, tm TIME, raw BYTEA, u UUID, j JSONB, v VARCHAR(5), big BIGINT)",
+        f"CREATE PUBLICATION {publication} FOR TABLE {table}")
+    insert = (f"INSERT INTO {table} VALUES (%s, true, -3, 12345.67, 0.1, 1.5, '2024-02-29', "
+              "'2024-02-29 13:14:15.123456', '2024-02-29 13:14:15.5+02', '23:59:59.25', '\\x00ff10', "
+              "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{\"k\": [1, 2]}', 'héllo', 9007199254740993)")
+    postgres.execute(insert, params=(1,))
+    postgres.execute(f"INSERT INTO {table} (id) VALUES (2)")  # NULLs everywhere else
+    connector = PostgresCdcConnector({"dsn": postgres.dsn, "table": table, "publication": publication, "slot": slot})
+    catalog = RocksCatalog("t", warehouse=str(tmp_path / "warehouse"), **{"read-only": "false"})
+    try:
+        catalog.create_namespace(("ns",))
+        catalog.create_table(("ns", "t"), schema=connector.discover())
+        runner = IngestRunner("types", connector, CatalogSink(Appender(catalog), "ns.t"))
+        assert runner.run_once().rows == 2  # the snapshot
+        postgres.execute(insert, params=(3,))  # the same values, through the stream
+        postgres.execute(f"INSERT INTO {table} (id) VALUES (4)")
+        assert runner.run_once().rows == 2
+        rows = sorted(catalog.load_table(("ns", "t")).scan().to_arrow().to_pylist(), key=lambda r: r["id"])
+    finally:
+        connector.close()
+        catalog.close()
+        postgres.execute(f"SELECT pg_drop_replication_slot('{slot}')", f"DROP PUBLICATION {publication}",
+                         f"DROP TABLE {table}")
+    want = {"b": True, "s": -3, "n": decimal.Decimal("12345.67"), "f": 0.1, "r": 1.5,
+            "d": datetime.date(2024, 2, 29), "t": datetime.datetime(2024, 2, 29, 13, 14, 15, 123456),
+            "tz": datetime.datetime(2024, 2, 29, 11, 14, 15, 500000, tzinfo=datetime.UTC),
+            "tm": datetime.time(23, 59, 59, 250000), "raw": b"\x00\xff\x10",
+            "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "j": '{"k": [1, 2]}', "v": "héllo", "big": 9007199254740993}
+    assert [r["id"] for r in rows] == [1, 2, 3, 4]
+    for snapshot_row, stream_row in ((rows[0], rows[2]), (rows[1], rows[3])):
+        assert {k: v for k, v in snapshot_row.items() if k != "id"} == {k: v for k, v in stream_row.items()
+                                                                        if k != "id"}
+    assert {k: rows[2][k] for k in want} == want
+    assert all(v is None for k, v in rows[3].items() if k != "id")
