@@ -220,7 +220,8 @@ def converter(type_oid: int, typmod: int) -> Callable[[str], Any]:
     ``arrow_type``."""
     kind = arrow_type(type_oid, typmod)
     if pa.types.is_boolean(kind):
-        return lambda text: text == "t"
+        # boolout() prints "t"/"f" (pgoutput); a ::text cast prints "true"/"false" (snapshot).
+        return lambda text: text in ("t", "true")
     if pa.types.is_integer(kind):
         return int
     if pa.types.is_floating(kind):
