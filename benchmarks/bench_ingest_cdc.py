@@ -113,23 +113,23 @@ def run_round(tmp: Path, pg: PostgresServer, rate: float, seconds: float, round_
         while action(proc, "icefloe.ingest.status", {"name": "cdc"})["passes"] < 1 and time.time() < deadline:
             time.sleep(0.1)
         written = _write(pg, table, rate, seconds, random.Random(round_no))
-        final = written[-1][1]
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            status = action(proc, "icefloe.ingest.status", {"name": "cdc"})
-            position = status["checkpoint"]["positions"].get("", "")
-            if position.startswith("wal:") and int(position[4:20], 16) >= final - 4096:
-                break
-            time.sleep(0.2)
-        time.sleep(1.0)  # the last feed events
         source_rows = pg.execute(f"SELECT id, name FROM {table} ORDER BY id")
-        target_rows = [tuple(r) for r in sql_rows(proc, "SELECT id, name FROM bench.cdc ORDER BY id")]
+        deadline = time.time() + 600
+        while True:
+            target_rows = [tuple(r) for r in sql_rows(proc, "SELECT id, name FROM bench.cdc ORDER BY id")]
+            if target_rows == [tuple(r) for r in source_rows]:
+                break
+            if time.time() > deadline:
+                status = action(proc, "icefloe.ingest.status", {"name": "cdc"})
+                raise RuntimeError(f"the target did not catch up with the source in 600 s: {len(target_rows)} vs "
+                                   f"{len(source_rows)} rows; {status}")
+            time.sleep(0.5)
+        time.sleep(1.0)  # the last feed events
     finally:
         stop.set()
         proc.stop()
         pg.execute(f"SELECT pg_drop_replication_slot('{slot}')", f"DROP PUBLICATION {publication}",
                    f"DROP TABLE {table}")
-    assert target_rows == [tuple(r) for r in source_rows], "the target does not match the source"
     from catalog import RocksCatalog
 
     catalog = RocksCatalog("bench", warehouse=str(warehouse))
