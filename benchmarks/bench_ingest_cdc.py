@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import statistics
 import sys
 import threading
@@ -178,5 +179,7 @@ def run(tmp: Path, rounds: int, rate: float, seconds: float) -> dict[str, Any]:
                   f"{result['p50_ms']:.0f} ms, p99 {result['p99_ms']:.0f} ms", flush=True)
     finally:
         pg.stop()
+        if pg.data is not None and not pg.data.is_relative_to(pg.root):
+            shutil.rmtree(pg.data.parent, ignore_errors=True)  # the cluster's own folder (scripts/postgres-server)
     return {"rounds": results, "median_p50_ms": statistics.median(r["p50_ms"] for r in results),
             "median_p99_ms": statistics.median(r["p99_ms"] for r in results), "rate": rate, "seconds": seconds}
