@@ -8,7 +8,12 @@ One real server, one folder of Parquet files. Each round, in alternating order:
 Rows per second of each; the ratio ingest / load is quoted as the median of ``--rounds`` rounds
 (target >= 0.9x), with the load average of the machine before and after.
 
+With ``--cdc``: Postgres CDC end-to-end lag instead (``bench_ingest_cdc``): source commit -> the
+Iceberg commit holding it seen on the ``commits.v1`` feed, p50 / p99 at ``--cdc-rate`` changes/s,
+median of ``--rounds`` rounds, with the load average.
+
 Usage: python benchmarks/bench_ingest.py [--files 8] [--rows-per-file 250000] [--rounds 3]
+       python benchmarks/bench_ingest.py --cdc [--cdc-rate 1000] [--cdc-seconds 20] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -88,7 +93,13 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--rows-per-file", type=int, default=250_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cdc", action="store_true", help="Postgres CDC lag instead of files throughput")
+    parser.add_argument("--cdc-rate", type=float, default=1000.0)
+    parser.add_argument("--cdc-seconds", type=float, default=20.0)
     args = parser.parse_args()
+    if args.cdc:
+        main_cdc(args)
+        return
     total = args.files * args.rows_per_file
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
@@ -132,6 +143,20 @@ def main() -> None:
     print(f"ratio ingest / load: {summary['median_ratio']:.2f}x (target >= 0.9x); load average "
           f"{load_before[0]:.1f} -> {load_after[0]:.1f}")
     save_run("ingest", summary)
+
+
+def main_cdc(args: argparse.Namespace) -> None:
+    from bench_ingest_cdc import run
+
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="bench-ingest-cdc-") as tmp:
+        summary = run(Path(tmp), args.rounds, args.cdc_rate, args.cdc_seconds)
+    load_after = os.getloadavg()
+    summary.update(load_average_before=load_before, load_average_after=load_after)
+    print(f"postgres CDC lag at {args.cdc_rate:.0f} changes/s (median of {args.rounds}): p50 "
+          f"{summary['median_p50_ms']:.0f} ms, p99 {summary['median_p99_ms']:.0f} ms; load average "
+          f"{load_before[0]:.1f} -> {load_after[0]:.1f}")
+    save_run("ingest_cdc", summary)
 
 
 if __name__ == "__main__":

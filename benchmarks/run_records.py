@@ -130,6 +130,9 @@ FIGURES = (
            "(speed)", "scans.in_process_vs_read_parquet", ">= 0.8"),
     Figure("rust_change_scan", "rust_change_scan.parallel", "Rust `Client::changes`, 4 endpoints at once / one at a "
            "time (time)", "ratio_parallel_over_sequential", "report"),
+    Figure("ingest_cdc", "ingest_cdc.p50", "Postgres CDC lag, source commit -> Iceberg commit seen on the feed, at "
+           "1k changes/s: p50", "median_p50_ms", "report", "ms"),
+    Figure("ingest_cdc", "ingest_cdc.p99", "the same: p99", "median_p99_ms", "report", "ms"),
 )
 
 

@@ -23,6 +23,8 @@ END = "<!-- END generated -->"
 
 # Read by the server or its commands without a click option: name -> meaning.
 SERVER_VARIABLES = {
+    "ICEFLOE_POSTGRES_DSN": ("`ingest add`", "The postgres source's DSN when `--dsn` is not given (keeps the "
+                                             "password off the command line)."),
     "ICEFLOE_HISTORY": ("`sql`", "The prompt's history file (default `~/.icefloe_history`; empty: no history)."),
     "ICEFLOE_INSTRUMENTATION": ("`serve`", "`off` turns metric recording and the query log off (the baseline of "
                                            "`bench_ops_overhead`); default `on`."),
@@ -49,6 +51,7 @@ SCRIPT_VARIABLES = {
     "ICEFLOE_ICEBERG_VERSION": "the Iceberg Spark runtime version `scripts/fetch-iceberg-spark` fetches",
     "ICEFLOE_ICEBERG_SPARK_JAR": "an Iceberg Spark runtime jar to use instead of the fetched one",
     "ICEFLOE_S3_PORT": "the port `scripts/s3-server` listens on (default: a free one)",
+    "ICEFLOE_PG_PORT": "the port `scripts/postgres-server` listens on (default: a free one)",
     "ICEFLOE_SPARK_CONNECTOR_CACHE": "where `scripts/build-spark-connector` keeps the built connector jar (default `~/.cache/icefloe/spark-connector`)",
     "ICEFLOE_S3_SERVER_BIN": "an S3 server binary `scripts/fetch-s3-server` answers instead of building one",
 }

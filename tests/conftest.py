@@ -24,7 +24,9 @@ def server(warehouse: Warehouse) -> Iterator[ServerProcess]:  # noqa: F811  # th
         proc.stop()
 
 
-# The real S3 server's fixtures (s3_server, s3_warehouse), for every test folder.
+# The real PostgreSQL server of the CDC connector's tests (one cluster per run), and the real
+# S3 server's fixtures (s3_server, s3_warehouse), for every test folder.
+from postgres_support import postgres  # noqa: E402, F401
 from s3_support import s3_server, s3_warehouse  # noqa: E402, F401
 
 

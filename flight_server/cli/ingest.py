@@ -15,6 +15,9 @@ from flight_server.cli.connect import Connection, clean_error, server_options
 # CLI flag -> option name, per source (``--option KEY=VALUE`` covers everything else).
 FILES_FLAGS = ("path", "pattern", "format", "marker", "rewritten")
 HTTP_FLAGS = ("url", "records", "cursor_field", "cursor_param", "rate", "retries", "timeout")
+POSTGRES_FLAGS = ("dsn", "pg_table", "publication", "slot")
+FLAGS = {"files": FILES_FLAGS, "http": HTTP_FLAGS, "postgres": POSTGRES_FLAGS}
+OPTION_NAMES = {"pg_table": "table"}  # flags whose option is named otherwise
 
 
 def call(conn: Connection, action: str, body: dict[str, Any]) -> None:
@@ -30,13 +33,14 @@ def call(conn: Connection, action: str, body: dict[str, Any]) -> None:
 
 @click.group()
 def ingest() -> None:
-    """Pull data from sources (folders of files, HTTP APIs) into tables, exactly once."""
+    """Pull data from sources (folders of files, HTTP APIs, Postgres CDC) into tables, exactly once."""
 
 
 @ingest.command()
 @click.argument("name")
 @click.option("--table", required=True, help="Target table ns.t (it must exist).")
-@click.option("--source", required=True, type=click.Choice(["files", "http"]), help="The source kind.")
+@click.option("--source", required=True, type=click.Choice(["files", "http", "postgres"]),
+              help="The source kind.")
 @click.option("--path", default=None, help="files: the folder (or s3://bucket/prefix).")
 @click.option("--pattern", default=None, help="files: a glob over paths relative to --path (default *).")
 @click.option("--format", "format_", default=None, type=click.Choice(["parquet", "csv", "jsonl"]),
@@ -51,6 +55,11 @@ def ingest() -> None:
 @click.option("--rate", default=None, type=float, help="http: at most this many requests per second (default 10).")
 @click.option("--retries", default=None, type=int, help="http: attempts per request (default 5).")
 @click.option("--timeout", default=None, type=float, help="http: seconds per request (default 30).")
+@click.option("--dsn", default=None, envvar="ICEFLOE_POSTGRES_DSN",
+              help="postgres: libpq connection string or URI (or $ICEFLOE_POSTGRES_DSN, kept off the command line).")
+@click.option("--pg-table", default=None, help="postgres: the source table, schema.name (default schema public).")
+@click.option("--publication", default=None, help="postgres: the publication that publishes the table.")
+@click.option("--slot", default=None, help="postgres: the logical replication slot (created when missing).")
 @click.option("--option", "extra", multiple=True, help="Any source option as KEY=VALUE (repeatable).")
 @click.option("--schema-policy", default=None, type=click.Choice(["match", "evolve", "strict"]),
               help="This connector's schema policy (default: the table's).")
@@ -62,14 +71,16 @@ def add(name: str, table: str, source: str, conn: Connection, extra: tuple[str, 
         max_rows: int | None, poll_s: float | None, paused: bool, **flags: Any) -> None:
     """Add connector NAME feeding TABLE; it starts running in the server (role admin)."""
     options: dict[str, Any] = {}
-    allowed = FILES_FLAGS if source == "files" else HTTP_FLAGS
+    allowed = FLAGS[source]
     for flag, value in flags.items():
         key = flag.rstrip("_")
         if value is None:
             continue
         if key not in allowed:
+            if key == "dsn":  # from the environment, meant for another connector
+                continue
             raise click.UsageError(f"--{key.replace('_', '-')} is not an option of --source {source}")
-        options[key] = value
+        options[OPTION_NAMES.get(key, key)] = value
     for item in extra:
         key, sep, value = item.partition("=")
         if not sep or not key:

@@ -23,8 +23,10 @@ from catalog.schema_policy import check_policy
 from icefloe.ingest.contract import Connector, InvalidOptions
 from icefloe.ingest.files import FilesConnector
 from icefloe.ingest.http_json import HttpJsonConnector
+from icefloe.ingest.postgres_cdc import PostgresCdcConnector
 
-BUILT_IN: dict[str, type[Connector]] = {"files": FilesConnector, "http": HttpJsonConnector}
+BUILT_IN: dict[str, type[Connector]] = {"files": FilesConnector, "http": HttpJsonConnector,
+                                         "postgres": PostgresCdcConnector}
 MAX_NAME = 100
 SPEC_FIELDS = {"name", "table", "source", "options", "schema_policy", "max_rows", "poll_s", "paused"}
 

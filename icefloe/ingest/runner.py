@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from catalog.ingest_checkpoints import IngestCommit, StoredCheckpoint, backfill_name
+from icefloe.ingest.changes import fold, keyed
 from icefloe.ingest.contract import (
     BackfillRange,
     Checkpoint,
@@ -33,8 +34,6 @@ from icefloe.ingest.contract import (
     ConnectorError,
     Envelope,
     Health,
-    Op,
-    SourceDataError,
     SourceUnavailable,
     State,
 )
@@ -66,6 +65,11 @@ class Sink(Protocol):
         Raises:
             Exception: Nothing was committed (schema refused, commit conflict, ...).
         """
+
+    def commit_changes(self, upserts: pa.Table, removed: pa.Table, key: tuple[str, ...],
+                       commit: IngestCommit) -> CommitOutcome:
+        """Delete the rows of every key in ``upserts`` and ``removed``, append ``upserts``, with
+        ``commit``'s checkpoint: one durable catalog commit (a CDC connector's changes)."""
 
 
 @dataclass
@@ -192,6 +196,8 @@ class IngestRunner:
             self._remember(step, durable.positions)
         pending: list[Envelope] = []  # read, not committed; pending[:boundary] are whole transactions
         boundary = 0
+        pending_rows = 0  # rows in pending
+        schemas: list[pa.Schema] = []  # the distinct schemas of pending's rows
         checkpoint = durable  # durable advanced by everything pending
         while True:
             got, stop = 0, ""
@@ -199,22 +205,24 @@ class IngestRunner:
             try:
                 for envelope in reader:
                     got += 1
-                    if envelope.op is not Op.INSERT:
-                        raise SourceDataError(f"{envelope.op.value} envelopes need row-level deletes in ingest, which "
-                                              "this server does not apply yet; nothing was committed")
                     if envelope.rows.num_rows and checkpoint.get(envelope.partition) == envelope.position:
                         stats.stalled, stop = True, "stalled"
                         break
-                    if pending and boundary == len(pending) and not _fits(pending, envelope):
+                    if pending and boundary == len(pending) and not _fits(schemas, envelope):
                         step, durable = self._commit(checkpoint_name, step, pending, durable, checkpoint, stats,
                                                      backfill)
-                        pending, boundary, checkpoint = [], 0, durable
+                        pending, boundary, checkpoint, pending_rows, schemas = [], 0, durable, 0, []
                     pending.append(envelope)
+                    # Kept as we go: recounting ``pending`` per envelope is quadratic for a CDC
+                    # stream of many one-row transactions.
+                    pending_rows += envelope.rows.num_rows
+                    if envelope.rows.num_rows and not any(envelope.rows.schema.equals(x) for x in schemas):
+                        schemas.append(envelope.rows.schema)
                     checkpoint = checkpoint.advanced(envelope)
                     stats.envelopes += 1
                     if envelope.transaction_end:
                         boundary = len(pending)
-                        if sum(e.rows.num_rows for e in pending) >= self.max_rows:
+                        if pending_rows >= self.max_rows:
                             stop = "full"
                             break
             finally:
@@ -228,6 +236,11 @@ class IngestRunner:
                 step, durable = self._commit(checkpoint_name, step, pending[:boundary], durable, whole_checkpoint,
                                              stats, backfill)
                 pending, boundary = pending[boundary:], 0
+                pending_rows = sum(e.rows.num_rows for e in pending)
+                schemas = []
+                for envelope in pending:
+                    if envelope.rows.num_rows and not any(envelope.rows.schema.equals(x) for x in schemas):
+                        schemas.append(envelope.rows.schema)
                 checkpoint = durable
                 for envelope in pending:
                     checkpoint = checkpoint.advanced(envelope)
@@ -266,10 +279,18 @@ class IngestRunner:
             # next commit carries them, and a restart before it reads them again, finding
             # nothing again.
             return step, checkpoint
-        rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
-        commit = IngestCommit(checkpoint_name, step, checkpoint.positions, _dataset(self.connector.source_uri()),
-                              backfill=backfill is not None, stats={"rows": rows.num_rows})
-        outcome = self.sink.commit(rows, commit)
+        if keyed(envelopes):  # CDC: row-level changes by key (updates, deletes) in one commit
+            upserts, removed, key = fold(envelopes)
+            rows = upserts
+            commit = IngestCommit(checkpoint_name, step, checkpoint.positions, _dataset(self.connector.source_uri()),
+                                  backfill=backfill is not None,
+                                  stats={"rows": upserts.num_rows, "deleted_keys": removed.num_rows})
+            outcome = self.sink.commit_changes(upserts, removed, key, commit)
+        else:
+            rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+            commit = IngestCommit(checkpoint_name, step, checkpoint.positions, _dataset(self.connector.source_uri()),
+                                  backfill=backfill is not None, stats={"rows": rows.num_rows})
+            outcome = self.sink.commit(rows, commit)
         if outcome.duplicate:
             stats.duplicates += 1
             logger.info("ingest %s: another runner committed from step %d first", self.name, step)
@@ -336,12 +357,12 @@ class CheckpointLost(ConnectorError):
     """The target no longer holds the checkpoint a commit was judged a duplicate of."""
 
 
-def _fits(pending: list[Envelope], envelope: Envelope) -> bool:
-    """Whether ``envelope`` can share a commit with ``pending``: the same schema (rows of
-    another schema go through the table's schema policy in a commit of their own)."""
+def _fits(schemas: list[pa.Schema], envelope: Envelope) -> bool:
+    """Whether ``envelope`` can share a commit with pending envelopes of ``schemas``: the same
+    schema (rows of another schema go through the table's schema policy in a commit of their own)."""
     if not envelope.rows.num_rows:
         return True
-    return all(e.rows.schema.equals(envelope.rows.schema) for e in pending if e.rows.num_rows)
+    return all(x.equals(envelope.rows.schema) for x in schemas)
 
 
 def _lag(envelopes: list[Envelope]) -> float:

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from catalog.context import commit_context
 from catalog.ingest_checkpoints import IngestCommit, StoredCheckpoint, table_checkpoint
+from catalog.keyed_changes import commit_keyed
 from icefloe.ingest.runner import CommitOutcome
 
 if TYPE_CHECKING:
@@ -50,5 +51,17 @@ class CatalogSink:
                 self.identifier, rows.schema, rows.to_batches(), idempotency_key=commit.idempotency_key(table_uuid),
                 snapshot_properties=commit.snapshot_properties(), extra=commit.commit_extra(),
                 schema_policy=self.schema_policy,
+            )
+        return CommitOutcome(result.commit_seq, result.rows, result.duplicate)
+
+    def commit_changes(self, upserts: pa.Table, removed: pa.Table, key: tuple[str, ...],
+                       commit: IngestCommit) -> CommitOutcome:
+        """Row-level changes by key (``catalog.keyed_changes``), the checkpoint in the same commit."""
+        table_uuid = str(self.appender.catalog.load_table(self.identifier).metadata.table_uuid)
+        with commit_context(principal=self.principal):
+            result = commit_keyed(
+                self.appender, self.identifier, upserts, removed, list(key),
+                idempotency_key=commit.idempotency_key(table_uuid), snapshot_properties=commit.snapshot_properties(),
+                extra=commit.commit_extra(), schema_policy=self.schema_policy,
             )
         return CommitOutcome(result.commit_seq, result.rows, result.duplicate)

@@ -180,3 +180,60 @@ class HttpSource:
     def close(self) -> None:
         if self._server is not None:
             self.down()
+
+
+class PostgresSource:
+    """A table of the test run's real PostgreSQL cluster, published, with its own slot; the
+    connector reads its snapshot, then its changes."""
+
+    kind = "postgres"
+    stall_state = "up"  # nothing new at the source: the connector is simply caught up
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.table, self.publication, self.slot = server.names()
+        server.execute(f"CREATE TABLE {self.table} (id BIGINT PRIMARY KEY, name TEXT)",
+                       f"CREATE PUBLICATION {self.publication} FOR TABLE {self.table}")
+        self.columns = ["id", "name"]
+
+    def options(self) -> dict[str, Any]:
+        return {"dsn": self.server.dsn, "table": f"public.{self.table}", "publication": self.publication,
+                "slot": self.slot}
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        """One source transaction per call (a new key in the rows: a column added first)."""
+        statements = []
+        for column in rows[0]:
+            if column not in self.columns:
+                statements.append(f"ALTER TABLE {self.table} ADD COLUMN {column} TEXT")
+                self.columns.append(column)
+        with self.server.connect() as conn, conn.transaction():
+            for statement in statements:
+                conn.execute(statement)
+            for row in rows:
+                names = list(row)
+                conn.execute(f"INSERT INTO {self.table} ({', '.join(names)}) VALUES "
+                             f"({', '.join(['%s'] * len(names))})", [row[n] for n in names])
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [{"id": r[0], "name": r[1]} for r in
+                self.server.execute(f"SELECT id, name FROM {self.table} ORDER BY id")]
+
+    def down(self) -> None:
+        self.server.stop()
+
+    def up(self) -> None:
+        self.server.start()
+
+    def stall(self) -> None:
+        """Nothing new for this table (another table changes): the position may not move."""
+        self.server.execute("CREATE TABLE IF NOT EXISTS unrelated (x INT)", "INSERT INTO unrelated VALUES (1)")
+
+    def close(self) -> None:
+        try:
+            self.server.execute(
+                f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = "
+                f"'{self.slot}'", f"DROP PUBLICATION IF EXISTS {self.publication}",
+                f"DROP TABLE IF EXISTS {self.table}")
+        except Exception:  # noqa: S110 - the cluster may be down after a failed case
+            pass

@@ -17,15 +17,21 @@ import adbc_driver_flightsql.dbapi as dbapi
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
-from ingest_sources import FilesSource, HttpSource
+from ingest_sources import FilesSource, HttpSource, PostgresSource
 from servers import ServerProcess
 
-SOURCES = ["files", "http-cursor", "http-link"]
+SOURCES = ["files", "http-cursor", "http-link", "postgres"]
 
 
 @pytest.fixture(params=SOURCES)
 def source(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    made: Any = FilesSource(tmp_path) if request.param == "files" else HttpSource(request.param.split("-")[1])
+    made: Any
+    if request.param == "files":
+        made = FilesSource(tmp_path)
+    elif request.param == "postgres":
+        made = PostgresSource(request.getfixturevalue("postgres"))
+    else:
+        made = HttpSource(request.param.split("-")[1])
     try:
         yield made
     finally:
@@ -88,7 +94,7 @@ def action(proc: ServerProcess, name: str, body: dict[str, Any]) -> Any:
 def add(proc: ServerProcess, source: Any, **extra: Any) -> Any:
     """Add the connector; with a long ``poll_s``, wait for its thread's first pass, so that the
     passes a case asks for afterwards are the only ones."""
-    body = {"name": "conn", "table": "ns.t", "source": "files" if source.kind == "files" else "http",
+    body = {"name": "conn", "table": "ns.t", "source": source.kind if source.kind in ("files", "postgres") else "http",
             "options": source.options(), "poll_s": 0.05, **extra}
     added = action(proc, "add", body)
     if body["poll_s"] >= 60:

@@ -255,17 +255,6 @@ def test_source_transactions_are_never_split_across_commits(appender: Appender) 
     assert ids(appender) == list(range(1, 13))
 
 
-def test_cdc_updates_are_refused_until_the_runner_applies_them(appender: Appender) -> None:
-    from ingest_example_connector import Transactions
-
-    from icefloe.ingest import SourceDataError
-
-    runner = IngestRunner("cdc", Transactions({"count": 1, "size": 1, "op": "update"}), CatalogSink(appender, "ns.t"))
-    with pytest.raises(SourceDataError, match="update envelopes need row-level deletes"):
-        runner.run_once()
-    assert runner.status().state.value == "failed" and ids(appender) == []
-
-
 def test_the_docs_example_connector_resumes_at_its_checkpoint(appender: Appender) -> None:
     from ingest_example_connector import Countdown
 

@@ -1,0 +1,185 @@
+"""Postgres CDC end-to-end lag: source commit -> the Iceberg commit holding it seen on the feed.
+
+Part of ``bench_ingest`` (``python benchmarks/bench_ingest.py --cdc``). A real PostgreSQL cluster
+(scripts/postgres-server) and a real server; a postgres connector (poll 50 ms) follows one table.
+A writer commits single-change transactions at ``--rate`` changes/s (60% inserts, 30% updates,
+10% deletes) for ``--seconds``, noting for each its wall-clock commit time and the WAL insert
+LSN right after it (>= the transaction's commit end LSN). A ``commits.v1`` feed subscriber notes
+when each Iceberg commit of the target arrives. Afterwards each commit's checkpoint LSN is read
+from its snapshot summary; a source transaction's lag = arrival of the first commit whose
+checkpoint LSN >= its LSN, minus its commit time. p50 / p99 per round; the median of the rounds.
+(The LSN noted can exceed the transaction's own end LSN when other WAL is written in between:
+then its lag counts one commit late - an overestimate, never an underestimate.)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from postgres_support import PostgresServer  # noqa: E402
+from servers import ServerProcess  # noqa: E402
+
+
+def _lsn(text: str) -> int:
+    high, _, low = text.partition("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
+def _follow(location: str, arrivals: list[tuple[int, float]], ready: threading.Event, stop: threading.Event) -> None:
+    request = json.dumps({"feed": "commits.v1", "after": "latest", "tables": ["bench.*"]}).encode()
+    client = flight.FlightClient(location)
+    writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(request))
+    writer.done_writing()
+    reader.read_chunk()  # hello
+    ready.set()
+    while not stop.is_set():
+        try:
+            chunk = reader.read_chunk()
+        except (StopIteration, flight.FlightError, pa.ArrowException):
+            return
+        now = time.time()
+        if chunk.data is not None:
+            for snapshot_id, table in zip(chunk.data.column("snapshot_id").to_pylist(),
+                                          chunk.data.column("table").to_pylist(), strict=True):
+                if table == "cdc" and snapshot_id is not None:
+                    arrivals.append((snapshot_id, now))
+
+
+def _write(pg: PostgresServer, table: str, rate: float, seconds: float, rng: random.Random
+           ) -> list[tuple[float, int]]:
+    """Single-change transactions at ``rate``/s: (commit wall time, WAL insert LSN after it)."""
+    done: list[tuple[float, int]] = []
+    live: list[int] = []
+    next_id = 1
+    with pg.connect() as conn:
+        start = time.perf_counter()
+        total = int(rate * seconds)
+        for i in range(total):
+            due = start + i / rate
+            pause = due - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+            roll = rng.random()
+            if roll < 0.6 or len(live) < 10:
+                conn.execute(f"INSERT INTO {table} VALUES (%s, %s)", (next_id, f"v{i}"))
+                live.append(next_id)
+                next_id += 1
+            elif roll < 0.9:
+                conn.execute(f"UPDATE {table} SET name = %s WHERE id = %s", (f"u{i}", rng.choice(live)))
+            else:
+                conn.execute(f"DELETE FROM {table} WHERE id = %s", (live.pop(rng.randrange(len(live))),))
+            committed = time.time()
+            row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+            assert row is not None
+            done.append((committed, _lsn(row[0])))
+    return done
+
+
+def run_round(tmp: Path, pg: PostgresServer, rate: float, seconds: float, round_no: int) -> dict[str, Any]:
+    table, publication, slot = pg.names()
+    pg.execute(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, name TEXT)",
+               f"CREATE PUBLICATION {publication} FOR TABLE {table}")
+    warehouse = tmp / f"warehouse-{round_no}"
+    proc = ServerProcess(warehouse).start()
+    arrivals: list[tuple[int, float]] = []
+    ready, stop = threading.Event(), threading.Event()
+    try:
+        from bench_ingest import action, sql
+
+        sql(proc, "CREATE SCHEMA bench")
+        sql(proc, "CREATE TABLE bench.cdc (id BIGINT, name VARCHAR)")
+        follower = threading.Thread(target=_follow, args=(proc.location, arrivals, ready, stop), daemon=True)
+        follower.start()
+        ready.wait(60)
+        options = {"dsn": pg.dsn, "table": table, "publication": publication, "slot": slot}
+        action(proc, "icefloe.ingest.add", {"name": "cdc", "table": "bench.cdc", "source": "postgres",
+                                            "options": options, "poll_s": 0.05})
+        # The lag of a running connector, not of its start: the slot exists and a pass ran.
+        deadline = time.time() + 60
+        while action(proc, "icefloe.ingest.status", {"name": "cdc"})["passes"] < 1 and time.time() < deadline:
+            time.sleep(0.1)
+        written = _write(pg, table, rate, seconds, random.Random(round_no))
+        source_rows = pg.execute(f"SELECT id, name FROM {table} ORDER BY id")
+        deadline = time.time() + 600
+        while True:
+            target_rows = [tuple(r) for r in sql_rows(proc, "SELECT id, name FROM bench.cdc ORDER BY id")]
+            if target_rows == [tuple(r) for r in source_rows]:
+                break
+            if time.time() > deadline:
+                status = action(proc, "icefloe.ingest.status", {"name": "cdc"})
+                raise RuntimeError(f"the target did not catch up with the source in 600 s: {len(target_rows)} vs "
+                                   f"{len(source_rows)} rows; {status}")
+            time.sleep(0.5)
+        time.sleep(1.0)  # the last feed events
+    finally:
+        stop.set()
+        proc.stop()
+        pg.execute(f"SELECT pg_drop_replication_slot('{slot}')", f"DROP PUBLICATION {publication}",
+                   f"DROP TABLE {table}")
+    from catalog import RocksCatalog
+
+    catalog = RocksCatalog("bench", warehouse=str(warehouse))
+    try:
+        metadata = catalog.load_table(("bench", "cdc")).metadata
+        checkpoints = {}
+        for snapshot in metadata.snapshots:
+            props = snapshot.summary.additional_properties if snapshot.summary else {}
+            raw = props.get("icefloe.ingest.cdc.checkpoint")
+            if raw:
+                position = json.loads(raw)[""]
+                if position.startswith("wal:"):
+                    checkpoints[snapshot.snapshot_id] = int(position[4:20], 16)
+    finally:
+        catalog.close()
+    seen = sorted((t, checkpoints[s]) for s, t in arrivals if s in checkpoints)
+    lags = []
+    for committed, lsn in written:
+        arrival = next((t for t, c in seen if c >= lsn), None)
+        if arrival is not None:
+            lags.append(arrival - committed)
+    lags.sort()
+    if not lags:
+        raise RuntimeError(f"no lag measured: {len(arrivals)} feed events, {len(checkpoints)} checkpoints")
+    return {"changes": len(written), "measured": len(lags), "commits": len(seen),
+            "p50_ms": 1000 * lags[len(lags) // 2], "p99_ms": 1000 * lags[min(len(lags) - 1, int(len(lags) * 0.99))],
+            "rate": rate, "seconds": seconds}
+
+
+def sql_rows(proc: ServerProcess, statement: str) -> list[Any]:
+    import adbc_driver_flightsql.dbapi as dbapi
+
+    with dbapi.connect(proc.location, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(statement)
+        return cur.fetchall()
+
+
+def run(tmp: Path, rounds: int, rate: float, seconds: float) -> dict[str, Any]:
+    pg = PostgresServer(tmp / "postgres").start()
+    try:
+        results = []
+        for round_no in range(rounds):
+            result = run_round(tmp, pg, rate, seconds, round_no)
+            results.append(result)
+            print(f"cdc round {round_no + 1}: {result['changes']} changes in {result['commits']} commits, lag p50 "
+                  f"{result['p50_ms']:.0f} ms, p99 {result['p99_ms']:.0f} ms", flush=True)
+    finally:
+        pg.stop()
+        if pg.data is not None and not pg.data.is_relative_to(pg.root):
+            shutil.rmtree(pg.data.parent, ignore_errors=True)  # the cluster's own folder (scripts/postgres-server)
+    return {"rounds": results, "median_p50_ms": statistics.median(r["p50_ms"] for r in results),
+            "median_p99_ms": statistics.median(r["p99_ms"] for r in results), "rate": rate, "seconds": seconds}

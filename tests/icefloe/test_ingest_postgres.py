@@ -1,0 +1,199 @@
+"""The Postgres CDC connector against a real PostgreSQL cluster (scripts/postgres-server) and a
+real server: kill -9 in the middle of inserts, updates, deletes and multi-row transactions,
+then source and target compared row for row; precise refusals; the DSN password kept out of
+status, errors and the log; the connector declared in a server config file."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+from ingest_sources import PostgresSource
+from servers import ServerProcess
+from test_ingest_conformance import action, sql, wait_for
+
+PASSWORD = "pw-that-must-never-show-9f3k"
+
+
+@pytest.fixture
+def source(postgres: Any) -> Iterator[PostgresSource]:
+    made = PostgresSource(postgres)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def target(proc: ServerProcess) -> list[tuple[Any, ...]]:
+    return sql(proc, "SELECT id, name FROM ns.t ORDER BY id")
+
+
+def expected(source: PostgresSource) -> list[tuple[Any, ...]]:
+    return [(r["id"], r["name"]) for r in source.rows()]
+
+
+def workload(source: PostgresSource, rng: random.Random, next_id: int) -> int:
+    """Inserts, updates (one of them moving a key), deletes, and multi-row transactions of all three."""
+    table = source.table
+    with source.server.connect() as conn:
+        for _ in range(4):
+            with conn.transaction():  # a multi-row transaction mixing all three
+                conn.execute(f"INSERT INTO {table} SELECT g, 'i' || g FROM generate_series(%s::bigint, %s::bigint) g",
+                             (next_id, next_id + 4))
+                conn.execute(f"UPDATE {table} SET name = name || '+u' WHERE id %% 7 = %s::int", (rng.randrange(7),))
+                conn.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} ORDER BY random() LIMIT 2)")
+            next_id += 5
+            conn.execute(f"UPDATE {table} SET name = 'single' WHERE id = (SELECT min(id) FROM {table})")
+            conn.execute(f"DELETE FROM {table} WHERE id = (SELECT max(id) FROM {table})")
+        # A key that moves: the old key's row must go, the new one arrive.
+        conn.execute(f"UPDATE {table} SET id = id + 100000 WHERE id = (SELECT min(id) FROM {table} "
+                     "WHERE id < 100000)")
+    return next_id
+
+
+def test_kill_9_during_changes_then_source_and_target_agree_row_for_row(tmp_path: Path,
+                                                                          source: PostgresSource) -> None:
+    proc = ServerProcess(tmp_path / "warehouse").start()
+    try:
+        sql(proc, "CREATE SCHEMA IF NOT EXISTS ns", "CREATE TABLE ns.t (id BIGINT, name VARCHAR)",
+            "ALTER TABLE ns.t SET (\"write.delete.mode\" = 'merge-on-read')")
+        source.add([{"id": i, "name": f"s{i}"} for i in range(1, 41)])  # the initial snapshot's rows
+        action(proc, "add", {"name": "pg", "table": "ns.t", "source": "postgres", "options": source.options(),
+                             "poll_s": 0.05, "max_rows": 7})
+        rng = random.Random(43)
+        next_id = 1000
+        for _round in range(3):
+            next_id = workload(source, rng, next_id)
+            time.sleep(rng.uniform(0.05, 0.5))
+            proc.kill()
+            next_id = workload(source, rng, next_id)  # the source moves on while the server is down
+            proc.start()
+        wait_for(lambda: target(proc) == expected(source), timeout=90)
+        time.sleep(0.5)  # a late duplicate or a lost delete would show now
+        assert target(proc) == expected(source)
+        run = action(proc, "run", {"name": "pg", "once": True})
+        assert run["run"]["rows"] == 0 and run["state"] == "up"
+        assert target(proc) == expected(source)
+        # The slot was confirmed up to the checkpoint that landed, never past it.
+        position = run["checkpoint"]["positions"][""]
+        slot = source.server.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                                     params=(source.slot,))[0][0]
+        high, low = slot.split("/")
+        assert (int(high, 16) << 32 | int(low, 16)) <= int(position[4:20], 16)
+    finally:
+        proc.stop()
+
+
+def test_refusals_password_and_a_connector_from_the_config_file(tmp_path: Path, postgres: Any,
+                                                                source: PostgresSource) -> None:
+    """One server: its config file declares a postgres connector with a password in the DSN."""
+    keyless, keyless_pub, keyless_slot = postgres.names()
+    postgres.execute(f"CREATE TABLE {keyless} (id BIGINT, name TEXT)",
+                     f"CREATE PUBLICATION {keyless_pub} FOR TABLE {keyless}",
+                     f"INSERT INTO {keyless} VALUES (1, 'a'), (2, 'b')")
+    secret_dsn = postgres.dsn.replace("icefloe@", f"icefloe:{PASSWORD}@")  # trust auth: accepted, unused
+    source.add([{"id": 1, "name": "one"}, {"id": 2, "name": "two"}])
+    config = tmp_path / "connectors.toml"
+    config.write_text(f'[connectors.pg]\ntable = "ns.t"\nsource = "postgres"\npoll_s = 0.05\n\n'
+                      f'[connectors.pg.options]\ndsn = "{secret_dsn}"\ntable = "public.{source.table}"\n'
+                      f'publication = "{source.publication}"\nslot = "{source.slot}"\n')
+    warehouse = tmp_path / "warehouse"
+    proc = ServerProcess(warehouse).start()
+    sql(proc, "CREATE SCHEMA ns", "CREATE TABLE ns.t (id BIGINT, name VARCHAR)",
+        "CREATE TABLE ns.k (id BIGINT, name VARCHAR)")
+    proc.stop()
+    proc = ServerProcess(warehouse, ["--ingest-config", str(config)]).start()
+    try:
+        wait_for(lambda: target(proc) == [(1, "one"), (2, "two")])
+        source.server.execute(f"UPDATE {source.table} SET name = 'uno' WHERE id = 1",
+                              f"DELETE FROM {source.table} WHERE id = 2")
+        wait_for(lambda: target(proc) == [(1, "uno")])
+        status = action(proc, "status", {"name": "pg"})
+        assert status["origin"] == "config" and status["source_uri"].startswith("postgres://127.0.0.1:")
+        # No primary key: refused, saying what to do; nothing committed.
+        options = {"dsn": secret_dsn, "table": keyless, "publication": keyless_pub, "slot": keyless_slot}
+        action(proc, "add", {"name": "keyless", "table": "ns.k", "source": "postgres", "options": options,
+                             "poll_s": 3600})
+        with pytest.raises(pa.ArrowException) as refused:  # FAILED_PRECONDITION, as pyarrow.flight maps it
+            action(proc, "run", {"name": "keyless", "once": True})
+        message = str(refused.value)
+        assert message.startswith("FAILED_PRECONDITION") and "has no primary key" in message
+        assert f"ALTER TABLE public.{keyless} REPLICA IDENTITY FULL" in message
+        assert sql(proc, "SELECT count(*) FROM ns.k") == [(0,)]
+        postgres.execute(f"ALTER TABLE {keyless} REPLICA IDENTITY FULL", f"UPDATE {keyless} SET name = 'z' "
+                         "WHERE id = 2")
+        action(proc, "run", {"name": "keyless", "once": True})
+        assert sql(proc, "SELECT id, name FROM ns.k ORDER BY id") == [(1, "a"), (2, "z")]
+        # A source that cannot be reached: UNAVAILABLE, the password in no message.
+        port = int(postgres.dsn.rsplit(":", 1)[1].split("/")[0])
+        away = {**options, "dsn": secret_dsn.replace(f":{port}/", ":1/"), "slot": keyless_slot + "x"}
+        action(proc, "add", {"name": "away", "table": "ns.k", "source": "postgres", "options": away, "poll_s": 3600})
+        with pytest.raises(flight.FlightUnavailableError) as down:
+            action(proc, "run", {"name": "away", "once": True})
+        shown = [str(down.value), json.dumps(action(proc, "status", {})), json.dumps(action(proc, "list", {}))]
+        assert action(proc, "status", {"name": "away"})["state"] == "down"
+    finally:
+        proc.stop()
+        postgres.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = "
+                         f"'{keyless_slot}'", f"DROP PUBLICATION {keyless_pub}",
+                         f"DROP TABLE {keyless}")
+    for text in [*shown, proc.log]:
+        assert PASSWORD not in text
+
+
+def test_types_from_the_relation_message_match_the_snapshot(tmp_path: Path, postgres: Any) -> None:
+    """Rows of many types arrive with the same values through the snapshot (text casts) and the
+    stream (pgoutput text by type OID); in-process, a real catalog."""
+    import datetime
+    import decimal
+
+    from catalog import RocksCatalog
+    from catalog.append import Appender
+    from icefloe.ingest.postgres_cdc import PostgresCdcConnector
+    from icefloe.ingest.runner import IngestRunner
+    from icefloe.ingest.sink import CatalogSink
+
+    table, publication, slot = postgres.names()
+    postgres.execute(
+        f"CREATE TABLE {table} (id INT PRIMARY KEY, b BOOL, s SMALLINT, n NUMERIC(10,2), f FLOAT8, r REAL, "
+        "d DATE, t TIMESTAMP, tz TIMESTAMPTZ, tm TIME, raw BYTEA, u UUID, j JSONB, v VARCHAR(5), big BIGINT)",
+        f"CREATE PUBLICATION {publication} FOR TABLE {table}")
+    insert = (f"INSERT INTO {table} VALUES (%s, true, -3, 12345.67, 0.1, 1.5, '2024-02-29', "
+              "'2024-02-29 13:14:15.123456', '2024-02-29 13:14:15.5+02', '23:59:59.25', '\\x00ff10', "
+              "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{\"k\": [1, 2]}', 'héllo', 9007199254740993)")
+    postgres.execute(insert, params=(1,))
+    postgres.execute(f"INSERT INTO {table} (id) VALUES (2)")  # NULLs everywhere else
+    connector = PostgresCdcConnector({"dsn": postgres.dsn, "table": table, "publication": publication, "slot": slot})
+    catalog = RocksCatalog("t", warehouse=str(tmp_path / "warehouse"), **{"read-only": "false"})
+    try:
+        catalog.create_namespace(("ns",))
+        catalog.create_table(("ns", "t"), schema=connector.discover())
+        runner = IngestRunner("types", connector, CatalogSink(Appender(catalog), "ns.t"))
+        assert runner.run_once().rows == 2  # the snapshot
+        postgres.execute(insert, params=(3,))  # the same values, through the stream
+        postgres.execute(f"INSERT INTO {table} (id) VALUES (4)")
+        assert runner.run_once().rows == 2
+        rows = sorted(catalog.load_table(("ns", "t")).scan().to_arrow().to_pylist(), key=lambda r: r["id"])
+    finally:
+        connector.close()
+        catalog.close()
+        postgres.execute(f"SELECT pg_drop_replication_slot('{slot}')", f"DROP PUBLICATION {publication}",
+                         f"DROP TABLE {table}")
+    want = {"b": True, "s": -3, "n": decimal.Decimal("12345.67"), "f": 0.1, "r": 1.5,
+            "d": datetime.date(2024, 2, 29), "t": datetime.datetime(2024, 2, 29, 13, 14, 15, 123456),
+            "tz": datetime.datetime(2024, 2, 29, 11, 14, 15, 500000, tzinfo=datetime.UTC),
+            "tm": datetime.time(23, 59, 59, 250000), "raw": b"\x00\xff\x10",
+            "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "j": '{"k": [1, 2]}', "v": "héllo", "big": 9007199254740993}
+    assert [r["id"] for r in rows] == [1, 2, 3, 4]
+    for snapshot_row, stream_row in ((rows[0], rows[2]), (rows[1], rows[3])):
+        assert {k: v for k, v in snapshot_row.items() if k != "id"} == {k: v for k, v in stream_row.items()
+                                                                        if k != "id"}
+    assert {k: rows[2][k] for k in want} == want
+    assert all(v is None for k, v in rows[3].items() if k != "id")
