@@ -23,7 +23,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pyiceberg.io import InputStream
 from pyiceberg.io.pyarrow import PyArrowFile
@@ -116,7 +116,7 @@ def within(deadline_s: float, call: Callable[[], T]) -> T:
         Exception: What ``call`` raised.
     """
     done = threading.Event()
-    result: list[Any] = []
+    result: list[T] = []
     failure: list[BaseException] = []
 
     def run() -> None:
