@@ -85,8 +85,9 @@ class IcebergSources:
         self._files: LockedLRU[Any, Any] = LockedLRU(512)  # (table uuid, snapshot id, filter) -> files
         self._footers: LockedLRU[str, _Footer] = LockedLRU(65536)  # file path -> _Footer
         self._row_groups: LockedLRU[str, int] = LockedLRU(65536)  # file path -> row groups in its footer
-        # (path, row groups, dictionary columns, filesystem) -> (filesystem, fragment); see _fragment
-        self._fragments: LockedLRU[Any, tuple[pafs.FileSystem, Any]] = LockedLRU(4096)
+        # (path, row groups, dictionary columns) -> (filesystem, fragment); see _fragment. Each
+        # holds its file's footer (a few KB to ~100 KB for wide tables): 1024 of them.
+        self._fragments: LockedLRU[Any, tuple[pafs.FileSystem, Any]] = LockedLRU(1024)
         # (table uuid, snapshot id) -> {data file path: the deletes that apply to it}
         self._deletes: LockedLRU[Any, dict[str, FileDeletes]] = LockedLRU(512)
         self.delete_sets = DeleteSets()
