@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
 import threading
 import weakref
@@ -21,9 +22,10 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
-from pyiceberg.io import FileIO, OutputStream
+from pyiceberg.io import FileIO, InputFile, OutputFile, OutputStream
 from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 
+from catalog.object_reads import CachedMetadataFile, is_immutable_metadata, shared_cache
 from catalog.object_store import OBJECT_SCHEMES
 from catalog.object_writes import DeadlineStream, close_deadline_s
 
@@ -210,7 +212,10 @@ class _BoundedObjectFile(PyArrowFile):
         # Not pyiceberg's exists() check first: on an object store it is a HEAD request (a round
         # trip per file, four per append) and guards nothing, as S3 cannot create-if-absent
         # atomically; every file icefloe creates has a new unique (UUID) name.
-        return DeadlineStream(super().create(overwrite=True), self._deadline_s)
+        stored = None
+        if is_immutable_metadata(self.location):
+            stored = functools.partial(shared_cache().put, self.location)
+        return DeadlineStream(super().create(overwrite=True), self._deadline_s, stored)
 
 
 class DurableFileIO(PyArrowFileIO):
@@ -234,6 +239,24 @@ class DurableFileIO(PyArrowFileIO):
         """The files closed since ``defer_fsync`` (not yet durable); stop deferring."""
         pending, self._deferred = self._deferred, None
         return pending or []
+
+    def new_input(self, location: str) -> PyArrowFile:
+        found = super().new_input(location)
+        scheme, _, _ = self.parse_location(location, self.properties)
+        if scheme not in OBJECT_SCHEMES or not is_immutable_metadata(location):
+            return found
+        # Manifests, manifest lists and metadata files never change: kept in memory by path
+        # (object_reads), and read within a deadline.
+        cached = CachedMetadataFile.__new__(CachedMetadataFile)
+        cached.__dict__.update(found.__dict__)
+        cached._cache = shared_cache()
+        cached._deadline_s = close_deadline_s(self.properties)
+        return cached
+
+    def delete(self, location: str | InputFile | OutputFile) -> None:
+        path = location if isinstance(location, str) else location.location
+        shared_cache().discard(path)
+        super().delete(location)
 
     def new_output(self, location: str) -> PyArrowFile:
         scheme, _, path = self.parse_location(location, self.properties)

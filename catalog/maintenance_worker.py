@@ -50,7 +50,7 @@ from pyiceberg.table.update.snapshot import _MergeAppendFiles
 from catalog import avro_cache, durable_io, manifest_list_cache
 from catalog.delete_cleanup import DroppingOverwrite, unneeded_delete_files
 from catalog.deletes import DeleteSets, PlannedFile, plan_files, visible_batches
-from catalog.object_store import OBJECT_SCHEMES
+from catalog.object_store import OBJECT_SCHEMES, ObjectStoreFailed, storage_failure
 from catalog.sandbox import ConfinedFileIO, Warehouse, confine
 from catalog.table import RocksTable
 from catalog.writer import DataFileWriter
@@ -409,7 +409,9 @@ def _serve(conn: Connection) -> None:
         try:
             answer: tuple[bool, Any] = (True, fn(*args))
         except BaseException as exc:
-            answer = (False, exc)
+            # Its causes do not survive the pipe: an object-store failure goes as its message.
+            failure = storage_failure(exc)
+            answer = (False, exc if failure is None else ObjectStoreFailed(failure))
         try:
             try:
                 conn.send(answer)

@@ -37,6 +37,14 @@ class ObjectStoreTimeout(TimeoutError):
     """An object-store write got no answer within its deadline (``catalog.object_writes``)."""
 
 
+class ObjectStoreFailed(OSError):
+    """An object-store failure already turned into its client-safe message (``storage_failure``).
+
+    Exceptions sent between processes (the maintenance worker's) lose their causes; this one
+    carries what the client may be told, so the failure still maps to UNAVAILABLE there.
+    """
+
+
 class StorageConfigError(ValueError):
     """The object-store settings are incomplete or contradictory (a message for the operator)."""
 
@@ -211,6 +219,8 @@ def storage_failure(exc: BaseException) -> str | None:
     while cause is not None and seen < 8 and match is None:
         if isinstance(cause, ObjectStoreTimeout):
             return "the object store did not answer in time; nothing was committed by it, retry later"
+        if isinstance(cause, ObjectStoreFailed):
+            return str(cause)
         if isinstance(cause, OSError):
             match = _AWS_ERROR.search(str(cause))
         cause, seen = cause.__cause__ or cause.__context__, seen + 1

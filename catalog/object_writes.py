@@ -13,7 +13,7 @@ object is simply unreferenced, and orphan removal takes it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -64,11 +64,17 @@ class DeadlineStream:
     ``raw`` is the native stream, for writers (Parquet) that should write to it directly.
     """
 
-    def __init__(self, raw: Any, deadline_s: float) -> None:
+    def __init__(self, raw: Any, deadline_s: float, on_stored: Callable[[bytes], None] | None = None) -> None:
         self.raw = raw
         self._deadline_s = deadline_s
+        # Told the object's bytes once it is stored (a small metadata file a reader will want
+        # next: catalog.object_reads keeps it), so the bytes written are kept until then.
+        self._on_stored = on_stored
+        self._written: list[bytes] = []
 
     def write(self, data: bytes) -> int:
+        if self._on_stored is not None:
+            self._written.append(bytes(data))
         return int(self.raw.write(data))
 
     def tell(self) -> int:
@@ -81,6 +87,9 @@ class DeadlineStream:
     def close(self) -> None:
         if not self.raw.closed:
             close_within(self.raw, self._deadline_s)
+            if self._on_stored is not None:
+                self._on_stored(b"".join(self._written))
+                self._on_stored, self._written = None, []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.raw, name)

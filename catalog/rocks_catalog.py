@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlparse
@@ -55,6 +56,8 @@ from catalog.names import (
     check_namespace,
     check_properties,
 )
+from catalog.object_reads import RecentlySeen
+from catalog.object_store import is_object_store
 from catalog.pins import SnapshotPins
 from catalog.sandbox import (
     CATALOG_DIR,
@@ -148,6 +151,7 @@ class RocksCatalog(MetastoreCatalog):
         self._commit_lock = self.commit_writer.lock
         # (namespace, table) -> (metadata location, parsed metadata). Metadata is immutable.
         self._metadata_cache: dict[tuple[tuple[str, ...], str], tuple[str, TableMetadata]] = {}
+        self._seen_metadata = RecentlySeen()
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -232,7 +236,7 @@ class RocksCatalog(MetastoreCatalog):
         """
         cached = self._metadata_cache.get((ns, table))
         if cached is not None and cached[0] == location:
-            if not verify or self._load_file_io(location=location).new_input(location).exists():
+            if not verify or self._metadata_exists(location):
                 return cached[1]
             self._metadata_cache.pop((ns, table), None)
             raise MetadataFileMissingError(location)
@@ -242,6 +246,12 @@ class RocksCatalog(MetastoreCatalog):
             raise MetadataFileMissingError(location) from None
         self._metadata_cache[(ns, table)] = (location, metadata)
         return metadata
+
+    def _metadata_exists(self, location: str) -> bool:
+        check = self._load_file_io(location=location).new_input(location).exists
+        if not is_object_store(location):
+            return bool(check())
+        return self._seen_metadata.exists(location, check, time.monotonic())  # object_reads
 
     def _load_file_io(self, properties: Properties = EMPTY_DICT, location: str | None = None) -> FileIO:
         """A FileIO confined to the warehouse (outside reserved entries).

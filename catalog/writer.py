@@ -24,6 +24,7 @@ import os
 import queue
 import threading
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +54,9 @@ from pyiceberg.utils.properties import property_as_int
 from catalog.arrow_types import aligned, plain_schema, to_plain
 from catalog.durable_io import background_fsync, fsync_all, local_path, local_paths
 from catalog.lru import LockedLRU
-from catalog.object_store import storage_failure
+from catalog.object_reads import within
+from catalog.object_store import ObjectStoreTimeout, storage_failure
+from catalog.object_writes import close_deadline_s
 from catalog.sandbox import OutsideTableError, confine
 from catalog.schema_policy import check_required, schema_text, strip_field_ids
 
@@ -167,6 +170,25 @@ class _RollingFile:
             self._stream = getattr(self._closer, "raw", self._closer)
         self.writer = pq.ParquetWriter(self._stream, schema=schema, store_decimal_as_integer=True, **writer_kwargs)
         self._writeback: Future[None] | None = None
+        # On an object store a write can wait on the store (the multipart upload is created
+        # once the first part is full; the footer's flush): each waits at most this long
+        # (pyarrow bounds no request on Linux), then the file is given up (``_stuck``).
+        self._deadline_s = None if self.local_path is not None else close_deadline_s(io.properties)
+        self._stuck = False
+
+    def _bounded(self, call: Callable[[], Any]) -> Any:
+        if self._deadline_s is None:
+            return call()
+        if self._stuck:
+            raise ObjectStoreTimeout("an earlier write to this object got no answer")
+        try:
+            return within(self._deadline_s, call)
+        except ObjectStoreTimeout:
+            self._stuck = True  # the abandoned call still holds the writer: never touch it again
+            raise
+
+    def write_table(self, table: pa.Table, row_group_size: int) -> None:
+        self._bounded(lambda: self.writer.write_table(table, row_group_size=row_group_size))
 
     def size(self) -> int:
         return int(self._stream.tell())
@@ -182,7 +204,7 @@ class _RollingFile:
         self._writeback = background_fsync(self.local_path)
 
     def close(self) -> tuple[pq.FileMetaData, int]:
-        self.writer.close()
+        self._bounded(self.writer.close)
         size = self.size()
         (self._closer if self.local_path is None else self._stream).close()
         return self.writer.writer.metadata, size
@@ -478,7 +500,7 @@ class _Lane:
         if self._current is None:
             self._current = self._owner._open_file(table.schema)
         current = self._current[1]
-        current.writer.write_table(table, row_group_size=self._owner._row_group_rows)
+        current.write_table(table, row_group_size=self._owner._row_group_rows)
         if not last:  # the last row group is flushed by the commit's fsync, with the footer
             current.start_writeback()
         if current.size() >= self._owner._target_size:

@@ -32,6 +32,8 @@ SERVER_VARIABLES = {
     "ICEFLOE_SWEEP_PERIOD_S": ("`serve`", "Seconds between background orphan sweeps (default 900)."),
     "ICEFLOE_DELETE_CACHE_BYTES": ("`serve`", "Bytes of decoded delete sets (position and equality deletes) kept "
                                               "between reads (default 256 MiB); a larger set is used once and dropped."),
+    "ICEFLOE_METADATA_CACHE_BYTES": ("`serve`", "Bytes of an object-store warehouse's manifests, manifest lists and "
+                                                "metadata files kept in memory by path (default 128 MiB; 0: none)."),
     "ICEFLOE_S3_REQUEST_TIMEOUT": ("`serve`", "Seconds one S3 request may take (default 60); an object's upload "
                                               "fails UNAVAILABLE after four of them."),
     "ICEFLOE_SERVER": ("`maintain`, `login`", "Old spelling of `ICEFLOE_URI`; still read, with a warning."),

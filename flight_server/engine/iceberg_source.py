@@ -85,6 +85,9 @@ class IcebergSources:
         self._files: LockedLRU[Any, Any] = LockedLRU(512)  # (table uuid, snapshot id, filter) -> files
         self._footers: LockedLRU[str, _Footer] = LockedLRU(65536)  # file path -> _Footer
         self._row_groups: LockedLRU[str, int] = LockedLRU(65536)  # file path -> row groups in its footer
+        # (path, row groups, dictionary columns) -> (filesystem, fragment); see _fragment. Each
+        # holds its file's footer (a few KB to ~100 KB for wide tables): 1024 of them.
+        self._fragments: LockedLRU[Any, tuple[pafs.FileSystem, Any]] = LockedLRU(1024)
         # (table uuid, snapshot id) -> {data file path: the deletes that apply to it}
         self._deletes: LockedLRU[Any, dict[str, FileDeletes]] = LockedLRU(512)
         self.delete_sets = DeleteSets()
@@ -125,7 +128,7 @@ class IcebergSources:
         dictionary: dict[Any, frozenset[str]] = {}
         views: dict[Any, frozenset[str]] = {}
         for path, row_groups in chosen.items():
-            footer = self._footer(path, fs, _fs_path(path), schema)
+            footer = self._footer(path, fs, _fs_path(path), schema, sizes.get(path))
             key = (tuple(sorted(footer.ids)), path in deletes)
             groups.setdefault(key, []).append((path, row_groups))
             # Only columns every file of the group stores as small dictionaries.
@@ -144,7 +147,7 @@ class IcebergSources:
             physical = pa.schema(fields)
             partial = any(row_groups is not None for _, row_groups in group)
             as_dictionary = sorted((dictionary[key] | views[key]) & set(id_to_phys.values()))
-            parquet = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=as_dictionary))
+            parquet = parquet_format(as_dictionary, fs)
             dataset: Any
             if key[1]:
                 dataset = self._deleted(table, group, deletes, physical, parquet, fs, schema, id_to_phys)
@@ -152,8 +155,7 @@ class IcebergSources:
                 # Fragments that know their file's size (the manifest's): opening a file then
                 # costs no size lookup (on an object store a HEAD request per file, twice: the
                 # dataset's discovery and the reader's open).
-                fragments = [parquet.make_fragment(_fs_path(p), filesystem=fs, row_groups=row_groups,
-                                                   file_size=sizes.get(p))
+                fragments = [self._fragment(parquet, tuple(as_dictionary), fs, p, row_groups, sizes.get(p))
                              for p, row_groups in group]
                 dataset = ds.FileSystemDataset(fragments, schema=physical, format=parquet, filesystem=fs)
             parts.append(SourcePart(dataset, ", ".join(select), tuple(columns), partial or key[1], key[1]))
@@ -286,11 +288,29 @@ class IcebergSources:
         files = [DeletedFile(_fs_path(p), p, deletes[p], row_groups) for p, row_groups in group]
         return deleted_dataset(table.io, self.delete_sets, files, physical, parquet, fs, names)
 
-    def _footer(self, path: str, fs: pafs.FileSystem, lpath: str, schema: Schema) -> _Footer:
+    def _fragment(
+        self, parquet: ds.ParquetFileFormat, dictionary: tuple[str, ...], fs: pafs.FileSystem, path: str,
+        row_groups: list[int] | None, size: int | None,
+    ) -> Any:
+        """A data file's fragment, kept: once a scan has read its footer the fragment holds it,
+        and later scans of the file start from it (one request less per file on an object store)."""
+        # Not keyed by the filesystem object (each table load builds its own): every table's
+        # files are read with the catalog's one set of storage settings.
+        key = (path, None if row_groups is None else tuple(row_groups), dictionary)
+        cached = self._fragments.get(key)
+        if cached is not None:
+            return cached[1]
+        fragment = parquet.make_fragment(_fs_path(path), filesystem=fs, row_groups=row_groups, file_size=size)
+        fragment.ensure_complete_metadata()  # the footer, kept by the fragment for every later scan
+        self._fragments.put(key, (fs, fragment))
+        return fragment
+
+    def _footer(self, path: str, fs: pafs.FileSystem, lpath: str, schema: Schema, size: int | None = None) -> _Footer:
         cached = self._footers.get(path)
         if cached is not None:
             return cached
-        meta = pq.read_metadata(lpath, filesystem=fs)
+        # Through a fragment that knows the file's size (the manifest's): no HEAD request first.
+        meta = ds.ParquetFileFormat().make_fragment(lpath, filesystem=fs, file_size=size).metadata
         physical = meta.schema.to_arrow_schema()
         ids = footer_field_ids(physical)
         if not ids:
@@ -300,6 +320,24 @@ class IcebergSources:
         footer = _Footer(tuple(ids.items()), dictionary_columns(meta, physical), view_columns(physical))
         self._footers.put(path, footer)
         return footer
+
+
+# Range reads sized for an object store's latency: a request costs about this long before its
+# first byte and then moves this fast, so nearby column chunks are read as one request
+# (pre_buffer coalesces them) rather than one round trip each.
+_STORE_FIRST_BYTE_MS = 20
+_STORE_MIB_PER_S = 200
+
+
+def parquet_format(dictionary_columns: list[str], fs: pafs.FileSystem) -> ds.ParquetFileFormat:
+    """The Parquet format of a scan: on an object store, column chunks are fetched ahead and
+    coalesced (``pre_buffer`` with cache options sized for the store's latency)."""
+    read_options = ds.ParquetReadOptions(dictionary_columns=dictionary_columns)
+    if isinstance(fs, pafs.LocalFileSystem):
+        return ds.ParquetFileFormat(read_options=read_options)
+    cache = pa.CacheOptions.from_network_metrics(_STORE_FIRST_BYTE_MS, _STORE_MIB_PER_S)
+    scan = ds.ParquetFragmentScanOptions(pre_buffer=True, cache_options=cache)
+    return ds.ParquetFileFormat(read_options=read_options, default_fragment_scan_options=scan)
 
 
 def footer_field_ids(physical: pa.Schema) -> dict[int, str]:

@@ -15,7 +15,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 from doput_client import do_put
-from s3_faults import FaultRelay
+from s3_faults import FaultRelay, Request
 from s3_support import BUCKET, S3Server
 from servers import ServerProcess
 
@@ -284,3 +284,108 @@ def test_a_commit_is_acknowledged_only_after_every_object_it_references_was_put(
         key = location.removeprefix("s3://")
         assert key in stored, f"{key} was never PUT through the store"
         assert stored[key] <= acknowledged, f"{key} was stored after the commit was acknowledged"
+
+
+def test_the_store_killed_mid_doput_fails_unavailable_and_icefloe_carries_on(rig: Rig) -> None:
+    table = _table(rig, "killed")
+    do_put(rig.server.location, ("ns", "killed"), _rows(0, 10))
+    with closing(rig.reader()) as before:
+        metadata_before = before.load_table(table).metadata_location
+    # The manifest PUT is held; the store is killed (SIGKILL: no clean shutdown) under it.
+    rig.relay.delay("PUT", MANIFEST_PUT, seconds=1.0, times=1)
+    assert rig.store.proc is not None
+    killer = threading.Timer(0.3, rig.store.proc.kill)
+    killer.start()
+    try:
+        _failing_put(rig, table, _rows(10, 10))
+    finally:
+        killer.join()
+        rig.store.proc.wait()
+        rig.store.proc = None
+        rig.store.start()
+    assert rig.server.proc is not None and rig.server.proc.poll() is None, "icefloe never came down"
+    with closing(rig.reader()) as after:
+        assert after.load_table(table).metadata_location == metadata_before, "the failed commit landed nothing"
+    assert rig.ids(table) == list(range(10))
+    for start in (10, 20):
+        assert do_put(rig.server.location, ("ns", "killed"), _rows(start, 10))["rows"] == 10
+    assert rig.ids(table) == list(range(30)), "every acknowledged write exactly once, nothing else"
+
+
+def test_a_stalled_first_part_of_a_large_upload_fails_within_its_deadline(rig: Rig) -> None:
+    table = _table(rig, "stalled_part")
+    rng = np.random.default_rng(11)
+    data = pa.table({"id": pa.array(range(1_000), pa.int64()),
+                     "v": [rng.bytes(12_000).hex() for _ in range(1_000)]}, schema=SCHEMA)
+    stall_s = CLOSE_DEADLINE_S * 3
+    # The multipart upload's creation (the first part's request) is never answered in time.
+    rig.relay.delay("POST", r"/data/[^?]*\.parquet\?uploads", seconds=stall_s)
+    started = time.monotonic()
+    _failing_put(rig, table, data)
+    elapsed = time.monotonic() - started
+    rig.relay.clear()
+    assert elapsed < stall_s, f"the append waited {elapsed:.0f} s, as long as the stalled store"
+    time.sleep(stall_s)
+    assert rig.count(table) == 0
+    assert do_put(rig.server.location, ("ns", "stalled_part"), data)["rows"] == 1_000
+
+
+def _requests_of(rig: Rig, table: str, run: Callable[[], object]) -> list[Request]:
+    start = len(rig.relay.log)
+    run()
+    folder = f"{BUCKET}/{PREFIX}/{table.replace('.', '/')}/"
+    return [r for r in list(rig.relay.log)[start:] if r.key.startswith(folder)]
+
+
+def test_a_second_scan_of_a_snapshot_reads_only_data(rig: Rig) -> None:
+    table = _table(rig, "rescan")
+    for i in range(3):
+        do_put(rig.server.location, ("ns", "rescan"), _rows(i * 100, 100))
+    query = f"SELECT sum(id) AS s FROM {table} WHERE id >= 50"
+    first = _requests_of(rig, table, lambda: sql(rig.server.location, query))
+    assert [r for r in first if r.key.endswith(".parquet")], "the first scan read the data files"
+    again = _requests_of(rig, table, lambda: sql(rig.server.location, query))
+    metadata = [r for r in again if "/metadata/" in r.key]
+    assert [r for r in metadata if r.method == "GET"] == [], "manifests, lists and metadata come from memory"
+    assert len(metadata) <= 1, metadata  # at most the load's existence check of the metadata file
+    data = [r for r in again if r.key.endswith(".parquet")]
+    assert [r.method for r in data] == ["GET"] * len(data) and len(data) <= 3, \
+        "one range read per data file: no HEAD, no second read of a footer"
+
+
+def test_a_stalled_manifest_read_fails_within_its_deadline(rig: Rig) -> None:
+    table = _table(rig, "stalled_read")
+    do_put(rig.server.location, ("ns", "stalled_read"), _rows(0, 10))
+    # A fresh server on the same store has nothing in memory: it must GET the manifests.
+    stall_s = CLOSE_DEADLINE_S * 3
+    rig.server.stop()
+    rig.server.start()
+    rig.relay.delay("GET", r"/ns/stalled_read/metadata/[^?]*\.avro", seconds=stall_s)
+    started = time.monotonic()
+    with pytest.raises(Exception) as failed:
+        rig.ids(table)
+    elapsed = time.monotonic() - started
+    rig.relay.clear()
+    assert elapsed < stall_s, f"the scan waited {elapsed:.0f} s, as long as the stalled store"
+    assert re.search(r"the object store (failed a request|did not answer in time)", str(failed.value)), failed.value
+    assert BUCKET not in str(failed.value)
+    time.sleep(stall_s)
+    assert rig.ids(table) == list(range(10))
+
+
+def test_a_stalled_data_read_fails_within_its_deadline(rig: Rig) -> None:
+    table = _table(rig, "stalled_data")
+    do_put(rig.server.location, ("ns", "stalled_data"), _rows(0, 10))
+    stall_s = CLOSE_DEADLINE_S * 3
+    rig.server.stop()  # nothing of the file in memory: its footer and data must be read
+    rig.server.start()
+    rig.relay.delay("GET", r"/ns/stalled_data/data/[^?]*\.parquet", seconds=stall_s)
+    started = time.monotonic()
+    with pytest.raises(Exception) as failed:
+        rig.ids(table)
+    elapsed = time.monotonic() - started
+    rig.relay.clear()
+    assert elapsed < stall_s, f"the scan waited {elapsed:.0f} s, as long as the stalled store"
+    assert re.search(r"the object store (failed a request|did not answer in time)", str(failed.value)), failed.value
+    time.sleep(stall_s)
+    assert rig.ids(table) == list(range(10)), "the server carries on once the store answers"

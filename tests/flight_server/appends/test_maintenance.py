@@ -13,7 +13,9 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 from append_helpers import do_put, make_table, read_only, rows
+from s3_support import BUCKET
 from servers import ROOT, ServerProcess
+from storage_kinds import ON_EVERY_STORAGE, S3Warehouse, Warehouse, start_server, table_files
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -182,3 +184,60 @@ def test_maintain_action_when_the_worker_is_gone_is_unavailable(tmp_path: Path) 
         client.close()
     finally:
         server.shutdown_and_close(grace_s=10.0)
+
+
+def _put_stray(warehouse: Warehouse, relative: str) -> str:
+    """A file no snapshot references, at ``relative`` under the warehouse; its location."""
+    if isinstance(warehouse, S3Warehouse):
+        key = f"{BUCKET}/{warehouse.prefix}/{relative}"
+        with warehouse.store.filesystem().open_output_stream(key) as out:
+            out.write(b"stray")
+        return f"s3://{key}"
+    path = warehouse / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"stray")
+    return str(path)
+
+
+def _exists(warehouse: Warehouse, location: str) -> bool:
+    if isinstance(warehouse, S3Warehouse):
+        return location.removeprefix(f"s3://{BUCKET}/") in warehouse.store.keys(warehouse.prefix)
+    return Path(location).exists()
+
+
+@ON_EVERY_STORAGE
+def test_compaction_expiry_and_orphan_removal_by_listing(warehouse: Warehouse) -> None:
+    """One maintenance pass on each storage: the small files are compacted, old snapshots
+    expired (retention 0), a stray file in the table's folder removed (found by listing the
+    table's prefix), a stray outside it left alone, and every row kept exactly once."""
+    make_table(warehouse, properties={"history.expire.max-snapshot-age-ms": "0",
+                                      "history.expire.min-snapshots-to-keep": "1"})
+    proc = start_server(warehouse).start()
+    try:
+        for i in range(4):
+            do_put(proc.location, ("ns", "t"), rows(5, start=i * 5))
+        stray = _put_stray(warehouse, "ns/t/data/stray-0001.parquet")
+        outside = _put_stray(warehouse, "ns/t2/data/stray-0002.parquet")
+        client = flight.FlightClient(proc.location)
+        try:
+            body = json.dumps({"table": "ns.t", "orphan_grace_s": 0}).encode()
+            report = json.loads(next(iter(client.do_action(flight.Action("icefloe.maintain", body)))).body.to_pybytes())
+        finally:
+            client.close()
+        assert report["compacted_files"] == 4 and report["rows"] == 20, report
+        assert report["removed_orphans"] >= 1 and report["expired_snapshots"] >= 1, report
+        assert not _exists(warehouse, stray), "the orphan was removed"
+        assert _exists(warehouse, outside), "a file outside the table's prefix is not the table's to remove"
+        cat = read_only(warehouse)
+        try:
+            table = cat.load_table("ns.t")
+            live = {task.file.file_path for task in table.scan().plan_files()}
+        finally:
+            cat.close()
+        assert len(live) == 1
+        data = {f for f in table_files(warehouse, "ns.t", "*.parquet") if "/data/" in f}
+        assert data == live, "only the compacted file is left in the table's data folder"
+        assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(20))
+    finally:
+        proc.stop()
+    assert "Traceback" not in proc.log, proc.log[-3000:]

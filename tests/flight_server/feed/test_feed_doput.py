@@ -1,25 +1,30 @@
-"""The feed under real DoPut writers (group commit included) against a server process."""
+"""The feed under real DoPut writers (group commit included) against a server process, on a
+local warehouse and on S3."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
-import servers
 from doput_client import do_put as put
 from feed_helpers import FeedReader
-from servers import ServerProcess
+from storage_kinds import ON_EVERY_STORAGE, Warehouse, open_catalog, start_server
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 
 
-def make_tables(warehouse: Path, names: list[str]) -> None:
-    servers.make_tables(warehouse, names, SCHEMA)
+def make_tables(warehouse: Warehouse, names: list[str]) -> None:
+    cat = open_catalog(warehouse, "setup")
+    try:
+        cat.create_namespace("ns")
+        for name in names:
+            cat.create_table(name, SCHEMA)
+    finally:
+        cat.close()
 
 
 def do_put(location: str, table: str, data: pa.Table) -> dict[str, Any]:
@@ -31,10 +36,10 @@ def batch(writer: int, k: int, n: int = 3) -> pa.Table:
     return pa.table({"id": ids, "v": [f"w{writer}" for _ in ids]}, schema=SCHEMA)
 
 
-def test_doput_writers_and_subscribers(tmp_path: Path) -> None:
-    warehouse = tmp_path / "wh"
+@ON_EVERY_STORAGE
+def test_doput_writers_and_subscribers(warehouse: Warehouse) -> None:
     make_tables(warehouse, ["ns.t0", "ns.t1", "ns.t2"])  # seqs 1..3
-    server = ServerProcess(warehouse).start()
+    server = start_server(warehouse).start()
     loc = server.location
     everything = FeedReader(loc, {"feed": "commits.v1", "after": "earliest"})
     only_t0 = FeedReader(loc, {"feed": "commits.v1", "after": 0, "tables": ["ns.t0"]})

@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pytest
+
+# The key SQL-write cases run on both storages, each storage with its own module server
+# (conftest's ``write_storage``); not every test, for CI time.
+ON_BOTH_STORAGES = pytest.mark.parametrize("write_storage", ["local", "s3"], indirect=True)
 
 
 def sql(conn: Any, text: str, parameters: Any = None) -> pa.Table:

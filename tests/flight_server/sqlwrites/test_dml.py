@@ -10,7 +10,7 @@ import adbc_driver_manager
 import pyarrow.flight as flight
 import pytest
 from servers import ServerProcess
-from sqlwrites_lib import execute_rowcount, log_head, log_records, rows, scalar, update
+from sqlwrites_lib import ON_BOTH_STORAGES, execute_rowcount, log_head, log_records, rows, scalar, update
 
 
 def _pyiceberg_rows(reader_catalog: Any, name: str, order: str) -> list[dict[str, Any]]:
@@ -23,6 +23,7 @@ def _make(conn: Any, ns: str) -> None:
     update(conn, f"CREATE TABLE {ns}.t (id BIGINT NOT NULL, name VARCHAR, amount DECIMAL(10, 2))")
 
 
+@ON_BOTH_STORAGES
 def test_insert_values_positional_column_list_and_by_name(conn: Any, reader_catalog: Any) -> None:
     _make(conn, "dml_a")
     head = log_head(reader_catalog)
@@ -64,6 +65,7 @@ def _files(reader_catalog: Any, name: str) -> set[str]:
     return {task.file.file_path for task in table.scan().plan_files()}
 
 
+@ON_BOTH_STORAGES
 def test_delete_rewrites_only_affected_files(conn: Any, reader_catalog: Any) -> None:
     _make(conn, "dml_c")
     for start in (0, 100, 200):  # three appends -> three data files with disjoint id ranges
@@ -95,6 +97,7 @@ def test_delete_with_null_condition_keeps_the_row(conn: Any) -> None:
     assert rows(conn, "SELECT id FROM dml_d.t") == [{"id": 1}]
 
 
+@ON_BOTH_STORAGES
 def test_update_applies_set_where_condition_holds(conn: Any, reader_catalog: Any) -> None:
     _make(conn, "dml_e")
     update(conn, "INSERT INTO dml_e.t VALUES (1, 'a', 10), (2, 'b', 20), (3, NULL, 30)")
@@ -129,6 +132,7 @@ def test_truncate(conn: Any, reader_catalog: Any) -> None:
     assert update(conn, "TRUNCATE TABLE dml_f.t") == 0
 
 
+@ON_BOTH_STORAGES
 def test_failing_dml_commits_nothing(conn: Any, reader_catalog: Any) -> None:
     _make(conn, "dml_g")
     update(conn, "INSERT INTO dml_g.t VALUES (1, 'a', 1), (2, 'b', 2)")

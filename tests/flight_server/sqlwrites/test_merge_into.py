@@ -11,7 +11,7 @@ from typing import Any
 import adbc_driver_manager
 import duckdb
 import pytest
-from sqlwrites_lib import log_head, log_records, rows, update
+from sqlwrites_lib import ON_BOTH_STORAGES, log_head, log_records, rows, update
 
 MODES = ["copy-on-write", "merge-on-read"]
 STEPS = 14
@@ -72,6 +72,7 @@ def test_random_merges_match_duckdb(conn: Any, mode: str, partitioned: bool) -> 
         assert got == want, (step, text)
 
 
+@ON_BOTH_STORAGES
 @pytest.mark.parametrize("mode", MODES)
 def test_one_snapshot_with_the_files_of_the_mode(conn: Any, reader_catalog: Any, mode: str) -> None:
     name = _make(conn, f"merge_files_{mode[:5].replace('-', '')}", mode)

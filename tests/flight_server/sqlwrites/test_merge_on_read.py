@@ -9,12 +9,13 @@ from typing import Any
 
 import adbc_driver_flightsql.dbapi as fsql
 import adbc_driver_manager
+import pyarrow as pa
 import pyarrow.flight as flight
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from servers import ServerProcess
-from sqlwrites_lib import log_head, log_records, rows, scalar, update
+from sqlwrites_lib import ON_BOTH_STORAGES, log_head, log_records, rows, scalar, update
 
 from tests.flight_server.web.rest_support import head_seq, rest_server, rest_url
 
@@ -55,6 +56,7 @@ def _snapshot_files(reader_catalog: Any, name: str) -> tuple[Any, list[Any], lis
     return snap, data, deletes
 
 
+@ON_BOTH_STORAGES
 @pytest.mark.parametrize("partitioned", [False, True], ids=["unpartitioned", "partitioned"])
 def test_merge_on_read_delete_and_update(conn: Any, reader_catalog: Any, write_server: ServerProcess,
                                          partitioned: bool) -> None:
@@ -76,8 +78,8 @@ def test_merge_on_read_delete_and_update(conn: Any, reader_catalog: Any, write_s
     for entry, manifest in deletes:
         assert entry.data_file.content.value == 1 and entry.sequence_number == snap.sequence_number
         assert manifest.sequence_number == snap.sequence_number
-        local = entry.data_file.file_path.removeprefix("file://")
-        written = pq.read_table(local)
+        with reader_catalog.load_table(name).io.new_input(entry.data_file.file_path).open() as stream:
+            written = pq.read_table(pa.BufferReader(stream.read()))
         assert written.schema.names == ["file_path", "pos"]
         assert [f.metadata[b"PARQUET:field_id"] for f in written.schema] == [b"2147483546", b"2147483545"]
         pairs = list(zip(written.column(0).to_pylist(), written.column(1).to_pylist(), strict=True))
