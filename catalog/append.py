@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,9 +37,18 @@ from catalog.arrow_types import plain_schema
 from catalog.commit_log import CommitRecord
 from catalog.context import commit_context, current_commit_context
 from catalog.durable_io import DurableFileIO, PendingSync, deferred_fsync, fsync_all, local_paths
+from catalog.expectations import (
+    ExpectationUnusable,
+    QualityBlocked,
+    QualityGate,
+    expectations_of,
+    merge_summaries,
+    summary,
+)
 from catalog.fast_append import FastAppend
 from catalog.idempotency import IdempotencyStore, check_key, encode_result, extra_batch_writes, idempotency_key
 from catalog.metadata_json import write_metadata
+from catalog.quarantine import QuarantineFiles, QuarantineWriter, gated, quarantine_change
 from catalog.schema_policy import (
     SchemaMismatchError,
     SchemaPlan,
@@ -122,6 +132,8 @@ class _Request:
     # Set by two_phase.py's overwrite: makes the snapshot producer from ``tx.update_snapshot(...)``
     # and the table as loaded for this attempt (default ``fast_append()``); such a request lands alone.
     producer: Callable[[Any, Table], Any] | None = None
+    # Rows the quality gate quarantined: their table's snapshot lands in this commit's batch.
+    quarantine: QuarantineFiles | None = None
     result: AppendResult | None = None
     error: BaseException | None = None
     done: bool = False
@@ -129,7 +141,7 @@ class _Request:
     @property
     def alone(self) -> bool:
         return (self.staged_schema is not None or self.prepare is not None or self.producer is not None
-                or bool(self.snapshot_properties))
+                or bool(self.snapshot_properties) or self.quarantine is not None)
 
 
 @dataclass
@@ -191,6 +203,10 @@ class Appender:
         # Compaction holds this from writing its files to committing them, and orphan removal
         # while it sweeps: a worker process's files in flight are not in active_paths.
         self.maintenance_lock = threading.Lock()
+        # Evaluates tables' quality expectations (the server sets the DuckDB one); None: a
+        # table that declares expectations refuses appends (catalog.expectations).
+        self.quality_gate: QualityGate | None = None
+        self.on_quality: Callable[[str, dict[str, Any]], None] | None = None  # metrics
 
     def track_writer(self, writer: DataFileWriter) -> None:
         with self._registry_lock:
@@ -240,6 +256,7 @@ class Appender:
         snapshot_properties: dict[str, str] | None = None,
         extra: dict[str, Any] | None = None,
         schema_policy: str | None = None,
+        source_position: str | None = None,
     ) -> AppendResult:
         """Append a stream of batches to an existing table; return once the commit is durable.
 
@@ -258,6 +275,10 @@ class Appender:
             ConcurrentSchemaChangeError: The append evolves the schema and the table's schema
                 changed incompatibly meanwhile (nothing committed; retry).
             CommitFailedException: The commit kept losing races (after retries).
+            QualityBlocked: Rows failed a ``block`` expectation (nothing committed).
+            ExpectationUnusable: An expectation could not be evaluated (nothing committed).
+
+        ``source_position`` is recorded with quarantined rows (a connector's checkpoint).
         """
         namespace, name = tuple(identifier[:-1]), identifier[-1]
         if idempotency_key is not None:
@@ -275,14 +296,44 @@ class Appender:
         schema, batches = renamed(schema, batches, policy_plan.renames)
         staged = self._stage_schema(table, policy_plan) if policy_plan.changes_table else None
         metadata = staged.metadata if staged is not None else table.metadata
+        expectations = expectations_of(table.properties)
+        if expectations and self.quality_gate is None:
+            raise ExpectationUnusable(f"{'.'.join(identifier)} declares quality expectations and this process "
+                                      "has no quality gate to evaluate them")
+        session = None
+        append_id = ""
+        quarantine = QuarantineWriter(self.catalog, tuple(identifier))
+        if expectations and self.quality_gate is not None:
+            append_id = uuid.uuid4().hex
+            session = self.quality_gate.session(".".join(identifier), expectations, source_position, append_id)
+            batches = gated(session, batches, quarantine)
         writer = DataFileWriter(metadata, table.io, schema, policy_plan.required_columns)
         self.track_writer(writer)
         try:
             files = self._write_all(writer, schema, batches)  # not yet fsync'd: see _land_append
+            quarantined = None
+            if session is not None:
+                quarantined = QuarantineFiles(quarantine.identifier, quarantine.finish(), quarantine.rows, append_id)
+                quality = summary(session.results(), append_id, quarantine.rows)
+                extra = {**(extra or {}), "quality": quality}
+                if self.on_quality is not None:
+                    self.on_quality(".".join(identifier), quality)
+                if not quarantined.files:
+                    quarantined = None
             return self._commit_files(table, identifier, files, writer.rows, idempotency_key, staged,
-                                      snapshot_properties, extra)
+                                      snapshot_properties, extra, quarantined)
+        except QualityBlocked as exc:
+            quarantine.abort()
+            if self.on_quality is not None:
+                self.on_quality(".".join(identifier), summary(exc.results, append_id, 0))
+            raise
+        except BaseException:
+            quarantine.abort()
+            raise
         finally:
             self.untrack_writer(writer)
+            if session is not None:
+                session.close()
 
     def create_from_stream(
         self,
@@ -385,6 +436,7 @@ class Appender:
         staged: _StagedSchema | None,
         snapshot_properties: dict[str, str] | None = None,
         extra: dict[str, Any] | None = None,
+        quarantined: QuarantineFiles | None = None,
     ) -> AppendResult:
         namespace, name = tuple(identifier[:-1]), identifier[-1]
         qualified = ".".join(identifier)
@@ -397,13 +449,13 @@ class Appender:
                 self._apply_plan(update, staged.plan)
             snapshot = table.current_snapshot()
             return AppendResult(qualified, self.catalog.log.head(), snapshot.snapshot_id if snapshot else None, 0)
-        if not files:
+        if not files and quarantined is None:
             # Nothing to commit: answer with the table's current state.
             snapshot = table.current_snapshot()
             return AppendResult(qualified, self.catalog.log.head(), snapshot.snapshot_id if snapshot else None, 0)
         request = _Request(files, rows, idempotency_key, current_commit_context().principal, staged,
                            snapshot_properties=dict(snapshot_properties or {}), extra=dict(extra or {}),
-                           syncing=PendingSync(local_paths(f.file_path for f in files)))
+                           syncing=PendingSync(local_paths(f.file_path for f in files)), quarantine=quarantined)
         try:
             result = self.committer(namespace, name).submit(request)
         except BaseException:
@@ -492,6 +544,9 @@ class Appender:
         extra = {"group_size": len(to_commit)} if len(to_commit) > 1 else {}
         for req in to_commit:
             extra.update(req.extra)
+        qualities = [req.extra["quality"] for req in to_commit if "quality" in req.extra]
+        if len(qualities) > 1:  # a group of gated appends: one summary for the one commit
+            extra["quality"] = merge_summaries(qualities)
         self._retry(
             lambda: self._land_append(namespace, name, to_commit, idempotency_writes),
             principal=",".join(principals) or None,
@@ -542,9 +597,20 @@ class Appender:
             fsync_all(local_paths([*unsynced, *manifests, *metadata_files]))
             return extras(record)
 
+        quarantined = requests[0].quarantine if len(requests) == 1 else None
+        if quarantined is not None:
+            snapshot_id = next((u.snapshot.snapshot_id for u in tx._updates if hasattr(u, "snapshot")), None)
+            change, quarantine_unsynced = quarantine_change(self.catalog, quarantined, snapshot_id)
+            unsynced.extend(quarantine_unsynced)
         try:
             with deferred_fsync() as metadata_files, extra_batch_writes(durable_then_extras):
-                tx.commit_transaction()
+                if quarantined is None:
+                    tx.commit_transaction()
+                else:  # the target's snapshot and its quarantined rows: one RocksDB batch
+                    self.catalog.commit_tables(
+                        [(table.name(), tx._requirements, tx._updates), change],
+                        record_fields=[{}, {"extra": {"quarantine_of": ".".join((*namespace, name)),
+                                                       "quarantined_rows": quarantined.rows}}])
         except CommitFailedException:
             # Refused before anything landed (a lost race: _retry writes a new snapshot), so
             # these files are referenced by nothing. Other failures leave them to orphan

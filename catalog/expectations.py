@@ -173,3 +173,17 @@ def lineage_facet_body(quality: Any) -> list[dict[str, Any]] | None:
                                  "expected": "0 failing rows", "actual": f"{item.get('failed_rows', 0)} failing rows"}
         out.append(entry)
     return out
+
+
+def merge_summaries(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """One ``quality`` entry for a group commit of several gated appends."""
+    merged: dict[str, dict[str, Any]] = {}
+    for one in summaries:
+        for item in one.get("assertions", []):
+            into = merged.setdefault(item["name"], {**item, "checked_rows": 0, "failed_rows": 0})
+            into["checked_rows"] += item.get("checked_rows", 0)
+            into["failed_rows"] += item.get("failed_rows", 0)
+            into["success"] = into["failed_rows"] == 0
+    return {"append_ids": [s.get("append_id") for s in summaries],
+            "quarantined_rows": sum(int(s.get("quarantined_rows", 0)) for s in summaries),
+            "assertions": list(merged.values())}

@@ -28,6 +28,7 @@ from catalog import RocksCatalog
 from catalog.lineage import LineageExporter
 from flight_server import errors
 from flight_server.config import Config
+from flight_server.engine.quality import DuckDBQualityGate
 from flight_server.flightsql.sessions import MIDDLEWARE_KEY as SESSION_MIDDLEWARE_KEY
 from flight_server.flightsql.sessions import SessionMiddlewareFactory
 from flight_server.lineage_setup import lineage_settings
@@ -73,6 +74,8 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         self.lineage = LineageExporter(self.catalog, abort_errors=(errors.Cancelled,))
         # Each service is built from the collaborators it uses, never from the server.
         appender = Appender(self.catalog)
+        appender.quality_gate = DuckDBQualityGate()
+        appender.on_quality = self.metrics.record_quality
         self.staged = StagedAppendService(appender, self.handle_signer, self.lineage)
         self.appends = AppendService(self.catalog, appender, self.staged, self.lineage, self.metrics, self.authorizer,
                                      self.stopping)

@@ -124,7 +124,7 @@ class DuckDBGateSession:
                 logger.warning("expectation %r of %s failed on %d rows (warn)", expectation.name, self.table, len(rows))
         if blocked:
             raise QualityBlocked(f"append to {self.table} refused by its quality gate: expectation "
-                                 + "; ".join(blocked) + ". Nothing was committed.", self._results)
+                                 + "; ".join(blocked) + "; nothing was committed", self._results)
         if not any(quarantined):
             return BatchVerdict(batch)
         mask = pa.array(quarantined)

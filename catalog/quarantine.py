@@ -1,0 +1,99 @@
+"""The gate's side of an append: checked batches in, quarantined rows into their own table.
+
+``gated`` runs every batch of an append through the table's ``GateSession`` before it reaches
+the data writer, so a ``block`` failure stops the stream before anything is committed (the
+append's files are then deleted as for any refused input). Rows failing a ``quarantine``
+expectation are written by a ``QuarantineWriter`` into the table ``ns.t__quarantine`` and the
+appender lands that table's new snapshot together with the target's (``quarantine_change``,
+then ``RocksCatalog.commit_tables``): one RocksDB batch holds both, so the bad rows are kept
+exactly when the good ones land.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyiceberg.exceptions import TableAlreadyExistsError
+from pyiceberg.manifest import DataFile
+
+from catalog.durable_io import DurableFileIO
+from catalog.expectations import QUARANTINE_SCHEMA, GateSession, quarantine_identifier
+from catalog.writer import DataFileWriter
+
+if TYPE_CHECKING:
+    from catalog.rocks_catalog import RocksCatalog
+
+logger = logging.getLogger("icefloe.catalog.quarantine")
+
+
+class QuarantineWriter:
+    """Writes one append's quarantined rows (fsync'd with the append's own files at commit)."""
+
+    def __init__(self, catalog: RocksCatalog, target: tuple[str, ...]) -> None:
+        self.catalog = catalog
+        self.identifier = quarantine_identifier(target)
+        self._writer: DataFileWriter | None = None
+        self.rows = 0
+
+    def write(self, rows: pa.Table) -> None:
+        if self._writer is None:
+            try:
+                self.catalog.create_table(self.identifier, schema=QUARANTINE_SCHEMA)
+            except TableAlreadyExistsError:
+                pass
+            table = self.catalog.load_table(self.identifier)
+            self._writer = DataFileWriter(table.metadata, table.io, QUARANTINE_SCHEMA)
+        for batch in rows.to_batches():
+            self._writer.write(batch)
+        self.rows += rows.num_rows
+
+    def finish(self) -> list[DataFile]:
+        return self._writer.finish(sync=False) if self._writer is not None else []
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.abort()
+
+
+def gated(session: GateSession, batches: Iterable[pa.RecordBatch],
+          quarantine: QuarantineWriter) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        verdict = session.check(batch)
+        if verdict.quarantined is not None and verdict.quarantined.num_rows:
+            quarantine.write(verdict.quarantined)
+        if verdict.good.num_rows:
+            yield verdict.good
+
+
+@dataclass
+class QuarantineFiles:
+    """What an append adds to its quarantine table, landed in the target's commit batch."""
+
+    identifier: tuple[str, ...]
+    files: list[DataFile]
+    rows: int
+    append_id: str
+
+
+def quarantine_change(catalog: RocksCatalog, quarantined: QuarantineFiles,
+                      target_snapshot_id: int | None) -> tuple[Any, list[str]]:
+    """The quarantine table's change for ``commit_tables`` and the files it must fsync first."""
+    table = catalog.load_table(quarantined.identifier)
+    io = table.io
+    if isinstance(io, DurableFileIO):
+        io.defer_fsync()
+    tx = table.transaction()
+    properties = {"icefloe.quarantine.append-id": quarantined.append_id}
+    if target_snapshot_id is not None:
+        properties["icefloe.quarantine.target-snapshot-id"] = str(target_snapshot_id)
+    with tx.update_snapshot(snapshot_properties=properties).fast_append() as append:
+        for data_file in quarantined.files:
+            append.append_data_file(data_file)
+    unsynced = [f.file_path for f in quarantined.files]
+    if isinstance(io, DurableFileIO):
+        unsynced.extend(io.take_deferred())
+    return (quarantined.identifier, tx._requirements, tx._updates), unsynced
