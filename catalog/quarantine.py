@@ -12,6 +12,7 @@ exactly when the good ones land.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,16 @@ from pyiceberg.exceptions import TableAlreadyExistsError
 from pyiceberg.manifest import DataFile
 
 from catalog.durable_io import DurableFileIO
-from catalog.expectations import QUARANTINE_SCHEMA, GateSession, quarantine_identifier
+from catalog.expectations import (
+    QUARANTINE_SCHEMA,
+    QUARANTINE_SUFFIX,
+    ExpectationUnusable,
+    GateSession,
+    QualityBlocked,
+    QualityGate,
+    expectations_of,
+    quarantine_identifier,
+)
 from catalog.writer import DataFileWriter
 
 if TYPE_CHECKING:
@@ -97,3 +107,47 @@ def quarantine_change(catalog: RocksCatalog, quarantined: QuarantineFiles,
     if isinstance(io, DurableFileIO):
         unsynced.extend(io.take_deferred())
     return (quarantined.identifier, tx._requirements, tx._updates), unsynced
+
+
+class RefusingQuarantine(QuarantineWriter):
+    """For writes that cannot divert rows (staged appends, which commit later and elsewhere;
+    SQL UPDATE / MERGE, which change rows in place; writes inside a transaction): a
+    ``quarantine`` failure refuses the write, as ``block`` does."""
+
+    def __init__(self, catalog: RocksCatalog, target: tuple[str, ...], write_kind: str) -> None:
+        super().__init__(catalog, target)
+        self.write_kind = write_kind
+
+    def write(self, rows: pa.Table) -> None:
+        names = sorted({n for value in rows.column("_expectation").to_pylist() for n in str(value).split(",")})
+        sample = rows.column("_row").to_pylist()[:3]
+        raise QualityBlocked(
+            f"write to {'.'.join(self.identifier[:-1] + (self.identifier[-1][: -len(QUARANTINE_SUFFIX)],))} refused "
+            f"by its quality gate: expectation {', '.join(repr(n) for n in names)} failed on {rows.num_rows} rows, "
+            f"e.g. {', '.join(sample)}; a {self.write_kind} cannot quarantine rows, so it is refused; nothing was "
+            "committed", [])
+
+
+def checked_without_quarantine(gate: QualityGate | None, catalog: RocksCatalog, identifier: tuple[str, ...],
+                               properties: dict[str, str], batches: Iterable[pa.RecordBatch],
+                               write_kind: str) -> Iterator[pa.RecordBatch]:
+    """``batches`` through the table's gate, ``quarantine`` acting as ``block`` (see above)."""
+    expectations = expectations_of(properties)
+    if not expectations:
+        yield from batches
+        return
+    if gate is None:
+        raise ExpectationUnusable(f"{'.'.join(identifier)} declares quality expectations and this process "
+                                  "has no quality gate to evaluate them")
+    session = gate.session(".".join(identifier), expectations, None, uuid.uuid4().hex)
+    try:
+        yield from gated(session, batches, RefusingQuarantine(catalog, identifier, write_kind))
+    finally:
+        session.close()
+
+
+def check_table(gate: QualityGate | None, catalog: RocksCatalog, identifier: tuple[str, ...],
+                properties: dict[str, str], rows: pa.Table, write_kind: str) -> None:
+    """Raise QualityBlocked / ExpectationUnusable unless every row of ``rows`` passes."""
+    for _ in checked_without_quarantine(gate, catalog, identifier, properties, rows.to_batches(), write_kind):
+        pass

@@ -185,3 +185,33 @@ def test_metrics_count_checked_and_failed_rows(tmp_path: Path) -> None:
         assert f"icefloe_quality_failed_rows_total{{{labels}}} 2.0" in text
     finally:
         proc.stop()
+
+
+@pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])
+def test_update_and_merge_are_gated_and_quarantine_refuses_them(server: ServerProcess, conn: flight_sql.Connection,
+                                                                mode: str) -> None:
+    orders(conn, **{"icefloe.expect.positive": "amount > 0", "icefloe.expect.positive.on-failure": "quarantine",
+                    "write.update.mode": mode, "write.merge.mode": mode})
+    sql(conn, "INSERT INTO ns.orders VALUES (1, 1.0, 'new'), (2, 2.0, 'new')")
+    with pytest.raises(Exception, match="'positive' failed on 1 rows.*SQL UPDATE cannot quarantine"):
+        sql(conn, "UPDATE ns.orders SET amount = -amount WHERE id = 2")
+    with pytest.raises(Exception, match="'positive' failed on 1 rows.*MERGE cannot quarantine"):
+        sql(conn, "MERGE INTO ns.orders t USING (SELECT 3 AS id, -3.0 AS amount) s ON t.id = s.id "
+                  "WHEN NOT MATCHED THEN INSERT VALUES (s.id, s.amount, 'new')")
+    assert sql(conn, "SELECT id, amount FROM ns.orders ORDER BY id") == [(1, 1.0), (2, 2.0)]
+    # Rows the UPDATE leaves as they are are not what it is judged on.
+    sql(conn, "UPDATE ns.orders SET amount = amount * 10 WHERE id = 2")
+    assert sql(conn, "SELECT id, amount FROM ns.orders ORDER BY id") == [(1, 1.0), (2, 20.0)]
+
+
+def test_a_transaction_and_a_staged_append_are_gated(server: ServerProcess, conn: flight_sql.Connection) -> None:
+    orders(conn, **{"icefloe.expect.positive": "amount > 0"})
+    with pytest.raises(Exception, match="'positive'"):
+        sql(conn, "BEGIN")
+        try:
+            sql(conn, "INSERT INTO ns.orders VALUES (1, -1.0, 'new')")
+        finally:
+            sql(conn, "ROLLBACK")
+    with pytest.raises(REFUSED, match="'positive'"):
+        do_put(server.location, ("ns", "orders"), BATCH, stage="job-1")
+    assert sql(conn, "SELECT count(*) FROM ns.orders") == [(0,)]
