@@ -31,7 +31,8 @@ def test_gated_append_carries_data_quality_assertions(ol_env: Collector, warehou
         validate_event(event)
     (complete,) = [e for e in events if e["eventType"] == "COMPLETE" and e["outputs"][0]["name"] == "ns.t"]
     facet = complete["outputs"][0]["facets"]["dataQualityAssertions"]
-    assert facet["_schemaURL"].endswith("DataQualityAssertionsDatasetFacet.json#/$defs/DataQualityAssertionsDatasetFacet")
+    assert facet["_schemaURL"].endswith("DataQualityAssertionsDatasetFacet.json#/$defs/"
+                                        "DataQualityAssertionsDatasetFacet")
     by_name = {a["name"]: a for a in facet["assertions"]}
     assert by_name["positive"] == {"assertion": "custom_sql", "success": False, "name": "positive",
                                    "severity": "error", "content": "amount > 0", "contentType": "sql",
