@@ -102,6 +102,8 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         self.lineage.start(lineage_settings(config))
         self.lineage_index.start()
         self.flightsql.engine.lineage_ready = lambda: self.lineage_index.wait_for(self.catalog.log.head())
+        self.ops.lineage_ready = self.flightsql.engine.lineage_ready
+        self.ops.ingest_status = self.ingest.statuses
         self.ingest.start()  # connectors commit through the appender, watched by lineage
         self.http_hosts: list[Any] = []  # flight_server.http.host.HttpHost, started by start_http
 
