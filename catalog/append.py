@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,17 +37,13 @@ from catalog.commit_log import CommitRecord
 from catalog.context import commit_context, current_commit_context
 from catalog.durable_io import DurableFileIO, PendingSync, deferred_fsync, fsync_all, local_paths
 from catalog.expectations import (
-    ExpectationUnusable,
-    QualityBlocked,
     QualityGate,
-    expectations_of,
     merge_summaries,
-    summary,
 )
 from catalog.fast_append import FastAppend
 from catalog.idempotency import IdempotencyStore, check_key, encode_result, extra_batch_writes, idempotency_key
 from catalog.metadata_json import write_metadata
-from catalog.quarantine import QuarantineFiles, QuarantineWriter, gated, quarantine_change
+from catalog.quarantine import AppendGate, QuarantineFiles, with_quarantine
 from catalog.schema_policy import (
     SchemaMismatchError,
     SchemaPlan,
@@ -296,44 +291,22 @@ class Appender:
         schema, batches = renamed(schema, batches, policy_plan.renames)
         staged = self._stage_schema(table, policy_plan) if policy_plan.changes_table else None
         metadata = staged.metadata if staged is not None else table.metadata
-        expectations = expectations_of(table.properties)
-        if expectations and self.quality_gate is None:
-            raise ExpectationUnusable(f"{'.'.join(identifier)} declares quality expectations and this process "
-                                      "has no quality gate to evaluate them")
-        session = None
-        append_id = ""
-        quarantine = QuarantineWriter(self.catalog, tuple(identifier))
-        if expectations and self.quality_gate is not None:
-            append_id = uuid.uuid4().hex
-            session = self.quality_gate.session(".".join(identifier), expectations, source_position, append_id)
-            batches = gated(session, batches, quarantine)
+        gate = AppendGate(self.catalog, tuple(identifier), table.properties, self.quality_gate, source_position,
+                          self.on_quality)
+        batches = gate.wrap(batches)
         writer = DataFileWriter(metadata, table.io, schema, policy_plan.required_columns)
         self.track_writer(writer)
         try:
             files = self._write_all(writer, schema, batches)  # not yet fsync'd: see _land_append
-            quarantined = None
-            if session is not None:
-                quarantined = QuarantineFiles(quarantine.identifier, quarantine.finish(), quarantine.rows, append_id)
-                quality = summary(session.results(), append_id, quarantine.rows)
-                extra = {**(extra or {}), "quality": quality}
-                if self.on_quality is not None:
-                    self.on_quality(".".join(identifier), quality)
-                if not quarantined.files:
-                    quarantined = None
+            quarantined, extra = gate.finish(extra)
             return self._commit_files(table, identifier, files, writer.rows, idempotency_key, staged,
                                       snapshot_properties, extra, quarantined)
-        except QualityBlocked as exc:
-            quarantine.abort()
-            if self.on_quality is not None:
-                self.on_quality(".".join(identifier), summary(exc.results, append_id, 0))
-            raise
-        except BaseException:
-            quarantine.abort()
+        except BaseException as exc:
+            gate.abort(exc)
             raise
         finally:
             self.untrack_writer(writer)
-            if session is not None:
-                session.close()
+            gate.close()
 
     def create_from_stream(
         self,
@@ -541,7 +514,7 @@ class Appender:
             return writes
 
         principals = sorted({r.principal for r in to_commit if r.principal})
-        extra = {"group_size": len(to_commit)} if len(to_commit) > 1 else {}
+        extra: dict[str, Any] = {"group_size": len(to_commit)} if len(to_commit) > 1 else {}
         for req in to_commit:
             extra.update(req.extra)
         qualities = [req.extra["quality"] for req in to_commit if "quality" in req.extra]
@@ -598,19 +571,10 @@ class Appender:
             return extras(record)
 
         quarantined = requests[0].quarantine if len(requests) == 1 else None
-        if quarantined is not None:
-            snapshot_id = next((u.snapshot.snapshot_id for u in tx._updates if hasattr(u, "snapshot")), None)
-            change, quarantine_unsynced = quarantine_change(self.catalog, quarantined, snapshot_id)
-            unsynced.extend(quarantine_unsynced)
+        land = with_quarantine(self.catalog, table, tx, quarantined, unsynced)
         try:
             with deferred_fsync() as metadata_files, extra_batch_writes(durable_then_extras):
-                if quarantined is None:
-                    tx.commit_transaction()
-                else:  # the target's snapshot and its quarantined rows: one RocksDB batch
-                    self.catalog.commit_tables(
-                        [(table.name(), tx._requirements, tx._updates), change],
-                        record_fields=[{}, {"extra": {"quarantine_of": ".".join((*namespace, name)),
-                                                       "quarantined_rows": quarantined.rows}}])
+                land()
         except CommitFailedException:
             # Refused before anything landed (a lost race: _retry writes a new snapshot), so
             # these files are referenced by nothing. Other failures leave them to orphan

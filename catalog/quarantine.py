@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 from pyiceberg.exceptions import TableAlreadyExistsError
@@ -31,6 +31,7 @@ from catalog.expectations import (
     QualityGate,
     expectations_of,
     quarantine_identifier,
+    summary,
 )
 from catalog.writer import DataFileWriter
 
@@ -87,6 +88,65 @@ class QuarantineFiles:
     files: list[DataFile]
     rows: int
     append_id: str
+
+
+class AppendGate:
+    """The quality gate of one append (``Appender.append_stream``): a no-op for a table that
+    declares no expectations; otherwise a ``GateSession`` over its batches and a
+    ``QuarantineWriter`` for the rows it diverts."""
+
+    def __init__(self, catalog: RocksCatalog, identifier: tuple[str, ...], properties: dict[str, str],
+                 gate: QualityGate | None, source_position: str | None,
+                 on_quality: Callable[[str, dict[str, Any]], None] | None) -> None:
+        self.qualified = ".".join(identifier)
+        self.on_quality = on_quality
+        self.quarantine = QuarantineWriter(catalog, identifier)
+        self.append_id = uuid.uuid4().hex
+        self.session: GateSession | None = None
+        expectations = expectations_of(properties)
+        if expectations and gate is None:
+            raise ExpectationUnusable(f"{self.qualified} declares quality expectations and this process "
+                                      "has no quality gate to evaluate them")
+        if expectations and gate is not None:
+            self.session = gate.session(self.qualified, expectations, source_position, self.append_id)
+
+    def wrap(self, batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+        return batches if self.session is None else gated(self.session, batches, self.quarantine)
+
+    def finish(self, extra: dict[str, Any] | None) -> tuple[QuarantineFiles | None, dict[str, Any] | None]:
+        """After the last batch: the quarantined files (None: none) and the commit record's
+        ``extra`` with the ``quality`` results."""
+        if self.session is None:
+            return None, extra
+        files = self.quarantine.finish()
+        quality = summary(self.session.results(), self.append_id, self.quarantine.rows)
+        if self.on_quality is not None:
+            self.on_quality(self.qualified, quality)
+        quarantined = QuarantineFiles(self.quarantine.identifier, files, self.quarantine.rows, self.append_id)
+        return (quarantined if files else None), {**(extra or {}), "quality": quality}
+
+    def abort(self, exc: BaseException) -> None:
+        self.quarantine.abort()
+        if isinstance(exc, QualityBlocked) and self.on_quality is not None:
+            self.on_quality(self.qualified, summary(exc.results, self.append_id, 0))
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+
+
+def with_quarantine(catalog: RocksCatalog, table: Any, tx: Any, quarantined: QuarantineFiles | None,
+                    unsynced: list[str]) -> Callable[[], Any]:
+    """How ``tx`` (the target's append) lands: alone, or with its quarantined rows' snapshot in
+    one ``commit_tables`` batch. Adds the quarantine's files to ``unsynced`` (fsync'd first)."""
+    if quarantined is None:
+        return cast("Callable[[], Any]", tx.commit_transaction)
+    snapshot_id = next((u.snapshot.snapshot_id for u in tx._updates if hasattr(u, "snapshot")), None)
+    change, quarantine_unsynced = quarantine_change(catalog, quarantined, snapshot_id)
+    unsynced.extend(quarantine_unsynced)
+    fields = {"extra": {"quarantine_of": ".".join(table.name()), "quarantined_rows": quarantined.rows}}
+    return lambda: catalog.commit_tables([(table.name(), tx._requirements, tx._updates), change],
+                                         record_fields=[{}, fields])
 
 
 def quarantine_change(catalog: RocksCatalog, quarantined: QuarantineFiles,
