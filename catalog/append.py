@@ -567,6 +567,8 @@ class Appender:
             # Called by the catalog right before its RocksDB batch: every file the new
             # metadata references (data, manifests, manifest list, the metadata JSON itself)
             # becomes durable in one concurrent fsync round instead of one round per file.
+            if (tuple(record.namespace), record.table) != (namespace, name):
+                return {}  # the quarantine table's record, landing in the target's batch
             fsync_all(local_paths([*unsynced, *manifests, *metadata_files]))
             return extras(record)
 

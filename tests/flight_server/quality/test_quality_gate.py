@@ -7,6 +7,7 @@ table, and for what it leaves in the commit log (the ``quality`` entry lineage a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,8 @@ import pytest
 from doput_client import do_put
 from servers import ServerProcess
 from storage_kinds import open_catalog
+
+from tests.flight_server.feed.feed_helpers import FeedReader
 
 # What a refused DoPut raises in pyarrow.flight: INVALID_ARGUMENT arrives as ArrowInvalid, and
 # FAILED_PRECONDITION too, its message starting with the code (flight_server.errors).
@@ -93,7 +96,7 @@ def test_quarantine_keeps_bad_rows_with_reason_in_the_same_batch(server: ServerP
                     "icefloe.expect.positive.on-failure": "quarantine",
                     "icefloe.expect.known_status": "status IN (''new'', ''paid'')",
                     "icefloe.expect.known_status.on-failure": "quarantine"})
-    result = do_put(server.location, ("ns", "orders"), BATCH)
+    result = do_put(server.location, ("ns", "orders"), BATCH, key="quarantine-once")
     assert result["rows"] == 1
     assert sql(conn, "SELECT id FROM ns.orders") == [(1,)]
     bad = sql(conn, "SELECT json_extract(_row, '$.id')::BIGINT AS id, _expectation, _reason "
@@ -105,6 +108,12 @@ def test_quarantine_keeps_bad_rows_with_reason_in_the_same_batch(server: ServerP
     quarantined = [r for r in log_records(server.warehouse, "ns.orders__quarantine") if r.operation == "append"]
     # One RocksDB batch: consecutive seqs, and the quarantine commit names its target.
     assert [q.seq for q in quarantined] == [landed.seq + 1]
+    # The writer is answered with the target's commit, not the quarantine's (a bug once).
+    assert (result["commit_seq"], result["snapshot_id"]) == (landed.seq, landed.snapshot_id)
+    # A retry with the same key is a duplicate of that commit: nothing lands twice.
+    again = do_put(server.location, ("ns", "orders"), BATCH, key="quarantine-once")
+    assert again["duplicate"] is True and again["commit_seq"] == landed.seq
+    assert sql(conn, "SELECT count(*) FROM ns.orders__quarantine") == [(3,)]
     assert quarantined[0].extra["quarantine_of"] == "ns.orders"
     quality = landed.extra["quality"]
     assert quality["quarantined_rows"] == 3
@@ -215,3 +224,20 @@ def test_a_transaction_and_a_staged_append_are_gated(server: ServerProcess, conn
     with pytest.raises(REFUSED, match="'positive'"):
         do_put(server.location, ("ns", "orders"), BATCH, stage="job-1")
     assert sql(conn, "SELECT count(*) FROM ns.orders") == [(0,)]
+
+
+def test_the_commit_feed_event_carries_the_quality_results(server: ServerProcess,
+                                                           conn: flight_sql.Connection) -> None:
+    orders(conn, **{"icefloe.expect.positive": "amount > 0", "icefloe.expect.positive.on-failure": "quarantine"})
+    result = do_put(server.location, ("ns", "orders"), BATCH)
+    request = {"feed": "commits.v1", "after": "earliest", "tables": ["ns.orders"]}
+    with FeedReader(server.location, request) as feed:
+        feed.next()  # hello
+        events: list[dict[str, object]] = []
+        while not any(e["seq"] == result["commit_seq"] for e in events):
+            events.extend(feed.events(1))
+    by_seq = {e["seq"]: e for e in events}
+    quality = json.loads(str(by_seq[result["commit_seq"]]["quality"]))
+    assert quality["quarantined_rows"] == 2
+    assert [(a["name"], a["failed_rows"], a["checked_rows"]) for a in quality["assertions"]] == [("positive", 2, 4)]
+    assert all(e["quality"] is None for e in events if e["operation"] != "append")
