@@ -59,6 +59,16 @@ class DuckDBQualityGate:
                 append_id: str) -> GateSession:
         return DuckDBGateSession(table, expectations, source_position, append_id)
 
+    def validate(self, table: str, expectations: list[Expectation], schema: pa.Schema) -> None:
+        """Evaluate every expectation over no rows of ``schema``: what cannot be bound (bad SQL,
+        a missing column, not a boolean, a refused function) raises ExpectationUnusable now,
+        when it is declared, rather than at the first write."""
+        session = DuckDBGateSession(table, expectations, None, "validate")
+        try:
+            session.check(pa.RecordBatch.from_pylist([], schema=schema), force=True)
+        finally:
+            session.close()
+
 
 class DuckDBGateSession:
     def __init__(self, table: str, expectations: list[Expectation], source_position: str | None,
@@ -91,8 +101,8 @@ class DuckDBGateSession:
 
     # -- one batch ------------------------------------------------------------------------
 
-    def check(self, batch: pa.RecordBatch) -> BatchVerdict:
-        if batch.num_rows == 0 or not self.expectations:
+    def check(self, batch: pa.RecordBatch, force: bool = False) -> BatchVerdict:
+        if (batch.num_rows == 0 and not force) or not self.expectations:
             return BatchVerdict(batch)
         numbered = pa.Table.from_batches([batch]).append_column(
             ROW_NUMBER, pa.array(range(batch.num_rows), pa.int64()))

@@ -57,8 +57,9 @@ def sql(conn: flight_sql.Connection, text: str) -> list[tuple[object, ...]]:
 def orders(conn: flight_sql.Connection, **expect: str) -> None:
     sql(conn, "CREATE SCHEMA IF NOT EXISTS ns")
     sql(conn, "CREATE TABLE ns.orders (id BIGINT, amount DOUBLE, status VARCHAR)")
-    props = ", ".join(f"'{k}' = '{v}'" for k, v in expect.items())
-    sql(conn, f"ALTER TABLE ns.orders SET ({props})")
+    if expect:
+        props = ", ".join(f"'{k}' = '{v}'" for k, v in expect.items())
+        sql(conn, f"ALTER TABLE ns.orders SET ({props})")
 
 
 BATCH = pa.table({"id": pa.array([1, 2, 3, 4], pa.int64()), "amount": [10.0, -5.0, None, 7.5],
@@ -133,34 +134,85 @@ def test_warn_lands_every_row_and_records_the_failure(server: ServerProcess, con
     assert assertion["failed_rows"] == 4 and assertion["success"] is False and assertion["kind"] == "unique"
 
 
-def test_unusable_expectation_fails_every_write_path(server: ServerProcess, conn: flight_sql.Connection) -> None:
-    orders(conn, **{"icefloe.expect.broken": "no_such_column > 0", "icefloe.expect.broken.on-failure": "warn"})
-    with pytest.raises(REFUSED) as raised:
-        do_put(server.location, ("ns", "orders"), BATCH)
-    assert "FAILED_PRECONDITION" in str(raised.value) and "'broken'" in str(raised.value)
-    assert "cannot be evaluated" in str(raised.value)
-    with pytest.raises(Exception, match="cannot be evaluated"):
-        sql(conn, "INSERT INTO ns.orders VALUES (9, 1.0, 'new')")
-    with pytest.raises(Exception, match="cannot be evaluated"):
-        with conn.cursor() as cur:
-            cur.adbc_ingest("orders", BATCH, mode="append", db_schema_name="ns")
+def serve_with(tmp_path: Path, properties: dict[str, str]) -> ServerProcess:
+    """A server over a warehouse whose ns.orders declares ``properties``, set offline (as an
+    engine could over REST), so that SQL's own check when they are set does not stop them."""
+    warehouse = tmp_path / "offline"
+    cat = open_catalog(warehouse, "setup")
+    try:
+        cat.create_namespace("ns")
+        cat.create_table("ns.orders", BATCH.schema, properties=properties)
+    finally:
+        cat.close()
+    return ServerProcess(warehouse).start()
+
+
+def test_unusable_expectation_fails_every_write_path(tmp_path: Path) -> None:
+    proc = serve_with(tmp_path, {"icefloe.expect.broken": "no_such_column > 0",
+                                 "icefloe.expect.broken.on-failure": "warn"})
+    try:
+        with pytest.raises(REFUSED) as raised:
+            do_put(proc.location, ("ns", "orders"), BATCH)
+        assert "FAILED_PRECONDITION" in str(raised.value) and "'broken'" in str(raised.value)
+        assert "cannot be evaluated" in str(raised.value)
+        connection = flight_sql.connect(proc.location, autocommit=True)
+        try:
+            with pytest.raises(Exception, match="cannot be evaluated"):
+                sql(connection, "INSERT INTO ns.orders VALUES (9, 1.0, 'new')")
+            with pytest.raises(Exception, match="cannot be evaluated"):
+                with connection.cursor() as cur:
+                    cur.adbc_ingest("orders", BATCH, mode="append", db_schema_name="ns")
+            assert sql(connection, "SELECT count(*) FROM ns.orders") == [(0,)]
+        finally:
+            connection.close()
+    finally:
+        proc.stop()
+    assert "Traceback" not in proc.log
+
+
+def test_sql_refuses_an_expectation_that_cannot_be_evaluated(server: ServerProcess,
+                                                             conn: flight_sql.Connection) -> None:
+    orders(conn)
+    for bad, why in [("no_such_column > 0", "Referenced column"), ("amount + 1", "not a boolean"),
+                     ("amount > 0", "on-failure must be one of")]:
+        props = {"icefloe.expect.x": bad}
+        if why.startswith("on-failure"):
+            props["icefloe.expect.x.on-failure"] = "explode"
+        text = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
+        with pytest.raises(Exception, match=why):
+            sql(conn, f"ALTER TABLE ns.orders SET ({text})")
     assert sql(conn, "SELECT count(*) FROM ns.orders") == [(0,)]
+    do_put(server.location, ("ns", "orders"), BATCH)  # nothing was declared
 
 
-@pytest.mark.parametrize("hostile", [
-    "amount > 0) AS x FROM read_text(''/etc/passwd'') --",
-    "(SELECT count(*) FROM read_csv(''/etc/passwd'')) > 0",
-    "current_setting(''threads'') IS NOT NULL",
+HOSTILE = [
+    "amount > 0) AS x FROM read_text('/etc/passwd') --",
+    "(SELECT count(*) FROM read_csv('/etc/passwd')) > 0",
+    "current_setting('threads') IS NOT NULL",
     "id IN (SELECT id FROM ns.other)",
-])
-def test_an_expectation_cannot_escape_the_sql_sandbox(server: ServerProcess, conn: flight_sql.Connection,
-                                                      hostile: str) -> None:
-    orders(conn, **{"icefloe.expect.sneaky": hostile})
-    with pytest.raises(REFUSED) as raised:
-        do_put(server.location, ("ns", "orders"), BATCH)
-    assert "'sneaky'" in str(raised.value) and "cannot be evaluated" in str(raised.value)
-    assert "root:" not in str(raised.value)
-    assert sql(conn, "SELECT count(*) FROM ns.orders") == [(0,)]
+]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_an_expectation_cannot_escape_the_sql_sandbox(tmp_path: Path, hostile: str) -> None:
+    proc = serve_with(tmp_path, {"icefloe.expect.sneaky": hostile})
+    try:
+        with pytest.raises(REFUSED) as raised:
+            do_put(proc.location, ("ns", "orders"), BATCH)
+        assert "'sneaky'" in str(raised.value) and "cannot be evaluated" in str(raised.value)
+        assert "root:" not in str(raised.value)
+        connection = flight_sql.connect(proc.location, autocommit=True)
+        try:
+            assert sql(connection, "SELECT count(*) FROM ns.orders") == [(0,)]
+            # Declared in SQL, it is refused there and then.
+            quoted = hostile.replace("'", "''")
+            with pytest.raises(Exception, match="cannot be evaluated"):
+                sql(connection, f"ALTER TABLE ns.orders SET ('icefloe.expect.sneaky2' = '{quoted}')")
+        finally:
+            connection.close()
+    finally:
+        proc.stop()
+    assert "Traceback" not in proc.log
 
 
 def test_sql_insert_and_adbc_ingest_are_gated(server: ServerProcess, conn: flight_sql.Connection) -> None:
