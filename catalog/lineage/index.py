@@ -36,9 +36,7 @@ logger = logging.getLogger("icefloe.lineage.index")
 
 HOLD_NAME = "lineage-index"
 CURSOR = keys.hold_key(HOLD_NAME)
-RUNS = b"lin/idx/run/"
-EDGES = b"lin/idx/edge/"
-COLUMNS = b"lin/idx/col/"
+RUNS, EDGES, COLUMNS = keys.LINEAGE_RUNS, keys.LINEAGE_EDGES, keys.LINEAGE_COLUMNS
 NAMESPACE = ("lineage",)
 _TS = pa.timestamp("us", tz="UTC")
 SCHEMAS: dict[str, pa.Schema] = {
