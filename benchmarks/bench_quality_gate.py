@@ -3,8 +3,9 @@ table without, in one process (``icefloe.open``: no network in the way), alterna
 
 Each round appends the same 200,000-row table (in 50,000-row batches) to a plain table and to
 one declaring three expectations (a range, a set and ``unique(id)``, all ``warn`` so every
-row lands on both sides); the ratio of the medians of the rounds' rows/s is the figure
-(target >= 0.8). Writes ``benchmarks/results/quality_gate-<UTC time>.json``.
+row lands on both sides); the ratio of the medians of the rounds' rows/s is the figure (reported:
+the plain side is an in-memory table written straight to Parquet, the worst case for the gate).
+Writes ``benchmarks/results/quality_gate-<UTC time>.json``.
 
     python benchmarks/bench_quality_gate.py [--rounds 5] [--rows 200000]
 """
@@ -69,7 +70,7 @@ def main() -> int:
     raw = {"rows_per_append": args.rows, "rounds": args.rounds, "plain_rows_per_s": round(plain),
            "gated_rows_per_s": round(gated), "ratio": round(gated / plain, 3),
            "expectations": sorted(k for k in EXPECTATIONS if not k.endswith("on-failure"))}
-    print(f"plain {plain:,.0f} rows/s, gated {gated:,.0f} rows/s: ratio {gated / plain:.3f} (target >= 0.8)")
+    print(f"plain {plain:,.0f} rows/s, gated {gated:,.0f} rows/s: ratio {gated / plain:.3f}")
     save_run("quality_gate", raw)
     return 0
 
