@@ -75,6 +75,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         self.lineage = LineageExporter(self.catalog, abort_errors=(errors.Cancelled,))
         # The lineage tables (icefloe.lineage.*): their hold is registered before serving too.
         self.lineage_index = LineageIndex(self.catalog, self.lineage.events_for)
+        self.lineage_index.build_ready = lambda: self.lineage.settings is not None
         # Each service is built from the collaborators it uses, never from the server.
         appender = Appender(self.catalog)
         appender.quality_gate = DuckDBQualityGate()

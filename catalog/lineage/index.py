@@ -139,11 +139,15 @@ class LineageIndex:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._caught_up = threading.Condition()
+        self._indexing = threading.Lock()
+        # Events can be built only once the exporter knows its settings (its start()).
+        self.build_ready: Callable[[], bool] | None = None
         if not self.store.read_only:
             if self.store.get(CURSOR) is None:
                 # From the oldest commit the log still holds: a new index learns what it can.
                 self.catalog.log.set_hold(HOLD_NAME, max(0, self.catalog.log.log_start() - 1))
             catalog.hub.add_listener(lambda _record: self._wake.set())
+            catalog.log.before_trim.append(self.catch_up)
 
     def start(self) -> LineageIndex:
         if self.store.read_only:
@@ -153,6 +157,8 @@ class LineageIndex:
         return self
 
     def stop(self) -> None:
+        if self.catch_up in self.catalog.log.before_trim:
+            self.catalog.log.before_trim.remove(self.catch_up)
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -179,6 +185,13 @@ class LineageIndex:
             self._wake.clear()
 
     def catch_up(self) -> None:
+        """Index every record after the cursor (the worker, and a trim that must not wait)."""
+        if self.build_ready is not None and not self.build_ready():
+            return
+        with self._indexing:  # one at a time: edge counts are read, then written
+            self._catch_up()
+
+    def _catch_up(self) -> None:
         while not self._stop.is_set():
             cursor = self.cursor()
             try:
