@@ -116,6 +116,8 @@ FIGURES = (
            "median.write_ratio", ">= 0.7"),
     Figure("ingest", "ingest.files", "files connector ingest of 8 Parquet files / `icefloe load` of the same files "
            "(rows per second)", "median_ratio", ">= 0.9", "x"),
+    Figure("quality_gate", "quality_gate.ratio", "in-process appends of 200k rows into a table with three expectations "
+           "(range, set, unique) / into one without (rows per second)", "ratio", "report", "x"),
     Figure("tpch_sf1", "tpch.icefloe", "TPC-H SF1, 22 queries over Flight SQL: geometric mean of icefloe / DuckDB in "
            "process on the same Parquet (time)", "geomean.icefloe", "<= 1.3"),
     Figure("tpch_sf1", "tpch.arrow_scan", "the same queries: DuckDB over icefloe's files as Arrow datasets / DuckDB's "

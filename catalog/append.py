@@ -36,9 +36,14 @@ from catalog.arrow_types import plain_schema
 from catalog.commit_log import CommitRecord
 from catalog.context import commit_context, current_commit_context
 from catalog.durable_io import DurableFileIO, PendingSync, deferred_fsync, fsync_all, local_paths
+from catalog.expectations import (
+    QualityGate,
+    merge_summaries,
+)
 from catalog.fast_append import FastAppend
 from catalog.idempotency import IdempotencyStore, check_key, encode_result, extra_batch_writes, idempotency_key
 from catalog.metadata_json import write_metadata
+from catalog.quarantine import AppendGate, QuarantineFiles, with_quarantine
 from catalog.schema_policy import (
     SchemaMismatchError,
     SchemaPlan,
@@ -122,6 +127,8 @@ class _Request:
     # Set by two_phase.py's overwrite: makes the snapshot producer from ``tx.update_snapshot(...)``
     # and the table as loaded for this attempt (default ``fast_append()``); such a request lands alone.
     producer: Callable[[Any, Table], Any] | None = None
+    # Rows the quality gate quarantined: their table's snapshot lands in this commit's batch.
+    quarantine: QuarantineFiles | None = None
     result: AppendResult | None = None
     error: BaseException | None = None
     done: bool = False
@@ -129,7 +136,7 @@ class _Request:
     @property
     def alone(self) -> bool:
         return (self.staged_schema is not None or self.prepare is not None or self.producer is not None
-                or bool(self.snapshot_properties))
+                or bool(self.snapshot_properties) or self.quarantine is not None)
 
 
 @dataclass
@@ -191,6 +198,10 @@ class Appender:
         # Compaction holds this from writing its files to committing them, and orphan removal
         # while it sweeps: a worker process's files in flight are not in active_paths.
         self.maintenance_lock = threading.Lock()
+        # Evaluates tables' quality expectations (the server sets the DuckDB one); None: a
+        # table that declares expectations refuses appends (catalog.expectations).
+        self.quality_gate: QualityGate | None = None
+        self.on_quality: Callable[[str, dict[str, Any]], None] | None = None  # metrics
 
     def track_writer(self, writer: DataFileWriter) -> None:
         with self._registry_lock:
@@ -240,6 +251,7 @@ class Appender:
         snapshot_properties: dict[str, str] | None = None,
         extra: dict[str, Any] | None = None,
         schema_policy: str | None = None,
+        source_position: str | None = None,
     ) -> AppendResult:
         """Append a stream of batches to an existing table; return once the commit is durable.
 
@@ -258,6 +270,10 @@ class Appender:
             ConcurrentSchemaChangeError: The append evolves the schema and the table's schema
                 changed incompatibly meanwhile (nothing committed; retry).
             CommitFailedException: The commit kept losing races (after retries).
+            QualityBlocked: Rows failed a ``block`` expectation (nothing committed).
+            ExpectationUnusable: An expectation could not be evaluated (nothing committed).
+
+        ``source_position`` is recorded with quarantined rows (a connector's checkpoint).
         """
         namespace, name = tuple(identifier[:-1]), identifier[-1]
         if idempotency_key is not None:
@@ -275,14 +291,22 @@ class Appender:
         schema, batches = renamed(schema, batches, policy_plan.renames)
         staged = self._stage_schema(table, policy_plan) if policy_plan.changes_table else None
         metadata = staged.metadata if staged is not None else table.metadata
+        gate = AppendGate(self.catalog, tuple(identifier), table.properties, self.quality_gate, source_position,
+                          self.on_quality)
+        batches = gate.wrap(batches)
         writer = DataFileWriter(metadata, table.io, schema, policy_plan.required_columns)
         self.track_writer(writer)
         try:
             files = self._write_all(writer, schema, batches)  # not yet fsync'd: see _land_append
+            quarantined, extra = gate.finish(extra)
             return self._commit_files(table, identifier, files, writer.rows, idempotency_key, staged,
-                                      snapshot_properties, extra)
+                                      snapshot_properties, extra, quarantined)
+        except BaseException as exc:
+            gate.abort(exc)
+            raise
         finally:
             self.untrack_writer(writer)
+            gate.close()
 
     def create_from_stream(
         self,
@@ -385,6 +409,7 @@ class Appender:
         staged: _StagedSchema | None,
         snapshot_properties: dict[str, str] | None = None,
         extra: dict[str, Any] | None = None,
+        quarantined: QuarantineFiles | None = None,
     ) -> AppendResult:
         namespace, name = tuple(identifier[:-1]), identifier[-1]
         qualified = ".".join(identifier)
@@ -397,13 +422,13 @@ class Appender:
                 self._apply_plan(update, staged.plan)
             snapshot = table.current_snapshot()
             return AppendResult(qualified, self.catalog.log.head(), snapshot.snapshot_id if snapshot else None, 0)
-        if not files:
+        if not files and quarantined is None:
             # Nothing to commit: answer with the table's current state.
             snapshot = table.current_snapshot()
             return AppendResult(qualified, self.catalog.log.head(), snapshot.snapshot_id if snapshot else None, 0)
         request = _Request(files, rows, idempotency_key, current_commit_context().principal, staged,
                            snapshot_properties=dict(snapshot_properties or {}), extra=dict(extra or {}),
-                           syncing=PendingSync(local_paths(f.file_path for f in files)))
+                           syncing=PendingSync(local_paths(f.file_path for f in files)), quarantine=quarantined)
         try:
             result = self.committer(namespace, name).submit(request)
         except BaseException:
@@ -489,9 +514,12 @@ class Appender:
             return writes
 
         principals = sorted({r.principal for r in to_commit if r.principal})
-        extra = {"group_size": len(to_commit)} if len(to_commit) > 1 else {}
+        extra: dict[str, Any] = {"group_size": len(to_commit)} if len(to_commit) > 1 else {}
         for req in to_commit:
             extra.update(req.extra)
+        qualities = [req.extra["quality"] for req in to_commit if "quality" in req.extra]
+        if len(qualities) > 1:  # a group of gated appends: one summary for the one commit
+            extra["quality"] = merge_summaries(qualities)
         self._retry(
             lambda: self._land_append(namespace, name, to_commit, idempotency_writes),
             principal=",".join(principals) or None,
@@ -539,12 +567,16 @@ class Appender:
             # Called by the catalog right before its RocksDB batch: every file the new
             # metadata references (data, manifests, manifest list, the metadata JSON itself)
             # becomes durable in one concurrent fsync round instead of one round per file.
+            if (tuple(record.namespace), record.table) != (namespace, name):
+                return {}  # the quarantine table's record, landing in the target's batch
             fsync_all(local_paths([*unsynced, *manifests, *metadata_files]))
             return extras(record)
 
+        quarantined = requests[0].quarantine if len(requests) == 1 else None
+        land = with_quarantine(self.catalog, table, tx, quarantined, unsynced)
         try:
             with deferred_fsync() as metadata_files, extra_batch_writes(durable_then_extras):
-                tx.commit_transaction()
+                land()
         except CommitFailedException:
             # Refused before anything landed (a lost race: _retry writes a new snapshot), so
             # these files are referenced by nothing. Other failures leave them to orphan

@@ -7,12 +7,15 @@ landed, because it is written in the same fsync'd RocksDB batch as the table poi
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from catalog import keys
 from catalog.store import RocksStore
+
+logger = logging.getLogger("icefloe.catalog.commit_log")
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,9 @@ class CommitLog:
 
     def __init__(self, store: RocksStore) -> None:
         self._store = store
+        # Holders that can catch up on the spot (the lineage index) do so before a trim, so
+        # that their hold does not keep records a trim was asked to drop.
+        self.before_trim: list[Callable[[], None]] = []
 
     def head(self) -> int:
         """Sequence number of the latest landed commit (0 when nothing has been committed)."""
@@ -150,6 +156,11 @@ class CommitLog:
         Never trims past the lowest hold (see ``set_hold``). Time or count based retention
         is decided by the caller (``RocksCatalog.trim_commit_log``).
         """
+        for catch_up in list(self.before_trim):
+            try:
+                catch_up()
+            except Exception:  # its hold stays where it is: trim keeps more, never less
+                logger.warning("a commit-log holder could not catch up before a trim", exc_info=True)
         head = self.head()
         keep_after = min([keep_after, head, *self.holds().values()])
         current = self.log_start()

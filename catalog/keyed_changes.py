@@ -30,6 +30,7 @@ from catalog.append import AppendResult, _Request
 from catalog.context import current_commit_context
 from catalog.deletes import DeleteSets, FileDeletes, bind, file_batches, plan_files
 from catalog.idempotency import check_key
+from catalog.quarantine import check_table
 from catalog.schema_policy import SchemaMismatchError, plan, policy_of, renamed
 from catalog.v3 import refuse_v3_write
 from catalog.writer import DataFileWriter, delete_files
@@ -73,6 +74,11 @@ def commit_keyed(
         first = appender.idempotency.get(namespace, name, idempotency_key)
         if first is not None:
             return AppendResult(**{**first, "duplicate": True})
+    # The table's quality expectations hold for the rows a change writes, as for every other
+    # write. Quarantine acts as block: a change's deletes and its new rows are one decision,
+    # and dropping a failing new version while deleting the old one would lose the row.
+    check_table(appender.quality_gate, appender.catalog, tuple(identifier), table.properties, upserts,
+                "change rows")
     policy = policy_of(table.properties, schema_policy)
     policy_plan = plan(table.schema(), upserts.schema, policy, table.metadata.format_version)
     schema, batches = renamed(upserts.schema, upserts.to_batches(), policy_plan.renames)

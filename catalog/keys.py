@@ -29,6 +29,11 @@ HOLD = b"hold/"  # commit-log holds: name -> last processed seq (trim keeps ever
 # the dead-letter range. The lineage cursor is the commit-log hold named "lineage".
 LINEAGE_OUTBOX = b"lin/out/"
 LINEAGE_DEAD = b"lin/dead/"
+# The lineage tables (catalog.lineage.index): one run per commit seq, one edge per (input,
+# output, job), one column edge per (input column, output column); cursor: the hold "lineage-index".
+LINEAGE_RUNS = b"lin/idx/run/"
+LINEAGE_EDGES = b"lin/idx/edge/"
+LINEAGE_COLUMNS = b"lin/idx/col/"
 
 HEAD_SEQ = META + b"head_seq"
 LOG_START = META + b"log_start"

@@ -20,6 +20,7 @@ from catalog.context import current_commit_context
 from catalog.durable_io import fsync_all, local_paths
 from catalog.idempotency import check_key
 from catalog.maintenance_worker import live_data_files
+from catalog.quarantine import checked_without_quarantine
 from catalog.schema_policy import EVOLVE, STRICT, SchemaMismatchError, plan, policy_of, renamed
 from catalog.staging import (
     StagedAlreadyCommitted,
@@ -91,6 +92,8 @@ class TwoPhaseAppends:
                 f"change the table first (ALTER TABLE {'.'.join(identifier)} ...), then write again"
             )
         schema, batches = renamed(schema, batches, policy_plan.renames)
+        batches = checked_without_quarantine(self._appender.quality_gate, self._catalog, tuple(identifier),
+                                             table.properties, batches, "staged append")
         writer = DataFileWriter(metadata, table.io, schema, policy_plan.required_columns)
         manifest: str | None = None
         self._appender.track_writer(writer)

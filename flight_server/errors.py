@@ -176,12 +176,17 @@ def classify(exc: BaseException) -> tuple[str, str]:
     from pyiceberg import exceptions as ice
 
     from catalog import CatalogReadOnlyError, CursorExpiredError, TooManySubscribersError
+    from catalog.expectations import ExpectationUnusable, QualityBlocked
     from catalog.maintenance_worker import WorkerDied
     from catalog.names import InvalidNameError
     from catalog.object_store import storage_failure
     from catalog.sandbox import InvalidLocationError, OutsideTableError
     from catalog.v3 import UnsupportedFormatError
 
+    if isinstance(exc, QualityBlocked):  # rows failed a table's block expectation
+        return "INVALID_ARGUMENT", str(exc)
+    if isinstance(exc, ExpectationUnusable):  # the table's expectation itself is broken
+        return "FAILED_PRECONDITION", str(exc)
     if isinstance(exc, OutsideTableError):  # a file outside the table's folder (catalog.sandbox)
         return "PERMISSION_DENIED", str(exc)
     if isinstance(exc, InvalidLocationError):  # a client named such a file or folder

@@ -26,8 +26,10 @@ import pyarrow.flight as flight
 
 from catalog import RocksCatalog
 from catalog.lineage import LineageExporter
+from catalog.lineage.index import LineageIndex
 from flight_server import errors
 from flight_server.config import Config
+from flight_server.engine.quality import DuckDBQualityGate
 from flight_server.flightsql.sessions import MIDDLEWARE_KEY as SESSION_MIDDLEWARE_KEY
 from flight_server.flightsql.sessions import SessionMiddlewareFactory
 from flight_server.lineage_setup import lineage_settings
@@ -71,8 +73,13 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         # Lineage outbox: registered before serving so no commit is missed; started below.
         # A write whose client cancelled or went away mid-stream is an ABORT run, not a FAIL.
         self.lineage = LineageExporter(self.catalog, abort_errors=(errors.Cancelled,))
+        # The lineage tables (icefloe.lineage.*): their hold is registered before serving too.
+        self.lineage_index = LineageIndex(self.catalog, self.lineage.events_for)
+        self.lineage_index.build_ready = lambda: self.lineage.settings is not None
         # Each service is built from the collaborators it uses, never from the server.
         appender = Appender(self.catalog)
+        appender.quality_gate = DuckDBQualityGate()
+        appender.on_quality = self.metrics.record_quality
         self.staged = StagedAppendService(appender, self.handle_signer, self.lineage)
         self.appends = AppendService(self.catalog, appender, self.staged, self.lineage, self.metrics, self.authorizer,
                                      self.stopping)
@@ -94,6 +101,10 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         # --port 0 asks the OS for a port; keep the one we got.
         self.config.port = self.port
         self.lineage.start(lineage_settings(config))
+        self.lineage_index.start()
+        self.flightsql.engine.lineage_ready = lambda: self.lineage_index.wait_for(self.catalog.log.head())
+        self.ops.lineage_ready = self.flightsql.engine.lineage_ready
+        self.ops.ingest_status = self.ingest.statuses
         self.ingest.start()  # connectors commit through the appender, watched by lineage
         self.http_hosts: list[Any] = []  # flight_server.http.host.HttpHost, started by start_http
 
@@ -218,6 +229,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         self.appends.close()
         self.flightsql.close()
         self.lineage.stop()
+        self.lineage_index.stop()
         self.querylog.close()
         self.catalog.close()
         return not stopper.is_alive()

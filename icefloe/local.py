@@ -26,6 +26,7 @@ from catalog.pipes import PipeCommit
 from flight_server.changes import ChangeRequest, read_changes
 from flight_server.cli.client import CommitEvent, events_of
 from flight_server.engine.iceberg_source import IcebergSources
+from flight_server.engine.quality import DuckDBQualityGate
 from flight_server.feed.events import records_to_batch
 from icefloe.backend import AppendEvent, Backend, ScanSource, append_event
 from icefloe.errors import InvalidArgument, NotFound, from_local
@@ -85,6 +86,7 @@ class LocalBackend(Backend):
     def appender(self) -> Appender:
         if self._appender is None:
             self._appender = Appender(self.catalog)
+            self._appender.quality_gate = DuckDBQualityGate()
         return self._appender
 
     def _table(self, name: str) -> Table:

@@ -51,6 +51,7 @@ from pyiceberg.types import NestedField, StructType
 from pyiceberg.view.metadata import ViewMetadata
 
 from catalog.commit_log import CommitRecord
+from catalog.expectations import lineage_facet_body
 from catalog.lineage import sql_lineage
 from catalog.lineage.redact import hash_name, redact_text, redact_uri
 
@@ -86,6 +87,10 @@ FACET_SCHEMAS: dict[str, tuple[str, str]] = {
     "processing_engine": (
         "https://openlineage.io/spec/facets/1-1-1/ProcessingEngineRunFacet.json",
         "ProcessingEngineRunFacet",
+    ),
+    "dataQualityAssertions": (
+        "https://openlineage.io/spec/facets/1-1-0/DataQualityAssertionsDatasetFacet.json",
+        "DataQualityAssertionsDatasetFacet",
     ),
     "errorMessage": ("https://openlineage.io/spec/facets/1-0-1/ErrorMessageRunFacet.json", "ErrorMessageRunFacet"),
 }
@@ -427,6 +432,11 @@ def build_commit_events(
         complete_facets["version"] = facet("version", datasetVersion=str(view.current_version_id))
     if record.snapshot_id is not None and record.operation != "drop":
         complete_facets["version"] = facet("version", datasetVersion=str(record.snapshot_id))
+    assertions = lineage_facet_body(extra.get("quality"))
+    if assertions is not None:  # the quality gate's results for the rows this commit wrote
+        for assertion in assertions:
+            assertion["content"] = redact_text(assertion["content"])
+        complete_facets["dataQualityAssertions"] = facet("dataQualityAssertions", assertions=assertions)
     complete_output: dict[str, Any] = {**output, "facets": complete_facets}
     if record.added_rows is not None or record.added_files is not None:
         stats: dict[str, Any] = {}

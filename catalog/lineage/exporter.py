@@ -135,6 +135,7 @@ class LineageExporter:
         self._lock = threading.Lock()
         self._rejections: dict[bytes, int] = {}
         self._metadata: OrderedDict[str, TableMetadata] = OrderedDict()
+        self._build_lock = threading.Lock()
         self._collector_down = False
         self._outbox_size = 0
         # Sent events are deleted, and RocksDB iterators step over every deletion marker; so
@@ -402,8 +403,7 @@ class LineageExporter:
                 return
             puts: dict[bytes, bytes] = {}
             for record in records:
-                events = build_commit_events(record, self._metadata_for(record), self.settings, self._columns_of,
-                                             self._view_for(record))
+                events = self.events_for(record)
                 run_id = events[0]["run"]["runId"]
                 # A transaction's commits share one run: each commit's events get their own
                 # outbox slots (by seq), in commit order within a capture.
@@ -495,6 +495,13 @@ class LineageExporter:
         return True
 
     # -- metadata --------------------------------------------------------------------------
+
+    def events_for(self, record: CommitRecord) -> list[dict[str, Any]]:
+        """One commit's events as capture builds them (the lineage index keeps them too)."""
+        assert self.settings is not None, "start() first"
+        with self._build_lock:  # the metadata cache is shared with the worker's capture
+            return build_commit_events(record, self._metadata_for(record), self.settings, self._columns_of,
+                                       self._view_for(record))
 
     def _metadata_for(self, record: CommitRecord) -> TableMetadata | None:
         location = record.metadata_location

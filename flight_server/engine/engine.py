@@ -39,12 +39,13 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 
+from catalog.lineage import index as lineage_index
 from flight_server import errors
 from flight_server.engine import duckdb_seam, history, messages, policy
 from flight_server.engine.bound import Bound, BoundSchemas
@@ -55,7 +56,7 @@ from flight_server.engine.pushdown import row_filter
 from flight_server.engine.runs import QueryRuns, run_failure
 from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 from flight_server.engine.slots import CATALOG_NAME, Slot, SlotPool, SpillFolder
-from flight_server.engine.tables import PinnedTable
+from flight_server.engine.tables import LINEAGE_KINDS, PinnedTable
 from flight_server.engine.watchdog import Running, Watchdog
 from flight_server.transactions import staged_table
 
@@ -73,6 +74,8 @@ class Engine:
         spill_parent: str | None = None,
     ) -> None:
         self.catalog = catalog
+        # Set by the server: waits until the lineage index holds every landed commit.
+        self.lineage_ready: Callable[[], Any] | None = None
         # Set when the server begins to shut down: running queries are interrupted so their
         # streams end and gRPC can drain.
         self._server_stopping = stopping or threading.Event()
@@ -312,7 +315,11 @@ class Engine:
         run.parts = []
         for i, pin in enumerate(pins):
             tagged = (file_tags or {}).get((pin.namespace, pin.name))
-            if pin.kind != "data":
+            if pin.kind in LINEAGE_KINDS:
+                if self.lineage_ready is not None:
+                    self.lineage_ready()  # what was committed before this query is in the index
+                parts = [SourcePart(lineage_index.read_table(self.catalog.store, pin.name), "*")]
+            elif pin.kind != "data":
                 table = self._pinned_table(pin)
                 parts = [SourcePart(history.metadata_table(table, pin.kind, pin.snapshot_id), "*")]
             elif tagged is not None:

@@ -22,6 +22,7 @@ from typing import Any
 import duckdb
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
+from catalog.lineage.index import NAMESPACE as LINEAGE_NAMESPACE
 from flight_server import errors
 from flight_server.engine import history, messages, policy, splits, view_expansion
 from flight_server.engine.iceberg_source import IcebergSources, quote
@@ -29,7 +30,7 @@ from flight_server.engine.origins import ColumnOrigin, Source, result_origins
 from flight_server.engine.pushdown import row_filter
 from flight_server.engine.runs import QueryRuns, run_failure
 from flight_server.engine.slots import CATALOG_NAME, Slot
-from flight_server.engine.tables import PinnedTable, name_candidates, table_hint
+from flight_server.engine.tables import LINEAGE_KINDS, PinnedTable, name_candidates, table_hint
 from flight_server.engine.watchdog import Running, Watchdog
 from flight_server.transactions import read_pins, staged_table
 
@@ -310,6 +311,8 @@ class QueryPlanner:
         except (NoSuchTableError, NoSuchNamespaceError, ValueError):
             meta = history.metadata_table_name(table)
             if meta is None:
+                if ns == LINEAGE_NAMESPACE and f"lineage.{table}" in LINEAGE_KINDS:  # a lineage table
+                    return PinnedTable(ns, table, None, 0, None, f"lineage.{table}")
                 return None
             try:
                 tbl = self.catalog.load_table((*ns, meta[0]))

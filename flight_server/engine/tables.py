@@ -6,9 +6,13 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
+from catalog.lineage.index import SCHEMAS
 from flight_server.engine import history
 from flight_server.engine.slots import CATALOG_NAME
 from flight_server.engine.sql_text import split_namespace
+
+# The lineage tables (catalog.lineage.index), read as pins of these kinds: icefloe.lineage.<name>.
+LINEAGE_KINDS = tuple(f"lineage.{name}" for name in SCHEMAS)
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ class PinnedTable:
     def from_json(cls, raw: list[Any]) -> PinnedTable:
         ns, name, snap, schema_id = raw[:4]
         view, kind = (raw[4], raw[5]) if len(raw) >= 6 else (None, "data")
-        if kind != "data" and kind not in history.METADATA_KINDS:
+        if kind != "data" and kind not in history.METADATA_KINDS and kind not in LINEAGE_KINDS:
             raise ValueError(kind)
         split = None
         if len(raw) >= 7:

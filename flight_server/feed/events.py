@@ -37,6 +37,10 @@ EVENT_SCHEMA = pa.schema(
         # The Flight SQL transaction a commit belongs to (flight_server.transactions): every
         # table it wrote has its own event, all with this id; null outside transactions.
         pa.field("transaction_id", pa.utf8()),
+        # The quality gate's results for the rows this commit wrote (catalog.expectations:
+        # quarantined_rows and each expectation's checked / failed rows), as JSON; null when
+        # the table declares no expectations or the commit did not go through the gate.
+        pa.field("quality", pa.utf8()),
     ]
 )
 
@@ -56,6 +60,11 @@ def record_matches(request: FeedRequest, record: CommitRecord) -> bool:
 def _transaction_id(record: CommitRecord) -> str | None:
     value = record.extra.get("transaction_id") if record.extra else None
     return value if isinstance(value, str) else None
+
+
+def _quality(record: CommitRecord) -> str | None:
+    value = record.extra.get("quality") if record.extra else None
+    return json.dumps(value, separators=(",", ":")) if isinstance(value, dict) else None
 
 
 def records_to_batch(records: Sequence[CommitRecord]) -> pa.RecordBatch:
@@ -79,6 +88,7 @@ def records_to_batch(records: Sequence[CommitRecord]) -> pa.RecordBatch:
             r.data_change,
             r.removed_files,
             _transaction_id(r),
+            _quality(r),
         )
         for column, value in zip(columns, row, strict=True):
             column.append(value)
@@ -179,6 +189,8 @@ def record_summary(record: CommitRecord) -> dict[str, Any]:
     }
     if _transaction_id(record) is not None:
         summary["transaction_id"] = _transaction_id(record)
+    if _quality(record) is not None:
+        summary["quality"] = record.extra["quality"]
     renamed_from = record.extra.get("renamed_from") if record.extra else None
     if renamed_from:
         summary["renamed_from"] = renamed_from

@@ -293,6 +293,12 @@ class IngestService:
                 "rows": status.rows, "commits": status.commits, "lag_seconds": round(status.lag_seconds, 3),
                 "pending": status.pending, "last_commit_seq": status.last_commit_seq, "passes": status.passes}
 
+    def statuses(self) -> list[dict[str, Any]]:
+        """Every connector's status (what ``icefloe ingest status`` prints), by name: the watch page."""
+        with self._lock:
+            items = sorted(self._running.items())
+        return [self._status(item) for _, item in items]
+
     def snapshot(self) -> list[tuple[str, Any]]:
         with self._lock:
             return [(name, item.runner.status()) for name, item in self._running.items()]

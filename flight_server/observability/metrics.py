@@ -90,7 +90,13 @@ class Metrics:
                                                "records it (a SELECT until its stream ends)", (), RPC_BUCKETS)
         self.maintenance_runs = CellCounter("icefloe_maintenance_runs", "Maintenance runs of one table, by status",
                                             ["status"])
+        self.quality_checked = CellCounter("icefloe_quality_checked_rows", "Rows checked against a table's quality "
+                                           "expectation", ["table", "expectation", "action"])
+        self.quality_failed = CellCounter("icefloe_quality_failed_rows", "Rows that failed a table's quality "
+                                          "expectation (blocked, quarantined or warned by its action)",
+                                          ["table", "expectation", "action"])
         self.registry.register(CellCollector([
+            self.quality_checked, self.quality_failed,
             self.rpc_seconds, self.statements, self.stream_rows, self.stream_bytes, self.append_requests,
             self.append_rows, self.append_bytes, self.append_seconds, self.commits, self.group_size, self.feed_lag,
             self.feed_replay_lag, self.commit_rows, self.statement_seconds, self.maintenance_runs,
@@ -124,6 +130,16 @@ class Metrics:
             self.append_bytes.inc((), nbytes)
             if seconds is not None:
                 self.append_seconds.observe((), seconds)
+
+    def record_quality(self, table: str, quality: dict[str, Any]) -> None:
+        """One append's quality gate results (``catalog.expectations.summary``)."""
+        if not self.enabled:
+            return
+        for item in quality.get("assertions", []):
+            labels = (table, str(item.get("name")), str(item.get("action")))
+            self.quality_checked.inc(labels, int(item.get("checked_rows", 0)))
+            if item.get("failed_rows"):
+                self.quality_failed.inc(labels, int(item["failed_rows"]))
 
     def on_commit(self, record: CommitRecord) -> None:
         """A commit-hub listener (runs under the commit lock: counters only)."""

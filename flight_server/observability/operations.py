@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.flight as flight
 
+from catalog.lineage import index as lineage_index
 from catalog.maintenance import catalog_tables
 from flight_server import __version__, errors
 from flight_server.observability.metrics import LiveCollector, Metrics, folder_bytes
@@ -84,6 +85,9 @@ class Operations:
                  metrics: Metrics, authorize: Callable[[flight.ServerCallContext, str], str | None]) -> None:
         self.catalog = catalog
         self.lineage = lineage
+        # Set by the server: the lineage index caught up (lineage_graph), the connectors' status.
+        self.lineage_ready: Callable[[], Any] | None = None
+        self.ingest_status: Callable[[], list[dict[str, Any]]] = list
         self.engine = engine
         self.fanout = fanout
         self.metrics = metrics
@@ -180,22 +184,28 @@ class Operations:
 
     def lineage_graph(self, table: str) -> dict[str, Any]:
         """The tables ``table`` was written from and the tables written from it (one hop each
-        way), as nodes and edges, from the lineage inputs recorded on recent commits.
+        way), as nodes and edges, from the lineage index (``catalog.lineage.index``).
 
         Raises:
             errors.NotFound: No such table.
         """
         if not self.catalog.table_exists(table):
             raise errors.NotFound(f"table {table} does not exist")
+        if self.lineage_ready is not None:
+            self.lineage_ready()
         edges: set[tuple[str, str]] = set()
-        for record in self.recent():
-            inputs = [i for i in (record.extra.get("inputs") or []) if isinstance(i, str)]
-            target = record.qualified_name
-            for source in inputs:
-                if table in (source, target) and source != target:
-                    edges.add((source, target))
+        # The lineage index (icefloe.lineage.edges): every commit the log ever held, not only
+        # recent ones; external sources (a connector's folder) are nodes too.
+        for row in lineage_index.read_table(self.catalog.store, "edges").to_pylist():
+            source, target = row["source"], row["target"]
+            if table in (source, target) and source != target:
+                edges.add((source, target))
         nodes = sorted({table, *(n for edge in edges for n in edge)})
         return {"table": table, "nodes": nodes, "edges": [{"from": a, "to": b} for a, b in sorted(edges)]}
+
+    def ingest(self) -> list[dict[str, Any]]:
+        """The connectors this server runs: state, rows, lag, checkpoint, last error."""
+        return self.ingest_status()
 
     def status(self) -> dict[str, Any]:
         """What ``icefloe status`` prints."""

@@ -20,6 +20,7 @@ from pyiceberg.exceptions import (
 )
 from sqlglot import exp
 
+from catalog.expectations import EXPECT_PREFIX, ExpectationUnusable, expectations_of
 from flight_server import errors
 from flight_server.engine.iceberg_source import quote
 from flight_server.engine.sql_text import DEFAULT_SCHEMA
@@ -28,7 +29,7 @@ from flight_server.sqlwrite import mor, types
 from flight_server.sqlwrite.commit import commit_once
 from flight_server.sqlwrite.parse import TableName, bind_subset, schema_name, sql_of, table_name
 from flight_server.sqlwrite.partitioning import partition_spec
-from flight_server.sqlwrite.rows import conform, input_names
+from flight_server.sqlwrite.rows import arrow_schema, conform, input_names
 
 if TYPE_CHECKING:
     from flight_server.sqlwrite.write import Write
@@ -197,6 +198,7 @@ def alter_table(w: Write) -> int:
         w.authorize(roles.property_role(props))
         mor.check_properties(props, what)
         table = _load(w, target, what)
+        _check_expectations(w, table, props, what)
         with w.committing("properties", [target.qualified]):
             txn = table.transaction()
             txn.set_properties(props)
@@ -278,6 +280,21 @@ def _alter_column(table: Any, action: exp.AlterColumn, names: set[str], what: st
             f"{what} ALTER COLUMN {column} SET NOT NULL: existing rows may hold NULL; Iceberg cannot make it required")
     else:
         raise errors.Unimplemented(f"{what} ALTER COLUMN {column}: only TYPE and DROP NOT NULL are supported")
+
+
+def _check_expectations(w: Write, table: Any, props: dict[str, str], what: str) -> None:
+    """Quality expectations are tried when they are set: one that cannot be evaluated would
+    refuse every later write to the table (catalog.expectations)."""
+    if not any(key.startswith(EXPECT_PREFIX) for key in props):
+        return
+    gate = w.quality_gate
+    if gate is None or not hasattr(gate, "validate"):
+        return
+    try:
+        gate.validate(".".join(table.name()), expectations_of({**table.properties, **props}),
+                      arrow_schema(table.schema()))
+    except ExpectationUnusable as exc:
+        raise errors.InvalidArgument(f"{what} SET: {exc}") from None
 
 
 def _properties(action: exp.Expression, what: str) -> dict[str, str]:

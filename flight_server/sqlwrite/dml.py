@@ -138,10 +138,23 @@ def insert(w: Write) -> int:
         if w.appender is not None:
             w.appender.append_table(target.identifier, rows)
         else:
+            w.check_quality(table, rows, "write in a transaction")
             txn = table.transaction()
             txn.append(rows)
             commit_once(txn)
     return int(rows.num_rows)
+
+
+def _check_updated(w: Write, table: Any, files: TargetFiles, new_values: list[str], ref: str,
+                   cond: str | None) -> None:
+    """The rows an UPDATE writes, as they will be, through the table's quality gate (only
+    those: rows it leaves alone are not checked again)."""
+    from catalog.expectations import expectations_of
+
+    if not expectations_of(table.properties):
+        return
+    query = f"SELECT {', '.join(new_values)} FROM {ref}" + (f" WHERE {cond}" if cond is not None else "")
+    w.check_quality(table, files.read(w, query), "SQL UPDATE")
 
 
 def _insert_mapping(tree: exp.Expression, what: str, sources: list[str], targets: list[str]) -> list[int | None]:
@@ -287,6 +300,7 @@ def update(w: Write) -> int:
         types = dict(_column_types(w, target, files.base, table))
         new_values = [f"CAST(({assignments[n]}) AS {types[n]}) AS {quote(n)}" if n in assignments else quote(n)
                       for n in names]
+        _check_updated(w, table, files, new_values, ref, cond)
         return mor.update(w, files, target.qualified, ref, cond, new_values, names, what)
     files = TargetFiles(w, table, target, what)
     selected = files.count_selected(w, ref, cond)
@@ -305,6 +319,8 @@ def update(w: Write) -> int:
             select.append(col)
     query = f"SELECT {', '.join(select)} FROM {ref} WHERE {TAG} IN ({', '.join(map(str, sorted(selected)))})"
     rows = conform(files.read(w, query), table.schema(), names, what)
+    _check_updated(w, table, files, [f"CAST(({assignments[n]}) AS {types[n]}) AS {quote(n)}" if n in assignments
+                                     else quote(n) for n in names], ref, cond)
     inputs = input_names(getattr(files, "pins", []))
     _commit_rewrite(w, files, sorted(selected), rows, "overwrite", [i for i in inputs if i != target.qualified],
                     (total, total))

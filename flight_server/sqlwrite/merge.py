@@ -104,6 +104,8 @@ def merge(w: Write) -> int:
     if hits.num_rows == 0 and new_rows.num_rows == 0:
         return 0
     counts = (n_updated + n_inserted, n_updated + n_deleted)
+    if new_rows.num_rows:
+        w.check_quality(table, new_rows, "MERGE")
     if hits.num_rows == 0:
         _append(w, files, target, new_rows, counts)
     elif mode == mor.MERGE_ON_READ:

@@ -8,9 +8,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from sqlglot import exp
 
 from catalog import commit_context
+from catalog.quarantine import check_table
 
 if TYPE_CHECKING:
     from flight_server.engine import Engine
@@ -35,6 +37,13 @@ class Write:
     exclusive: bool = False
     # Several bound parameter rows (INSERT only: one commit for all of them).
     param_rows: list[list[Any]] | None = None
+    # The server's quality gate (catalog.expectations), also inside a transaction.
+    quality_gate: Any = None
+
+    def check_quality(self, table: Any, rows: pa.Table, write_kind: str) -> None:
+        """Refuse ``rows`` (new rows of an UPDATE / MERGE, or of a write in a transaction)
+        unless they pass the table's expectations; quarantine acts as block here."""
+        check_table(self.quality_gate, self.catalog, tuple(table.name()), table.properties, rows, write_kind)
 
     @contextlib.contextmanager
     def table_slot(self, identifier: tuple[str, ...]) -> Iterator[None]:

@@ -68,6 +68,8 @@ class SqlWriter:
         target_catalog = catalog if catalog is not None else self.catalog
         write = Write(sql, tree, self.engine, target_catalog, principal, default_schema, params, context, authorize,
                       appender, param_rows=param_rows if param_rows is not None and len(param_rows) > 1 else None)
+        server_appender = self._appender() if self._appender is not None else None
+        write.quality_gate = getattr(server_appender, "quality_gate", None)
         handler = _handler(tree)
         with self._tracked(tree, sql, default_schema, principal):
             return self._attempts(write, handler, tree, default_schema)

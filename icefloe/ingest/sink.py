@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from catalog.context import commit_context
-from catalog.ingest_checkpoints import IngestCommit, StoredCheckpoint, table_checkpoint
+from catalog.ingest_checkpoints import IngestCommit, StoredCheckpoint, encode_positions, table_checkpoint
 from catalog.keyed_changes import commit_keyed
 from icefloe.ingest.runner import CommitOutcome
 
@@ -50,7 +50,7 @@ class CatalogSink:
             result = self.appender.append_stream(
                 self.identifier, rows.schema, rows.to_batches(), idempotency_key=commit.idempotency_key(table_uuid),
                 snapshot_properties=commit.snapshot_properties(), extra=commit.commit_extra(),
-                schema_policy=self.schema_policy,
+                schema_policy=self.schema_policy, source_position=encode_positions(commit.positions),
             )
         return CommitOutcome(result.commit_seq, result.rows, result.duplicate)
 

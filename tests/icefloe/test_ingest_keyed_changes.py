@@ -133,3 +133,29 @@ def test_a_refused_change_commits_nothing(appender: Appender) -> None:
         runner.run_once()
     assert rows(appender) == [(1, "a")]
     assert runner.status().state.value == "failed"
+
+
+@pytest.mark.parametrize("action", ["block", "quarantine"])
+def test_changes_pass_the_tables_quality_gate(appender: Appender, action: str) -> None:
+    """A change's new rows meet the table's expectations like any other write's; a failing
+    change commits nothing (quarantine acts as block: the change's delete of the old version
+    and its new version are one decision) and the connector's checkpoint stays where it was."""
+    from catalog.expectations import QualityBlocked
+    from flight_server.engine.quality import DuckDBQualityGate
+
+    appender.quality_gate = DuckDBQualityGate()
+    run(appender, [[("insert", 1, "a"), ("insert", 2, "b")]])
+    with appender.catalog.load_table(("ns", "t")).transaction() as tx:
+        tx.set_properties({"icefloe.expect.named": "name IS NOT NULL AND name <> 'bad'",
+                           "icefloe.expect.named.on-failure": action})
+    before = appender.catalog.load_table(("ns", "t")).metadata.current_snapshot_id
+    runner = IngestRunner("cdc", Scripted({"transactions": [[("insert", 1, "a"), ("insert", 2, "b")],
+                                                            [("update", 1, "bad"), ("insert", 3, "c")]]}),
+                          CatalogSink(appender, "ns.t"))
+    with pytest.raises(QualityBlocked, match="named"):  # resumes after the first transaction
+        runner.run_once()
+    assert rows(appender) == [(1, "a"), (2, "b")]
+    assert runner.status().state.value == "failed"
+    after = appender.catalog.load_table(("ns", "t"))
+    assert after.metadata.current_snapshot_id == before  # no commit: the checkpoint did not move
+    assert after.metadata.snapshots[-1].summary.additional_properties["icefloe.ingest.cdc.checkpoint"] == '{"":"1"}'

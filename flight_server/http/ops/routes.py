@@ -10,7 +10,8 @@
   first, paged with bounded work (``history``);
 - ``GET /api/table?table=ns.t``: one table's files, bytes, snapshots, schema and last
   maintenance (``table_detail``);
-- ``GET /api/summary``: the health strip and the chart series (``summary``).
+- ``GET /api/summary``: the health strip and the chart series (``summary``);
+- ``GET /api/ingest``: the connectors: state, rows, lag, checkpoint, last error.
 
 With authentication on (``--users``), every route but ``/healthz`` and ``/readyz`` (left open for
 an orchestrator's probes; they reveal only up/ready and the names of the checks) needs the
@@ -207,6 +208,9 @@ def ops_routes(ops: Operations, metrics: Metrics, broadcaster: CommitBroadcaster
     def lineage(params: dict[str, str]) -> Response:
         return JSONResponse(ops.lineage_graph(table_param(params.get("table"))), headers={"cache-control": "no-store"})
 
+    def ingest(_params: dict[str, str]) -> Response:
+        return JSONResponse(for_browser({"connectors": ops.ingest()}), headers={"cache-control": "no-store"})
+
     def static(name: str) -> Any:
         body = resources.files("flight_server.http.ops").joinpath("static", name).read_bytes()
 
@@ -256,5 +260,6 @@ def ops_routes(ops: Operations, metrics: Metrics, broadcaster: CommitBroadcaster
         Route("/api/commits", guarded(commits, "before", "limit", "table", "operation"), methods=get),
         Route("/api/table", guarded(table, "table"), methods=get),
         Route("/api/summary", guarded(summary_json), methods=get),
+        Route("/api/ingest", guarded(ingest), methods=get),
         Route("/api/events", events, methods=get),
     ]

@@ -34,6 +34,8 @@ CONTRACT_SCHEMA = pa.schema(
         pa.field("removed_files", pa.int64()),
         # Flight SQL transactions: the commits of one transaction share its id.
         pa.field("transaction_id", pa.utf8()),
+        # The quality gate's results (JSON), on commits of tables that declare expectations.
+        pa.field("quality", pa.utf8()),
     ]
 )
 

@@ -192,6 +192,36 @@ function follow() {
   };
 }
 
+// -- ingest connectors (/api/ingest, polled with the summary) ----------------------------------
+
+function describeCheckpoint(checkpoint) {
+  const positions = Object.entries(checkpoint.positions || {});
+  if (positions.length === 0) return `step ${checkpoint.step}: nothing taken yet`;
+  const shown = positions.slice(0, 3).map(([part, at]) => `${part} @ ${at}`).join(", ");
+  return `step ${checkpoint.step}: ${shown}${positions.length > 3 ? ` (+${positions.length - 3} more)` : ""}`;
+}
+
+async function refreshIngest() {
+  let body;
+  try { body = await getJson("/api/ingest"); } catch (_) { return; }
+  const rows = body.connectors.map((c) => {
+    const tr = document.createElement("tr");
+    tr.dataset.connector = c.name;
+    cell(tr, c.name, "name");
+    cell(tr, c.table);
+    cell(tr, c.source_uri || c.source);
+    cell(tr, c.state, `state ${c.state === "up" || c.state === "starting" ? "ok" : c.state === "paused" ? "" : "bad"}`);
+    cell(tr, number(c.rows), "num");
+    cell(tr, number(c.commits), "num");
+    cell(tr, `${number(c.lag_seconds, 1)} s`, "num");
+    cell(tr, describeCheckpoint(c.checkpoint), "checkpoint");
+    cell(tr, ["failed", "down", "stalled"].includes(c.state) ? c.message : "", "error");
+    return tr;
+  });
+  document.querySelector("#ingest tbody").replaceChildren(...rows);
+  document.getElementById("ingest-none").hidden = rows.length > 0;
+}
+
 // -- health strip -------------------------------------------------------------------------------
 
 async function refreshSummary() {
@@ -203,7 +233,7 @@ async function refreshSummary() {
 }
 
 async function pollSummary() {
-  await refreshSummary();
+  await Promise.all([refreshSummary(), refreshIngest()]);
   setTimeout(pollSummary, SUMMARY_EVERY_MS);
 }
 
