@@ -49,9 +49,10 @@ from flight_server import errors
 from flight_server.engine import duckdb_seam, history, messages, policy
 from flight_server.engine.bound import Bound, BoundSchemas
 from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
+from flight_server.engine.native_tables import NativeTable, NativeTables
 from flight_server.engine.origins import ColumnOrigin
 from flight_server.engine.planner import QueryPlanner
-from flight_server.engine.pushdown import row_filter
+from flight_server.engine.pushdown import plain_projection, row_filter
 from flight_server.engine.runs import QueryRuns, run_failure
 from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 from flight_server.engine.slots import CATALOG_NAME, Slot, SlotPool, SpillFolder
@@ -78,6 +79,7 @@ class Engine:
         self._server_stopping = stopping or threading.Event()
         self.query_timeout_s = query_timeout_s
         self.sources = IcebergSources()
+        self.natives = NativeTables(self.sources)
         self.bound = BoundSchemas(catalog)
         self._threads = threads
         self._memory_limit = memory_limit
@@ -100,8 +102,39 @@ class Engine:
         self.watchdog.close()
         self.spill.remove()
 
-    def _new_slot(self) -> Slot:
-        return Slot(self._threads, self.spill.new_folder(), self._memory_limit)
+    def _new_slot(self, files: frozenset[str]) -> Slot:
+        return Slot(self._threads, self.spill.new_folder(), self._memory_limit, files)
+
+    def _take_slot(
+        self, pins: list[PinnedTable], sql: str | None,
+        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None,
+    ) -> tuple[Slot, dict[int, NativeTable]]:
+        """A slot for the query, and the pins (by index) it reads with DuckDB's own Parquet
+        reader (``native_tables``): the slot may read exactly their checked files."""
+        native = self._native_tables(pins, sql, file_tags)
+        files = frozenset(f for table in native.values() for f in table.files)
+        return self.slots.take(files=files), native
+
+    def _native_tables(
+        self, pins: list[PinnedTable], sql: str | None,
+        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None,
+    ) -> dict[int, NativeTable]:
+        if file_tags:
+            return {}  # SQL writes read their files tagged, through Arrow datasets (file_parts)
+        if sql is not None and len(pins) == 1 and plain_projection(sql) is not None:
+            return {}  # plain scans stream the Arrow datasets with no SQL engine (scans.plain_scan)
+        found = {}
+        for i, pin in enumerate(pins):
+            if pin.kind != "data":
+                continue
+            table = self._pinned_table(pin)
+            schema = table.schemas().get(pin.schema_id) or table.schema()
+            # The same pruning as _data_parts, so planning and execution bind the same files.
+            prune = row_filter(sql, schema) if sql is not None and len(pins) == 1 else None
+            native = self.natives.native_table(table, pin.snapshot_id, schema, prune, pin.split)
+            if native is not None:
+                found[i] = native
+        return found
 
     # -- statements (``planner.QueryPlanner``) -------------------------------------------
 
@@ -136,11 +169,11 @@ class Engine:
         known = self.bound.get(key)
         if known is not None:
             return known.schema, known.parameters
-        slot = self.slots.take()
+        slot, native = self._take_slot(pins, sql)
         cur = slot.cursor()
         run = Running(slot, cur, None, 0.0)
         try:
-            self._setup(run, pins, default_schema)
+            self._setup(run, pins, default_schema, native=native)
             sig = duckdb_seam.bind(cur, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
@@ -177,7 +210,7 @@ class Engine:
         file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None, file_positions: bool = False,
         file_deletes: dict[str, Any] | None = None,
     ) -> tuple[pa.RecordBatchReader, Running]:
-        slot = self.slots.take()
+        slot, native = self._take_slot(pins, sql, file_tags)
         run = Running(slot, slot.cursor(), context, time.monotonic() + self.query_timeout_s)
         self.watchdog.add(run)
         self.runs.follow_call(run)
@@ -187,7 +220,7 @@ class Engine:
             reader = self._known_plain_scan(run, sql, pins, default_schema) if not params and not file_tags else None
             if reader is not None:
                 return reader, run
-            self._setup(run, pins, default_schema, sql, file_tags, file_positions, file_deletes)
+            self._setup(run, pins, default_schema, sql, file_tags, file_positions, file_deletes, native)
             sig = duckdb_seam.bind(run.cursor, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
@@ -232,11 +265,11 @@ class Engine:
         params: list[Any] | None = None,
     ) -> list[tuple[str, str]]:
         """(name, DuckDB type) of each result column of a query, without running it (SQL writes)."""
-        slot = self.slots.take()
+        slot, native = self._take_slot(pins, sql)
         cur = slot.cursor()
         run = Running(slot, cur, None, 0.0)
         try:
-            self._setup(run, pins, default_schema)
+            self._setup(run, pins, default_schema, native=native)
             sig = duckdb_seam.bind(cur, sql, values=params)
             return [(str(n), str(t)) for n, t in zip(sig.names, sig.types, strict=True)]
         except duckdb.Error as exc:
@@ -299,9 +332,12 @@ class Engine:
     def _setup(
         self, run: Running, pins: list[PinnedTable], default_schema: tuple[str, ...] | None, sql: str | None = None,
         file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None, file_positions: bool = False,
-        file_deletes: dict[str, Any] | None = None,
+        file_deletes: dict[str, Any] | None = None, native: dict[int, NativeTable] | None = None,
     ) -> None:
         """Register each pinned table's sources and name them; ``sql`` (execution only) prunes files.
+
+        ``native``: the pins (by index) read by DuckDB's own Parquet reader: their view is a
+        ``read_parquet`` of the files the slot was made for (``native_tables``), nothing registered.
 
         ``file_tags`` (SQL writes): for those tables, read exactly the given data files, each
         through its own source, with an extra column ``__icefloe_file`` = the file's index in
@@ -312,6 +348,13 @@ class Engine:
         run.parts = []
         for i, pin in enumerate(pins):
             tagged = (file_tags or {}).get((pin.namespace, pin.name))
+            schema_name = quote(".".join(pin.namespace))
+            if native and i in native:
+                cur.execute(f"CREATE SCHEMA IF NOT EXISTS {CATALOG_NAME}.{schema_name}")
+                view = f"{CATALOG_NAME}.{schema_name}.{quote(pin.view_name)}"
+                cur.execute(f"CREATE OR REPLACE VIEW {view} AS {native[i].select}")
+                run.views.append(view)
+                continue
             if pin.kind != "data":
                 table = self._pinned_table(pin)
                 parts = [SourcePart(history.metadata_table(table, pin.kind, pin.snapshot_id), "*")]
@@ -329,7 +372,6 @@ class Engine:
                 src = f"__icefloe_src_{i}_{j}"
                 cur.register(src, part.data)
                 selects.append(f"SELECT {part.select_list} FROM {src}")
-            schema_name = quote(".".join(pin.namespace))
             cur.execute(f"CREATE SCHEMA IF NOT EXISTS {CATALOG_NAME}.{schema_name}")
             view = f"{CATALOG_NAME}.{schema_name}.{quote(pin.view_name)}"
             cur.execute(f"CREATE OR REPLACE VIEW {view} AS {' UNION ALL '.join(selects)}")
