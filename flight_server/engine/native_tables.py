@@ -83,14 +83,15 @@ class NativeTable:
 def duckdb_type(typ: IcebergType) -> str | None:
     """The DuckDB type the Arrow-dataset path gives an Iceberg type (so both paths bind the
     same), or None for types this path leaves to the Arrow path (nested, uuid, fixed, nanos)."""
-    simple = {
+    simple: dict[type[IcebergType], str] = {
         BooleanType: "BOOLEAN", IntegerType: "INTEGER", LongType: "BIGINT", FloatType: "FLOAT",
         DoubleType: "DOUBLE", DateType: "DATE", TimeType: "TIME", TimestampType: "TIMESTAMP",
         TimestamptzType: "TIMESTAMP WITH TIME ZONE", StringType: "VARCHAR", BinaryType: "BLOB",
     }
     if isinstance(typ, DecimalType):
         return f"DECIMAL({typ.precision}, {typ.scale})"
-    return simple.get(type(typ))
+    found: str | None = simple.get(type(typ))
+    return found
 
 
 def literal(text: str) -> str:
@@ -127,7 +128,8 @@ class NativeTables:
         self, table: Table, snapshot_id: int | None, schema: Schema,
         row_filter: BooleanExpression | None, split: tuple[int, int] | None,
     ) -> NativeTable:
-        io: ConfinedFileIO = table.io  # _refusal checked
+        io = table.io
+        assert isinstance(io, ConfinedFileIO)  # _refusal checked
         columns = [(f.field_id, f.name, duckdb_type(f.field_type) or "") for f in schema.fields]
         if snapshot_id is None:
             return _empty(columns)
