@@ -15,8 +15,9 @@ Iceberg's rules, in SQL DuckDB runs:
   read schema to the table column's current name and type, so renamed columns keep their
   values, added ones read as NULL and dropped ones are not read; the types given there are
   Iceberg's promotions (int -> long, float -> double, wider decimals), cast by the reader;
-- **position deletes**: an anti-join on (file, row position), ``read_parquet``'s ``filename``
-  and ``file_row_number`` against the delete files' ``file_path`` and ``pos``;
+- **position deletes**: an anti-join on (file, row position), ``read_parquet``'s ``file_index``
+  and ``file_row_number`` against the delete files' ``file_path`` (mapped to the index of that
+  file in the list: integers are cheaper to hash than paths) and ``pos``;
 - **equality deletes**: an anti-join on the key columns with ``IS NOT DISTINCT FROM`` (Iceberg
   matches NULL to NULL), for the data files the sequence-number and partition rules say;
   both joins are DuckDB hash joins, which spill past the memory limit instead of holding the
@@ -66,8 +67,9 @@ from flight_server.engine.splits import assign, scan_units
 
 logger = logging.getLogger("icefloe.engine.native")
 
-# The extra columns a scan with deletes reads; a table column of either name keeps the Arrow path.
-FILE_COLUMN = "__icefloe_filename"
+# The virtual columns a scan with deletes reads (the file's index in the list, the row's
+# position in its file); a table column of either name keeps the Arrow path.
+FILE_COLUMN = "file_index"
 ROW_COLUMN = "file_row_number"
 _POS_PATH_ID, _POS_ID = 2147483546, 2147483545  # position delete files' file_path and pos
 
@@ -161,17 +163,16 @@ class NativeTables:
                 continue
             if any(name in (FILE_COLUMN, ROW_COLUMN) for _, name, _ in columns):
                 raise _NotNative("a column is named like the row-position columns of a scan with deletes")
-            joins = self._position_join(io, applied.positions, paths, real, allowed)
+            joins = self._position_join(io, applied.positions, paths, allowed)
             joins += self._equality_joins(io, applied.equality, schema, allowed)
             selects.append(
-                f"SELECT {outer} FROM read_parquet({listed}, schema = {schema_map}, filename = {literal(FILE_COLUMN)}, "
-                f"file_row_number = true) AS d {' '.join(joins)}"
+                f"SELECT {outer} FROM read_parquet({listed}, schema = {schema_map}, file_row_number = true) AS d "
+                + " ".join(joins)
             )
         return NativeTable(" UNION ALL ".join(selects), tuple(dict.fromkeys(allowed)))
 
     def _position_join(
-        self, io: ConfinedFileIO, delete_files: Sequence[DataFile], paths: list[str], real: dict[str, str],
-        allowed: list[str],
+        self, io: ConfinedFileIO, delete_files: Sequence[DataFile], paths: list[str], allowed: list[str],
     ) -> list[str]:
         if not delete_files:
             return []
@@ -180,12 +181,15 @@ class NativeTables:
             _check_delete_file(f)
             delete_paths.append(_local(io, f.file_path))
         allowed.extend(delete_paths)
-        # A delete row names its data file as the manifest does; the data side knows the real path.
-        names = ", ".join(f"({literal(p)}, {literal(real[p])})" for p in paths)
+        deleted = f"read_parquet({_file_list(delete_paths)})"
+        if len(paths) == 1:  # the common case of one file per delete set: the position alone
+            return [f"ANTI JOIN (SELECT pos FROM {deleted} WHERE file_path = {literal(paths[0])}) AS pd "
+                    f"ON d.{ROW_COLUMN} = pd.pos"]
+        # A delete row names its data file as the manifest does: mapped to its index in the list.
+        names = ", ".join(f"({literal(p)}, {i})" for i, p in enumerate(paths))
         return [
-            f"ANTI JOIN (SELECT m.real_path, p.pos FROM read_parquet({_file_list(delete_paths)}) AS p "
-            f"JOIN (VALUES {names}) AS m(manifest_path, real_path) ON p.file_path = m.manifest_path) AS pd "
-            f"ON d.{quote(FILE_COLUMN)} = pd.real_path AND d.{ROW_COLUMN} = pd.pos"
+            f"ANTI JOIN (SELECT m.i, p.pos FROM {deleted} AS p JOIN (VALUES {names}) AS m(manifest_path, i) "
+            f"ON p.file_path = m.manifest_path) AS pd ON d.{FILE_COLUMN} = pd.i AND d.{ROW_COLUMN} = pd.pos"
         ]
 
     def _equality_joins(

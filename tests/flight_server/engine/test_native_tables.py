@@ -133,6 +133,20 @@ def test_position_and_equality_deletes_are_anti_joins(lake: tuple[RocksCatalog, 
     assert delete_paths and delete_paths <= _slot_files(engine)
 
 
+def test_one_position_delete_file_over_several_data_files(lake: tuple[RocksCatalog, Engine]) -> None:
+    catalog, engine = lake
+    t = catalog.create_table("ns.multi", schema=pa.schema([("id", pa.int64())]))
+    for start in (0, 100, 200):
+        t.append(pa.table({"id": pa.array(range(start, start + 100), pa.int64())}))
+    files = [p for p, _ in data_files(catalog.load_table("ns.multi"))]
+    by_start = {pq.read_table(p.removeprefix("file://")).column("id")[0].as_py(): p for p in files}
+    # positions 5 and 7 of the first file, 5 of the third; none of the second
+    position_delete(catalog.load_table("ns.multi"), {by_start[0]: [5, 7], by_start[200]: [5, 99]})
+    got = _run(engine, "SELECT count(*) AS n, sum(id) AS s FROM ns.multi WHERE id >= 0")
+    assert got.to_pylist() == [{"n": 296, "s": sum(range(300)) - 5 - 7 - 205 - 299}]
+    assert _slot_files(engine) >= _real_files(catalog.load_table("ns.multi"))
+
+
 def _delete_files(table: Any) -> list[str]:
     from pyiceberg.manifest import ManifestContent
 
