@@ -19,18 +19,20 @@ autoloading, no Python replacement scans; (2) ``policy``: only single queries ru
 DuckDB's parse tree (allowed table functions, no server-revealing functions, table references
 that are icefloe tables or CTEs), at planning and again at execution, whatever a ticket says;
 (3) ``slots``: a slot that is not pristine after a query is discarded. DuckDB spills to a
-private folder (``slots.SpillFolder``). Verified with DuckDB 2.0.1: ``allowed_directories``
-would still let ``COPY ... TO`` write inside the allowed folder, which is why the sandbox
-allows no directory at all and table data reaches it only as Arrow streams.
+private folder (``slots.SpillFolder``). No slot allows a directory (verified with DuckDB 2.0.1:
+``allowed_directories`` would let ``COPY ... TO`` write anywhere inside it); a slot that reads
+local tables natively allows exactly the real paths of the pinned snapshots' files
+(``native_tables``), fixed when the slot is made and locked with the rest.
 
 Bounded work: statements are capped in size; planning (parsing, ``AT`` evaluation) runs on a
 cursor the watchdog interrupts at the query's deadline, like the query itself.
 
 Scan paths (all produce the schema the sandbox binder gives, so GetFlightInfo and DoGet
-agree): plain ``SELECT cols FROM t`` and selective single-table queries read the pinned
-local files with DuckDB's native Parquet reader in a separate internal database that runs
-only SQL icefloe writes (never client text); everything else scans Arrow datasets inside
-the sandbox, where DuckDB pushes projections and filters into the dataset scan.
+agree): plain ``SELECT cols FROM t`` streams the pinned files' Arrow datasets with no SQL engine
+(or DuckDB's reader in an internal database that runs only SQL icefloe writes, where a column
+needs a cast); every other query reads local tables through ``read_parquet`` views in its
+slot (``native_tables``: DuckDB's own decoder and footer row counts for its join order), and
+S3 tables, or shapes the field-id mapping cannot express, as Arrow datasets inside the sandbox.
 """
 
 from __future__ import annotations
