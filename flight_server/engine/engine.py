@@ -236,6 +236,9 @@ class Engine:
                 # of name-changing statements must not move (see SlotPool).
                 run.catalog_version = duckdb_seam.catalog_version(run.cursor)
                 reader = run.cursor.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
+                if native and self.planner.is_explain(sql):
+                    # A read_parquet plan lists the files it reads: server paths, never sent.
+                    reader = _scrubbed(reader)
         except BaseException as exc:
             run.failed = True
             self.runs.release(run)
@@ -405,6 +408,17 @@ class Engine:
         schema = table.schemas().get(pin.schema_id) or table.schema()
         row_prune = row_filter(sql, schema) if prune and sql is not None else None
         return self.sources.parts(table, pin.snapshot_id, schema, row_prune, pin.split)
+
+def _scrubbed(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
+    """An EXPLAIN's answer (a few rows) with server paths rewritten as in error messages."""
+    table = reader.read_all()
+    columns = [
+        pa.array([None if v is None else messages.scrub(v) for v in column.to_pylist()], column.type)
+        if pa.types.is_string(column.type) else column
+        for column in table.columns
+    ]
+    return pa.Table.from_arrays(columns, schema=table.schema).to_reader()
+
 
 def _stream_failure(run: Running, exc: BaseException) -> Exception:
     """An error DuckDB raised while producing batches reaches Python through Arrow's C stream

@@ -65,6 +65,10 @@ def test_joins_read_the_pinned_files_natively_and_nothing_else(lake: tuple[Rocks
     assert got.to_pylist() == [{"g": "g0", "n": 84}, {"g": "g1", "n": 33}, {"g": "g2", "n": 33}]
     t = catalog.load_table("ns.t")
     assert _slot_files(engine) == _real_files(t)
+    # A plan of read_parquet lists its files: the server's paths never reach the client.
+    for explain in ("EXPLAIN", "EXPLAIN ANALYZE"):
+        plan = str(_run(engine, f"{explain} SELECT count(*) FROM ns.t t JOIN ns.t u ON t.id = u.id").to_pylist())
+        assert "READ_PARQUET" in plan.upper() and str(tmp_path) not in plan and ".parquet" not in plan
     # The wall itself, with the policy out of the way: the slot's own connection can read no
     # other file, and cannot widen what it may read.
     slot = next(s for s in engine.slots._free if s.files)
