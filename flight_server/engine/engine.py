@@ -223,14 +223,19 @@ class Engine:
             if reader is not None:
                 return reader, run
             self._setup(run, pins, default_schema, sql, file_tags, file_positions, file_deletes, native)
-            sig = duckdb_seam.bind(run.cursor, sql, values=params)
-            if sig.writes:
-                raise errors.InvalidArgument("this statement writes; send it as an update")
-            if not params:
-                target = arrow_schema(run.cursor, sig.names, sig.types)
-                reader = self.scans.plain_scan(run, sql, target, [str(t) for t in sig.types])
-            if reader is None:
-                self.scans.native_scan(run, pins, sql)
+            # A native read has no Arrow parts for the scan shortcuts below, and when describe
+            # bound this very statement (and found it does not write) binding it again, a
+            # binding of every read_parquet it names, would learn nothing.
+            known = self.bound.get(self.bound.key(sql, default_schema, pins)) if native and not params else None
+            if known is None:
+                sig = duckdb_seam.bind(run.cursor, sql, values=params)
+                if sig.writes:
+                    raise errors.InvalidArgument("this statement writes; send it as an update")
+                if not params:
+                    target = arrow_schema(run.cursor, sig.names, sig.types)
+                    reader = self.scans.plain_scan(run, sql, target, [str(t) for t in sig.types])
+                if reader is None:
+                    self.scans.native_scan(run, pins, sql)
             if reader is None:
                 # From here on only the client's statement runs on this cursor: DuckDB's count
                 # of name-changing statements must not move (see SlotPool).

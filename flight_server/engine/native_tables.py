@@ -111,6 +111,9 @@ class NativeTables:
         self.sources = sources
         # delete file path -> field id -> column name in its footer (delete files never change)
         self._delete_ids: LockedLRU[str, dict[int, str]] = LockedLRU(4096)
+        # (table folder, manifest path) -> the real path the sandbox approved. A path approved
+        # once stays inside its table: resolving it again per query would only cost syscalls.
+        self._approved: LockedLRU[tuple[str | None, str], str] = LockedLRU(65536)
 
     def native_table(
         self, table: Table, snapshot_id: int | None, schema: Schema,
@@ -145,7 +148,7 @@ class NativeTables:
         real: dict[str, str] = {}  # manifest path -> the real local path the sandbox approved
         groups: dict[tuple[Any, ...], list[str]] = {}
         for path, _, _ in files:
-            real[path] = _local(io, path)
+            real[path] = self._local(io, path)
             if not self.sources.footer_has_ids(path, real[path], schema):
                 raise _NotNative(f"{path} has no Parquet field ids (name-mapped files)")
             file_deletes = deletes.get(path, FileDeletes())
@@ -179,7 +182,7 @@ class NativeTables:
         delete_paths = []
         for f in delete_files:
             _check_delete_file(f)
-            delete_paths.append(_local(io, f.file_path))
+            delete_paths.append(self._local(io, f.file_path))
         allowed.extend(delete_paths)
         deleted = f"read_parquet({_file_list(delete_paths)})"
         if len(paths) == 1:  # the common case of one file per delete set: the position alone
@@ -201,7 +204,7 @@ class NativeTables:
             ids = tuple(int(i) for i in (f.equality_ids or ()))
             if not ids:
                 raise _NotNative(f"equality delete file {f.file_path} has no equality_ids")
-            local = _local(io, f.file_path)
+            local = self._local(io, f.file_path)
             # A key column missing from the file would read as NULL and delete every NULL row.
             missing = set(ids) - set(self._footer_ids(f.file_path, local))
             if missing:
@@ -225,6 +228,16 @@ class NativeTables:
             condition = " AND ".join(f"d.{quote(name)} IS NOT DISTINCT FROM {alias}.k{fid}" for fid, name, _ in keys)
             joins.append(f"ANTI JOIN read_parquet({_file_list(locals_)}, schema = {key_map}) AS {alias} ON {condition}")
         return joins
+
+    def _local(self, io: ConfinedFileIO, path: str) -> str:
+        """The real local path of a table file, as the warehouse sandbox approves it: DuckDB gets
+        this path (symlinks resolved), never the manifest's text."""
+        key = (io.root, path)
+        approved = self._approved.get(key)
+        if approved is None:
+            approved = io.confine(path)
+            self._approved.put(key, approved)
+        return approved
 
     def _footer_ids(self, path: str, local: str) -> dict[int, str]:
         cached = self._delete_ids.get(path)
@@ -256,12 +269,6 @@ def _check_delete_file(delete_file: DataFile) -> None:
     if delete_file.file_format != FileFormat.PARQUET or v3_fields(delete_file)[1] is not None:
         # Deletion vectors are Puffin blobs and Avro / ORC delete files need their own readers.
         raise _NotNative(f"delete file {delete_file.file_path} is not a Parquet delete file")
-
-
-def _local(io: ConfinedFileIO, path: str) -> str:
-    """The real local path of a table file, as the warehouse sandbox approves it: DuckDB gets
-    this path (symlinks resolved), never the manifest's text."""
-    return io.confine(path)
 
 
 def _split_part(
