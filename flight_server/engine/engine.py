@@ -19,18 +19,20 @@ autoloading, no Python replacement scans; (2) ``policy``: only single queries ru
 DuckDB's parse tree (allowed table functions, no server-revealing functions, table references
 that are icefloe tables or CTEs), at planning and again at execution, whatever a ticket says;
 (3) ``slots``: a slot that is not pristine after a query is discarded. DuckDB spills to a
-private folder (``slots.SpillFolder``). Verified with DuckDB 2.0.1: ``allowed_directories``
-would still let ``COPY ... TO`` write inside the allowed folder, which is why the sandbox
-allows no directory at all and table data reaches it only as Arrow streams.
+private folder (``slots.SpillFolder``). No slot allows a directory (verified with DuckDB 2.0.1:
+``allowed_directories`` would let ``COPY ... TO`` write anywhere inside it); a slot that reads
+local tables natively allows exactly the real paths of the pinned snapshots' files
+(``native_tables``), fixed when the slot is made and locked with the rest.
 
 Bounded work: statements are capped in size; planning (parsing, ``AT`` evaluation) runs on a
 cursor the watchdog interrupts at the query's deadline, like the query itself.
 
 Scan paths (all produce the schema the sandbox binder gives, so GetFlightInfo and DoGet
-agree): plain ``SELECT cols FROM t`` and selective single-table queries read the pinned
-local files with DuckDB's native Parquet reader in a separate internal database that runs
-only SQL icefloe writes (never client text); everything else scans Arrow datasets inside
-the sandbox, where DuckDB pushes projections and filters into the dataset scan.
+agree): plain ``SELECT cols FROM t`` streams the pinned files' Arrow datasets with no SQL engine
+(or DuckDB's reader in an internal database that runs only SQL icefloe writes, where a column
+needs a cast); every other query reads local tables through ``read_parquet`` views in its
+slot (``native_tables``: DuckDB's own decoder and footer row counts for its join order), and
+S3 tables, or shapes the field-id mapping cannot express, as Arrow datasets inside the sandbox.
 """
 
 from __future__ import annotations
@@ -50,9 +52,10 @@ from flight_server import errors
 from flight_server.engine import duckdb_seam, history, messages, policy
 from flight_server.engine.bound import Bound, BoundSchemas
 from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
+from flight_server.engine.native_tables import NativeTable, NativeTables
 from flight_server.engine.origins import ColumnOrigin
 from flight_server.engine.planner import QueryPlanner
-from flight_server.engine.pushdown import row_filter
+from flight_server.engine.pushdown import plain_projection, row_filter
 from flight_server.engine.runs import QueryRuns, run_failure
 from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 from flight_server.engine.slots import CATALOG_NAME, Slot, SlotPool, SpillFolder
@@ -81,6 +84,7 @@ class Engine:
         self._server_stopping = stopping or threading.Event()
         self.query_timeout_s = query_timeout_s
         self.sources = IcebergSources()
+        self.natives = NativeTables(self.sources)
         self.bound = BoundSchemas(catalog)
         self._threads = threads
         self._memory_limit = memory_limit
@@ -103,8 +107,39 @@ class Engine:
         self.watchdog.close()
         self.spill.remove()
 
-    def _new_slot(self) -> Slot:
-        return Slot(self._threads, self.spill.new_folder(), self._memory_limit)
+    def _new_slot(self, files: frozenset[str]) -> Slot:
+        return Slot(self._threads, self.spill.new_folder(), self._memory_limit, files)
+
+    def _take_slot(
+        self, pins: list[PinnedTable], sql: str | None,
+        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None,
+    ) -> tuple[Slot, dict[int, NativeTable]]:
+        """A slot for the query, and the pins (by index) it reads with DuckDB's own Parquet
+        reader (``native_tables``): the slot may read exactly their checked files."""
+        native = self._native_tables(pins, sql, file_tags)
+        files = frozenset(f for table in native.values() for f in table.files)
+        return self.slots.take(files=files), native
+
+    def _native_tables(
+        self, pins: list[PinnedTable], sql: str | None,
+        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None,
+    ) -> dict[int, NativeTable]:
+        if file_tags:
+            return {}  # SQL writes read their files tagged, through Arrow datasets (file_parts)
+        if sql is not None and len(pins) == 1 and plain_projection(sql) is not None:
+            return {}  # plain scans stream the Arrow datasets with no SQL engine (scans.plain_scan)
+        found = {}
+        for i, pin in enumerate(pins):
+            if pin.kind != "data":
+                continue
+            table = self._pinned_table(pin)
+            schema = table.schemas().get(pin.schema_id) or table.schema()
+            # The same pruning as _data_parts, so planning and execution bind the same files.
+            prune = row_filter(sql, schema) if sql is not None and len(pins) == 1 else None
+            native = self.natives.native_table(table, pin.snapshot_id, schema, prune, pin.split)
+            if native is not None:
+                found[i] = native
+        return found
 
     # -- statements (``planner.QueryPlanner``) -------------------------------------------
 
@@ -139,11 +174,11 @@ class Engine:
         known = self.bound.get(key)
         if known is not None:
             return known.schema, known.parameters
-        slot = self.slots.take()
+        slot, native = self._take_slot(pins, sql)
         cur = slot.cursor()
         run = Running(slot, cur, None, 0.0)
         try:
-            self._setup(run, pins, default_schema)
+            self._setup(run, pins, default_schema, native=native)
             sig = duckdb_seam.bind(cur, sql, values=params)
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
@@ -180,7 +215,7 @@ class Engine:
         file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None, file_positions: bool = False,
         file_deletes: dict[str, Any] | None = None,
     ) -> tuple[pa.RecordBatchReader, Running]:
-        slot = self.slots.take()
+        slot, native = self._take_slot(pins, sql, file_tags)
         run = Running(slot, slot.cursor(), context, time.monotonic() + self.query_timeout_s)
         self.watchdog.add(run)
         self.runs.follow_call(run)
@@ -190,20 +225,28 @@ class Engine:
             reader = self._known_plain_scan(run, sql, pins, default_schema) if not params and not file_tags else None
             if reader is not None:
                 return reader, run
-            self._setup(run, pins, default_schema, sql, file_tags, file_positions, file_deletes)
-            sig = duckdb_seam.bind(run.cursor, sql, values=params)
-            if sig.writes:
-                raise errors.InvalidArgument("this statement writes; send it as an update")
-            if not params:
-                target = arrow_schema(run.cursor, sig.names, sig.types)
-                reader = self.scans.plain_scan(run, sql, target, [str(t) for t in sig.types])
-            if reader is None:
-                self.scans.native_scan(run, pins, sql)
+            self._setup(run, pins, default_schema, sql, file_tags, file_positions, file_deletes, native)
+            # A native read has no Arrow parts for the scan shortcuts below, and when describe
+            # bound this very statement (and found it does not write) binding it again, a
+            # binding of every read_parquet it names, would learn nothing.
+            known = self.bound.get(self.bound.key(sql, default_schema, pins)) if native and not params else None
+            if known is None:
+                sig = duckdb_seam.bind(run.cursor, sql, values=params)
+                if sig.writes:
+                    raise errors.InvalidArgument("this statement writes; send it as an update")
+                if not params:
+                    target = arrow_schema(run.cursor, sig.names, sig.types)
+                    reader = self.scans.plain_scan(run, sql, target, [str(t) for t in sig.types])
+                if reader is None:
+                    self.scans.native_scan(run, pins, sql)
             if reader is None:
                 # From here on only the client's statement runs on this cursor: DuckDB's count
                 # of name-changing statements must not move (see SlotPool).
                 run.catalog_version = duckdb_seam.catalog_version(run.cursor)
                 reader = run.cursor.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
+                if native and self.planner.is_explain(sql):
+                    # A read_parquet plan lists the files it reads: server paths, never sent.
+                    reader = _scrubbed(reader)
         except BaseException as exc:
             run.failed = True
             self.runs.release(run)
@@ -235,11 +278,11 @@ class Engine:
         params: list[Any] | None = None,
     ) -> list[tuple[str, str]]:
         """(name, DuckDB type) of each result column of a query, without running it (SQL writes)."""
-        slot = self.slots.take()
+        slot, native = self._take_slot(pins, sql)
         cur = slot.cursor()
         run = Running(slot, cur, None, 0.0)
         try:
-            self._setup(run, pins, default_schema)
+            self._setup(run, pins, default_schema, native=native)
             sig = duckdb_seam.bind(cur, sql, values=params)
             return [(str(n), str(t)) for n, t in zip(sig.names, sig.types, strict=True)]
         except duckdb.Error as exc:
@@ -302,9 +345,12 @@ class Engine:
     def _setup(
         self, run: Running, pins: list[PinnedTable], default_schema: tuple[str, ...] | None, sql: str | None = None,
         file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None, file_positions: bool = False,
-        file_deletes: dict[str, Any] | None = None,
+        file_deletes: dict[str, Any] | None = None, native: dict[int, NativeTable] | None = None,
     ) -> None:
         """Register each pinned table's sources and name them; ``sql`` (execution only) prunes files.
+
+        ``native``: the pins (by index) read by DuckDB's own Parquet reader: their view is a
+        ``read_parquet`` of the files the slot was made for (``native_tables``), nothing registered.
 
         ``file_tags`` (SQL writes): for those tables, read exactly the given data files, each
         through its own source, with an extra column ``__icefloe_file`` = the file's index in
@@ -315,6 +361,13 @@ class Engine:
         run.parts = []
         for i, pin in enumerate(pins):
             tagged = (file_tags or {}).get((pin.namespace, pin.name))
+            schema_name = quote(".".join(pin.namespace))
+            if native and i in native:
+                cur.execute(f"CREATE SCHEMA IF NOT EXISTS {CATALOG_NAME}.{schema_name}")
+                view = f"{CATALOG_NAME}.{schema_name}.{quote(pin.view_name)}"
+                cur.execute(f"CREATE OR REPLACE VIEW {view} AS {native[i].select}")
+                run.views.append(view)
+                continue
             if pin.kind in LINEAGE_KINDS:
                 if self.lineage_ready is not None:
                     self.lineage_ready()  # what was committed before this query is in the index
@@ -336,7 +389,6 @@ class Engine:
                 src = f"__icefloe_src_{i}_{j}"
                 cur.register(src, part.data)
                 selects.append(f"SELECT {part.select_list} FROM {src}")
-            schema_name = quote(".".join(pin.namespace))
             cur.execute(f"CREATE SCHEMA IF NOT EXISTS {CATALOG_NAME}.{schema_name}")
             view = f"{CATALOG_NAME}.{schema_name}.{quote(pin.view_name)}"
             cur.execute(f"CREATE OR REPLACE VIEW {view} AS {' UNION ALL '.join(selects)}")
@@ -368,6 +420,17 @@ class Engine:
         schema = table.schemas().get(pin.schema_id) or table.schema()
         row_prune = row_filter(sql, schema) if prune and sql is not None else None
         return self.sources.parts(table, pin.snapshot_id, schema, row_prune, pin.split)
+
+def _scrubbed(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
+    """An EXPLAIN's answer (a few rows) with server paths rewritten as in error messages."""
+    table = reader.read_all()
+    columns = [
+        pa.array([None if v is None else messages.scrub(v) for v in column.to_pylist()], column.type)
+        if pa.types.is_string(column.type) else column
+        for column in table.columns
+    ]
+    return pa.Table.from_arrays(columns, schema=table.schema).to_reader()
+
 
 def _stream_failure(run: Running, exc: BaseException) -> Exception:
     """An error DuckDB raised while producing batches reaches Python through Arrow's C stream

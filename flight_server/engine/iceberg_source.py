@@ -72,6 +72,7 @@ class _Footer:
     ids: tuple[tuple[int, str], ...]  # (field id, physical column name)
     dictionary: frozenset[str]  # top-level string columns read best as dictionaries
     views: frozenset[str] = frozenset()  # columns stored as views: must read as dictionaries
+    has_ids: bool = True  # False: the file carries no field ids (matched by name)
 
 
 def quote(name: str) -> str:
@@ -305,6 +306,10 @@ class IcebergSources:
         self._fragments.put(key, (fs, fragment))
         return fragment
 
+    def footer_has_ids(self, path: str, local_path: str, schema: Schema) -> bool:
+        """Whether the local data file ``path`` carries Parquet field ids (footer cached)."""
+        return self._footer(path, pafs.LocalFileSystem(), local_path, schema).has_ids
+
     def _footer(self, path: str, fs: pafs.FileSystem, lpath: str, schema: Schema, size: int | None = None) -> _Footer:
         cached = self._footers.get(path)
         if cached is not None:
@@ -313,11 +318,12 @@ class IcebergSources:
         meta = ds.ParquetFileFormat().make_fragment(lpath, filesystem=fs, file_size=size).metadata
         physical = meta.schema.to_arrow_schema()
         ids = footer_field_ids(physical)
+        has_ids = bool(ids)
         if not ids:
             # Files without field ids (e.g. registered from elsewhere): match by current name.
             names = set(physical.names)
             ids = {f.field_id: f.name for f in schema.fields if f.name in names}
-        footer = _Footer(tuple(ids.items()), dictionary_columns(meta, physical), view_columns(physical))
+        footer = _Footer(tuple(ids.items()), dictionary_columns(meta, physical), view_columns(physical), has_ids)
         self._footers.put(path, footer)
         return footer
 

@@ -74,6 +74,10 @@ class QueryPlanner:
     def classify(self, sql: str) -> str:
         return Kind.QUERY if self._statement_type(sql) in _READ_TYPES else Kind.WRITE
 
+    def is_explain(self, sql: str) -> bool:
+        """Whether ``sql`` is an ``EXPLAIN [ANALYZE]`` (DuckDB's parser decides, not the text)."""
+        return "explain" in sql.lower() and self._statement_type(sql) == "EXPLAIN"
+
     def _statement_type(self, sql: str) -> str:
         """The DuckDB statement type of ``sql``, which must be exactly one read or write statement."""
         if len(sql.encode("utf-8")) > MAX_STATEMENT_BYTES:

@@ -18,12 +18,12 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import queue
 import secrets
 import shutil
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -80,6 +80,10 @@ class SpillFolder:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 def _sweep(base: Path) -> None:
     """Remove spill folders of server processes that no longer run (a crash leaves them)."""
     for entry in base.glob("spill-*-*"):
@@ -104,7 +108,8 @@ def _alive(pid: int) -> bool:
 class Slot:
     """One sandboxed in-memory DuckDB database; a query has it to itself from setup to the end."""
 
-    def __init__(self, threads: int | None, spill_dir: str | None = None, memory_limit: str | None = None) -> None:
+    def __init__(self, threads: int | None, spill_dir: str | None = None, memory_limit: str | None = None,
+                 files: frozenset[str] = frozenset()) -> None:
         config = dict(SANDBOX_SETTINGS)
         if threads:
             config["threads"] = threads
@@ -112,7 +117,17 @@ class Slot:
             config["memory_limit"] = memory_limit
         # Without a folder of ours DuckDB spills to "<cwd>/.tmp", which it then lets SQL read.
         config["temp_directory"] = spill_dir or ""
+        self.files = files
+        if files:
+            # DuckDB takes allowed_paths only on a started database whose external access is
+            # still on: set it, then turn access off, before any other statement runs here.
+            config["enable_external_access"] = True
         self.db = duckdb.connect(":memory:", config=config)
+        if files:
+            self.db.execute("SET allowed_paths = [" + ", ".join(_literal(f) for f in sorted(files)) + "]")
+            self.db.execute("SET enable_external_access = false")
+            # Footers read once per slot, not once per query (data files never change).
+            self.db.execute("SET parquet_metadata_cache = true")
         self.db.execute(f"ATTACH ':memory:' AS {CATALOG_NAME}")
         self.db.execute(f"USE {CATALOG_NAME}")
         # Client SQL must not reach Python objects of the server by name (DuckDB's Python
@@ -163,6 +178,10 @@ class Slot:
 class SlotPool:
     """The slots queries run in: at most ``size`` of them, reused only when known clean.
 
+    A slot is made for a set of files it may read (``Slot.files``; empty for most) and serves
+    only queries that read exactly that set: a query of other files takes a free slot made for
+    them, else a new one, closing the least recently used free slot when ``size`` exist.
+
     Each returned slot gets its query's views dropped. Whether it is still as made is known
     cheaply: DuckDB counts, per connection, the statements that may change what names bind
     to (``ATTACH``, ``SET``, ``SET VARIABLE``, ``CREATE``, ``PREPARE``, ``CHECKPOINT``, ...), and
@@ -174,44 +193,55 @@ class SlotPool:
 
     AUDIT_EVERY = 64
 
-    def __init__(self, size: int, make: Callable[[], Slot]) -> None:
+    def __init__(self, size: int, make: Callable[[frozenset[str]], Slot]) -> None:
         self.size = size
         self._make = make
-        self._free: queue.LifoQueue[Slot] = queue.LifoQueue()
+        self._free: list[Slot] = []  # least recently returned first
         self._made = 0
         self._lock = threading.Lock()
+        self._returned = threading.Condition(self._lock)
         self.waiting = 0  # queries queued for a slot (for metrics; updated under the lock)
 
-    def take(self, wait_s: float = 5.0) -> Slot:
-        """A clean slot; a new one while fewer than ``size`` exist, else wait for one.
+    def take(self, wait_s: float = 5.0, files: frozenset[str] = frozenset()) -> Slot:
+        """A clean slot that may read exactly ``files``; a new one while fewer than ``size``
+        exist (or in place of a free one made for other files), else wait for one.
 
         Raises:
             errors.ResourceExhausted: None came free within ``wait_s``.
         """
-        try:
-            return self._free.get_nowait()
-        except queue.Empty:
-            pass
+        deadline = None
         with self._lock:
-            make_new = self._made < self.size
-            if make_new:
-                self._made += 1
-        if make_new:
-            try:
-                return self._make()
-            except BaseException:
-                with self._lock:
+            while True:
+                for i in range(len(self._free) - 1, -1, -1):
+                    if self._free[i].files == files:
+                        return self._free.pop(i)
+                evicted = None
+                if self._made >= self.size and self._free:
+                    evicted = self._free.pop(0)
                     self._made -= 1
-                raise
-        with self._lock:
-            self.waiting += 1
+                if self._made < self.size:
+                    self._made += 1
+                    break
+                if deadline is None:
+                    deadline = time.monotonic() + wait_s
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise errors.ResourceExhausted(
+                        f"too many concurrent queries (limit {self.size}); retry later")
+                self.waiting += 1
+                try:
+                    self._returned.wait(remaining)
+                finally:
+                    self.waiting -= 1
+        if evicted is not None:
+            evicted.close()
         try:
-            return self._free.get(timeout=wait_s)
-        except queue.Empty:
-            raise errors.ResourceExhausted(f"too many concurrent queries (limit {self.size}); retry later") from None
-        finally:
+            return self._make(files)
+        except BaseException:
             with self._lock:
-                self.waiting -= 1
+                self._made -= 1
+                self._returned.notify()
+            raise
 
     def give_back(self, slot: Slot, views: list[str], suspect: bool) -> None:
         """Return a slot a query used (its cursors closed). ``suspect``: the query changed
@@ -227,9 +257,11 @@ class SlotPool:
         if ok and (suspect or slot.uses % self.AUDIT_EVERY == 0) and not slot.pristine():
             ok = False
             logger.warning("a query left state behind in its DuckDB slot; discarding the slot")
-        if ok:
-            self._free.put(slot)
-            return
-        slot.close()
+        if not ok:
+            slot.close()
         with self._lock:
-            self._made -= 1
+            if ok:
+                self._free.append(slot)
+            else:
+                self._made -= 1
+            self._returned.notify()

@@ -1,0 +1,290 @@
+"""Iceberg tables read by DuckDB's own Parquet reader inside the sandbox: the fast path.
+
+A pinned table whose data files are local is named in its query's slot by a view over
+``read_parquet`` of exactly the snapshot's data files (and the delete files that apply to
+them), each checked by the warehouse sandbox first. The slot that runs the query is made for
+that file list (``slots.Slot``): DuckDB's ``allowed_paths`` holds exactly the real paths the
+sandbox returned, external access is then turned off and the configuration locked, so no SQL
+in the slot can reach any other file, and client SQL cannot name a file function at all
+(``policy.py``). DuckDB then has what the Arrow-dataset path cannot give it: its own decoder,
+which filters before it materializes, and row counts from the footers for its join order.
+
+Iceberg's rules, in SQL DuckDB runs:
+
+- columns by **field id**: ``read_parquet``'s ``schema`` parameter maps each field id of the
+  read schema to the table column's current name and type, so renamed columns keep their
+  values, added ones read as NULL and dropped ones are not read; the types given there are
+  Iceberg's promotions (int -> long, float -> double, wider decimals), cast by the reader;
+- **position deletes**: an anti-join on (file, row position), ``read_parquet``'s ``file_index``
+  and ``file_row_number`` against the delete files' ``file_path`` (mapped to the index of that
+  file in the list: integers are cheaper to hash than paths) and ``pos``;
+- **equality deletes**: an anti-join on the key columns with ``IS NOT DISTINCT FROM`` (Iceberg
+  matches NULL to NULL), for the data files the sequence-number and partition rules say;
+  both joins are DuckDB hash joins, which spill past the memory limit instead of holding the
+  delete set in Python.
+
+Data files with the same applicable delete files form one ``read_parquet`` (which data file a
+delete file applies to is planned by ``catalog.deletes.plan_files``, as on every other path).
+
+Where a table cannot be expressed this way, ``native_table`` answers None with the reason in a
+debug log, and the table goes the Arrow-dataset path (``iceberg_source``), which handles
+every shape: see ``_refusal`` for the list.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.parquet as pq
+from pyiceberg.expressions import BooleanExpression
+from pyiceberg.manifest import DataFile, FileFormat
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    LongType,
+    StringType,
+    TimestampType,
+    TimestamptzType,
+    TimeType,
+)
+
+from catalog.deletes import FileDeletes, v3_fields
+from catalog.lru import LockedLRU
+from catalog.sandbox import ConfinedFileIO
+from flight_server.engine.iceberg_source import IcebergSources, quote
+from flight_server.engine.splits import assign, scan_units
+
+logger = logging.getLogger("icefloe.engine.native")
+
+# The virtual columns a scan with deletes reads (the file's index in the list, the row's
+# position in its file); a table column of either name keeps the Arrow path.
+FILE_COLUMN = "file_index"
+ROW_COLUMN = "file_row_number"
+_POS_PATH_ID, _POS_ID = 2147483546, 2147483545  # position delete files' file_path and pos
+
+
+@dataclass(frozen=True)
+class NativeTable:
+    """A view body over ``read_parquet`` and the real paths of every file it reads."""
+
+    select: str
+    files: tuple[str, ...]
+
+
+def duckdb_type(typ: IcebergType) -> str | None:
+    """The DuckDB type the Arrow-dataset path gives an Iceberg type (so both paths bind the
+    same), or None for types this path leaves to the Arrow path (nested, uuid, fixed, nanos)."""
+    simple: dict[type[IcebergType], str] = {
+        BooleanType: "BOOLEAN", IntegerType: "INTEGER", LongType: "BIGINT", FloatType: "FLOAT",
+        DoubleType: "DOUBLE", DateType: "DATE", TimeType: "TIME", TimestampType: "TIMESTAMP",
+        TimestamptzType: "TIMESTAMP WITH TIME ZONE", StringType: "VARCHAR", BinaryType: "BLOB",
+    }
+    if isinstance(typ, DecimalType):
+        return f"DECIMAL({typ.precision}, {typ.scale})"
+    found: str | None = simple.get(type(typ))
+    return found
+
+
+def literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _file_list(paths: Sequence[str]) -> str:
+    return "[" + ", ".join(literal(p) for p in paths) + "]"
+
+
+class NativeTables:
+    """Builds ``NativeTable``s; shares ``IcebergSources``' caches of file lists and deletes."""
+
+    def __init__(self, sources: IcebergSources) -> None:
+        self.sources = sources
+        # delete file path -> field id -> column name in its footer (delete files never change)
+        self._delete_ids: LockedLRU[str, dict[int, str]] = LockedLRU(4096)
+        # (table folder, manifest path) -> the real path the sandbox approved. A path approved
+        # once stays inside its table: resolving it again per query would only cost syscalls.
+        self._approved: LockedLRU[tuple[str | None, str], str] = LockedLRU(65536)
+
+    def native_table(
+        self, table: Table, snapshot_id: int | None, schema: Schema,
+        row_filter: BooleanExpression | None = None, split: tuple[int, int] | None = None,
+    ) -> NativeTable | None:
+        """The table at ``snapshot_id`` as a ``read_parquet`` view, or None (Arrow path)."""
+        reason = _refusal(table, schema)
+        if reason is None:
+            try:
+                return self._build(table, snapshot_id, schema, row_filter, split)
+            except _NotNative as exc:
+                reason = str(exc)
+        logger.debug("%s reads through Arrow datasets: %s", table.name(), reason)
+        return None
+
+    def _build(
+        self, table: Table, snapshot_id: int | None, schema: Schema,
+        row_filter: BooleanExpression | None, split: tuple[int, int] | None,
+    ) -> NativeTable:
+        io = table.io
+        assert isinstance(io, ConfinedFileIO)  # _refusal checked
+        columns = [(f.field_id, f.name, duckdb_type(f.field_type) or "") for f in schema.fields]
+        if snapshot_id is None:
+            return _empty(columns)
+        # data_files checks every data and delete file against the table's folder (confine)
+        files = self.sources.data_files(table, snapshot_id, row_filter)
+        if split is not None:
+            files = _split_part(files, split)
+        if not files:
+            return _empty(columns)
+        deletes = self.sources.file_deletes(table, snapshot_id)
+        real: dict[str, str] = {}  # manifest path -> the real local path the sandbox approved
+        groups: dict[tuple[Any, ...], list[str]] = {}
+        for path, _, _ in files:
+            real[path] = self._local(io, path)
+            if not self.sources.footer_has_ids(path, real[path], schema):
+                raise _NotNative(f"{path} has no Parquet field ids (name-mapped files)")
+            file_deletes = deletes.get(path, FileDeletes())
+            groups.setdefault(file_deletes.key, []).append(path)
+        schema_map = "MAP {" + ", ".join(
+            f"{fid}: {{name: {literal(name)}, type: {literal(typ)}, default_value: NULL}}" for fid, name, typ in columns
+        ) + "}"
+        outer = ", ".join(f"d.{quote(name)}" for _, name, _ in columns)
+        selects, allowed = [], [real[p] for p, _, _ in files]
+        for paths in groups.values():
+            applied = deletes.get(paths[0], FileDeletes())
+            listed = _file_list([real[p] for p in paths])
+            if not applied:
+                selects.append(f"SELECT {outer} FROM read_parquet({listed}, schema = {schema_map}) AS d")
+                continue
+            if any(name in (FILE_COLUMN, ROW_COLUMN) for _, name, _ in columns):
+                raise _NotNative("a column is named like the row-position columns of a scan with deletes")
+            joins = self._position_join(io, applied.positions, paths, allowed)
+            joins += self._equality_joins(io, applied.equality, schema, allowed)
+            selects.append(
+                f"SELECT {outer} FROM read_parquet({listed}, schema = {schema_map}, file_row_number = true) AS d "
+                + " ".join(joins)
+            )
+        return NativeTable(" UNION ALL ".join(selects), tuple(dict.fromkeys(allowed)))
+
+    def _position_join(
+        self, io: ConfinedFileIO, delete_files: Sequence[DataFile], paths: list[str], allowed: list[str],
+    ) -> list[str]:
+        if not delete_files:
+            return []
+        delete_paths = []
+        for f in delete_files:
+            _check_delete_file(f)
+            delete_paths.append(self._local(io, f.file_path))
+        allowed.extend(delete_paths)
+        deleted = f"read_parquet({_file_list(delete_paths)})"
+        if len(paths) == 1:  # the common case of one file per delete set: the position alone
+            return [f"ANTI JOIN (SELECT pos FROM {deleted} WHERE file_path = {literal(paths[0])}) AS pd "
+                    f"ON d.{ROW_COLUMN} = pd.pos"]
+        # A delete row names its data file as the manifest does: mapped to its index in the list.
+        names = ", ".join(f"({literal(p)}, {i})" for i, p in enumerate(paths))
+        return [
+            f"ANTI JOIN (SELECT m.i, p.pos FROM {deleted} AS p JOIN (VALUES {names}) AS m(manifest_path, i) "
+            f"ON p.file_path = m.manifest_path) AS pd ON d.{FILE_COLUMN} = pd.i AND d.{ROW_COLUMN} = pd.pos"
+        ]
+
+    def _equality_joins(
+        self, io: ConfinedFileIO, delete_files: Sequence[DataFile], schema: Schema, allowed: list[str]
+    ) -> list[str]:
+        by_ids: dict[tuple[int, ...], list[str]] = {}
+        for f in delete_files:
+            _check_delete_file(f)
+            ids = tuple(int(i) for i in (f.equality_ids or ()))
+            if not ids:
+                raise _NotNative(f"equality delete file {f.file_path} has no equality_ids")
+            local = self._local(io, f.file_path)
+            # A key column missing from the file would read as NULL and delete every NULL row.
+            missing = set(ids) - set(self._footer_ids(f.file_path, local))
+            if missing:
+                raise _NotNative(f"equality delete file {f.file_path} lacks field ids {sorted(missing)}")
+            by_ids.setdefault(ids, []).append(local)
+        joins = []
+        for n, (ids, locals_) in enumerate(by_ids.items()):
+            allowed.extend(locals_)
+            keys = []
+            for fid in ids:
+                try:
+                    field = schema.find_field(fid)
+                except ValueError:
+                    raise _NotNative(f"equality field id {fid} is not in the read schema") from None
+                keys.append((fid, field.name, duckdb_type(field.field_type)))
+            key_map = "MAP {" + ", ".join(
+                f"{fid}: {{name: {literal(f'k{fid}')}, type: {literal(typ or '')}, default_value: NULL}}"
+                for fid, _, typ in keys
+            ) + "}"
+            alias = f"ed{n}"
+            condition = " AND ".join(f"d.{quote(name)} IS NOT DISTINCT FROM {alias}.k{fid}" for fid, name, _ in keys)
+            joins.append(f"ANTI JOIN read_parquet({_file_list(locals_)}, schema = {key_map}) AS {alias} ON {condition}")
+        return joins
+
+    def _local(self, io: ConfinedFileIO, path: str) -> str:
+        """The real local path of a table file, as the warehouse sandbox approves it: DuckDB gets
+        this path (symlinks resolved), never the manifest's text."""
+        key = (io.root, path)
+        approved = self._approved.get(key)
+        if approved is None:
+            approved = io.confine(path)
+            self._approved.put(key, approved)
+        return approved
+
+    def _footer_ids(self, path: str, local: str) -> dict[int, str]:
+        cached = self._delete_ids.get(path)
+        if cached is None:
+            physical = pq.read_schema(local)
+            cached = {int(f.metadata[b"PARQUET:field_id"]): f.name for f in physical
+                      if f.metadata and b"PARQUET:field_id" in f.metadata}
+            self._delete_ids.put(path, cached)
+        return cached
+
+
+class _NotNative(Exception):
+    """This table (at this snapshot) keeps the Arrow-dataset path; the message says why."""
+
+
+def _refusal(table: Table, schema: Schema) -> str | None:
+    """Why a table as a whole cannot take this path (None: it may)."""
+    if not isinstance(table.io, ConfinedFileIO) or not table.io.warehouse.local:
+        # Object stores keep the Arrow path (DuckDB would need httpfs and the table's keys);
+        # without a warehouse sandbox no path could be checked before DuckDB opens it.
+        return "not a local warehouse"
+    for f in schema.fields:
+        if duckdb_type(f.field_type) is None:
+            return f"column {f.name} has type {f.field_type}, which the field-id mapping does not cover"
+    return None
+
+
+def _check_delete_file(delete_file: DataFile) -> None:
+    if delete_file.file_format != FileFormat.PARQUET or v3_fields(delete_file)[1] is not None:
+        # Deletion vectors are Puffin blobs and Avro / ORC delete files need their own readers.
+        raise _NotNative(f"delete file {delete_file.file_path} is not a Parquet delete file")
+
+
+def _split_part(
+    files: list[tuple[str, int, tuple[int, ...]]], split: tuple[int, int]
+) -> list[tuple[str, int, tuple[int, ...]]]:
+    """The files of part k of n, dealt as ``iceberg_source`` deals them; a part holding single
+    row groups of a file keeps the Arrow path (``read_parquet`` reads whole files)."""
+    k, n = split
+    units = scan_units(files)
+    mine = [u for u, part in zip(units, assign([u.bytes for u in units], n), strict=True) if part == k]
+    if any(u.row_group is not None for u in mine):
+        raise _NotNative("a split part holds row groups of a file")
+    wanted = {u.path for u in mine}
+    return [f for f in files if f[0] in wanted]
+
+
+def _empty(columns: list[tuple[int, str, str]]) -> NativeTable:
+    select = ", ".join(f"CAST(NULL AS {typ}) AS {quote(name)}" for _, name, typ in columns)
+    return NativeTable(f"SELECT {select} WHERE false", ())

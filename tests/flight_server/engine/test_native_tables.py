@@ -1,0 +1,238 @@
+"""The native scan path (``engine/native_tables.py``): DuckDB's own Parquet reader over exactly
+the pinned, sandbox-checked files, in a slot that can read nothing else.
+
+In-process tests use a real ``RocksCatalog`` and ``Engine`` (the slot a query ran in is
+inspected afterwards); the policy test runs a real server and a real ADBC client.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import adbc_driver_flightsql.dbapi as fsql
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.types import DecimalType, DoubleType, LongType, StringType, StructType
+from row_deletes_support import data_files, equality_delete, position_delete
+from servers import ServerProcess
+
+from catalog import RocksCatalog
+from catalog.sandbox import OutsideTableError
+from flight_server.engine import Engine
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Iterator[tuple[RocksCatalog, Engine]]:
+    catalog = RocksCatalog("t", warehouse=str(tmp_path / "warehouse"))
+    catalog.create_namespace("ns")
+    engine = Engine(catalog, max_concurrent=2)
+    try:
+        yield catalog, engine
+    finally:
+        engine.close()
+        catalog.close()
+
+
+def _run(engine: Engine, sql: str) -> pa.Table:
+    planned, pins = engine.plan(sql, None)
+    return engine.query_table(planned, pins, None)
+
+
+def _slot_files(engine: Engine) -> set[str]:
+    """Every file some free slot of the engine may read (the slots the queries ran in)."""
+    return {f for slot in engine.slots._free for f in slot.files}
+
+
+def _real_files(table: Any) -> set[str]:
+    return {os.path.realpath(p.removeprefix("file://")) for p, _ in data_files(table)}
+
+
+def test_joins_read_the_pinned_files_natively_and_nothing_else(lake: tuple[RocksCatalog, Engine],
+                                                                tmp_path: Path) -> None:
+    catalog, engine = lake
+    t = catalog.create_table("ns.t", schema=pa.schema([("id", pa.int64()), ("g", pa.string())]))
+    t.append(pa.table({"id": list(range(100)), "g": [f"g{i % 3}" for i in range(100)]}))
+    t.append(pa.table({"id": list(range(100, 150)), "g": ["g0"] * 50}))
+    other = catalog.create_table("ns.other", schema=pa.schema([("id", pa.int64())]))
+    other.append(pa.table({"id": [1, 2, 3]}))
+    got = _run(engine, "SELECT t.g, count(*) AS n FROM ns.t t JOIN ns.t u ON t.id = u.id GROUP BY t.g ORDER BY t.g")
+    assert got.to_pylist() == [{"g": "g0", "n": 84}, {"g": "g1", "n": 33}, {"g": "g2", "n": 33}]
+    t = catalog.load_table("ns.t")
+    assert _slot_files(engine) == _real_files(t)
+    # A plan of read_parquet lists its files: the server's paths never reach the client.
+    for explain in ("EXPLAIN", "EXPLAIN ANALYZE"):
+        plan = str(_run(engine, f"{explain} SELECT count(*) FROM ns.t t JOIN ns.t u ON t.id = u.id").to_pylist())
+        assert "READ_PARQUET" in plan.upper() and str(tmp_path) not in plan and ".parquet" not in plan
+    # The wall itself, with the policy out of the way: the slot's own connection can read no
+    # other file, and cannot widen what it may read.
+    slot = next(s for s in engine.slots._free if s.files)
+    outside = tmp_path / "outside.parquet"
+    pq.write_table(pa.table({"x": [1]}), outside)
+    for path in [str(outside), *_real_files(catalog.load_table("ns.other")), t.metadata_location]:
+        with pytest.raises(duckdb.PermissionException):
+            slot.db.execute(f"SELECT * FROM read_parquet('{path.removeprefix('file://')}')")
+    for statement in ["SET allowed_paths = ['/']", "SET allowed_directories = ['/']",
+                      "SET enable_external_access = true", "RESET allowed_paths", "SET lock_configuration = false"]:
+        with pytest.raises(duckdb.Error):
+            slot.db.execute(statement)
+    with pytest.raises(duckdb.PermissionException):
+        slot.db.execute(f"SELECT * FROM glob('{Path(next(iter(slot.files))).parent}/*')")
+
+
+def test_renamed_added_dropped_and_promoted_columns(lake: tuple[RocksCatalog, Engine]) -> None:
+    catalog, engine = lake
+    schema = pa.schema([("a", pa.int32()), ("b", pa.float32()), ("c", pa.decimal128(9, 2)), ("d", pa.string()),
+                        ("gone", pa.string())])
+    t = catalog.create_table("ns.evolve", schema=schema)
+    t.append(pa.table({"a": pa.array([1, 2], pa.int32()), "b": pa.array([0.5, 1.5], pa.float32()),
+                       "c": pa.array([Decimal("1.25"), Decimal("2.50")], pa.decimal128(9, 2)),
+                       "d": ["x", "y"], "gone": ["p", "q"]}))
+    with t.update_schema() as update:
+        update.rename_column("d", "name")
+        update.update_column("a", field_type=LongType())
+        update.update_column("b", field_type=DoubleType())
+        update.update_column("c", field_type=DecimalType(18, 2))
+        update.delete_column("gone")
+        update.add_column("e", StringType())
+        update.add_column("gone", LongType())  # a new column with a dropped one's name: not its values
+    t = catalog.load_table("ns.evolve")
+    t.append(pa.table({"a": pa.array([3_000_000_000], pa.int64()), "b": [2.25],
+                       "c": pa.array([Decimal("1234567890.12")], pa.decimal128(18, 2)),
+                       "name": ["z"], "e": ["new"], "gone": pa.array([7], pa.int64())}))
+    got = _run(engine, "SELECT a, b, c, name, e, gone FROM ns.evolve WHERE a > 0 ORDER BY a")
+    assert got.schema.field("a").type == pa.int64() and got.schema.field("b").type == pa.float64()
+    assert got.schema.field("c").type == pa.decimal128(18, 2)
+    assert got.to_pylist() == [
+        {"a": 1, "b": 0.5, "c": Decimal("1.25"), "name": "x", "e": None, "gone": None},
+        {"a": 2, "b": 1.5, "c": Decimal("2.50"), "name": "y", "e": None, "gone": None},
+        {"a": 3_000_000_000, "b": 2.25, "c": Decimal("1234567890.12"), "name": "z", "e": "new", "gone": 7},
+    ]
+    assert _slot_files(engine) == _real_files(t)
+
+
+def test_position_and_equality_deletes_are_anti_joins(lake: tuple[RocksCatalog, Engine]) -> None:
+    catalog, engine = lake
+    t = catalog.create_table("ns.del", schema=pa.schema([("id", pa.int64()), ("k", pa.string())]))
+    t.append(pa.table({"id": list(range(10)), "k": ["a", "b", None, "c", "a", None, "d", "e", "f", "g"]}))
+    first = data_files(t)[0][0]
+    position_delete(t, {first: [0, 9]})  # ids 0 and 9
+    t = catalog.load_table("ns.del")
+    before_eq = t.current_snapshot().snapshot_id
+    equality_delete(t, {"k": [None, "c"]})  # NULL matches NULL: ids 2, 5; and id 3
+    t = catalog.load_table("ns.del")
+    # Written after the equality delete: a smaller sequence number is not deleted by it.
+    t.append(pa.table({"id": [20, 21], "k": ["c", None]}))
+    t = catalog.load_table("ns.del")
+    got = _run(engine, "SELECT id FROM ns.del WHERE id >= 0 ORDER BY id")
+    assert got.column("id").to_pylist() == [1, 4, 6, 7, 8, 20, 21]
+    earlier = _run(engine, f"SELECT id FROM ns.del AT (VERSION => {before_eq}) WHERE id >= 0 ORDER BY id")
+    assert earlier.column("id").to_pylist() == [1, 2, 3, 4, 5, 6, 7, 8]
+    delete_paths = {os.path.realpath(p) for p in _delete_files(t)}
+    assert delete_paths and delete_paths <= _slot_files(engine)
+
+
+def test_one_position_delete_file_over_several_data_files(lake: tuple[RocksCatalog, Engine]) -> None:
+    catalog, engine = lake
+    t = catalog.create_table("ns.multi", schema=pa.schema([("id", pa.int64())]))
+    for start in (0, 100, 200):
+        t.append(pa.table({"id": pa.array(range(start, start + 100), pa.int64())}))
+    files = [p for p, _ in data_files(catalog.load_table("ns.multi"))]
+    by_start = {pq.read_table(p.removeprefix("file://")).column("id")[0].as_py(): p for p in files}
+    # positions 5 and 7 of the first file, 5 of the third; none of the second
+    position_delete(catalog.load_table("ns.multi"), {by_start[0]: [5, 7], by_start[200]: [5, 99]})
+    got = _run(engine, "SELECT count(*) AS n, sum(id) AS s FROM ns.multi WHERE id >= 0")
+    assert got.to_pylist() == [{"n": 296, "s": sum(range(300)) - 5 - 7 - 205 - 299}]
+    assert _slot_files(engine) >= _real_files(catalog.load_table("ns.multi"))
+
+
+def _delete_files(table: Any) -> list[str]:
+    from pyiceberg.manifest import ManifestContent
+
+    found = []
+    for manifest in table.current_snapshot().manifests(table.io):
+        if manifest.content == ManifestContent.DELETES:
+            found += [e.data_file.file_path.removeprefix("file://")
+                      for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True)]
+    return found
+
+
+def test_a_delete_set_larger_than_the_memory_limit_spills(tmp_path: Path) -> None:
+    catalog = RocksCatalog("t", warehouse=str(tmp_path / "warehouse"))
+    catalog.create_namespace("ns")
+    # 64 MB per query; the hash table of 1.5M deleted (path, position) pairs needs about twice that.
+    engine = Engine(catalog, max_concurrent=1, memory_limit="64MB", threads=1)
+    try:
+        rows = 3_000_000
+        t = catalog.create_table("ns.big", schema=pa.schema([("id", pa.int64())]))
+        t.append(pa.table({"id": pa.array(range(rows), pa.int64())}))
+        path = data_files(catalog.load_table("ns.big"))[0][0]
+        position_delete(catalog.load_table("ns.big"), {path: list(range(0, rows, 2))})
+        got = _run(engine, "SELECT count(*) AS n, sum(id) AS s FROM ns.big WHERE id >= 0")
+        assert got.to_pylist() == [{"n": rows // 2, "s": sum(range(1, rows, 2))}]
+        assert _slot_files(engine)  # it was the native path
+    finally:
+        engine.close()
+        catalog.close()
+
+
+def test_shapes_the_mapping_cannot_express_keep_the_arrow_path(lake: tuple[RocksCatalog, Engine]) -> None:
+    catalog, engine = lake
+    nested = catalog.create_table("ns.nested", schema=pa.schema([
+        ("id", pa.int64()), ("s", pa.struct([("x", pa.int64())]))]))
+    nested.append(pa.table({"id": [1, 2], "s": [{"x": 10}, {"x": 20}]}))
+    assert _run(engine, "SELECT sum(s.x) AS x FROM ns.nested WHERE id > 0").to_pylist() == [{"x": 30}]
+    assert not _slot_files(engine)
+    assert isinstance(nested.schema().find_field("s").field_type, StructType)
+
+
+def test_a_data_file_that_leads_outside_the_table_is_refused(lake: tuple[RocksCatalog, Engine],
+                                                             tmp_path: Path) -> None:
+    catalog, engine = lake
+    t = catalog.create_table("ns.hostile", schema=pa.schema([("id", pa.int64())]))
+    t.append(pa.table({"id": [1, 2, 3]}))
+    inside = data_files(catalog.load_table("ns.hostile"))[0][0].removeprefix("file://")
+    secret = tmp_path / "secret.parquet"
+    pq.write_table(pa.table({"id": pa.array([666], pa.int64())}), secret)
+    os.remove(inside)
+    os.symlink(secret, inside)  # the manifest names a path in the table; its real file is not
+    with pytest.raises(OutsideTableError) as info:
+        _run(engine, "SELECT count(*) AS n FROM ns.hostile t JOIN ns.hostile u ON t.id = u.id")
+    assert "outside" in str(info.value)
+    assert not _slot_files(engine)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    proc = ServerProcess(tmp_path_factory.mktemp("native") / "warehouse").start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def test_client_sql_cannot_name_a_file_even_a_pinned_one(served: ServerProcess) -> None:
+    with fsql.connect(served.location, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("CREATE SCHEMA IF NOT EXISTS fs")
+        cur.execute("CREATE TABLE fs.t (id BIGINT)")
+        cur.execute("INSERT INTO fs.t SELECT i FROM range(10) r(i)")
+        cur.execute("SELECT count(*) FROM fs.t a JOIN fs.t b ON a.id = b.id")
+        assert cur.fetchall() == [(10,)]
+        pinned = next(str(p) for p in (served.warehouse / "fs" / "t" / "data").rglob("*.parquet"))
+        for sql in [f"SELECT count(*) FROM fs.t, read_parquet('{pinned}')",
+                    f"SELECT * FROM fs.t WHERE id IN (SELECT id FROM read_parquet('{pinned}'))",
+                    f"SELECT * FROM parquet_metadata('{pinned}')",
+                    f"COPY (SELECT 1) TO '{pinned}' (FORMAT parquet, USE_TMP_FILE false)",
+                    f"ATTACH '{pinned}' AS x",
+                    "SELECT current_setting('allowed_paths')"]:
+            with pytest.raises(Exception):  # noqa: B017, PT011  # the policy's refusal, whatever its class
+                cur.execute(sql)
+                cur.fetchall()
+        cur.execute("SELECT count(*) FROM fs.t")
+        assert cur.fetchall() == [(10,)]
+    assert pq.read_table(pinned).num_rows == 10
