@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from catalog_testlib import local_path
 
 from catalog import RocksCatalog, writer
 from catalog.append import Appender
@@ -35,7 +36,7 @@ def _data(n: int, start: int = 0) -> pa.Table:
 
 
 def _parquet_files(cat: RocksCatalog, name: str = "t") -> list[Path]:
-    return sorted(Path(cat.warehouse, "ns", name, "data").glob("*.parquet"))
+    return sorted(Path(local_path(cat.warehouse), "ns", name, "data").glob("*.parquet"))
 
 
 def test_stream_rolls_files_at_target_size_with_stats(catalog: RocksCatalog) -> None:
