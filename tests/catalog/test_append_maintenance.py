@@ -41,7 +41,7 @@ from catalog.maintenance_worker import (
 
 
 def _live_files(cat: RocksCatalog) -> list[str]:
-    return [t.file.file_path for t in cat.load_table("ns.t").scan().plan_files()]
+    return [local_path(t.file.file_path) for t in cat.load_table("ns.t").scan().plan_files()]
 
 
 def test_compaction_keeps_rows_and_old_snapshots_readable(catalog: RocksCatalog, worker: MaintenanceWorker) -> None:
