@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from pyiceberg.catalog.sql import SqlCatalog
 from catalog_testlib import SCHEMA, ids, local_path, missing_files, rows
+from pyiceberg.catalog.sql import SqlCatalog
 
 from catalog import RocksCatalog
 from catalog.append import Appender

@@ -26,7 +26,11 @@ import pytest
 from jdbc_support import run_java_program
 
 from flight_server.config import Config
-from flight_server.flightsql.protocol import ActionCreatePreparedStatementRequest, CommandStatementUpdate, decode_command
+from flight_server.flightsql.protocol import (
+    ActionCreatePreparedStatementRequest,
+    CommandStatementUpdate,
+    decode_command,
+)
 from flight_server.server import IcefloeServer
 
 HERE = Path(__file__).parent
