@@ -197,8 +197,10 @@ def filesystem(io: object, location: str) -> pafs.FileSystem:
 
 def fs_path(location: str) -> str:
     """A location as the path its Arrow filesystem takes (``bucket/key`` on object stores)."""
-    if location.startswith("file://"):
-        return location[len("file://"):]
+    if location.startswith("file:"):
+        # file:///p, file://localhost/p and Hadoop's file:/p (what Spark writes into manifests)
+        parsed = urlparse(location)
+        return parsed.path if parsed.netloc in ("", "localhost") else location
     if "://" in location:
         return location.split("://", 1)[1]
     return location

@@ -115,9 +115,10 @@ class RocksCatalog(MetastoreCatalog):
         parsed = urlparse(warehouse)
         if parsed.scheme in ("", "file"):
             local = os.path.abspath(parsed.path if parsed.scheme == "file" else warehouse)
-            # Locations keep the form the caller gave (a path, or a file:// URI), so that
-            # tools comparing them with the warehouse agree; readers accept both forms.
-            warehouse = f"file://{local}" if parsed.scheme == "file" else local
+            # Every location handed out is a file:// URI, as Iceberg's catalogs give them
+            # (engines and pyiceberg's suite expect the scheme). Tables created before kept
+            # plain paths in their pointers and files: readers and the sandbox accept both.
+            warehouse = f"file://{local}"
             db_path = properties.get(CATALOG_PATH) or os.path.join(local, CATALOG_DIR)
         else:
             db_path = properties.get(CATALOG_PATH) or ""
@@ -244,6 +245,7 @@ class RocksCatalog(MetastoreCatalog):
             metadata = FromInputFile.table_metadata(self._load_file_io(location=location).new_input(location))
         except FileNotFoundError:
             raise MetadataFileMissingError(location) from None
+        metadata = self.files.with_uri_location(metadata)
         self._metadata_cache[(ns, table)] = (location, metadata)
         return metadata
 
@@ -394,6 +396,7 @@ class RocksCatalog(MetastoreCatalog):
             NoSuchNamespaceError: If the namespace does not exist.
         """
         ns, table, metadata = table_pointers.check_registration(self, identifier, metadata_location, overwrite)
+        metadata = self.files.with_uri_location(metadata)
         return self._register_pointer(ns, table, metadata_location, metadata, "register", overwrite=overwrite)
 
     def load_table(self, identifier: str | Identifier) -> Table:

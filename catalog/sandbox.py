@@ -34,6 +34,7 @@ from urllib.parse import urlparse
 from pyiceberg.exceptions import ForbiddenError
 from pyiceberg.io import InputFile, OutputFile
 from pyiceberg.io.pyarrow import PyArrowFile
+from pyiceberg.table.metadata import TableMetadata
 
 from catalog.durable_io import DurableFileIO
 
@@ -165,6 +166,21 @@ class Warehouse:
         except OSError:
             return full
         return os.path.realpath(full) if stat.S_ISLNK(mode) else full
+
+    def as_uri(self, location: str) -> str:
+        """``location`` in the spelling the catalog hands out: a plain absolute path of a local
+        warehouse becomes its ``file://`` URI (the same file); anything else is unchanged."""
+        if self.local and location.startswith("/") and not location.startswith("//"):
+            return f"file://{location}"
+        return location
+
+    def with_uri_location(self, metadata: TableMetadata) -> TableMetadata:
+        """``metadata`` with its table location in the spelling handed out. A table created
+        before local locations carried the scheme is handed out, and its next metadata,
+        manifests and data files are written, under its ``file://`` URI (the same folder; its
+        older files keep their plain paths, which every reader and this sandbox accept)."""
+        location = self.as_uri(metadata.location)
+        return metadata if location == metadata.location else metadata.model_copy(update={"location": location})
 
     # -- rules ---------------------------------------------------------------------------
 

@@ -15,13 +15,14 @@ from catalog.sandbox import TableLocationTakenError, Warehouse
 
 def resolve(catalog: CatalogInternals, location: str | None, database_name: str, table_name: str) -> str:
     """``location`` if given, else the table's folder under its namespace's ``location`` property,
-    else under the warehouse (``database_name`` is the namespace joined with ``\\x1f``)."""
+    else under the warehouse (``database_name`` is the namespace joined with ``\\x1f``); a plain
+    local path comes back as its ``file://`` URI, the one spelling new tables get."""
     if location:
-        return location.rstrip("/")
+        return catalog.files.as_uri(location.rstrip("/"))
     ns = tuple(database_name.split("\x1f"))
     props = catalog.load_namespace_properties(ns)
     if ns_location := props.get("location"):
-        return f"{ns_location.rstrip('/')}/{table_name}"
+        return catalog.files.as_uri(f"{ns_location.rstrip('/')}/{table_name}")
     return f"{catalog.warehouse.rstrip('/')}/{namespace_folder(ns)}/{table_name}"
 
 

@@ -199,7 +199,8 @@ def register(catalog: CatalogInternals, ns: tuple[str, ...], name: str, metadata
     # The server writes the view's later metadata under its folder: it must be a folder this
     # view may own, and the registered file must lie in it (as a table's must).
     root = _check_folder(catalog, metadata.location, (*ns, name))
-    if not metadata_location.startswith(root.rstrip("/") + "/"):
+    real = catalog.files.canonical(metadata_location)  # either spelling, judged on the real path
+    if real is None or not real.startswith(root.rstrip("/") + "/"):
         raise InvalidLocationError("metadata-location must lie under the view's own folder (its metadata location)")
     with catalog._commit_lock:
         _free_name(catalog, ns, name)  # again, under the lock: a racing create lost

@@ -104,9 +104,11 @@ class Connection:
         return self._roots
 
     def client(self) -> flight.FlightClient:
-        """A Flight client for the server (not yet connected: errors come with the first call)."""
+        """A Flight client for the server (not yet connected: errors come with the first call)
+        that keeps the server's session cookie, as the JDBC driver does: the session holds the
+        current schema and what SQL ``BEGIN`` opened, so a script's transaction is one."""
         try:
-            return flight.FlightClient(self.uri, tls_root_certs=self.roots())
+            return flight.FlightClient(self.uri, tls_root_certs=self.roots(), middleware=[SessionCookie()])
         except (pa.ArrowException, ValueError, TypeError) as exc:
             raise click.ClickException(f"--uri {self.uri!r} is not a server location "
                                        f"(grpc://HOST:PORT or grpc+tls://HOST:PORT): {clean_error(exc)}") from None
@@ -125,6 +127,28 @@ class Connection:
 
     def options(self, timeout_s: float | None = None) -> flight.FlightCallOptions:
         return flight.FlightCallOptions(headers=self.headers(), timeout=timeout_s)
+
+
+class SessionCookie(flight.ClientMiddlewareFactory):  # type: ignore[misc]
+    """Sends back the cookie the server set (one client's session)."""
+
+    def __init__(self) -> None:
+        self.cookie: str | None = None
+
+    def start_call(self, info: Any) -> flight.ClientMiddleware:
+        return _CookieCall(self)
+
+
+class _CookieCall(flight.ClientMiddleware):  # type: ignore[misc]
+    def __init__(self, jar: SessionCookie) -> None:
+        self.jar = jar
+
+    def sending_headers(self) -> dict[str, str]:
+        return {"cookie": self.jar.cookie} if self.jar.cookie else {}
+
+    def received_headers(self, headers: dict[str, Any]) -> None:
+        for value in headers.get("set-cookie", []):
+            self.jar.cookie = (value.decode() if isinstance(value, bytes) else str(value)).split(";", 1)[0]
 
 
 def _resolve(ctx: click.Context, values: dict[str, Any], default_uri: str | None) -> str | None:

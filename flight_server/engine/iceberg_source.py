@@ -34,7 +34,7 @@ from pyiceberg.table import Table
 from catalog.arrow_types import view_columns
 from catalog.deletes import DeleteSets, FileDeletes, plan_files
 from catalog.lru import LockedLRU
-from catalog.object_store import filesystem
+from catalog.object_store import filesystem, fs_path
 from catalog.sandbox import confine
 from flight_server.engine.deletes import POSITION_COLUMN, DeletedFile, deleted_dataset
 from flight_server.engine.splits import ScanUnit, assign, scan_units
@@ -412,8 +412,4 @@ def _identity_part(table: pa.Table) -> SourcePart:
 
 
 def _fs_path(uri: str) -> str:
-    if uri.startswith("file://"):
-        return uri[len("file://") :]
-    if "://" in uri:
-        return uri.split("://", 1)[1]
-    return uri
+    return fs_path(uri)  # every spelling of a local file, Hadoop's file:/p included

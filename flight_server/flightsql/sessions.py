@@ -48,6 +48,13 @@ class SessionMiddleware(flight.ServerMiddleware):  # type: ignore[misc]
         cookie = self.new_cookie or self.cookie
         return "cookie:" + cookie if cookie else None
 
+    def presented_key(self) -> str | None:
+        """The session key the caller itself sent (bearer token or cookie), None when it sent
+        neither: a cookie only offered on this call's response proves nothing yet."""
+        if self.token or self.cookie:
+            return self.key() if self.token else "cookie:" + str(self.cookie)
+        return None
+
     def sending_headers(self) -> dict[str, str]:
         if self.new_cookie:
             return {"set-cookie": f"{COOKIE}={self.new_cookie}"}
@@ -116,6 +123,16 @@ class SessionStore:
             self._sessions.move_to_end(key)
             session.last_used = now
             return session
+
+    def presented_key(self, context: flight.ServerCallContext) -> str | None:
+        """The session key this call carried (see ``SessionMiddleware.presented_key``)."""
+        mw = self._middleware(context)
+        return mw.presented_key() if mw is not None else None
+
+    def key(self, context: flight.ServerCallContext) -> str | None:
+        """The key of the caller's session: the one it carried, or the one offered to it."""
+        mw = self._middleware(context)
+        return mw.key() if mw is not None else None
 
     def close(self, context: flight.ServerCallContext) -> bool:
         mw = self._middleware(context)

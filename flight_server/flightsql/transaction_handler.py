@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +37,57 @@ CONTROL = re.compile(
 )
 
 
+# Why a statement after SQL BEGIN is refused when the client drops the session cookie.
+COOKIE_DROPPED = (
+    "this connection began a transaction with SQL BEGIN, but this call did not send back the session "
+    "cookie (arrow_flight_session_id) set on the BEGIN's response, so it cannot run in that transaction; "
+    "the transaction was rolled back and nothing of it was committed. Use a client that keeps cookies "
+    "(ADBC: adbc.flight.sql.rpc.with_cookie_middleware=true), sign in (bearer token), or use the driver's "
+    "transaction API (BeginTransaction / EndTransaction: ADBC autocommit=False)"
+)
+
+
+class UnconfirmedBegins:
+    """SQL BEGINs from callers that carried no session identity, until the session is seen again.
+
+    Such a BEGIN is kept in the session of the cookie offered on its own response. A client
+    that keeps cookies sends that cookie with its next call, which confirms the session. One
+    that drops cookies would run its next statements outside any transaction, silently; so the
+    next call from the same gRPC connection (peer) that again carries no identity is refused
+    and the transaction rolled back. The peer only ever refuses a call, it never puts one in a
+    transaction; a call with some other identity on the same connection (a proxy multiplexing
+    clients) is not judged.
+    """
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self.limit = limit
+        self._by_peer: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, peer: str, key: str, sealed: bytes) -> None:
+        with self._lock:
+            self._by_peer[peer] = (key, sealed)
+            self._by_peer.move_to_end(peer)
+            while len(self._by_peer) > self.limit:
+                self._by_peer.popitem(last=False)
+
+    def settle(self, peer: str, presented: str | None) -> bytes | None:
+        """The sealed id of the transaction a call from ``peer`` carrying session key
+        ``presented`` must be refused for, else None (and a call carrying the BEGIN's session
+        confirms it)."""
+        if not self._by_peer:
+            return None  # the common case, without the lock
+        with self._lock:
+            entry = self._by_peer.get(peer)
+            if entry is None or (presented is not None and presented != entry[0]):
+                return None
+            del self._by_peer[peer]
+            return entry[1] if presented is None else None
+
+    def __len__(self) -> int:
+        return len(self._by_peer)
+
+
 class TransactionHandler:
     """Runs calls inside the transaction they name (or their session's), and the commands that
     begin and end transactions."""
@@ -43,6 +96,17 @@ class TransactionHandler:
         self.transactions = transactions
         self.sessions = sessions
         self.authorizer = authorizer
+        self.unconfirmed = UnconfirmedBegins()
+
+    def _refuse_dropped_cookie(self, context: flight.ServerCallContext) -> None:
+        """Refuse (and roll back) when this connection began a transaction with SQL BEGIN
+        and this call came without the session it was kept in (see ``UnconfirmedBegins``)."""
+        sealed = self.unconfirmed.settle(context.peer(), self.sessions.presented_key(context))
+        if sealed is None:
+            return
+        with contextlib.suppress(errors.IcefloeError):
+            self.transactions.rollback(sealed, self.authorizer.principal_name(context))
+        raise errors.FailedPrecondition(COOKIE_DROPPED)
 
     @contextlib.contextmanager
     def inside(self, context: flight.ServerCallContext, sealed: bytes | None,
@@ -58,6 +122,7 @@ class TransactionHandler:
             yield None
             return
         if not sealed:
+            self._refuse_dropped_cookie(context)
             session = self.sessions.get(context)
             sealed = session.transaction if session is not None else None
         if not sealed:
@@ -75,9 +140,10 @@ class TransactionHandler:
         """SQL ``BEGIN`` / ``COMMIT`` / ``ROLLBACK``: a transaction of the caller's session."""
         verb = sql.strip().split()[0].rstrip(";").upper()
         principal = self.authorizer.principal_name(context)
-        session = self.sessions.get(context, create=True)
+        self._refuse_dropped_cookie(context)
         if verb in ("BEGIN", "START"):
             self.authorizer.authorize(context, roles.action_role("BeginTransaction"))
+            session = self.sessions.get(context, create=True)
             if session is None:
                 raise errors.FailedPrecondition(
                     "BEGIN needs a session (a bearer token or the session cookie) to keep the transaction in; "
@@ -89,11 +155,22 @@ class TransactionHandler:
                     raise errors.FailedPrecondition("a transaction is already open in this session; "
                                                     "COMMIT or ROLLBACK it first")
             session.transaction = self.transactions.begin(principal)  # (no peer: bound to the session)
+            key = self.sessions.key(context)
+            if self.sessions.presented_key(context) is None and key is not None:
+                self.unconfirmed.add(context.peer(), key, session.transaction)
             return
         self.authorizer.authorize(context, roles.action_role("EndTransaction"))
+        session = self.sessions.get(context)
         sealed = session.transaction if session is not None else None
         if sealed is None:
-            return  # as in PostgreSQL: COMMIT / ROLLBACK outside a transaction changes nothing
+            # Statements the client believed were in a transaction ran on their own: say so,
+            # rather than answer as if the COMMIT / ROLLBACK had done what was asked.
+            raise errors.FailedPrecondition(
+                f"{verb} outside a transaction: no transaction is open in this session (no BEGIN in it, or it "
+                "already ended), so nothing was committed or rolled back by it; statements outside a "
+                "transaction commit on their own. SQL BEGIN keeps its transaction in the session: the "
+                "client must send back the session cookie (arrow_flight_session_id) or a bearer token"
+            )
         assert session is not None
         session.transaction = None
         if verb in ("COMMIT", "END"):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from catalog_testlib import Interleaved, id_rows
+from catalog_testlib import Interleaved, id_rows, local_path
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.types import StringType
 
@@ -41,7 +41,7 @@ from catalog.maintenance_worker import (
 
 
 def _live_files(cat: RocksCatalog) -> list[str]:
-    return [t.file.file_path for t in cat.load_table("ns.t").scan().plan_files()]
+    return [local_path(t.file.file_path) for t in cat.load_table("ns.t").scan().plan_files()]
 
 
 def test_compaction_keeps_rows_and_old_snapshots_readable(catalog: RocksCatalog, worker: MaintenanceWorker) -> None:
@@ -107,7 +107,7 @@ def test_expiry_respects_window_newest_and_pins(catalog: RocksCatalog) -> None:
 def test_orphans_removed_only_when_unreferenced_and_old(catalog: RocksCatalog, worker: MaintenanceWorker) -> None:
     appender = Appender(catalog)
     appender.append_table(("ns", "t"), id_rows(10, 0))
-    data_dir = Path(catalog.warehouse, "ns", "t", "data")
+    data_dir = Path(local_path(catalog.warehouse), "ns", "t", "data")
     old_orphan = data_dir / "left-by-a-crash.parquet"
     old_orphan.write_bytes(b"x")
     os.utime(old_orphan, (time.time() - 7200, time.time() - 7200))
@@ -133,7 +133,7 @@ def test_full_maintain_after_expiry_deletes_replaced_small_files(
     assert report.compacted_files == 10 and report.rows == 100
     assert report.expired_snapshots >= 10 and report.removed_orphans >= 10
     table = catalog.load_table("ns.t")
-    on_disk = sorted(str(p) for p in Path(catalog.warehouse, "ns", "t", "data").glob("*.parquet"))
+    on_disk = sorted(str(p) for p in Path(local_path(catalog.warehouse), "ns", "t", "data").glob("*.parquet"))
     assert on_disk == sorted(_live_files(catalog))
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(100))
 
@@ -307,7 +307,7 @@ def test_compaction_that_loses_to_an_overwrite_commits_nothing_and_deletes_its_f
     appender = Appender(catalog)
     for i in range(4):
         appender.append_table(("ns", "t"), id_rows(10, i * 10))
-    data = Path(catalog.warehouse, "ns", "t", "data")
+    data = Path(local_path(catalog.warehouse), "ns", "t", "data")
     before = set(data.glob("*.parquet"))
     # An overwrite lands between the rewrite and its staging.
     racing = Interleaved(worker, before={stage_rewrite: lambda: catalog.load_table("ns.t").overwrite(id_rows(3, 1000))})

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from catalog_testlib import local_path
 
 from catalog import RocksCatalog, writer
 from catalog.append import Appender
@@ -35,7 +36,7 @@ def _data(n: int, start: int = 0) -> pa.Table:
 
 
 def _parquet_files(cat: RocksCatalog, name: str = "t") -> list[Path]:
-    return sorted(Path(cat.warehouse, "ns", name, "data").glob("*.parquet"))
+    return sorted(Path(local_path(cat.warehouse), "ns", name, "data").glob("*.parquet"))
 
 
 def test_stream_rolls_files_at_target_size_with_stats(catalog: RocksCatalog) -> None:
@@ -52,9 +53,9 @@ def test_stream_rolls_files_at_target_size_with_stats(catalog: RocksCatalog) -> 
     assert len(tasks) >= 3, "the stream was not rolled into several files"
     assert sum(t.file.record_count for t in tasks) == 300_000
     for task in tasks:
-        meta = pq.read_metadata(task.file.file_path)
+        meta = pq.read_metadata(local_path(task.file.file_path))
         assert meta.num_rows == task.file.record_count
-        assert task.file.file_size_in_bytes == Path(task.file.file_path).stat().st_size
+        assert task.file.file_size_in_bytes == Path(local_path(task.file.file_path)).stat().st_size
         assert task.file.lower_bounds and task.file.upper_bounds and task.file.value_counts
         # field ids are written so that evolution and projection work
         assert meta.schema.to_arrow_schema().field("id").metadata[b"PARQUET:field_id"] == b"1"
@@ -86,9 +87,9 @@ def test_long_stream_is_encoded_by_lanes_row_groups_in_turn(catalog: RocksCatalo
     assert len(tasks) == lanes  # one file per lane (far below the target size)
     starts: list[int] = []
     for lane, task in enumerate(tasks):  # the commit lists the files in the order opened
-        meta = pq.read_metadata(task.file.file_path)
+        meta = pq.read_metadata(local_path(task.file.file_path))
         assert meta.num_rows == task.file.record_count
-        ids = pq.read_table(task.file.file_path).column("id").to_pylist()
+        ids = pq.read_table(local_path(task.file.file_path)).column("id").to_pylist()
         groups = [ids[i : i + 10_000] for i in range(0, len(ids), 10_000)]
         assert [meta.row_group(k).num_rows for k in range(meta.num_row_groups)] == [10_000] * len(groups)
         for k, group in enumerate(groups):
@@ -354,7 +355,7 @@ def _files_of_current_snapshot(catalog: RocksCatalog) -> set[str]:
     assert snapshot is not None
     files = {table.metadata_location, snapshot.manifest_list}
     files |= {m.manifest_path for m in snapshot.manifests(table.io)}
-    return files | {t.file.file_path for t in table.scan().plan_files()}
+    return {local_path(f) for f in files | {t.file.file_path for t in table.scan().plan_files()}}
 
 
 def test_partitioned_table_append(catalog: RocksCatalog) -> None:

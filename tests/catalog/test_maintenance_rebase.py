@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 import pyarrow as pa
-from catalog_testlib import Interleaved, appender_with_files, id_rows
+from catalog_testlib import Interleaved, appender_with_files, id_rows, local_path
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.manifest import ManifestEntryStatus
 
@@ -156,7 +156,7 @@ def test_appends_land_while_orphans_are_swept_and_their_files_are_spared(
     catalog: RocksCatalog, worker: MaintenanceWorker
 ) -> None:
     appender = appender_with_files(catalog, 3, 10)
-    orphan = Path(catalog.warehouse, "ns", "t", "data", "left-behind.parquet")
+    orphan = Path(local_path(catalog.warehouse), "ns", "t", "data", "left-behind.parquet")
     orphan.write_bytes(b"not referenced by anything")
     os.utime(orphan, (1, 1))
     racing = Interleaved(

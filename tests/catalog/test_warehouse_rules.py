@@ -14,8 +14,10 @@ from catalog import RocksCatalog
 from catalog.sandbox import ConfinedFileIO, InvalidLocationError, OutsideTableError, Warehouse
 
 
-@pytest.fixture
-def site(tmp_path: Path) -> tuple[Warehouse, Path, Path]:
+@pytest.fixture(params=["path", "file-uri"])
+def site(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Warehouse, Path, Path]:
+    """The warehouse named as a plain path and as a ``file://`` URI (what RocksCatalog passes):
+    the rules are the same, and both spellings of a location inside it are the same file."""
     wh = tmp_path / "wh"
     (wh / "ns" / "t" / "data").mkdir(parents=True)
     (wh / "catalog.rocksdb").mkdir()
@@ -23,7 +25,7 @@ def site(tmp_path: Path) -> tuple[Warehouse, Path, Path]:
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret").write_text("s")
-    return Warehouse(str(wh)), wh, outside
+    return Warehouse(str(wh) if request.param == "path" else f"file://{wh}"), wh, outside
 
 
 def test_a_table_folder_inside_the_warehouse(site: tuple[Warehouse, Path, Path]) -> None:
@@ -31,6 +33,15 @@ def test_a_table_folder_inside_the_warehouse(site: tuple[Warehouse, Path, Path])
     assert warehouse.table_root(f"{wh}/ns/t") == os.path.realpath(wh / "ns" / "t")
     assert warehouse.table_root(f"file://{wh}/ns/t/") == os.path.realpath(wh / "ns" / "t")
     assert warehouse.table_root(f"{wh}/ns/a%41 b") == os.path.realpath(wh / "ns") + "/a%41 b"  # odd, harmless
+    root = warehouse.table_root(f"{wh}/ns/t")
+    # A table's files in either spelling are the same files, and only those of its folder.
+    for spelling in (f"{wh}/ns/t/data/f.parquet", f"file://{wh}/ns/t/data/f.parquet"):
+        assert warehouse.confine(spelling, root) == f"{root}/data/f.parquet"
+    for other in (f"file://{wh}/ns/u/data/f.parquet", f"{wh}/ns/u/data/f.parquet", f"file://{wh}/ns/t/../u/f"):
+        with pytest.raises(OutsideTableError):
+            warehouse.confine(other, root)
+    assert warehouse.as_uri(f"{wh}/ns/t") == f"file://{wh}/ns/t"
+    assert warehouse.as_uri(f"file://{wh}/ns/t") == f"file://{wh}/ns/t"
 
 
 @pytest.mark.parametrize("location", [
@@ -38,6 +49,8 @@ def test_a_table_folder_inside_the_warehouse(site: tuple[Warehouse, Path, Path])
     "file://{wh}/ns/%2e%2e/%2E%2E/outside", "{wh}/ns%2F..%2F..", "{wh}/ns/t%00", "{wh}/catalog.rocksdb/t",
     "{wh}/catalog.rocksdb", "{wh}/.icefloe-token.key", "{wh}/.icefloe-other/t", "relative/t", "s3://b/t",
     "file://otherhost{wh}/ns/t", "file://{wh}/ns/t?x=1", "file://{wh}/ns/t#frag", "",
+    "file:///etc/passwd", "file:/etc", "file://localhost/etc", "file:{wh}/../outside/t", "file:relative/t",
+    "file://{wh}/ns/..%2f..%2foutside", "{wh}/ns/%2e%2e/%2e%2e/outside",
 ])
 def test_refused_table_locations(site: tuple[Warehouse, Path, Path], location: str) -> None:
     warehouse, wh, _ = site

@@ -87,7 +87,7 @@ def test_reprs_and_a_remote_schema_print_readably(remote_server: ServerProcess, 
     with icefloe.open(tmp_path / "warehouse") as local:
         local.create_namespace("shown")
         created = local.create_table("shown.t", schema)
-        assert repr(local) == f"icefloe.Lake(in-process {tmp_path / 'warehouse'})"
+        assert repr(local) == f"icefloe.Lake(in-process file://{tmp_path / 'warehouse'})"
         # in-process, strings are Iceberg's large_string
         assert repr(created) == ("icefloe.Table('shown.t', columns: id int64 not null, city large_string; "
-                                 f"in-process {tmp_path / 'warehouse'})")
+                                 f"in-process file://{tmp_path / 'warehouse'})")

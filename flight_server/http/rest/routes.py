@@ -128,7 +128,8 @@ class RestCatalogApp:
             Locations(self.catalog.files).check(asked, "warehouse")
         except RestError:
             return False
-        return asked.rstrip("/").removeprefix("file://") == self.catalog.warehouse.rstrip("/").removeprefix("file://")
+        # Any spelling of the same folder (a path, file:///p, Hadoop's file:/p), judged on the real path.
+        return self.catalog.files.canonical(asked.rstrip("/")) == self.catalog.files.root
 
     # -- ASGI --------------------------------------------------------------------------------
 

@@ -59,6 +59,25 @@ def test_script_file_runs_in_order_and_stops_at_the_first_error(demo: ServerProc
     assert _count(demo, "script_ns.t") == 3  # the first INSERT ran, the one after the error did not
 
 
+def test_a_script_transaction_is_one(demo: ServerProcess, tmp_path: Path) -> None:
+    """BEGIN in a script holds until its COMMIT / ROLLBACK (the CLI keeps the session cookie,
+    where the server keeps the transaction): a rolled-back script lands nothing."""
+    assert icefloe("sql", "--uri", demo.location,
+                   "CREATE SCHEMA txn_ns; CREATE TABLE txn_ns.a (id BIGINT); CREATE TABLE txn_ns.b (id BIGINT)"
+                   ).returncode == 0
+    script = tmp_path / "txn.sql"
+    script.write_text("BEGIN;\nINSERT INTO txn_ns.a VALUES (1);\nINSERT INTO txn_ns.b VALUES (1);\nROLLBACK;\n")
+    result = icefloe("sql", "--uri", demo.location, "-f", str(script))
+    assert result.returncode == 0, result.stderr
+    assert _count(demo, "txn_ns.a") == 0 and _count(demo, "txn_ns.b") == 0
+    script.write_text("BEGIN;\nINSERT INTO txn_ns.a VALUES (1);\nINSERT INTO txn_ns.b VALUES (1);\nCOMMIT;\n")
+    result = icefloe("sql", "--uri", demo.location, "-f", str(script))
+    assert result.returncode == 0, result.stderr
+    assert _count(demo, "txn_ns.a") == 1 and _count(demo, "txn_ns.b") == 1
+    result = icefloe("sql", "--uri", demo.location, "COMMIT")
+    clean_failure(result, "COMMIT outside a transaction")
+
+
 def test_statements_from_stdin(demo: ServerProcess) -> None:
     result = icefloe("sql", "--uri", demo.location, "--format", "json",
                      input="SELECT 1 AS a;\nSELECT\n  2 AS b;\nSELECT 3 AS c\n")

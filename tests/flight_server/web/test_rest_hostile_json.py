@@ -222,12 +222,12 @@ def nothing_committed(server: ServerProcess) -> Iterator[None]:
 @pytest.mark.usefixtures("nothing_committed")
 def test_register_takes_only_iceberg_metadata_json(server: ServerProcess, client: httpx.Client) -> None:
     loaded = client.get("/v1/namespaces/ns/tables/t").json()
-    folder = Path(loaded["metadata"]["location"]) / "metadata"
+    folder = Path(loaded["metadata"]["location"].removeprefix("file://")) / "metadata"
     data_file = next((folder.parent / "data").rglob("*.parquet"))
     (folder / "object.json").write_text("{}")
     (folder / "text.metadata.json").write_text("not json at all")
     (folder / "list.metadata.json").write_text("[1, 2]")
-    v3 = json.loads(Path(loaded["metadata-location"]).read_text())
+    v3 = json.loads(Path(loaded["metadata-location"].removeprefix("file://")).read_text())
     v3["format-version"] = 3
     (folder / "v3.metadata.json").write_text(json.dumps(v3))
     cases = [

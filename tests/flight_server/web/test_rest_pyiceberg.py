@@ -49,15 +49,37 @@ def rest(server: ServerProcess) -> RestCatalog:
     return RestCatalog("icefloe", uri=rest_url(server))
 
 
+def test_load_table_hands_out_file_uris(server: ServerProcess, rest: RestCatalog) -> None:
+    """The server was started on a plain path: LoadTable's metadata location, the table
+    location and the file locations it wrote are file:// URIs, for tables created over REST
+    and over Flight SQL alike (engines and pyiceberg expect the scheme)."""
+    warehouse = f"file://{server.warehouse.resolve()}"
+    rest.create_namespace("uris")
+    rest.create_table("uris.by_rest", Schema(NestedField(1, "id", LongType())))
+    sql(server.location, "CREATE TABLE uris.by_sql (id BIGINT)")
+    sql(server.location, "INSERT INTO uris.by_sql VALUES (1)")
+    for name in ("by_rest", "by_sql"):
+        answer = httpx.get(f"{rest_url(server)}/v1/namespaces/uris/tables/{name}", timeout=10).json()
+        assert answer["metadata-location"].startswith(f"{warehouse}/uris/{name}/metadata/"), answer
+        assert answer["metadata"]["location"] == f"{warehouse}/uris/{name}"
+    table = rest.load_table("uris.by_sql")
+    assert all(t.file.file_path.startswith(f"{warehouse}/uris/by_sql/data/") for t in table.scan().plan_files())
+    assert table.scan().to_arrow()["id"].to_pylist() == [1]
+
+
 def test_config_names_the_warehouse_and_the_endpoints(server: ServerProcess) -> None:
     config = httpx.get(f"{rest_url(server)}/v1/config", timeout=10).json()
-    assert config["overrides"]["warehouse"] == str(server.warehouse.resolve())
+    # A local warehouse is named as its file:// URI, as every location the catalog hands out.
+    assert config["overrides"]["warehouse"] == f"file://{server.warehouse.resolve()}"
     assert "POST /v1/{prefix}/transactions/commit" in config["endpoints"]
     assert "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}" in config["endpoints"]
-    ours = httpx.get(f"{rest_url(server)}/v1/config", params={"warehouse": str(server.warehouse)}, timeout=10)
-    assert ours.status_code == 200
-    other = httpx.get(f"{rest_url(server)}/v1/config", params={"warehouse": "/elsewhere"}, timeout=10)
-    assert other.status_code == 400 and other.json()["error"]["type"] == "BadRequestException"
+    for spelling in (str(server.warehouse), f"file://{server.warehouse.resolve()}"):
+        ours = httpx.get(f"{rest_url(server)}/v1/config", params={"warehouse": spelling}, timeout=10)
+        assert ours.status_code == 200, spelling
+    for elsewhere in ("/elsewhere", "file:///elsewhere", f"file://otherhost{server.warehouse.resolve()}",
+                      f"{server.warehouse.resolve()}/../x"):
+        other = httpx.get(f"{rest_url(server)}/v1/config", params={"warehouse": elsewhere}, timeout=10)
+        assert other.status_code == 400 and other.json()["error"]["type"] == "BadRequestException", elsewhere
 
 
 def test_namespaces(rest: RestCatalog, server: ServerProcess) -> None:

@@ -67,7 +67,7 @@ def test_create_load_list_exists_drop_with_pyiceberg(rest: RestCatalog, server: 
     view = rest.create_view("vw.v1", SCHEMA, _version("SELECT id, name FROM vw.base"), properties={"k": "v"})
     assert view.metadata.current_version_id == 1 and view.properties == {"k": "v"}
     assert view.current_version().representations[0].root.sql == "SELECT id, name FROM vw.base"
-    assert view.location().startswith(str(server.warehouse.resolve()))
+    assert view.location().startswith(f"file://{server.warehouse.resolve()}/")
     loaded = rest.load_view("vw.v1")
     assert loaded.metadata == view.metadata and loaded.schema() == SCHEMA
     assert rest.list_views("vw") == [("vw", "v1")]
