@@ -9,6 +9,7 @@ import java.util.concurrent.ConcurrentSkipListSet;
 import org.apache.arrow.flight.FlightClient;
 import org.apache.arrow.flight.FlightDescriptor;
 import org.apache.arrow.flight.FlightRuntimeException;
+import org.apache.arrow.flight.FlightStatusCode;
 import org.apache.arrow.flight.FlightStream;
 import org.apache.arrow.memory.ArrowBuf;
 import org.apache.arrow.vector.BigIntVector;
@@ -28,6 +29,8 @@ final class CommitFeed implements AutoCloseable {
   private final FlightOptions options;
   private final String table;
   final long after;
+  static final long RECONNECT_MIN_MS = 100;
+  static final long RECONNECT_MAX_MS = 2000;
   private final NavigableSet<Long> seqs = new ConcurrentSkipListSet<>();
   private volatile RuntimeException failure;
   private volatile boolean closed;
@@ -94,32 +97,88 @@ final class CommitFeed implements AutoCloseable {
     }
   }
 
+  /** Follows the feed, reconnecting after {@code after} = the last seq seen when the server
+   * goes away (a restart): the feed then gives every later event exactly once. Only a refusal
+   * (a bad table, an expired cursor, no permission) ends it; that failure reaches the next
+   * trigger. */
   private void follow() {
+    long lastSeen = after;
+    long delayMs = RECONNECT_MIN_MS;
+    while (!closed) {
+      try {
+        connection = FlightConnection.open(options);
+        exchange = connection.client.doExchange(
+            FlightDescriptor.command(command(table, Long.toString(lastSeen))), connection.callOptions());
+        FlightStream reader = exchange.getReader();
+        while (!closed && reader.next()) {
+          delayMs = RECONNECT_MIN_MS; // connected: the next outage starts the backoff afresh
+          VectorSchemaRoot root = reader.getRoot();
+          if (root.getRowCount() == 0) {
+            continue; // hello / heartbeat
+          }
+          BigIntVector seq = (BigIntVector) root.getVector("seq");
+          for (int i = 0; i < root.getRowCount(); i++) {
+            long s = seq.get(i);
+            seqs.add(s);
+            lastSeen = Math.max(lastSeen, s);
+          }
+        }
+        if (!closed) {
+          LOG.info("icefloe-flight: the commit feed of {} ended; reconnecting after seq {}", table, lastSeen);
+        }
+      } catch (FlightRuntimeException e) {
+        if (closed) {
+          return;
+        }
+        if (!retryable(e.status().code())) {
+          failure = IcefloeFlightException.from("the commit feed of " + table + " failed", e);
+          LOG.warn("icefloe-flight: {}", failure.getMessage());
+          return;
+        }
+        LOG.info("icefloe-flight: the commit feed of {} is unreachable ({}); reconnecting in {} ms after seq {}",
+            table, e.status().code(), delayMs, lastSeen);
+      } catch (RuntimeException e) {
+        if (!closed) {
+          failure = e;
+          LOG.warn("icefloe-flight: the commit feed of {} failed", table, e);
+        }
+        return;
+      } finally {
+        release();
+      }
+      if (!pause(delayMs)) {
+        return;
+      }
+      delayMs = Math.min(RECONNECT_MAX_MS, delayMs * 2);
+    }
+  }
+
+  static boolean retryable(FlightStatusCode code) {
+    return code == FlightStatusCode.UNAVAILABLE || code == FlightStatusCode.CANCELLED
+        || code == FlightStatusCode.INTERNAL || code == FlightStatusCode.UNKNOWN
+        || code == FlightStatusCode.TIMED_OUT;
+  }
+
+  private boolean pause(long ms) {
     try {
-      connection = FlightConnection.open(options);
-      exchange = connection.client.doExchange(
-          FlightDescriptor.command(command(table, Long.toString(after))), connection.callOptions());
-      FlightStream reader = exchange.getReader();
-      while (!closed && reader.next()) {
-        VectorSchemaRoot root = reader.getRoot();
-        if (root.getRowCount() == 0) {
-          continue; // hello / heartbeat
-        }
-        BigIntVector seq = (BigIntVector) root.getVector("seq");
-        for (int i = 0; i < root.getRowCount(); i++) {
-          seqs.add(seq.get(i));
-        }
-      }
-    } catch (FlightRuntimeException e) {
-      if (!closed) {
-        failure = IcefloeFlightException.from("the commit feed of " + table + " failed", e);
-        LOG.warn("icefloe-flight: {}", failure.getMessage());
-      }
-    } catch (RuntimeException e) {
-      if (!closed) {
-        failure = e;
-        LOG.warn("icefloe-flight: the commit feed of {} failed", table, e);
-      }
+      Thread.sleep(ms);
+      return !closed;
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return false;
+    }
+  }
+
+  private synchronized void release() {
+    FlightClient.ExchangeReaderWriter current = exchange;
+    exchange = null;
+    if (current != null) {
+      closeQuietly(current);
+    }
+    FlightConnection open = connection;
+    connection = null;
+    if (open != null) {
+      open.close();
     }
   }
 
@@ -163,17 +222,13 @@ final class CommitFeed implements AutoCloseable {
         LOG.debug("icefloe-flight: cancelling the feed: {}", e.getMessage());
       }
     }
+    thread.interrupt(); // out of a reconnect pause
     try {
       thread.join(5000);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
     }
-    if (current != null) {
-      closeQuietly(current);
-    }
-    if (connection != null) {
-      connection.close();
-    }
+    release();
   }
 
   private static void closeQuietly(FlightClient.ExchangeReaderWriter exchange) {

@@ -45,6 +45,9 @@ public final class FlightOptions implements Serializable {
   final boolean pushDownAggregate;
   final String startingOffsets;
   final Integer maxCommitsPerTrigger;
+  /** A stream's change scan: null (appends, table columns only), "appends" or "all" (both
+   * with the change columns _seq, _snapshot_id, _operation). */
+  final String include;
 
   private FlightOptions(Map<String, String> raw) {
     Map<String, String> options = new TreeMap<>(String.CASE_INSENSITIVE_ORDER);
@@ -121,6 +124,14 @@ public final class FlightOptions implements Serializable {
     }
     Long most = longOption(options, "maxCommitsPerTrigger", null, 1);
     maxCommitsPerTrigger = most == null ? null : most.intValue();
+    String inc = options.get("include");
+    if (inc != null) {
+      inc = inc.strip().toLowerCase(Locale.ROOT);
+      if (!inc.equals("appends") && !inc.equals("all")) {
+        throw new IllegalArgumentException("option include must be appends or all, got '" + cut(inc) + "'");
+      }
+    }
+    include = inc;
   }
 
   /** Parse and check the options; throws IllegalArgumentException naming the bad option. */

@@ -35,7 +35,11 @@ public final class IcefloeFlightSource implements TableProvider, DataSourceRegis
 
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
-    FlightOptions parsed = FlightOptions.parseSource(properties);
+    return load(FlightOptions.parseSource(properties));
+  }
+
+  /** The table (or query) of {@code parsed}, described and pinned now. */
+  static FlightTable load(FlightOptions parsed) {
     try (FlightConnection connection = FlightConnection.open(parsed)) {
       Described described = describe(connection, parsed);
       Long snapshot = parsed.table == null ? null : pin(connection, parsed);
