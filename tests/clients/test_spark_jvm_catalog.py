@@ -119,7 +119,7 @@ def test_namespaces_and_tables_from_spark_sql(spark: Any, server: ServerProcess)
     assert "sales" not in {r[0] for r in spark.sql("SHOW NAMESPACES IN ice").collect()}
 
 
-def test_catalog_refusals_are_precise_and_commit_nothing(spark: Any, server: ServerProcess) -> None:
+def test_catalog_refusals_are_precise_and_commit_nothing(spark: Any, server: ServerProcess, tmp_path: Path) -> None:
     spark.sql("CREATE TABLE ice.ns.once (x BIGINT)")
     with pytest.raises(Exception, match="TABLE_OR_VIEW_ALREADY_EXISTS"):
         spark.sql("CREATE TABLE ice.ns.once (x BIGINT)")
@@ -132,8 +132,15 @@ def test_catalog_refusals_are_precise_and_commit_nothing(spark: Any, server: Ser
         spark.sql("CREATE TABLE ice.ns.badpart (x BIGINT) PARTITIONED BY (sorted(x))")
     with pytest.raises(Exception, match="INVALID_ARGUMENT: .*a NOT NULL column cannot be added"):
         spark.sql("ALTER TABLE ice.ns.once ADD COLUMN y INT NOT NULL")  # refused by the server
-    with pytest.raises(Exception, match="cannot write to ns.once: column y is not in the table"):
-        spark.createDataFrame([(1,)], "y long").writeTo("ice.ns.once").option("mergeSchema", "false").append()
+    with pytest.raises(Exception, match="EXTRA_COLUMNS"):
+        spark.createDataFrame([(1,)], "y long").writeTo("ice.ns.once").append()
+    # A stream's rows are checked on the driver too (Spark checks no sink schema), before any task.
+    wrong = (spark.readStream.format(FORMAT).option("uri", server.location).option("table", "ns.src").load()
+             .selectExpr("x", "CAST(x AS STRING) AS nope"))
+    query = (wrong.writeStream.format(FORMAT).option("uri", server.location).option("table", "ns.once")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    with pytest.raises(Exception, match="cannot write to ns.once: column nope is not in the table"):
+        query.awaitTermination(120)
     assert _commits(server, "ns.once") == 0
     spark.sql("DROP TABLE ice.ns.once")
     spark.sql("DROP TABLE IF EXISTS ice.ns.once")
@@ -165,6 +172,7 @@ def test_stream_sink_commits_each_epoch_once_even_when_replayed(
     # commit landed, its commit-log entry did not. Spark replays that epoch on restart.
     logs = sorted((checkpoint / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
     logs[-1].unlink()
+    (checkpoint / "commits" / f".{logs[-1].name}.crc").unlink(missing_ok=True)
     query = _pipe(spark, server, "ns.replay_src", "ns.replay", checkpoint)
     try:
         _wait_for(lambda: (checkpoint / "commits" / logs[-1].name).exists(), "the replayed epoch")
@@ -195,7 +203,6 @@ def test_stream_sink_and_source_survive_a_server_kill(spark: Any, server: Server
             if not query.isActive:
                 query = _pipe(spark, server, "ns.src", "ns.dst", checkpoint)
             time.sleep(0.3)
-        query.processAllAvailable()
     finally:
         query.stop()
     assert _xs(server, "ns.dst") == list(range(60)), "every row once: none lost, none twice"
@@ -252,3 +259,34 @@ def test_include_all_streams_overwrites_as_delete_and_insert(spark: Any, server:
     with pytest.raises(Exception, match="option include must be appends or all"):
         spark.readStream.format(FORMAT).option("uri", server.location).option("table", "ns.chg").option(
             "include", "some").load()
+
+
+def test_save_modes_create_a_missing_table_from_the_rows(spark: Any, server: ServerProcess) -> None:
+    def write(table: str, mode: str, start: int, end: int, *partition_by: str) -> None:
+        frame = spark.range(start, end, 1, 2).selectExpr("id AS x", "CONCAT('r', id % 3) AS s")
+        (frame.write.format(FORMAT).option("uri", server.location).option("table", table).mode(mode)
+         .partitionBy(*partition_by).save())
+
+    write("ns.made_err", "errorifexists", 0, 100)
+    assert _xs(server, "ns.made_err") == list(range(100)) and _commits(server, "ns.made_err") == 1
+    schema = _sql(server, "SELECT * FROM ns.made_err").schema
+    assert schema.names == ["x", "s"] and schema.field("x").type == pa.int64()
+    with pytest.raises(Exception, match="TABLE_OR_VIEW_ALREADY_EXISTS"):
+        write("ns.made_err", "errorifexists", 0, 10)
+    write("ns.made_err", "ignore", 500, 510)  # exists: nothing written
+    assert _commits(server, "ns.made_err") == 1
+    write("ns.made_ign", "ignore", 0, 10)  # missing: created
+    assert _xs(server, "ns.made_ign") == list(range(10))
+    write("ns.made_app", "append", 0, 10)
+    write("ns.made_app", "append", 10, 20)
+    assert _xs(server, "ns.made_app") == list(range(20)) and _commits(server, "ns.made_app") == 2
+    write("ns.made_ow", "overwrite", 0, 10)
+    write("ns.made_ow", "overwrite", 50, 55)
+    assert _xs(server, "ns.made_ow") == list(range(50, 55))
+    write("ns.made_part", "errorifexists", 0, 30, "s")
+    files = _sql(server, 'SELECT count(*) AS n FROM ns."made_part$files"').column("n")[0].as_py()
+    assert files == 3, "partitionBy made an identity-partitioned table (one file per value of s)"
+    # A missing table still reads as NOT_FOUND, precisely, and the read created nothing.
+    with pytest.raises(Exception, match="NOT_FOUND"):
+        spark.read.format(FORMAT).option("uri", server.location).option("table", "ns.never").load().collect()
+    assert "never" not in {r[1] for r in spark.sql("SHOW TABLES IN ice.ns").collect()}

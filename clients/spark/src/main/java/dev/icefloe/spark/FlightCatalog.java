@@ -36,15 +36,20 @@ public class FlightCatalog implements TableCatalog, SupportsNamespaces {
   private static final Logger LOG = LoggerFactory.getLogger(FlightCatalog.class);
   static final String TABLE_TYPE = "TABLE";
 
-  private String name;
+  protected String name;
   /** The connection options; after a login they carry the bearer token, not the password. */
   private Map<String, String> raw;
   private FlightOptions options;
 
   @Override
   public void initialize(String catalogName, CaseInsensitiveStringMap catalogOptions) {
+    initialize(catalogName, catalogOptions.asCaseSensitiveMap());
+  }
+
+  /** Connect with {@code given} (the connection options; table and query are dropped). */
+  void initialize(String catalogName, Map<String, String> given) {
     name = catalogName;
-    raw = new HashMap<>(catalogOptions.asCaseSensitiveMap());
+    raw = new HashMap<>(given);
     raw.remove("table");
     raw.remove("query");
     options = FlightOptions.parse(raw);
@@ -189,7 +194,11 @@ public class FlightCatalog implements TableCatalog, SupportsNamespaces {
 
   /** The format's options for one table of this catalog. */
   FlightOptions tableOptions(Identifier ident) {
-    Map<String, String> forTable = new HashMap<>(raw);
+    return tableOptions(ident, raw);
+  }
+
+  static FlightOptions tableOptions(Identifier ident, Map<String, String> connection) {
+    Map<String, String> forTable = new HashMap<>(connection);
     forTable.put("table", qualified(ident));
     return FlightOptions.parseSource(forTable);
   }

@@ -37,10 +37,17 @@ final class StagedWriteBuilder implements WriteBuilder, SupportsTruncate {
   private final FlightOptions options;
   private final LogicalWriteInfo info;
   private boolean overwrite;
+  /** Create the table from the rows' schema first (a save mode's write to a missing table). */
+  private final boolean create;
 
   StagedWriteBuilder(FlightOptions options, LogicalWriteInfo info) {
+    this(options, info, false);
+  }
+
+  StagedWriteBuilder(FlightOptions options, LogicalWriteInfo info, boolean create) {
     this.options = options;
     this.info = info;
+    this.create = create;
   }
 
   @Override
@@ -56,6 +63,9 @@ final class StagedWriteBuilder implements WriteBuilder, SupportsTruncate {
     // The driver logs in once; tasks carry the bearer token, never the password. The rows'
     // schema is checked against the table's here, before any task runs.
     try (FlightConnection connection = FlightConnection.open(options)) {
+      if (create) {
+        createFromRows(connection);
+      }
       WriteSchemaCheck.check(options.table, info.schema(),
           connection.schema("SELECT * FROM " + SqlText.table(options.table)));
       LOG.debug("icefloe-flight write to {} (job {})", options.table, key);
@@ -80,6 +90,17 @@ final class StagedWriteBuilder implements WriteBuilder, SupportsTruncate {
         return new StagedStreamingWrite(options, info.schema(), key);
       }
     };
+  }
+
+  private void createFromRows(FlightConnection connection) {
+    try {
+      connection.update(SparkDdl.createTable(options.table, info.schema().asNullable(), null));
+      LOG.info("icefloe-flight: created {} from the written rows' schema", options.table);
+    } catch (IcefloeFlightException e) {
+      if (e.code() != org.apache.arrow.flight.FlightStatusCode.ALREADY_EXISTS) {
+        throw e; // (ALREADY_EXISTS: another writer created it first; the check below decides)
+      }
+    }
   }
 
   /** The driver's side of a write: hands out the task writers, commits or aborts their tokens. */
