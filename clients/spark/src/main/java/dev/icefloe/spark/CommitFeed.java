@@ -30,6 +30,10 @@ final class CommitFeed implements AutoCloseable {
   private final String table;
   final long after;
   static final long RECONNECT_MIN_MS = 100;
+  /** The feed's idle heartbeat; the first one after the backlog says "caught up". */
+  static final int HEARTBEAT_MS = 250;
+  static final long CATCH_UP_WAIT_MS = 10_000;
+  private final java.util.concurrent.CountDownLatch caughtUp = new java.util.concurrent.CountDownLatch(1);
   static final long RECONNECT_MAX_MS = 2000;
   private final NavigableSet<Long> seqs = new ConcurrentSkipListSet<>();
   private volatile RuntimeException failure;
@@ -56,7 +60,7 @@ final class CommitFeed implements AutoCloseable {
       command.put("after", after);
     }
     command.putArray("tables").add(table);
-    command.put("heartbeat_ms", 1000);
+    command.put("heartbeat_ms", HEARTBEAT_MS);
     return command.toString().getBytes(StandardCharsets.UTF_8);
   }
 
@@ -114,7 +118,11 @@ final class CommitFeed implements AutoCloseable {
           delayMs = RECONNECT_MIN_MS; // connected: the next outage starts the backoff afresh
           VectorSchemaRoot root = reader.getRoot();
           if (root.getRowCount() == 0) {
-            continue; // hello / heartbeat
+            // A heartbeat comes only when the feed is idle: every commit up to now has been sent.
+            if (metadata(reader).has("heartbeat")) {
+              caughtUp.countDown();
+            }
+            continue;
           }
           BigIntVector seq = (BigIntVector) root.getVector("seq");
           for (int i = 0; i < root.getRowCount(); i++) {
@@ -133,6 +141,7 @@ final class CommitFeed implements AutoCloseable {
         if (!retryable(e.status().code())) {
           failure = IcefloeFlightException.from("the commit feed of " + table + " failed", e);
           LOG.warn("icefloe-flight: {}", failure.getMessage());
+          caughtUp.countDown(); // the next trigger reports the failure rather than wait
           return;
         }
         LOG.info("icefloe-flight: the commit feed of {} is unreachable ({}); reconnecting in {} ms after seq {}",
@@ -140,6 +149,7 @@ final class CommitFeed implements AutoCloseable {
       } catch (RuntimeException e) {
         if (!closed) {
           failure = e;
+          caughtUp.countDown();
           LOG.warn("icefloe-flight: the commit feed of {} failed", table, e);
         }
         return;
@@ -179,6 +189,19 @@ final class CommitFeed implements AutoCloseable {
     connection = null;
     if (open != null) {
       open.close();
+    }
+  }
+
+  /** Wait (bounded) until the subscription has received the backlog of commits made before it
+   * started, so the first trigger (and an availableNow query's only look) sees them. */
+  void awaitCaughtUp() {
+    try {
+      if (!caughtUp.await(CATCH_UP_WAIT_MS, java.util.concurrent.TimeUnit.MILLISECONDS)) {
+        LOG.info("icefloe-flight: the commit feed of {} has not caught up in {} ms; going on", table,
+            CATCH_UP_WAIT_MS);
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
     }
   }
 

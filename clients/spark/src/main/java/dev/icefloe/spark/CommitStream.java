@@ -93,6 +93,7 @@ final class CommitStream implements MicroBatchStream, SupportsAdmissionControl {
         feed.close();
       }
       feed = new CommitFeed(options, options.table, start);
+      feed.awaitCaughtUp();
     }
     Integer most = limit instanceof ReadMaxFiles ? ((ReadMaxFiles) limit).maxFiles() : null;
     return new SeqOffset(feed.latest(start, most));
