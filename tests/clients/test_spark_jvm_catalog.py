@@ -23,8 +23,8 @@ XS = pa.schema([pa.field("x", pa.int64()), pa.field("s", pa.string())])
 
 
 def _rows(start: int, n: int) -> pa.Table:
-    return pa.table({"x": pa.array(range(start, start + n), pa.int64()), "s": [f"r{x}" for x in range(start, start + n)]},
-                    schema=XS)
+    xs = range(start, start + n)
+    return pa.table({"x": pa.array(xs, pa.int64()), "s": [f"r{x}" for x in xs]}, schema=XS)
 
 
 def _port(location: str) -> str:
@@ -34,7 +34,8 @@ def _port(location: str) -> str:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     warehouse = tmp_path_factory.mktemp("spark-jvm-catalog") / "warehouse"
-    make_tables(warehouse, ("ns.src", "ns.dst", "ns.feed", "ns.chg", "ns.replay", "ns.replay_src"), XS)
+    make_tables(warehouse, ("ns.src", "ns.dst", "ns.feed", "ns.chg", "ns.replay", "ns.replay_src", "ns.kill_src",
+                              "ns.kill_dst"), XS)
     proc = ServerProcess(warehouse).start()
     # Later restarts keep the port, so a running stream's uri still names the server.
     proc.extra_args = ["--port", _port(proc.location)]
@@ -206,6 +207,41 @@ def test_stream_sink_and_source_survive_a_server_kill(spark: Any, server: Server
     finally:
         query.stop()
     assert _xs(server, "ns.dst") == list(range(60)), "every row once: none lost, none twice"
+
+
+def test_a_driver_killed_mid_stream_restarts_with_no_loss_and_no_duplicate(
+        server: ServerProcess, tmp_path: Path) -> None:
+    """kill -9 of the Spark driver (its Python and its JVM) while epochs run, then a new driver
+    on the same checkpoint: the stream read and the sink together land every row once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from spark_support import do_put
+
+    for k in range(8):
+        do_put(server.location, "ns.kill_src", _rows(k * 10, 10))
+    child = Path(__file__).with_name("spark_jvm_stream_child.py")
+    args = [sys.executable, str(child), server.location, "ns.kill_src", "ns.kill_dst", str(tmp_path / "ck")]
+
+    def driver() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    first = driver()
+    try:
+        _wait_for(lambda: len(_xs(server, "ns.kill_dst")) >= 10, "the first epoch", timeout=180)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the whole driver, mid-stream, no clean-up
+        first.wait()
+    landed = len(_xs(server, "ns.kill_dst"))
+    second = driver()
+    try:
+        _wait_for(lambda: len(_xs(server, "ns.kill_dst")) >= 80, "the rest after the restart", timeout=180)
+    finally:
+        os.killpg(second.pid, signal.SIGTERM)
+        second.wait()
+    assert _xs(server, "ns.kill_dst") == list(range(80)), f"every row once (killed with {landed} rows landed)"
 
 
 def test_feed_reconnects_after_a_server_restart(spark: Any, server: ServerProcess) -> None:
