@@ -39,8 +39,10 @@ final class CommitFeed implements AutoCloseable {
   private volatile RuntimeException failure;
   private volatile boolean closed;
   private final Thread thread;
-  private volatile FlightConnection connection;
-  private volatile FlightClient.ExchangeReaderWriter exchange;
+  private final java.util.concurrent.atomic.AtomicReference<FlightConnection> connectionRef =
+      new java.util.concurrent.atomic.AtomicReference<>();
+  private final java.util.concurrent.atomic.AtomicReference<FlightClient.ExchangeReaderWriter> exchangeRef =
+      new java.util.concurrent.atomic.AtomicReference<>();
 
   CommitFeed(FlightOptions options, String table, long after) {
     this.options = options;
@@ -110,9 +112,14 @@ final class CommitFeed implements AutoCloseable {
     long delayMs = RECONNECT_MIN_MS;
     while (!closed) {
       try {
-        connection = FlightConnection.open(options);
-        exchange = connection.client.doExchange(
+        FlightConnection connection = FlightConnection.open(options);
+        connectionRef.set(connection);
+        FlightClient.ExchangeReaderWriter exchange = connection.client.doExchange(
             FlightDescriptor.command(command(table, Long.toString(lastSeen))), connection.callOptions());
+        exchangeRef.set(exchange);
+        if (closed) {
+          return; // (finally releases it) closed while connecting
+        }
         FlightStream reader = exchange.getReader();
         while (!closed && reader.next()) {
           delayMs = RECONNECT_MIN_MS; // connected: the next outage starts the backoff afresh
@@ -179,18 +186,24 @@ final class CommitFeed implements AutoCloseable {
     }
   }
 
-  private synchronized void release() {
-    FlightClient.ExchangeReaderWriter current = exchange;
-    exchange = null;
+  /** Cancel and close the current exchange and connection, once (from either thread, no lock:
+   * closing an exchange whose stream has not ended waits for its end, so cancel it first). */
+  private void release() {
+    FlightClient.ExchangeReaderWriter current = exchangeRef.getAndSet(null);
     if (current != null) {
+      try {
+        current.getReader().cancel("stream stopped", null);
+      } catch (RuntimeException e) {
+        LOG.debug("icefloe-flight: cancelling the feed: {}", e.getMessage());
+      }
       closeQuietly(current);
     }
-    FlightConnection open = connection;
-    connection = null;
+    FlightConnection open = connectionRef.getAndSet(null);
     if (open != null) {
       open.close();
     }
   }
+
 
   /** Wait (bounded) until the subscription has received the backlog of commits made before it
    * started, so the first trigger (and an availableNow query's only look) sees them. */
@@ -237,7 +250,7 @@ final class CommitFeed implements AutoCloseable {
   @Override
   public void close() {
     closed = true;
-    FlightClient.ExchangeReaderWriter current = exchange;
+    FlightClient.ExchangeReaderWriter current = exchangeRef.get();
     if (current != null) {
       try {
         current.getReader().cancel("stream stopped", null);
