@@ -124,7 +124,7 @@ def stream_latency(spark: Any, location: str, table: str, interval: str, commits
             time.sleep(0.1 + (k * 0.37) % 1.0)  # commits at varied phases of a polling interval
             start = time.perf_counter()
             do_put(location, table, pa.table({"x": pa.array([k], pa.int64())}))
-            wait_until(lambda k=k: k in seen)  # type: ignore[misc]
+            wait_until(lambda k=k: k in seen)
             latencies.append(seen[k] - start)
     finally:
         query.stop()
@@ -156,7 +156,7 @@ def main() -> None:
     make_write_tables(warehouse, args.runs, source.schema)
     server = ServerProcess(warehouse).start()
     spark = make_session(conf={"spark.jars": connector_jar()})
-    runs = []
+    runs: list[dict[str, Any]] = []
     try:
         for run in range(args.runs):
             reads = (dict.fromkeys(READS, float("nan")) if args.no_reads
