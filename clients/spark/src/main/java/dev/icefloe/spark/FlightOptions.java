@@ -23,7 +23,9 @@ public final class FlightOptions implements Serializable {
 
   public static final long DEFAULT_TARGET_BYTES = 16L * 1024 * 1024;
   public static final int DEFAULT_MAX_PARTITIONS = 64;
-  public static final int DEFAULT_WRITE_BATCH_ROWS = 65_536;
+  /** Smaller batches keep the server writing while the task converts the next rows (16384
+   * beat 65536 and 262144 in a 1.25M-row write on 2 cores). */
+  public static final int DEFAULT_WRITE_BATCH_ROWS = 16_384;
 
   final String uri;
   final String table;
