@@ -9,6 +9,9 @@ local[2] Spark session with the connector's jar and the Python data source both 
   ``scan_ratio`` = parquet time / JVM scan time (target >= 0.8).
 - Write: ``df.write.format("icefloe-flight")`` of ``--write-rows`` rows (staged per task, one
   commit) vs one client's DoPut of the same rows; ``write_ratio`` = DoPut time / Spark time.
+- Stream latency: DoPut start -> the row in a running stream's ``foreachBatch`` (median of
+  ``--latency-commits``), triggered by the commit feed vs a 1 s processing-time trigger (what a
+  polling source gives); ``latency_ratio`` = feed p50 / 1 s-trigger p50 (target <= 0.2).
 
 ``--runs`` runs (default 3); the table shows each run with the load average at its end, and the
 median of the runs. Results go to a run file benchmarks/results/spark_jvm-<UTC time>.json.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -102,6 +106,40 @@ def write_times(spark: Any, location: str, source: pa.Table, run: int) -> dict[s
     return result
 
 
+def stream_latency(spark: Any, location: str, table: str, interval: str, commits: int) -> float:
+    """Median seconds from a DoPut's start to its row in a foreachBatch of a running stream."""
+    seen: dict[int, float] = {}
+
+    def sink(frame: Any, batch_id: int) -> None:
+        now = time.perf_counter()
+        for row in frame.select("x").collect():
+            seen.setdefault(row.x, now)
+
+    stream = (spark.readStream.format("icefloe-flight").option("uri", location).option("table", table)
+              .option("startingOffsets", "latest").load())
+    query = stream.writeStream.foreachBatch(sink).trigger(processingTime=interval).start()
+    latencies = []
+    try:
+        wait_until(lambda: query.lastProgress is not None)
+        for k in range(commits):
+            time.sleep(0.1 + (k * 0.37) % 1.0)  # commits at varied phases of a polling interval
+            start = time.perf_counter()
+            do_put(location, table, pa.table({"x": pa.array([k], pa.int64())}))
+            wait_until(lambda k=k: k in seen)
+            latencies.append(seen[k] - start)
+    finally:
+        query.stop()
+    return statistics.median(latencies)
+
+
+def wait_until(condition: Any, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the stream did not deliver in time")
+        time.sleep(0.005)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=10_000_000)
@@ -109,6 +147,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--write-rows", type=int, default=2_000_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--latency-commits", type=int, default=8)
+    parser.add_argument("--no-reads", action="store_true", help="only the write and the stream latency")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="icefloe-bench-spark-jvm-"))
     warehouse = work / "warehouse"
@@ -117,11 +157,14 @@ def main() -> None:
     make_write_tables(warehouse, args.runs, source.schema)
     server = ServerProcess(warehouse).start()
     spark = make_session(conf={"spark.jars": connector_jar()})
-    runs = []
+    runs: list[dict[str, Any]] = []
     try:
         for run in range(args.runs):
-            reads = read_times(spark, server.location, files, args.rounds)
+            reads = (dict.fromkeys(READS, float("nan")) if args.no_reads
+                     else read_times(spark, server.location, files, args.rounds))
             writes = write_times(spark, server.location, source, run)
+            feed_p50 = stream_latency(spark, server.location, f"bench.lf_{run}", "0 seconds", args.latency_commits)
+            poll_p50 = stream_latency(spark, server.location, f"bench.lp_{run}", "1 second", args.latency_commits)
             runs.append({
                 "reads": reads, "writes": writes,
                 "scan_ratio": reads["parquet"] / reads["jvm_scan"],
@@ -129,16 +172,20 @@ def main() -> None:
                 "python_ratio": reads["parquet"] / reads["python"],
                 "jvm_vs_python": reads["python"] / reads["jvm_scan"],
                 "write_ratio": writes["doput"] / writes["spark"],
+                "feed_p50_s": feed_p50, "poll_p50_s": poll_p50, "latency_ratio": feed_p50 / poll_p50,
                 "load_average": os.getloadavg()[0],
             })
             print(f"run {run + 1}: {json.dumps(runs[-1])}", flush=True)
     finally:
         spark.stop()
         server.stop()
-    keys = ("scan_ratio", "pushed_ratio", "python_ratio", "jvm_vs_python", "write_ratio", "load_average")
-    median = {key: statistics.median(float(r[key]) for r in runs) for key in keys}
+    keys = ("scan_ratio", "pushed_ratio", "python_ratio", "jvm_vs_python", "write_ratio", "feed_p50_s", "poll_p50_s",
+            "latency_ratio", "load_average")
+    # Only what was measured: a --no-reads run holds no read figures (not NaN ones).
+    median = {key: statistics.median(float(r[key]) for r in runs) for key in keys
+              if not any(math.isnan(float(r[key])) for r in runs)}
     save_run("spark_jvm", {"rows": args.rows, "write_rows": source.num_rows, "runs": runs, "median": median,
-                           "scan_target": ">= 0.8", "write_target": ">= 0.7"})
+                           "scan_target": ">= 0.8", "write_target": ">= 0.7", "latency_target": "<= 0.2"})
     print(f"{args.rows:,} rows in {args.files} files; write {source.num_rows:,} rows; {args.runs} runs")
     print(f"{'run':>4} {'load':>5} {'parquet s':>9} {'jvm scan s':>10} {'jvm pushed s':>12} {'python s':>8} "
           f"{'scan x':>6} {'py x':>5} {'write x':>7}")
@@ -146,10 +193,13 @@ def main() -> None:
         t = r["reads"]
         print(f"{n:>4} {r['load_average']:5.1f} {t['parquet']:9.2f} {t['jvm_scan']:10.2f} {t['jvm_pushed']:12.2f} "
               f"{t['python']:8.2f} {r['scan_ratio']:6.2f} {r['python_ratio']:5.2f} {r['write_ratio']:7.2f}")
-    print(f"median: JVM scan {median['scan_ratio']:.2f}x parquet (target >= 0.8), pushed aggregate "
-          f"{median['pushed_ratio']:.2f}x, Python source {median['python_ratio']:.2f}x parquet "
-          f"(JVM {median['jvm_vs_python']:.2f}x faster than Python); write {median['write_ratio']:.2f}x one DoPut "
-          f"(target >= 0.7); load {median['load_average']:.1f}")
+    m = {key: median.get(key, float("nan")) for key in keys}
+    print(f"median: JVM scan {m['scan_ratio']:.2f}x parquet (target >= 0.8), pushed aggregate "
+          f"{m['pushed_ratio']:.2f}x, Python source {m['python_ratio']:.2f}x parquet "
+          f"(JVM {m['jvm_vs_python']:.2f}x faster than Python); write {m['write_ratio']:.2f}x one DoPut "
+          f"(target >= 0.7); commit -> foreachBatch row p50 {m['feed_p50_s'] * 1000:.0f} ms on the feed vs "
+          f"{m['poll_p50_s'] * 1000:.0f} ms with a 1 s trigger = {m['latency_ratio']:.2f}x (target <= 0.2); "
+          f"load {m['load_average']:.1f}")
 
 
 def make_write_tables(warehouse: Path, runs: int, schema: pa.Schema) -> None:
@@ -160,6 +210,8 @@ def make_write_tables(warehouse: Path, runs: int, schema: pa.Schema) -> None:
         for run in range(runs):
             cat.create_table(f"bench.jw_{run}", schema)
             cat.create_table(f"bench.jp_{run}", schema)
+            for stream in ("lf", "lp"):
+                cat.create_table(f"bench.{stream}_{run}", pa.schema([pa.field("x", pa.int64())]))
     finally:
         cat.close()
 

@@ -114,6 +114,8 @@ FIGURES = (
            "median.jvm_vs_python", "report"),
     Figure("spark_jvm", "spark_jvm.write", "JVM connector write of 1.25M rows / one DoPut (speed)",
            "median.write_ratio", ">= 0.7"),
+    Figure("spark_jvm", "spark_jvm.latency", "JVM connector stream: commit -> row in `foreachBatch` p50, on the feed / "
+           "with a 1 s trigger (time)", "median.latency_ratio", "<= 0.2"),
     Figure("ingest", "ingest.files", "files connector ingest of 8 Parquet files / `icefloe load` of the same files "
            "(rows per second)", "median_ratio", ">= 0.9", "x"),
     Figure("quality_gate", "quality_gate.ratio", "in-process appends of 200k rows into a table with three expectations "

@@ -9,6 +9,7 @@ import java.util.concurrent.ConcurrentSkipListSet;
 import org.apache.arrow.flight.FlightClient;
 import org.apache.arrow.flight.FlightDescriptor;
 import org.apache.arrow.flight.FlightRuntimeException;
+import org.apache.arrow.flight.FlightStatusCode;
 import org.apache.arrow.flight.FlightStream;
 import org.apache.arrow.memory.ArrowBuf;
 import org.apache.arrow.vector.BigIntVector;
@@ -28,12 +29,20 @@ final class CommitFeed implements AutoCloseable {
   private final FlightOptions options;
   private final String table;
   final long after;
+  static final long RECONNECT_MIN_MS = 100;
+  /** The feed's idle heartbeat; the first one after the backlog says "caught up". */
+  static final int HEARTBEAT_MS = 250;
+  static final long CATCH_UP_WAIT_MS = 10_000;
+  private final java.util.concurrent.CountDownLatch caughtUp = new java.util.concurrent.CountDownLatch(1);
+  static final long RECONNECT_MAX_MS = 2000;
   private final NavigableSet<Long> seqs = new ConcurrentSkipListSet<>();
   private volatile RuntimeException failure;
   private volatile boolean closed;
   private final Thread thread;
-  private volatile FlightConnection connection;
-  private volatile FlightClient.ExchangeReaderWriter exchange;
+  private final java.util.concurrent.atomic.AtomicReference<FlightConnection> connectionRef =
+      new java.util.concurrent.atomic.AtomicReference<>();
+  private final java.util.concurrent.atomic.AtomicReference<FlightClient.ExchangeReaderWriter> exchangeRef =
+      new java.util.concurrent.atomic.AtomicReference<>();
 
   CommitFeed(FlightOptions options, String table, long after) {
     this.options = options;
@@ -53,7 +62,7 @@ final class CommitFeed implements AutoCloseable {
       command.put("after", after);
     }
     command.putArray("tables").add(table);
-    command.put("heartbeat_ms", 1000);
+    command.put("heartbeat_ms", HEARTBEAT_MS);
     return command.toString().getBytes(StandardCharsets.UTF_8);
   }
 
@@ -94,32 +103,118 @@ final class CommitFeed implements AutoCloseable {
     }
   }
 
+  /** Follows the feed, reconnecting after {@code after} = the last seq seen when the server
+   * goes away (a restart): the feed then gives every later event exactly once. Only a refusal
+   * (a bad table, an expired cursor, no permission) ends it; that failure reaches the next
+   * trigger. */
   private void follow() {
+    long lastSeen = after;
+    long delayMs = RECONNECT_MIN_MS;
+    while (!closed) {
+      try {
+        FlightConnection connection = FlightConnection.open(options);
+        connectionRef.set(connection);
+        FlightClient.ExchangeReaderWriter exchange = connection.client.doExchange(
+            FlightDescriptor.command(command(table, Long.toString(lastSeen))), connection.callOptions());
+        exchangeRef.set(exchange);
+        if (closed) {
+          return; // (finally releases it) closed while connecting
+        }
+        FlightStream reader = exchange.getReader();
+        while (!closed && reader.next()) {
+          delayMs = RECONNECT_MIN_MS; // connected: the next outage starts the backoff afresh
+          VectorSchemaRoot root = reader.getRoot();
+          if (root.getRowCount() == 0) {
+            // A heartbeat comes only when the feed is idle: every commit up to now has been sent.
+            if (metadata(reader).has("heartbeat")) {
+              caughtUp.countDown();
+            }
+            continue;
+          }
+          BigIntVector seq = (BigIntVector) root.getVector("seq");
+          for (int i = 0; i < root.getRowCount(); i++) {
+            long s = seq.get(i);
+            seqs.add(s);
+            lastSeen = Math.max(lastSeen, s);
+          }
+        }
+        if (!closed) {
+          LOG.info("icefloe-flight: the commit feed of {} ended; reconnecting after seq {}", table, lastSeen);
+        }
+      } catch (FlightRuntimeException e) {
+        if (closed) {
+          return;
+        }
+        if (!retryable(e.status().code())) {
+          failure = IcefloeFlightException.from("the commit feed of " + table + " failed", e);
+          LOG.warn("icefloe-flight: {}", failure.getMessage());
+          caughtUp.countDown(); // the next trigger reports the failure rather than wait
+          return;
+        }
+        LOG.info("icefloe-flight: the commit feed of {} is unreachable ({}); reconnecting in {} ms after seq {}",
+            table, e.status().code(), delayMs, lastSeen);
+      } catch (RuntimeException e) {
+        if (!closed) {
+          failure = e;
+          caughtUp.countDown();
+          LOG.warn("icefloe-flight: the commit feed of {} failed", table, e);
+        }
+        return;
+      } finally {
+        release();
+      }
+      if (!pause(delayMs)) {
+        return;
+      }
+      delayMs = Math.min(RECONNECT_MAX_MS, delayMs * 2);
+    }
+  }
+
+  static boolean retryable(FlightStatusCode code) {
+    return code == FlightStatusCode.UNAVAILABLE || code == FlightStatusCode.CANCELLED
+        || code == FlightStatusCode.INTERNAL || code == FlightStatusCode.UNKNOWN
+        || code == FlightStatusCode.TIMED_OUT;
+  }
+
+  private boolean pause(long ms) {
     try {
-      connection = FlightConnection.open(options);
-      exchange = connection.client.doExchange(
-          FlightDescriptor.command(command(table, Long.toString(after))), connection.callOptions());
-      FlightStream reader = exchange.getReader();
-      while (!closed && reader.next()) {
-        VectorSchemaRoot root = reader.getRoot();
-        if (root.getRowCount() == 0) {
-          continue; // hello / heartbeat
-        }
-        BigIntVector seq = (BigIntVector) root.getVector("seq");
-        for (int i = 0; i < root.getRowCount(); i++) {
-          seqs.add(seq.get(i));
-        }
+      Thread.sleep(ms);
+      return !closed;
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return false;
+    }
+  }
+
+  /** Cancel and close the current exchange and connection, once (from either thread, no lock:
+   * closing an exchange whose stream has not ended waits for its end, so cancel it first). */
+  private void release() {
+    FlightClient.ExchangeReaderWriter current = exchangeRef.getAndSet(null);
+    if (current != null) {
+      try {
+        current.getReader().cancel("stream stopped", null);
+      } catch (RuntimeException e) {
+        LOG.debug("icefloe-flight: cancelling the feed: {}", e.getMessage());
       }
-    } catch (FlightRuntimeException e) {
-      if (!closed) {
-        failure = IcefloeFlightException.from("the commit feed of " + table + " failed", e);
-        LOG.warn("icefloe-flight: {}", failure.getMessage());
+      closeQuietly(current);
+    }
+    FlightConnection open = connectionRef.getAndSet(null);
+    if (open != null) {
+      open.close();
+    }
+  }
+
+
+  /** Wait (bounded) until the subscription has received the backlog of commits made before it
+   * started, so the first trigger (and an availableNow query's only look) sees them. */
+  void awaitCaughtUp() {
+    try {
+      if (!caughtUp.await(CATCH_UP_WAIT_MS, java.util.concurrent.TimeUnit.MILLISECONDS)) {
+        LOG.info("icefloe-flight: the commit feed of {} has not caught up in {} ms; going on", table,
+            CATCH_UP_WAIT_MS);
       }
-    } catch (RuntimeException e) {
-      if (!closed) {
-        failure = e;
-        LOG.warn("icefloe-flight: the commit feed of {} failed", table, e);
-      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
     }
   }
 
@@ -155,7 +250,7 @@ final class CommitFeed implements AutoCloseable {
   @Override
   public void close() {
     closed = true;
-    FlightClient.ExchangeReaderWriter current = exchange;
+    FlightClient.ExchangeReaderWriter current = exchangeRef.get();
     if (current != null) {
       try {
         current.getReader().cancel("stream stopped", null);
@@ -163,17 +258,13 @@ final class CommitFeed implements AutoCloseable {
         LOG.debug("icefloe-flight: cancelling the feed: {}", e.getMessage());
       }
     }
+    thread.interrupt(); // out of a reconnect pause
     try {
       thread.join(5000);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
     }
-    if (current != null) {
-      closeQuietly(current);
-    }
-    if (connection != null) {
-      connection.close();
-    }
+    release();
   }
 
   private static void closeQuietly(FlightClient.ExchangeReaderWriter exchange) {

@@ -93,6 +93,7 @@ final class CommitStream implements MicroBatchStream, SupportsAdmissionControl {
         feed.close();
       }
       feed = new CommitFeed(options, options.table, start);
+      feed.awaitCaughtUp();
     }
     Integer most = limit instanceof ReadMaxFiles ? ((ReadMaxFiles) limit).maxFiles() : null;
     return new SeqOffset(feed.latest(start, most));
@@ -109,7 +110,7 @@ final class CommitStream implements MicroBatchStream, SupportsAdmissionControl {
     command.put("changes", options.table);
     command.put("after", after);
     command.put("until", until);
-    command.put("include", "appends");
+    command.put("include", options.include == null ? "appends" : options.include);
     try (FlightConnection connection = FlightConnection.open(options)) {
       FlightInfo info = connection.client.getInfo(
           FlightDescriptor.command(command.toString().getBytes(StandardCharsets.UTF_8)), connection.callOptions());

@@ -192,6 +192,40 @@ final class FlightConnection implements AutoCloseable {
     return null;
   }
 
+  /** The text values of {@code columns} in every row of a small answer (metadata listings). */
+  List<String[]> rows(FlightInfo info, String... columns) {
+    List<String[]> out = new ArrayList<>();
+    for (FlightEndpoint endpoint : info.getEndpoints()) {
+      try (FlightStream stream = client.getStream(endpoint.getTicket(), callOptions())) {
+        while (stream.next()) {
+          VectorSchemaRoot root = stream.getRoot();
+          for (int i = 0; i < root.getRowCount(); i++) {
+            String[] row = new String[columns.length];
+            for (int c = 0; c < columns.length; c++) {
+              Object value = root.getVector(columns[c]).getObject(i);
+              row[c] = value == null ? null : value.toString();
+            }
+            out.add(row);
+          }
+        }
+      } catch (FlightRuntimeException e) {
+        throw IcefloeFlightException.from(null, e);
+      } catch (Exception e) {
+        throw new IcefloeFlightException("reading a listing failed: " + e.getMessage(), e);
+      }
+    }
+    return out;
+  }
+
+  /** Run one statement that answers no rows (DDL); a refusal keeps the server's status. */
+  void update(String statement) {
+    try {
+      sql.executeUpdate(statement, callOptions());
+    } catch (FlightRuntimeException e) {
+      throw IcefloeFlightException.from(null, e);
+    }
+  }
+
   FlightStream stream(byte[] ticket) {
     return client.getStream(new Ticket(ticket), callOptions());
   }

@@ -23,7 +23,9 @@ public final class FlightOptions implements Serializable {
 
   public static final long DEFAULT_TARGET_BYTES = 16L * 1024 * 1024;
   public static final int DEFAULT_MAX_PARTITIONS = 64;
-  public static final int DEFAULT_WRITE_BATCH_ROWS = 65_536;
+  /** Smaller batches keep the server writing while the task converts the next rows (16384
+   * beat 65536 and 262144 in a 1.25M-row write on 2 cores). */
+  public static final int DEFAULT_WRITE_BATCH_ROWS = 16_384;
 
   final String uri;
   final String table;
@@ -45,6 +47,9 @@ public final class FlightOptions implements Serializable {
   final boolean pushDownAggregate;
   final String startingOffsets;
   final Integer maxCommitsPerTrigger;
+  /** A stream's change scan: null (appends, table columns only), "appends" or "all" (both
+   * with the change columns _seq, _snapshot_id, _operation). */
+  final String include;
 
   private FlightOptions(Map<String, String> raw) {
     Map<String, String> options = new TreeMap<>(String.CASE_INSENSITIVE_ORDER);
@@ -121,6 +126,14 @@ public final class FlightOptions implements Serializable {
     }
     Long most = longOption(options, "maxCommitsPerTrigger", null, 1);
     maxCommitsPerTrigger = most == null ? null : most.intValue();
+    String inc = options.get("include");
+    if (inc != null) {
+      inc = inc.strip().toLowerCase(Locale.ROOT);
+      if (!inc.equals("appends") && !inc.equals("all")) {
+        throw new IllegalArgumentException("option include must be appends or all, got '" + cut(inc) + "'");
+      }
+    }
+    include = inc;
   }
 
   /** Parse and check the options; throws IllegalArgumentException naming the bad option. */

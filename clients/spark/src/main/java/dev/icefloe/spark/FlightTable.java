@@ -35,7 +35,7 @@ final class FlightTable implements SupportsRead, SupportsWrite {
 
   @Override
   public StructType schema() {
-    return sparkSchema;
+    return options.include == null ? sparkSchema : ChangeScanBuilder.withChangeColumns(sparkSchema);
   }
 
   @Override
@@ -43,13 +43,16 @@ final class FlightTable implements SupportsRead, SupportsWrite {
     if (options.table == null) {
       return EnumSet.of(TableCapability.BATCH_READ);
     }
+    if (options.include != null) {
+      return EnumSet.of(TableCapability.MICRO_BATCH_READ); // a change stream, not the table
+    }
     return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ, TableCapability.BATCH_WRITE,
-        TableCapability.TRUNCATE);
+        TableCapability.TRUNCATE, TableCapability.STREAMING_WRITE);
   }
 
   @Override
   public ScanBuilder newScanBuilder(CaseInsensitiveStringMap scanOptions) {
-    return new FlightScanBuilder(this);
+    return options.include == null ? new FlightScanBuilder(this) : new ChangeScanBuilder(options, schema());
   }
 
   @Override

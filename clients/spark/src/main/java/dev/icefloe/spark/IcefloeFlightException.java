@@ -14,6 +14,11 @@ public final class IcefloeFlightException extends RuntimeException {
     super(message, cause);
   }
 
+  /** The server's status code when this is a server refusal, else null. */
+  org.apache.arrow.flight.FlightStatusCode code() {
+    return getCause() instanceof FlightRuntimeException ? ((FlightRuntimeException) getCause()).status().code() : null;
+  }
+
   static IcefloeFlightException from(String context, FlightRuntimeException e) {
     String text = e.getMessage() == null ? e.status().code().name() : e.getMessage();
     int cutAt = text.indexOf(". Detail:");

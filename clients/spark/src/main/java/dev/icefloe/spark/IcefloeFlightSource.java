@@ -2,6 +2,8 @@ package dev.icefloe.spark;
 
 import java.util.Map;
 import org.apache.arrow.vector.types.pojo.Schema;
+import org.apache.spark.sql.connector.catalog.Identifier;
+import org.apache.spark.sql.connector.catalog.SupportsCatalogOptions;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableProvider;
 import org.apache.spark.sql.connector.expressions.Transform;
@@ -16,13 +18,26 @@ import org.slf4j.LoggerFactory;
  * read as columnar batches straight off the Flight stream. The short name differs from the
  * Python data source's ({@code "icefloe"}), so both can be registered in one session.
  */
-public final class IcefloeFlightSource implements TableProvider, DataSourceRegister {
+public final class IcefloeFlightSource implements TableProvider, DataSourceRegister, SupportsCatalogOptions {
   public static final String SHORT_NAME = "icefloe-flight";
   private static final Logger LOG = LoggerFactory.getLogger(IcefloeFlightSource.class);
 
   @Override
   public String shortName() {
     return SHORT_NAME;
+  }
+
+  /** Spark reads and writes {@code format("icefloe-flight")} through a catalog of these options
+   * (FormatCatalog): that is how its save modes create a missing table. */
+  @Override
+  public Identifier extractIdentifier(CaseInsensitiveStringMap options) {
+    return FormatCatalog.identifier(options.asCaseSensitiveMap());
+  }
+
+  @Override
+  public String extractCatalog(CaseInsensitiveStringMap options) {
+    FlightOptions.parseSource(options.asCaseSensitiveMap()); // a precise error before any catalog
+    return FormatCatalog.register(options.asCaseSensitiveMap());
   }
 
   @Override
@@ -35,7 +50,11 @@ public final class IcefloeFlightSource implements TableProvider, DataSourceRegis
 
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
-    FlightOptions parsed = FlightOptions.parseSource(properties);
+    return load(FlightOptions.parseSource(properties));
+  }
+
+  /** The table (or query) of {@code parsed}, described and pinned now. */
+  static FlightTable load(FlightOptions parsed) {
     try (FlightConnection connection = FlightConnection.open(parsed)) {
       Described described = describe(connection, parsed);
       Long snapshot = parsed.table == null ? null : pin(connection, parsed);

@@ -14,6 +14,8 @@ import org.apache.spark.sql.connector.write.SupportsTruncate;
 import org.apache.spark.sql.connector.write.Write;
 import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.apache.spark.sql.connector.write.streaming.StreamingDataWriterFactory;
+import org.apache.spark.sql.connector.write.streaming.StreamingWrite;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -35,10 +37,17 @@ final class StagedWriteBuilder implements WriteBuilder, SupportsTruncate {
   private final FlightOptions options;
   private final LogicalWriteInfo info;
   private boolean overwrite;
+  /** Create the table from the rows' schema first (a save mode's write to a missing table). */
+  private final boolean create;
 
   StagedWriteBuilder(FlightOptions options, LogicalWriteInfo info) {
+    this(options, info, false);
+  }
+
+  StagedWriteBuilder(FlightOptions options, LogicalWriteInfo info, boolean create) {
     this.options = options;
     this.info = info;
+    this.create = create;
   }
 
   @Override
@@ -51,8 +60,14 @@ final class StagedWriteBuilder implements WriteBuilder, SupportsTruncate {
   public Write build() {
     final String key = "spark-jvm:" + info.queryId();
     final boolean replace = overwrite;
-    // The driver logs in once; tasks carry the bearer token, never the password.
-    try (FlightConnection ignored = FlightConnection.open(options)) {
+    // The driver logs in once; tasks carry the bearer token, never the password. The rows'
+    // schema is checked against the table's here, before any task runs.
+    try (FlightConnection connection = FlightConnection.open(options)) {
+      if (create) {
+        createFromRows(connection);
+      }
+      WriteSchemaCheck.check(options.table, info.schema(),
+          connection.schema("SELECT * FROM " + SqlText.table(options.table)));
       LOG.debug("icefloe-flight write to {} (job {})", options.table, key);
     }
     return new Write() {
@@ -65,7 +80,27 @@ final class StagedWriteBuilder implements WriteBuilder, SupportsTruncate {
       public BatchWrite toBatch() {
         return new StagedBatchWrite(options, info.schema(), key, replace);
       }
+
+      @Override
+      public StreamingWrite toStreaming() {
+        if (replace) {
+          throw new UnsupportedOperationException(
+              "icefloe-flight streams append: use outputMode append (complete mode would replace the table)");
+        }
+        return new StagedStreamingWrite(options, info.schema(), key);
+      }
     };
+  }
+
+  private void createFromRows(FlightConnection connection) {
+    try {
+      connection.update(SparkDdl.createTable(options.table, info.schema().asNullable(), null));
+      LOG.info("icefloe-flight: created {} from the written rows' schema", options.table);
+    } catch (IcefloeFlightException e) {
+      if (e.code() != org.apache.arrow.flight.FlightStatusCode.ALREADY_EXISTS) {
+        throw e; // (ALREADY_EXISTS: another writer created it first; the check below decides)
+      }
+    }
   }
 
   /** The driver's side of a write: hands out the task writers, commits or aborts their tokens. */
@@ -99,74 +134,123 @@ final class StagedWriteBuilder implements WriteBuilder, SupportsTruncate {
       if (tokens.isEmpty() && !overwrite) {
         return; // nothing to append: no empty snapshot
       }
-      ObjectNode body = JSON.createObjectNode();
-      body.put("table", options.table);
-      ArrayNode list = body.putArray("tokens");
-      tokens.forEach(list::add);
-      body.put("idempotency_key", key);
-      body.put("mode", overwrite ? "overwrite" : "append");
-      // The key makes the commit exactly once, so a commit whose answer was lost (the server
-      // unreachable) is retried safely: a retry of a landed commit answers "duplicate": true.
-      long delayMs = 200;
-      for (int attempt = 0; ; attempt++) {
-        try (FlightConnection connection = FlightConnection.open(options)) {
-          String answer = connection.action(COMMIT_STAGED, body.toString());
-          LOG.info("icefloe-flight write of {} committed: {}", options.table, answer);
-          return;
-        } catch (IcefloeFlightException e) {
-          if (attempt >= COMMIT_RETRIES || !unavailable(e)) {
-            throw e;
-          }
-          LOG.info("icefloe-flight: commit of {} unanswered ({}); retrying in {} ms", options.table,
-              e.getMessage(), delayMs);
-          sleep(delayMs);
-          delayMs = Math.min(5000, delayMs * 2);
-        }
-      }
-    }
-
-    private static boolean unavailable(IcefloeFlightException e) {
-      return e.getCause() instanceof org.apache.arrow.flight.FlightRuntimeException
-          && ((org.apache.arrow.flight.FlightRuntimeException) e.getCause()).status().code()
-              == org.apache.arrow.flight.FlightStatusCode.UNAVAILABLE;
-    }
-
-    private static void sleep(long ms) {
-      try {
-        Thread.sleep(ms);
-      } catch (InterruptedException e) {
-        Thread.currentThread().interrupt();
-        throw new IcefloeFlightException("interrupted while retrying the commit", e);
-      }
+      commitTokens(options, tokens, key, overwrite);
     }
 
     @Override
     public void abort(WriterCommitMessage[] messages) {
+      abortTokens(options, tokens(messages));
+    }
+  }
+
+  /**
+   * {@code writeStream.format("icefloe-flight")}: one commit per epoch, keyed by the query id
+   * (kept in the checkpoint) and the epoch. An epoch Spark replays after a restart (its commit
+   * landed, the checkpoint's commit log did not) stages again and its commit answers
+   * "duplicate": the rows land once.
+   */
+  static final class StagedStreamingWrite implements StreamingWrite {
+    private final FlightOptions options;
+    private final org.apache.spark.sql.types.StructType schema;
+    private final String key;
+
+    StagedStreamingWrite(FlightOptions options, org.apache.spark.sql.types.StructType schema, String key) {
+      this.options = options;
+      this.schema = schema;
+      this.key = key;
+    }
+
+    @Override
+    public StreamingDataWriterFactory createStreamingWriterFactory(PhysicalWriteInfo physical) {
+      return new StagingWriterFactory(options, schema, key);
+    }
+
+    @Override
+    public boolean useCommitCoordinator() {
+      return true;
+    }
+
+    @Override
+    public void commit(long epochId, WriterCommitMessage[] messages) {
       List<String> tokens = tokens(messages);
-      if (tokens.isEmpty()) {
-        return;
-      }
-      ObjectNode body = JSON.createObjectNode();
-      body.put("table", options.table);
-      ArrayNode list = body.putArray("tokens");
-      tokens.forEach(list::add);
-      try (FlightConnection connection = FlightConnection.open(options)) {
-        connection.action(ABORT_STAGED, body.toString());
-      } catch (RuntimeException e) {
-        // Uncommitted staged files also go with the server's orphan removal.
-        LOG.warn("icefloe-flight: aborting the staged files of {} failed: {}", options.table, e.getMessage());
+      if (!tokens.isEmpty()) {
+        commitTokens(options, tokens, key + ":epoch-" + epochId, false);
       }
     }
 
-    private static List<String> tokens(WriterCommitMessage[] messages) {
-      List<String> out = new ArrayList<>();
-      for (WriterCommitMessage m : messages) {
-        if (m instanceof StagedMessage && ((StagedMessage) m).token != null) {
-          out.add(((StagedMessage) m).token);
-        }
-      }
-      return out;
+    @Override
+    public void abort(long epochId, WriterCommitMessage[] messages) {
+      abortTokens(options, tokens(messages));
     }
+  }
+
+  /** Commit the staged tokens as one snapshot, exactly once per {@code key}. */
+  static void commitTokens(FlightOptions options, List<String> tokens, String key, boolean overwrite) {
+    ObjectNode body = JSON.createObjectNode();
+    body.put("table", options.table);
+    ArrayNode list = body.putArray("tokens");
+    tokens.forEach(list::add);
+    body.put("idempotency_key", key);
+    body.put("mode", overwrite ? "overwrite" : "append");
+    // The key makes the commit exactly once, so a commit whose answer was lost (the server
+    // unreachable) is retried safely: a retry of a landed commit answers "duplicate": true.
+    long delayMs = 200;
+    for (int attempt = 0; ; attempt++) {
+      try (FlightConnection connection = FlightConnection.open(options)) {
+        String answer = connection.action(COMMIT_STAGED, body.toString());
+        LOG.info("icefloe-flight write of {} committed: {}", options.table, answer);
+        return;
+      } catch (IcefloeFlightException e) {
+        if (attempt >= COMMIT_RETRIES || !unavailable(e)) {
+          throw e;
+        }
+        LOG.info("icefloe-flight: commit of {} unanswered ({}); retrying in {} ms", options.table,
+            e.getMessage(), delayMs);
+        sleep(delayMs);
+        delayMs = Math.min(5000, delayMs * 2);
+      }
+    }
+  }
+
+  private static boolean unavailable(IcefloeFlightException e) {
+    return e.getCause() instanceof org.apache.arrow.flight.FlightRuntimeException
+        && ((org.apache.arrow.flight.FlightRuntimeException) e.getCause()).status().code()
+            == org.apache.arrow.flight.FlightStatusCode.UNAVAILABLE;
+  }
+
+  private static void sleep(long ms) {
+    try {
+      Thread.sleep(ms);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IcefloeFlightException("interrupted while retrying the commit", e);
+    }
+  }
+
+  static void abortTokens(FlightOptions options, List<String> tokens) {
+    if (tokens.isEmpty()) {
+      return;
+    }
+    ObjectNode body = JSON.createObjectNode();
+    body.put("table", options.table);
+    ArrayNode list = body.putArray("tokens");
+    tokens.forEach(list::add);
+    try (FlightConnection connection = FlightConnection.open(options)) {
+      connection.action(ABORT_STAGED, body.toString());
+    } catch (RuntimeException e) {
+      // Uncommitted staged files also go with the server's orphan removal.
+      LOG.warn("icefloe-flight: aborting the staged files of {} failed: {}", options.table, e.getMessage());
+    }
+  }
+
+  private static List<String> tokens(WriterCommitMessage[] messages) {
+    List<String> out = new ArrayList<>();
+    for (WriterCommitMessage m : messages) {
+      if (m instanceof StagedMessage && ((StagedMessage) m).token != null) {
+        out.add(((StagedMessage) m).token);
+      }
+    }
+    return out;
   }
 
   /** What one task staged: its signed token (null for an empty partition) and row count. */

@@ -12,12 +12,13 @@ import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.write.DataWriter;
 import org.apache.spark.sql.connector.write.DataWriterFactory;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.apache.spark.sql.connector.write.streaming.StreamingDataWriterFactory;
 import org.apache.spark.sql.execution.arrow.ArrowWriter;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.ArrowUtils;
 
 /** The task side of a write: one staged DoPut per task attempt. */
-final class StagingWriterFactory implements DataWriterFactory {
+final class StagingWriterFactory implements DataWriterFactory, StreamingDataWriterFactory {
   private static final long serialVersionUID = 1L;
   static final String STAGE_HEADER = "x-icefloe-stage";
 
@@ -33,7 +34,12 @@ final class StagingWriterFactory implements DataWriterFactory {
 
   @Override
   public DataWriter<InternalRow> createWriter(int partitionId, long taskId) {
-    return new StagingWriter();
+    return new StagingWriter(job);
+  }
+
+  @Override
+  public DataWriter<InternalRow> createWriter(int partitionId, long taskId, long epochId) {
+    return new StagingWriter(job + "-" + epochId);
   }
 
   /** Rows go into Arrow vectors (Spark's own ArrowWriter) and out as DoPut batches of
@@ -46,6 +52,11 @@ final class StagingWriterFactory implements DataWriterFactory {
     private SyncPutListener answers;
     private long rows;
     private int pending;
+    private final String stageJob;
+
+    StagingWriter(String stageJob) {
+      this.stageJob = stageJob.replaceAll("[^A-Za-z0-9._-]", "-");
+    }
 
     private void start() {
       connection = FlightConnection.open(options);
@@ -53,9 +64,8 @@ final class StagingWriterFactory implements DataWriterFactory {
           ArrowUtils.toArrowSchema(schema, "UTC", true, false), connection.allocator);
       arrow = ArrowWriter.create(root);
       answers = new SyncPutListener();
-      String job = StagingWriterFactory.this.job.replaceAll("[^A-Za-z0-9._-]", "-");
       put = connection.client.startPut(FlightConnection.tablePath(options.table), root, answers,
-          connection.callOptions(Map.of(STAGE_HEADER, job)));
+          connection.callOptions(Map.of(STAGE_HEADER, stageJob)));
     }
 
     @Override
