@@ -101,6 +101,9 @@ def peer_binary() -> tuple[Path | None, str]:
     cargo = shutil.which("cargo")
     if cargo is None:
         return None, "cargo is not installed (the peer is a Rust binary)"
+    if shutil.which("protoc") is None and "PROTOC" not in os.environ:
+        # arrow-flight's build generates its gRPC code with prost-build, which runs protoc.
+        return None, "protoc is not installed (the peer's build needs it: apt-get install protobuf-compiler)"
     cache_home = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     target = cache_home / "icefloe" / "datafusion-peer-target"
     binary = target / "release" / "icefloe-datafusion-peer"

@@ -20,6 +20,7 @@ from s3_support import BUCKET, S3Server
 from servers import ServerProcess
 
 from catalog import RocksCatalog
+from catalog.durable_io import local_path
 from catalog.object_store import S3Settings
 
 ON_EVERY_STORAGE = pytest.mark.parametrize("storage_kind", ["local", "s3"], indirect=True)
@@ -84,6 +85,12 @@ def table_files(warehouse: Warehouse, table: str, pattern: str = "*") -> list[st
                       if fnmatch.fnmatch(k.rsplit("/", 1)[-1], pattern))
     folder = warehouse.joinpath(*table.split("."))
     return sorted(str(p) for p in folder.rglob(pattern)) if folder.exists() else []
+
+
+def as_listed(location: str) -> str:
+    """A location as ``table_files`` lists it: a local path for ``file://`` (a local warehouse
+    names its files by URI), an object store's URI unchanged."""
+    return local_path(location) or location
 
 
 @pytest.fixture

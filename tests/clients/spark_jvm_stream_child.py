@@ -10,6 +10,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# The project root too: without it ``pyspark_icefloe`` resolves to the tests' folder of that
+# name (a namespace package) when the child is started without PYTHONPATH, as CI starts it.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from spark_jvm_support import FORMAT, jvm_session  # noqa: E402
 

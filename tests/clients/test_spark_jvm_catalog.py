@@ -67,11 +67,11 @@ def _xs(server: ServerProcess, table: str) -> list[int]:
     return sorted(_sql(server, f"SELECT x FROM {table}").column("x").to_pylist())
 
 
-def _wait_for(condition: Any, what: str, timeout: float = 120) -> None:
+def _wait_for(condition: Any, what: str, timeout: float = 120, said: Any = None) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what}" + (f"; the drivers said:\n{said()}" if said else ""))
         time.sleep(0.2)
 
 
@@ -225,19 +225,27 @@ def test_a_driver_killed_mid_stream_restarts_with_no_loss_and_no_duplicate(
     child = Path(__file__).with_name("spark_jvm_stream_child.py")
     args = [sys.executable, str(child), server.location, "ns.kill_src", "ns.kill_dst", str(tmp_path / "ck")]
 
+    logs: list[Path] = []
+
     def driver() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        logs.append(tmp_path / f"driver-{len(logs)}.log")
+        with logs[-1].open("wb") as log:  # the child keeps its own copy of the descriptor
+            return subprocess.Popen(args, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+
+    def said() -> str:
+        return "\n".join(f"--- {p.name}:\n" + p.read_text(errors="replace")[-3000:] for p in logs)
 
     first = driver()
     try:
-        _wait_for(lambda: len(_xs(server, "ns.kill_dst")) >= 10, "the first epoch", timeout=180)
+        _wait_for(lambda: len(_xs(server, "ns.kill_dst")) >= 10, "the first epoch", timeout=180, said=said)
     finally:
         os.killpg(first.pid, signal.SIGKILL)  # the whole driver, mid-stream, no clean-up
         first.wait()
     landed = len(_xs(server, "ns.kill_dst"))
     second = driver()
     try:
-        _wait_for(lambda: len(_xs(server, "ns.kill_dst")) >= 80, "the rest after the restart", timeout=180)
+        _wait_for(lambda: len(_xs(server, "ns.kill_dst")) >= 80, "the rest after the restart", timeout=180,
+                  said=said)
     finally:
         os.killpg(second.pid, signal.SIGTERM)
         second.wait()

@@ -16,7 +16,7 @@ import pyarrow.flight as flight
 import pytest
 from append_helpers import IDEMPOTENCY_HEADER, data_files_on_disk, do_put, make_table, read_only, rows, scan_ids
 from servers import ROOT, ServerProcess
-from storage_kinds import ON_EVERY_STORAGE, S3Warehouse, Warehouse, start_server
+from storage_kinds import ON_EVERY_STORAGE, S3Warehouse, Warehouse, as_listed, start_server
 
 pytestmark = ON_EVERY_STORAGE
 
@@ -127,7 +127,7 @@ def test_server_killed_mid_stream_then_retry_with_key_commits_once(
         # Every file left is one a snapshot references (the retried append's files stay
         # referenced by its snapshot if maintenance compacted them): none is an orphan.
         referenced = {
-            task.file.file_path
+            as_listed(task.file.file_path)
             for snap in table.snapshots()
             for task in table.scan(snapshot_id=snap.snapshot_id).plan_files()
         }

@@ -15,7 +15,7 @@ import pytest
 from append_helpers import do_put, make_table, read_only, rows
 from s3_support import BUCKET
 from servers import ROOT, ServerProcess
-from storage_kinds import ON_EVERY_STORAGE, S3Warehouse, Warehouse, start_server, table_files
+from storage_kinds import ON_EVERY_STORAGE, S3Warehouse, Warehouse, as_listed, start_server, table_files
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -231,7 +231,7 @@ def test_compaction_expiry_and_orphan_removal_by_listing(warehouse: Warehouse) -
         cat = read_only(warehouse)
         try:
             table = cat.load_table("ns.t")
-            live = {task.file.file_path for task in table.scan().plan_files()}
+            live = {as_listed(task.file.file_path) for task in table.scan().plan_files()}
         finally:
             cat.close()
         assert len(live) == 1

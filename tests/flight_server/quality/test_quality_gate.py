@@ -38,7 +38,9 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
 
 @pytest.fixture
 def conn(server: ServerProcess) -> Iterator[flight_sql.Connection]:
-    connection = flight_sql.connect(server.location, autocommit=True)
+    # The session cookie kept: SQL BEGIN's transaction lives in the session.
+    connection = flight_sql.connect(server.location, autocommit=True,
+                                    db_kwargs={"adbc.flight.sql.rpc.with_cookie_middleware": "true"})
     try:
         yield connection
     finally:
