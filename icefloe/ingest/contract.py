@@ -225,6 +225,8 @@ class Connector(ABC):
 
     #: The name used in ``icefloe ingest add --source KIND`` and server config ``source = ...``.
     kind: ClassVar[str]
+    #: The option names the connector takes; None: it checks its options itself.
+    known_options: ClassVar[frozenset[str] | None] = None
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         """Check the options; do no I/O.
@@ -237,6 +239,11 @@ class Connector(ABC):
             InvalidOptions: An option is missing, unknown, or malformed.
         """
         self.options = dict(options)
+        if self.known_options is not None:
+            unknown = set(self.options) - self.known_options
+            if unknown:
+                raise InvalidOptions(f"unknown {self.kind} option(s) {sorted(unknown)}; "
+                                     f"known: {sorted(self.known_options)}")
 
     @abstractmethod
     def discover(self) -> pa.Schema:

@@ -77,12 +77,10 @@ class SourceFile:
 
 class FilesConnector(Connector):
     kind = "files"
+    known_options = frozenset(OPTIONS)
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)
-        unknown = set(self.options) - OPTIONS
-        if unknown:
-            raise InvalidOptions(f"unknown files option(s) {sorted(unknown)}; known: {sorted(OPTIONS)}")
         path = self.options.get("path")
         if not isinstance(path, str) or not path:
             raise InvalidOptions("the files connector needs path = a folder or an s3://bucket/prefix")

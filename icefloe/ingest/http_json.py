@@ -70,12 +70,10 @@ MAX_BACKOFF_S = 30.0
 
 class HttpJsonConnector(Connector):
     kind = "http"
+    known_options = frozenset(OPTIONS)
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)
-        unknown = set(self.options) - OPTIONS
-        if unknown:
-            raise InvalidOptions(f"unknown http option(s) {sorted(unknown)}; known: {sorted(OPTIONS)}")
         url = self.options.get("url")
         if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme not in {"http", "https"}:
             raise InvalidOptions("the http connector needs url = an http:// or https:// URL")

@@ -77,12 +77,10 @@ class PostgresCdcConnector(Connector):
     """``source = "postgres"``: see the module docstring and docs/ingestion.md."""
 
     kind = "postgres"
+    known_options = frozenset(OPTIONS)
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)
-        unknown = set(self.options) - OPTIONS
-        if unknown:
-            raise InvalidOptions(f"unknown postgres option(s) {sorted(unknown)}; known: {sorted(OPTIONS)}")
         for required in ("dsn", "table", "publication", "slot"):
             if not isinstance(self.options.get(required), str) or not self.options[required]:
                 raise InvalidOptions(f"the postgres source needs option {required!r} (a string)")
