@@ -285,10 +285,12 @@ def _apply_staged(appender: Appender, table: Table, request: str, maintenance: s
 def _expirable(table: Table, namespace: tuple[str, ...], name: str, now_ms: int | None) -> list[int]:
     retention = prop_int(table, MAX_SNAPSHOT_AGE_PROPERTY, DEFAULT_RETENTION_MS)
     keep_newest = max(1, prop_int(table, MIN_SNAPSHOTS_PROPERTY, 1))
-    max_count = max(keep_newest, prop_int(table, MAX_SNAPSHOTS_PROPERTY, DEFAULT_MAX_SNAPSHOTS))
+    cap = prop_int(table, MAX_SNAPSHOTS_PROPERTY, DEFAULT_MAX_SNAPSHOTS)
     cutoff = (now_ms if now_ms is not None else int(time.time() * 1000)) - retention
     snapshots = sorted(table.metadata.snapshots, key=lambda s: s.timestamp_ms)
-    over_cap = len(snapshots) - max_count
+    # A cap of 0 (or less) keeps every snapshot by count, as the commit path reads it
+    # (metadata_ops.expire_snapshots); only the age window then expires.
+    over_cap = len(snapshots) - max(keep_newest, cap) if cap > 0 else 0
     if over_cap <= 0 and (not snapshots or snapshots[0].timestamp_ms >= cutoff):
         return []
     protected = {s.snapshot_id for s in snapshots[-keep_newest:]}

@@ -104,6 +104,24 @@ def test_expiry_respects_window_newest_and_pins(catalog: RocksCatalog) -> None:
     assert catalog.load_table("ns.t").scan().to_arrow().num_rows == 5
 
 
+def test_a_snapshot_cap_of_zero_keeps_all_by_count(catalog: RocksCatalog) -> None:
+    """``icefloe.snapshots.retain = 0`` keeps every snapshot (docs/catalog.md): maintenance's
+    expiry reads it as the commit path does, not as "keep the newest one"."""
+    catalog.load_table("ns.t").transaction().set_properties(
+        {"icefloe.snapshots.retain": "0"}
+    ).commit_transaction()
+    appender = Appender(catalog)
+    for i in range(5):
+        appender.append_table(("ns", "t"), id_rows(1, i))
+    assert expire_snapshots(appender, ("ns", "t")) == 0
+    assert len(catalog.load_table("ns.t").metadata.snapshots) == 5
+    catalog.load_table("ns.t").transaction().set_properties(
+        {"icefloe.snapshots.retain": "2"}
+    ).commit_transaction()
+    assert expire_snapshots(appender, ("ns", "t")) == 3
+    assert len(catalog.load_table("ns.t").metadata.snapshots) == 2
+
+
 def test_orphans_removed_only_when_unreferenced_and_old(catalog: RocksCatalog, worker: MaintenanceWorker) -> None:
     appender = Appender(catalog)
     appender.append_table(("ns", "t"), id_rows(10, 0))
