@@ -173,7 +173,7 @@ def main() -> None:
     config = config_from_json(sys.stdin.readline())
     configure_logging(config.log_level, config.log_format)
     prefix = _WorkerPrefix(sys.argv[1] if len(sys.argv) > 1 else "?")
-    for handler in logging.getLogger().handlers:
+    for handler in logging.getLogger("icefloe").handlers:  # configure_logging's one handler
         handler.addFilter(prefix)
     sys.setswitchinterval(config.gil_switch_interval_s)
     os.environ.setdefault("PYICEBERG_MAX_WORKERS", str(config.iceberg_max_workers))
