@@ -68,7 +68,7 @@ class ReadWorkerPool:
         # A worker serves the primary's warehouse with its security, on a port of its own,
         # and nothing else of the primary (HTTP, ingest, demo data, workers of its own).
         worker = dataclasses.replace(config, port=0, read_workers=0, rest_port=None, metrics_port=None,
-                                     ingest_config=None, demo=False, gc_thresholds=None)
+                                     ingest_config=None, demo=False)
         self._config_line = (config_to_json(worker) + "\n").encode()
         self._slots = [_Slot(i) for i in range(count)]
         self._lock = threading.Lock()

@@ -15,6 +15,7 @@ Everything else (planning, writes, sessions, transactions, the feed) is the prim
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -188,6 +189,10 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C goes to the primary, which stops us
     server = ReadWorkerServer(config)
     signal.signal(signal.SIGHUP, lambda _signum, _frame: server.security.reload_users())
+    if config.gc_thresholds is not None:  # as the primary does (see Config.gc_thresholds)
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(*config.gc_thresholds)
     os.write(1, f"{READY_PREFIX}{config.location}\n".encode())
     while not stop.wait(1.0):
         if os.getppid() != parent:  # adopted: the primary is gone
