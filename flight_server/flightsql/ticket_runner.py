@@ -42,11 +42,15 @@ class TicketRunner:
     """Opens sealed statement tickets and streams their query's results."""
 
     def __init__(self, engine: Engine, handles: HandleCodec, querylog: QueryLog,
-                 own_writes: OwnWrites = no_transactions) -> None:
+                 own_writes: OwnWrites = no_transactions,
+                 caught_up: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext) -> None:
         self.engine = engine
         self.handles = handles
         self.querylog = querylog
         self.own_writes = own_writes
+        # A read-only catalog (a read worker's) catches up with the writer once per ticket,
+        # not at each of the ticket's catalog reads (RocksCatalog.caught_up).
+        self.caught_up = caught_up
 
     def annotated(self, schema: pa.Schema, handle: StatementHandle) -> pa.Schema:
         """A result schema with the column metadata clients read (same at GetFlightInfo and DoGet)."""
@@ -57,6 +61,11 @@ class TicketRunner:
     def do_get(self, context: flight.ServerCallContext, sealed: bytes, principal: str | None,
                started: float) -> flight.FlightDataStream:
         """Run the query a sealed statement ticket holds; its stream is logged when it ends."""
+        with self.caught_up():
+            return self._do_get(context, sealed, principal, started)
+
+    def _do_get(self, context: flight.ServerCallContext, sealed: bytes, principal: str | None,
+                started: float) -> flight.FlightDataStream:
         handle = self.handles.open_statement(sealed)
         if handle.principal is not None and handle.principal != principal:
             # A ticket is as good as the credentials of the user it was planned for: another

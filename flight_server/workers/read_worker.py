@@ -68,7 +68,7 @@ class ReadWorkerServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarro
         self.engine = Engine(self.catalog, query_timeout_s=config.query_timeout_s,
                              max_concurrent=config.max_concurrent_queries, stopping=self.stopping,
                              memory_limit=config.memory_limit)
-        self.runner = TicketRunner(self.engine, HandleCodec(signer), self.querylog)
+        self.runner = TicketRunner(self.engine, HandleCodec(signer), self.querylog, caught_up=self.catalog.caught_up)
         middleware = dict(self.security.middleware)
         # No session middleware: a worker keeps no sessions (and offers no cookie a client
         # could carry back to the primary in place of its own).
