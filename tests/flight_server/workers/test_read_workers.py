@@ -205,7 +205,7 @@ def test_forged_and_altered_tickets_are_refused_by_a_worker(server: ServerProces
     altered[at + 5] = ord("2")  # "id = 2": same length, signature no longer matches
     for bad in (p.TicketStatementQuery(bytes(altered)).pack(),
                 p.TicketStatementQuery(b"icefloe.stmt.forged").pack(), b"not a ticket"):
-        with pytest.raises(flight.FlightServerError, match="INVALID_ARGUMENT|signed|malformed|ticket") as caught:
+        with pytest.raises(pa.ArrowInvalid, match="INVALID_ARGUMENT") as caught:  # gRPC INVALID_ARGUMENT
             client.do_get(flight.Ticket(bad), options).read_all()
         assert "Traceback" not in str(caught.value)
     assert client.do_get(info.endpoints[0].ticket, options).read_all().to_pylist() == [{"id": 1}]
