@@ -16,7 +16,7 @@ without cargo). Writes a run file ``benchmarks/results/concurrency-<UTC time>.js
 With ``--read-workers N``: instead, icefloe with no read workers against icefloe with
 ``--read-workers N`` (two servers over two copies of the same data, both up, measured in turn
 level by level, A B A B..., ``--repeats`` times; the median run of each is reported), at
-``--clients`` (default 1,4,16 in this mode). Writes ``concurrency-workers-<UTC time>.json``.
+``--clients`` (default 1,4,16 in this mode). Writes ``concurrency_workers-<UTC time>.json``.
 
 Usage: python benchmarks/bench_concurrency.py [--seconds 8] [--clients 1,4,16,64] [--no-peer]
        python benchmarks/bench_concurrency.py --read-workers 2 [--repeats 3] [--seconds 6]
@@ -232,8 +232,21 @@ def compare_read_workers(args: argparse.Namespace, levels: list[int], lineitem: 
             for server in servers.values():
                 server.stop()
     results["load_average_after"] = os.getloadavg()
+    results["ratios"] = worker_ratios(results)
     report_workers(results)
-    save_run("concurrency-workers", results)
+    save_run("concurrency_workers", results)
+
+
+def worker_ratios(results: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """B / A throughput of each kind and in total, per client count, of the median runs."""
+    n = str(results["read_workers"])
+    out: dict[str, dict[str, float | None]] = {}
+    for clients, runs in results["runs"].items():
+        a, b = median_run(runs["0"]), median_run(runs[n])
+        ratios: dict[str, float | None] = {k: b[k]["qps"] / a[k]["qps"] if a[k]["qps"] else None for k in KINDS}
+        ratios["total"] = b["total_qps"] / a["total_qps"] if a["total_qps"] else None
+        out[str(clients)] = ratios
+    return out
 
 
 def report_workers(results: dict[str, Any]) -> None:
