@@ -124,8 +124,8 @@ FIGURES = (
            "process on the same Parquet (time)", "geomean.icefloe", "<= 1.3"),
     Figure("tpch_sf1", "tpch.arrow_scan", "the same queries: DuckDB over icefloe's files as Arrow datasets / DuckDB's "
            "own Parquet reader on them (time)", "geomean.arrow_datasets_vs_duckdb_reader", "report"),
-    Figure("concurrency_workers", "workers.16", "16 ADBC clients, the concurrency mix: total q/s with `--read-workers 2` / "
-           "with none (2 cores)", "ratios.16.total", ">= 1.5", "x"),
+    Figure("concurrency_workers", "workers.16", "16 ADBC clients, the concurrency mix: total q/s with "
+           "`--read-workers 2` / with none (2 cores)", "ratios.16.total", ">= 1.5", "x"),
     Figure("concurrency_workers", "workers.4", "the same, 4 clients", "ratios.4.total", "report", "x"),
     Figure("concurrency_workers", "workers.1", "the same, 1 client (the cost of the second process)", "ratios.1.total",
            ">= 0.9", "x"),
