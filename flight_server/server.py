@@ -84,7 +84,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         self.staged = StagedAppendService(appender, self.handle_signer, self.lineage)
         self.appends = AppendService(self.catalog, appender, self.staged, self.lineage, self.metrics, self.authorizer,
                                      self.stopping)
-        # Read workers (--read-workers): started once this server is bound, not waited for.
+        # Read workers (--read-workers): started once this server is ready (serve), not waited for.
         self.read_workers = ReadWorkerPool(config, config.read_workers) if config.read_workers else None
         read_worker = self.read_workers.next_location if self.read_workers else (lambda: None)
         self.flightsql = FlightSqlService(FlightSqlDeps(config, self.catalog, self.authorizer, self.handle_signer,
@@ -105,8 +105,6 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         super().__init__(config.location, middleware=middleware, **{**self.security.server_kwargs, **kwargs})
         # --port 0 asks the OS for a port; keep the one we got.
         self.config.port = self.port
-        if self.read_workers is not None:
-            self.read_workers.start()
         self.lineage.start(lineage_settings(config))
         self.lineage_index.start()
         self.flightsql.engine.lineage_ready = lambda: self.lineage_index.wait_for(self.catalog.log.head())
@@ -355,6 +353,10 @@ def serve(config: Config) -> None:
         gc.set_threshold(*config.gc_thresholds)
     # Only now ready: a SIGTERM sent as soon as the line appears must stop the server cleanly.
     logger.info("icefloe listening on %s", config.location)
+    if server.read_workers is not None:
+        # After the readiness line: their start-up (imports, opening the catalog) must not
+        # compete with the server's own; until one is ready, its share of reads stays here.
+        server.read_workers.start()
     # FlightServerBase starts serving in its constructor; serve() would only install Arrow's
     # own signal handlers over ours, so the main thread just waits for a signal instead.
     while not stop.wait(1.0):
