@@ -222,6 +222,20 @@ def test_a_ticket_runs_only_for_its_user(server: ServerProcess) -> None:
             flight.FlightClient(where).do_get(info.endpoints[0].ticket).read_all()
 
 
+def test_jdbc_reads_through_workers(server: ServerProcess, tmp_path: Path) -> None:
+    """The Arrow Flight SQL JDBC driver follows the worker locations, with the user's credentials."""
+    from jdbc_support import run_java_program
+
+    host, port = server.location.removeprefix("grpc://").rsplit(":", 1)
+    url = (f"jdbc:arrow-flight-sql://{host}:{port}/?useEncryption=false&user=rita"
+           f"&password={PASSWORDS['rita']}")
+    proc = run_java_program(Path(__file__).with_name("JdbcThroughWorkers.java"), tmp_path, [url])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["count=1000", "label=l5"]
+    _wait_for(lambda: _worker_log_lines(server, "jdbc_marker") and _worker_log_lines(server, "jdbc_prepared_marker"),
+              server, "the workers' query log")
+
+
 def test_kill_9_of_a_worker_costs_only_the_call_in_flight(server: ServerProcess) -> None:
     info = _info(server, "rita", "SELECT a.id, b.id AS id2, a.label FROM wk.t a, wk.t b, wk.t c")
     location = info.endpoints[0].locations[0].uri.decode()
