@@ -13,7 +13,13 @@ writers append (DoPut, 1,000 rows each) to another table: the readers' p99 with 
 The peer: ``benchmarks/datafusion_peer`` over the same Parquet files (skipped, saying why,
 without cargo). Writes a run file ``benchmarks/results/concurrency-<UTC time>.json``.
 
+With ``--read-workers N``: instead, icefloe with no read workers against icefloe with
+``--read-workers N`` (two servers over two copies of the same data, both up, measured in turn
+level by level, A B A B..., ``--repeats`` times; the median run of each is reported), at
+``--clients`` (default 1,4,16 in this mode). Writes ``concurrency_workers-<UTC time>.json``.
+
 Usage: python benchmarks/bench_concurrency.py [--seconds 8] [--clients 1,4,16,64] [--no-peer]
+       python benchmarks/bench_concurrency.py --read-workers 2 [--repeats 3] [--seconds 6]
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import argparse
 import multiprocessing
 import os
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -46,6 +53,7 @@ from servers import ServerProcess  # noqa: E402
 from tpch_queries import query  # noqa: E402
 
 ROWS = 1_000_000
+READY_LINE = re.compile(r"read worker \d+ ready on")
 KINDS = ("point", "q1", "q6", "scan", "select1")
 
 
@@ -172,33 +180,125 @@ def writers(location: str, count: int, stop: threading.Event) -> list[float]:
     return latencies
 
 
+def load(location: str, kv: Path, lineitem: Path) -> None:
+    """The benchmark's tables into a fresh server: bench.kv, bench.lineitem, bench.sink."""
+    from adbc_driver_flightsql import dbapi as flightsql
+
+    with flightsql.connect(location, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("CREATE SCHEMA bench")
+        cur.adbc_ingest("kv", pq.read_table(kv).to_reader(65536), mode="create", db_schema_name="bench")
+        cur.adbc_ingest("lineitem", pq.read_table(lineitem).to_reader(65536), mode="create", db_schema_name="bench")
+        cur.execute("CREATE TABLE bench.sink (id BIGINT, v DOUBLE)")
+
+
+def write_kv(path: Path) -> None:
+    pq.write_table(pa.table({"id": pa.array(range(ROWS), pa.int64()),
+                             "v": pa.array([i * 0.5 for i in range(ROWS)]),
+                             "s": pa.array([f"s{i % 1000}" for i in range(ROWS)])}), path, row_group_size=65536)
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median total throughput (its per-kind figures stay one run's)."""
+    return sorted(runs, key=lambda r: r["total_qps"])[len(runs) // 2]
+
+
+def compare_read_workers(args: argparse.Namespace, levels: list[int], lineitem: Path) -> None:
+    """icefloe without read workers (A) against icefloe with ``args.read_workers`` (B), interleaved."""
+    n = args.read_workers
+    results: dict[str, Any] = {"seconds": args.seconds, "cpu_count": os.cpu_count(), "levels": levels,
+                               "read_workers": n, "repeats": args.repeats, "runs": {}, "load_average": []}
+    with tempfile.TemporaryDirectory(prefix="icefloe-conc-") as tmp:
+        kv = Path(tmp) / "kv.parquet"
+        write_kv(kv)
+        servers = {"0": ServerProcess(Path(tmp) / "w0"), str(n): ServerProcess(Path(tmp) / f"w{n}",
+                                                                             ["--read-workers", str(n)])}
+        try:
+            for server in servers.values():
+                server.start()
+                load(server.location, kv, lineitem)
+            while len(READY_LINE.findall(servers[str(n)].log)) < n:  # every worker in the rotation
+                time.sleep(0.2)
+            for clients in levels:
+                runs: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
+                for repeat in range(args.repeats):
+                    for name, server in servers.items():
+                        runs[name].append(run_level(server.location, "bench.", clients, args.seconds))
+                        results["load_average"].append(os.getloadavg()[0])
+                        print(f"workers {name} {clients:3} clients run {repeat + 1}: "
+                              f"{runs[name][-1]['total_qps']:.1f} q/s, load {os.getloadavg()[0]:.1f}",
+                              file=sys.stderr, flush=True)
+                results["runs"][clients] = runs
+        finally:
+            for server in servers.values():
+                server.stop()
+    results["load_average_after"] = os.getloadavg()
+    results["ratios"] = worker_ratios(results)
+    report_workers(results)
+    save_run("concurrency_workers", results)
+
+
+def worker_ratios(results: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """B / A throughput of each kind and in total, per client count, of the median runs."""
+    n = str(results["read_workers"])
+    out: dict[str, dict[str, float | None]] = {}
+    for clients, runs in results["runs"].items():
+        a, b = median_run(runs["0"]), median_run(runs[n])
+        ratios: dict[str, float | None] = {k: b[k]["qps"] / a[k]["qps"] if a[k]["qps"] else None for k in KINDS}
+        ratios["total"] = b["total_qps"] / a["total_qps"] if a["total_qps"] else None
+        out[str(clients)] = ratios
+    return out
+
+
+def report_workers(results: dict[str, Any]) -> None:
+    n = str(results["read_workers"])
+    loads = results["load_average"]
+    print(f"{results['cpu_count']} cores; {results['seconds']:g} s per run; median of {results['repeats']} runs, "
+          f"A (no workers) and B (--read-workers {n}) interleaved; load average during runs "
+          f"{min(loads):.1f}-{max(loads):.1f}")
+    print(f"{'clients':>7} {'kind':>8} {'A q/s':>8} {'B q/s':>8} {'B/A':>6} {'A p50':>8} {'B p50':>8} "
+          f"{'A p99':>8} {'B p99':>8}")
+    fmt = lambda v: f"{v:8.1f}" if v is not None else f"{'-':>8}"  # noqa: E731
+    for clients, runs in results["runs"].items():
+        a, b = median_run(runs["0"]), median_run(runs[n])
+        for kind in (*KINDS, "total"):
+            if kind == "total":
+                qa, qb = a["total_qps"], b["total_qps"]
+                ratio = f"{qb / qa:6.2f}" if qa else f"{'-':>6}"
+                print(f"{clients:7} {kind:>8} {qa:8.1f} {qb:8.1f} {ratio}")
+                continue
+            ka, kb = a[kind], b[kind]
+            ratio = f"{kb['qps'] / ka['qps']:6.2f}" if ka["qps"] else f"{'-':>6}"
+            print(f"{clients:7} {kind:>8} {ka['qps']:8.1f} {kb['qps']:8.1f} {ratio} {fmt(ka['p50_ms'])} "
+                  f"{fmt(kb['p50_ms'])} {fmt(ka['p99_ms'])} {fmt(kb['p99_ms'])}")
+        errors = sorted(set(a["errors"]) | set(b["errors"]))
+        if errors:
+            print(f"{clients:7} errors: {errors}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--clients", default="1,4,16,64")
+    parser.add_argument("--clients", default=None, help="default 1,4,16,64 (1,4,16 with --read-workers)")
     parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--read-workers", type=int, default=0,
+                        help="compare no read workers with this many (instead of the peer comparison)")
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    levels = [int(c) for c in args.clients.split(",")]
+    levels = [int(c) for c in (args.clients or ("1,4,16" if args.read_workers else "1,4,16,64")).split(",")]
     tpch = generate(0.1, CACHE / scale_name(0.1))
+    if args.read_workers:
+        compare_read_workers(args, levels, tpch / "lineitem.parquet")
+        return
     peer_bin, peer_note = (None, "--no-peer") if args.no_peer else peer_binary()
     results: dict[str, Any] = {"seconds": args.seconds, "cpu_count": os.cpu_count(), "levels": levels,
                                "peer": PEER if peer_bin else f"skipped: {peer_note}", "icefloe": {}, "peer_runs": {}}
     with tempfile.TemporaryDirectory(prefix="icefloe-conc-") as tmp:
         kv = Path(tmp) / "kv.parquet"
-        pq.write_table(pa.table({"id": pa.array(range(ROWS), pa.int64()),
-                                 "v": pa.array([i * 0.5 for i in range(ROWS)]),
-                                 "s": pa.array([f"s{i % 1000}" for i in range(ROWS)])}), kv, row_group_size=65536)
+        write_kv(kv)
         server = ServerProcess(Path(tmp) / "warehouse").start()
         peer = None
         try:
-            from adbc_driver_flightsql import dbapi as flightsql
-
-            with flightsql.connect(server.location, autocommit=True) as conn, conn.cursor() as cur:
-                cur.execute("CREATE SCHEMA bench")
-                cur.adbc_ingest("kv", pq.read_table(kv).to_reader(65536), mode="create", db_schema_name="bench")
-                cur.adbc_ingest("lineitem", pq.read_table(tpch / "lineitem.parquet").to_reader(65536), mode="create",
-                                db_schema_name="bench")
-                cur.execute("CREATE TABLE bench.sink (id BIGINT, v DOUBLE)")
+            load(server.location, kv, tpch / "lineitem.parquet")
             if peer_bin is not None:
                 peer = BareProcess([str(peer_bin), f"kv={kv}", f"lineitem={tpch / 'lineitem.parquet'}"])
             for clients in levels:

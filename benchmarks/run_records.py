@@ -124,6 +124,11 @@ FIGURES = (
            "process on the same Parquet (time)", "geomean.icefloe", "<= 1.3"),
     Figure("tpch_sf1", "tpch.arrow_scan", "the same queries: DuckDB over icefloe's files as Arrow datasets / DuckDB's "
            "own Parquet reader on them (time)", "geomean.arrow_datasets_vs_duckdb_reader", "report"),
+    Figure("concurrency_workers", "workers.16", "16 ADBC clients, the concurrency mix: total q/s with "
+           "`--read-workers 2` / with none (2 cores)", "ratios.16.total", ">= 1.5", "x"),
+    Figure("concurrency_workers", "workers.4", "the same, 4 clients", "ratios.4.total", "report", "x"),
+    Figure("concurrency_workers", "workers.1", "the same, 1 client (the cost of the second process)", "ratios.1.total",
+           ">= 0.9", "x"),
     Figure("object_store", "object_store.scan", "scan on an S3 warehouse (s3s-fs on loopback) / on local disk "
            "(rows per second)", "scan_s3_vs_local", ">= 0.7"),
     Figure("object_store", "object_store.split", "4-endpoint split scan / one stream, on S3", "split_vs_single_on_s3",

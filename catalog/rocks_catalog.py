@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlparse
 
@@ -176,6 +177,11 @@ class RocksCatalog(MetastoreCatalog):
 
     def _refresh(self) -> None:
         self._store.refresh()
+
+    def caught_up(self) -> AbstractContextManager[None]:
+        """Catch a read-only catalog up with the writer once; reads in the block (this thread)
+        skip their own catch-up (see ``RocksStore.caught_up``). A no-op for the writer."""
+        return self._store.caught_up()
 
     @staticmethod
     def _namespace(namespace: str | Identifier, err: type[Exception] = NoSuchNamespaceError) -> tuple[str, ...]:

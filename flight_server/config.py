@@ -41,6 +41,9 @@ class Config:
     # URIs the endpoints of split scans name (every server of a fleet over one warehouse can
     # run any ticket); none: endpoints name no location, meaning "this server".
     advertise_uris: tuple[str, ...] = ()
+    # Processes that run query tickets (DoGet) beside this one (flight_server.workers): reads'
+    # DuckDB work and Arrow streaming leave this process's GIL; 0 = every read runs here.
+    read_workers: int = 0
     # HTTP side, off unless asked for (None): the Iceberg REST catalog (0 = a free port) and
     # the operator endpoints (metrics, health, watch page; also on the REST port when it is on).
     rest_port: int | None = None

@@ -41,6 +41,7 @@ from flight_server.security.handles import HandleSigner
 from flight_server.security.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
 from flight_server.security.headers import HeadersMiddlewareFactory
 from flight_server.security.tokens import load_or_create_keys
+from flight_server.workers.pool import ReadWorkerPool
 
 logger = logging.getLogger("icefloe.server")
 
@@ -83,8 +84,12 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         self.staged = StagedAppendService(appender, self.handle_signer, self.lineage)
         self.appends = AppendService(self.catalog, appender, self.staged, self.lineage, self.metrics, self.authorizer,
                                      self.stopping)
+        # Read workers (--read-workers): started once this server is ready (serve), not waited for.
+        self.read_workers = ReadWorkerPool(config, config.read_workers) if config.read_workers else None
+        read_worker = self.read_workers.next_location if self.read_workers else (lambda: None)
         self.flightsql = FlightSqlService(FlightSqlDeps(config, self.catalog, self.authorizer, self.handle_signer,
-                                                        self.querylog, self.stopping, self.appends, self.lineage))
+                                                        self.querylog, self.stopping, self.appends, self.lineage,
+                                                        read_worker))
         self.feed = FeedService(self.catalog, self.authorizer, self.metrics, self.stopping, config.max_subscribers)
         from flight_server.observability.operations import Operations
 
@@ -139,6 +144,12 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
             setattr(config, f"{name}_port", host.port)  # --*-port 0: keep the port we got
             lines.append(line.format(url=host.url))
         return lines
+
+    def reload_users(self) -> None:
+        """SIGHUP: re-read the users file, here and in every read worker."""
+        self.security.reload_users()
+        if self.read_workers is not None:
+            self.read_workers.reload_users()
 
     # -- access control ----------------------------------------------------------------
 
@@ -224,6 +235,8 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         stopper.join(grace_s)
         if stopper.is_alive():
             logger.warning("some calls did not finish within %.0f s of shutdown; closing anyway", grace_s)
+        if self.read_workers is not None:
+            self.read_workers.close()
         self.ingest.close()  # before the appender and catalog its commits go through
         self.feed.close()
         self.appends.close()
@@ -326,7 +339,7 @@ def serve(config: Config) -> None:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGHUP, lambda _signum, _frame: server.security.reload_users())
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: server.reload_users())
     try:
         http_lines = server.start_http()
     except (OSError, RuntimeError) as exc:
@@ -340,6 +353,10 @@ def serve(config: Config) -> None:
         gc.set_threshold(*config.gc_thresholds)
     # Only now ready: a SIGTERM sent as soon as the line appears must stop the server cleanly.
     logger.info("icefloe listening on %s", config.location)
+    if server.read_workers is not None:
+        # After the readiness line: their start-up (imports, opening the catalog) must not
+        # compete with the server's own; until one is ready, its share of reads stays here.
+        server.read_workers.start()
     # FlightServerBase starts serving in its constructor; serve() would only install Arrow's
     # own signal handlers over ours, so the main thread just waits for a signal instead.
     while not stop.wait(1.0):

@@ -99,6 +99,10 @@ def main() -> None:
                    "(message RESOURCE_EXHAUSTED: ...).")
 @click.option("--advertise-uri", "advertise_uris", envvar="ICEFLOE_ADVERTISE_URI", multiple=True,
               help="A URI endpoints name (repeat for a fleet of servers over one warehouse); default: none.")
+@click.option("--read-workers", envvar="ICEFLOE_READ_WORKERS", default=0, show_default=True,
+              type=click.IntRange(0, 64),
+              help="Worker processes that run query results (DoGet) beside the server, so reads use more cores; "
+                   "writes, planning and sessions stay in the server.")
 @click.option("--memory-limit", envvar="ICEFLOE_MEMORY_LIMIT", default=None,
               help="DuckDB memory per running query (e.g. 2GB); beyond it sorts and joins spill to disk.")
 @click.option("--rest-port", envvar="ICEFLOE_REST_PORT", default=None, type=click.IntRange(0, 65535),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +80,9 @@ class FlightSqlDeps:
     stopping: threading.Event
     appends: AppendService  # ingest, and the appender SQL INSERTs commit through
     lineage: LineageExporter
+    # The read worker the next plain read's endpoint names (flight_server.workers), or None:
+    # no worker is up, the endpoint names the fleet (--advertise-uri) or this server.
+    read_worker: Callable[[], flight.Location | None] = lambda: None
 
 
 class FlightSqlService:
@@ -112,7 +115,8 @@ class FlightSqlService:
         writer = SqlWriter(self.engine, deps.catalog, lambda: deps.appends.appender, lambda: deps.lineage)
         self.metadata = MetadataHandler(md.Metadata(deps.catalog), deps.authorizer)
         self.statements = StatementHandler(self.engine, self.handles, self.calls, self.sessions, self.transactions,
-                                           writer, deps.querylog, deps.authorizer, deps.catalog, self._locations)
+                                           writer, deps.querylog, deps.authorizer, deps.catalog, self._locations,
+                                           deps.read_worker)
 
     def close(self) -> None:
         self.engine.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -22,6 +22,7 @@ from catalog import RocksCatalog
 from flight_server import errors
 from flight_server.engine import Engine, Kind
 from flight_server.engine.sql_text import parameter_markers
+from flight_server.engine.tables import LINEAGE_KINDS
 from flight_server.flightsql import calls
 from flight_server.flightsql import metadata as md
 from flight_server.flightsql import protocol as p
@@ -34,8 +35,8 @@ from flight_server.flightsql.statements import (
     param_rows,
     read_parameters,
 )
+from flight_server.flightsql.ticket_runner import TicketRunner
 from flight_server.flightsql.transaction_handler import CONTROL, TransactionHandler, is_data_change
-from flight_server.message_size import bounded_stream, sliced
 from flight_server.observability.querylog import QueryLog
 from flight_server.security import roles
 from flight_server.security.authorizer import Authorizer
@@ -55,7 +56,8 @@ class StatementHandler:
 
     def __init__(self, engine: Engine, handles: HandleCodec, icefloe_calls: calls.IcefloeCalls,
                  sessions: SessionHandler, transactions: TransactionHandler, writer: SqlWriter, querylog: QueryLog,
-                 authorizer: Authorizer, catalog: RocksCatalog, locations: list[flight.Location]) -> None:
+                 authorizer: Authorizer, catalog: RocksCatalog, locations: list[flight.Location],
+                 read_worker: Callable[[], flight.Location | None] = lambda: None) -> None:
         self.engine = engine
         self.handles = handles
         self.calls = icefloe_calls
@@ -68,8 +70,19 @@ class StatementHandler:
         # Endpoints name the fleet that can run them (any server on the warehouse), or no one:
         # the spec's "this same server".
         self.locations = locations
+        # DoGet's half of a query: here, and the same code in every read worker.
+        self.runner = TicketRunner(engine, handles, querylog, self._reading_own_writes)
+        # The read worker a ticket may be sent to (flight_server.workers), None: none is up.
+        self.read_worker = read_worker
 
-    def _endpoint(self, ticket: bytes) -> flight.FlightEndpoint:
+    def _endpoint(self, ticket: bytes, handle: StatementHandle) -> flight.FlightEndpoint:
+        """One endpoint; a plain read goes to the next read worker when there are any (a
+        transaction's own writes and the lineage tables live in this process only)."""
+        if handle.transaction_id is None and handle.written is None and not any(
+                pin.kind in LINEAGE_KINDS for pin in handle.pins):
+            worker = self.read_worker()
+            if worker is not None:
+                return flight.FlightEndpoint(ticket, [worker, *self.locations])
         return flight.FlightEndpoint(ticket, self.locations)
 
     def flight_info(
@@ -89,8 +102,8 @@ class StatementHandler:
             total_records = handle.written
         rows = param_rows(handle.params)
         schema, _ = self.engine.describe(handle.sql, handle.pins, handle.default_schema, rows[0] if rows else None)
-        schema = self._annotated(schema, handle)
-        endpoints = [self._endpoint(p.TicketStatementQuery(self.handles.statement(h)).pack())
+        schema = self.runner.annotated(schema, handle)
+        endpoints = [self._endpoint(p.TicketStatementQuery(self.handles.statement(h)).pack(), h)
                      for h in self._endpoints(context, handle)]
         # Several endpoints are disjoint parts of one scan, in no particular order.
         return flight.FlightInfo(schema, descriptor, endpoints, total_records, -1, ordered=False)
@@ -101,14 +114,9 @@ class StatementHandler:
             return [handle]
         target, most = self.sessions.scan_options(context)
         groups = self.engine.split(handle.sql, handle.pins, handle.default_schema, target, most)
-        return [StatementHandle(handle.sql, handle.default_schema, pins, None, transaction_id=handle.transaction_id)
+        return [StatementHandle(handle.sql, handle.default_schema, pins, None, transaction_id=handle.transaction_id,
+                                principal=handle.principal)
                 for pins in groups]
-
-    def _annotated(self, schema: pa.Schema, handle: StatementHandle) -> pa.Schema:
-        """A result schema with the column metadata clients read (same at GetFlightInfo and DoGet)."""
-        if handle.written is not None:
-            return schema
-        return md.annotate(schema, self.engine.column_origins(handle.sql, handle.pins, handle.default_schema))
 
     def _plan(
         self,
@@ -122,7 +130,7 @@ class StatementHandler:
         A write statement runs here (Flight SQL clients may send DDL/DML as a query); its handle
         then reads back a one-row ``count`` result and carries the count in ``written``.
         """
-        self.authorizer.authorize(context, roles.SQL_STATEMENTS["query"])
+        principal = self.authorizer.authorize(context, roles.SQL_STATEMENTS["query"])
         if default_schema is None:
             default_schema = self.sessions.default_schema(context)
         if CONTROL.match(sql):
@@ -136,7 +144,7 @@ class StatementHandler:
             handle.written = count
             return handle
         sql, pins = self.engine.plan(sql, default_schema, context)
-        handle = StatementHandle(sql, default_schema, pins, params)
+        handle = StatementHandle(sql, default_schema, pins, params, principal=principal)
         txn = ACTIVE.get()  # the engine pinned the transaction's view (transactions.read_pins)
         if txn is not None and any((*pin.namespace, pin.name) in txn.tables for pin in pins):
             # DoGet must read the transaction's staged snapshots: the ticket names it.
@@ -196,31 +204,6 @@ class StatementHandler:
         return self.writer.run(sql, default_schema, rows[0] if rows else None, principal,
                                lambda role: self.authorizer.authorize(context, role), context=context, param_rows=rows,
                                catalog=catalog)
-
-    def _each_row(
-        self, first: pa.RecordBatchReader, handle: StatementHandle, rows: list[list[Any]],
-        context: flight.ServerCallContext,
-    ) -> pa.RecordBatchReader:
-        """One stream of the query's results for every bound parameter row, in row order (each
-        row's query runs when the previous one's results are sent, under the usual limits)."""
-        schema = first.schema
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            reader = first
-            rest = iter(rows[1:])
-            while True:
-                try:
-                    for batch in reader:
-                        yield batch.cast(schema) if batch.schema != schema else batch
-                finally:
-                    reader.close()
-                row = next(rest, None)
-                if row is None:
-                    return
-                with self._reading_own_writes(handle, self.authorizer.principal_name(context)):
-                    reader = self.engine.execute(handle.sql, handle.pins, handle.default_schema, row, context=context)
-
-        return pa.RecordBatchReader.from_batches(schema, batches())
 
     @contextlib.contextmanager
     def _reading_own_writes(self, handle: StatementHandle, principal: str | None) -> Iterator[None]:
@@ -301,30 +284,7 @@ class StatementHandler:
     def do_get(self, context: flight.ServerCallContext, sealed: bytes, principal: str | None,
                started: float) -> flight.FlightDataStream:
         """Run the query a sealed statement ticket holds; its stream is logged when it ends."""
-        handle = self.handles.open_statement(sealed)
-        # Defence in depth: a sealed ticket only ever holds a query GetFlightInfo planned, but
-        # what runs here is classified (and sandbox-checked by the engine) again anyway.
-        if self.engine.classify(handle.sql) != Kind.QUERY:
-            raise errors.InvalidArgument("this ticket does not hold a query")
-        rows = param_rows(handle.params)
-        try:
-            with self._reading_own_writes(handle, principal):
-                reader = self.engine.execute(
-                    handle.sql, handle.pins, handle.default_schema, rows[0] if rows else None, context=context
-                )
-        except Exception as exc:
-            self.querylog.record(handle.sql, principal, started, errors.status_of(exc))
-            raise
-        if rows is not None and len(rows) > 1:
-            reader = self._each_row(reader, handle, rows, context)
-        annotated = self._annotated(reader.schema, handle)
-        if not annotated.equals(reader.schema, check_metadata=True):
-            reader = reader.cast(annotated)  # in C++, per batch: metadata and NOT NULL flags only
-        if handle.readback:
-            return bounded_stream(reader)  # a write's count: the write is logged already
-        # Counted per batch (rows, bytes), cut to message size in the same pass, and logged
-        # once the stream ends.
-        return flight.RecordBatchStream(self.querylog.streamed(reader, handle.sql, principal, started, split=sliced))
+        return self.runner.do_get(context, sealed, principal, started)
 
     def bind_parameters(self, context: flight.ServerCallContext, cmd: p.CommandPreparedStatementQuery,
                         reader: flight.MetadataRecordBatchReader) -> bytes:

@@ -1,8 +1,9 @@
 """Statement and prepared-statement handles: stateless, so any server instance can serve them.
 
 A statement handle (inside ``TicketStatementQuery``) carries the SQL, the DB schema unqualified
-names resolve in, the bound parameter values and the snapshot id of every table the query
-saw at GetFlightInfo; DoGet reads exactly those snapshots. A prepared-statement handle carries
+names resolve in, the bound parameter values, the snapshot id of every table the query
+saw at GetFlightInfo and the principal it was planned for; DoGet reads exactly those snapshots,
+for that principal only. A prepared-statement handle carries
 the SQL, the default schema and, once bound through DoPut, the parameter values (as an Arrow
 IPC stream); binding returns an updated handle (``DoPutPreparedStatementResult``).
 
@@ -118,6 +119,9 @@ class StatementHandle:
     readback: bool = False
     # The sealed transaction whose staged snapshots the pins name (its own writes, read back).
     transaction_id: bytes | None = None
+    # The user the query was planned for (with authentication on): only that user runs it,
+    # on whichever server of the warehouse the ticket is sent to.
+    principal: str | None = None
 
     def body(self) -> bytes:
         body: dict[str, Any] = {
@@ -130,6 +134,8 @@ class StatementHandle:
             body["w"] = 1
         if self.transaction_id:
             body["x"] = self.transaction_id.decode("ascii")
+        if self.principal is not None:
+            body["p"] = self.principal
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -143,6 +149,7 @@ class StatementHandle:
                 _decode_params(raw.get("v")),
                 readback=raw.get("w") == 1,
                 transaction_id=str(raw["x"]).encode("ascii") if raw.get("x") else None,
+                principal=str(raw["p"]) if raw.get("p") is not None else None,
             )
         except (KeyError, TypeError, ValueError, pa.ArrowException):
             raise errors.InvalidArgument("malformed statement handle") from None

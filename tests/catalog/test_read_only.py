@@ -165,3 +165,23 @@ def test_read_only_while_icefloe_server_holds_warehouse(tmp_path: Path) -> None:
             reader.close()
     finally:
         assert server.stop() == 0
+
+
+def test_caught_up_block_catches_up_once_and_its_reads_skip_theirs(tmp_path: Path) -> None:
+    """``RocksCatalog.caught_up`` (a read worker's ticket): one catch-up at the start sees every
+    commit made before it; reads inside the block do not catch up again; after it they do."""
+    writer = RocksCatalog("w", warehouse=str(tmp_path / "wh"), **{"read-only": "false"})
+    try:
+        writer.create_namespace("ns")
+        reader = RocksCatalog("r", warehouse=str(tmp_path / "wh"), **{"read-only": "true"})
+        try:
+            writer.create_table("ns.before", SCHEMA)
+            with reader.caught_up():
+                assert reader.table_exists("ns.before")  # committed before the block began
+                writer.create_table("ns.during", SCHEMA)
+                assert not reader.table_exists("ns.during")  # no second catch-up inside
+            assert reader.table_exists("ns.during")  # outside, every read catches up again
+        finally:
+            reader.close()
+    finally:
+        writer.close()
