@@ -55,10 +55,11 @@ class _Hit(NamedTuple):
 def commit_keyed(
     appender: Appender, identifier: tuple[str, ...], upserts: pa.Table, removed: pa.Table, key: list[str],
     idempotency_key: str | None = None, snapshot_properties: dict[str, str] | None = None,
-    extra: dict[str, Any] | None = None, schema_policy: str | None = None,
+    extra: dict[str, Any] | None = None, schema_policy: str | None = None, truncate: bool = False,
 ) -> AppendResult:
-    """Delete every live row whose ``key`` is in ``upserts`` or ``removed``, append ``upserts``;
-    one commit. Returns once it is durable.
+    """Delete every live row whose ``key`` is in ``upserts`` or ``removed`` (``truncate``: every
+    live row, whatever its key: a TRUNCATE at the source), append ``upserts``; one commit.
+    Returns once it is durable.
 
     Raises:
         SchemaMismatchError: The upserts do not fit the table under its schema policy, or a key
@@ -103,8 +104,15 @@ def commit_keyed(
 
         def prepare() -> None:  # in the table's commit slot: nothing else commits meanwhile
             current = appender.catalog.load_table(identifier)
-            hits = _find(current, touched, key)
+            hits = _find(current, touched, key, everything=truncate)
             counts["deleted"] = sum(len(h.positions) for h in hits)
+            if truncate:
+                # Every data file goes, whole (rows already deleted or not): nothing to rewrite.
+                snapshot = current.metadata.current_snapshot()
+                gone = [p.data_file for p in plan_files(current.metadata, current.io, snapshot.snapshot_id)
+                        ] if snapshot is not None else []
+                request.producer = (lambda update, _loaded: _overwrite(update, gone)) if gone else None
+                return
             if not hits:
                 request.producer = None
                 return
@@ -152,11 +160,12 @@ def _touched_keys(upserts: pa.Table, removed: pa.Table, key: list[str], renames:
     return both.group_by(key).aggregate([])
 
 
-def _find(table: Table, touched: pa.Table, key: list[str]) -> list[_Hit]:
-    """Each live data file holding a visible row with a touched key, and those rows' sorted
-    positions in the file (positions count the file as written, before its deletes)."""
+def _find(table: Table, touched: pa.Table, key: list[str], everything: bool = False) -> list[_Hit]:
+    """Each live data file holding a visible row with a touched key (``everything``: any
+    visible row), and those rows' sorted positions in the file (positions count the file as
+    written, before its deletes)."""
     snapshot = table.metadata.current_snapshot()
-    if snapshot is None or touched.num_rows == 0:
+    if snapshot is None or (touched.num_rows == 0 and not everything):
         return []
     schema = table.schema()
     key_schema = schema.select(*key)
@@ -182,7 +191,7 @@ def _find(table: Table, touched: pa.Table, key: list[str]) -> list[_Hit]:
             if not batch.num_rows:
                 continue
             tagged = pa.table([*(batch.column(k) for k in key), pa.array(positions)], names=[*key, _POS])
-            matched = tagged.join(touched, keys=key, join_type="left semi")
+            matched = tagged if everything else tagged.join(touched, keys=key, join_type="left semi")
             if matched.num_rows:
                 hits.append(matched.column(_POS).to_numpy())
         if hits:
