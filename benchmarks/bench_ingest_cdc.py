@@ -129,8 +129,8 @@ def run_round(tmp: Path, pg: PostgresServer, rate: float, seconds: float, round_
     finally:
         stop.set()
         proc.stop()
-        pg.execute(f"SELECT pg_drop_replication_slot('{slot}')", f"DROP PUBLICATION {publication}",
-                   f"DROP TABLE {table}")
+        pg.drop_slot(slot)
+        pg.execute(f"DROP PUBLICATION {publication}", f"DROP TABLE {table}")
     from catalog import RocksCatalog
 
     catalog = RocksCatalog("bench", warehouse=str(warehouse))

@@ -103,6 +103,7 @@ class ReplicationStream:
             StreamLost: The connection broke or the server ended the stream.
         """
         deadline = time.monotonic() + max(0.0, timeout_s)
+        looked = False
         while True:
             message = self._take()
             if message is not None:
@@ -110,9 +111,10 @@ class ReplicationStream:
             now = time.monotonic()
             if now - self._last_status >= STATUS_EVERY_S:
                 self._send_status(False)
-            if now >= deadline:
+            if now >= deadline and looked:
                 return None
-            self._wait(deadline - now)
+            self._wait(max(0.0, deadline - now))  # consumes what the socket has
+            looked = True
 
     def ask_position(self) -> None:
         """Ask the walsender for a keepalive now (it carries how far it has decoded)."""

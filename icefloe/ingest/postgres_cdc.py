@@ -185,7 +185,21 @@ class PostgresCdcConnector(Connector):
             if self._phase == "snapshot":
                 yield from self._read_snapshot(max_rows)
             else:
-                yield from self._read_stream(max_rows)
+                reader = self._read_stream(max_rows)
+                try:
+                    first = next(reader, None)
+                except StreamLost as lost:
+                    # A stream left idle past the server's wal_sender_timeout (a paused
+                    # connector, a long commit) is closed by the server; when nothing of this
+                    # read was given yet, start it again where the runner is and go on.
+                    logger.info("replication stream of %s.%s lost (%s); starting it again", self.schema_name,
+                                self.table_name, self.scrub(str(lost)))
+                    self._close_stream()
+                    reader = self._read_stream(max_rows)
+                    first = next(reader, None)
+                if first is not None:
+                    yield first
+                    yield from reader
         self._health.set(Health(State.UP))
 
     def committed(self, checkpoint: Checkpoint) -> None:
@@ -384,23 +398,21 @@ class PostgresCdcConnector(Connector):
         relations: dict[int, Relation] = {}
         relations.update(self._stream_relations)
         txn: tuple[Begin, list[tuple[Relation | None, Any]]] | None = None
-        now = time.monotonic()
-        give_up, unit_ends, asked = now + CATCH_UP_S, 0.0, 0.0
+        give_up, unit_ends, asked = time.monotonic() + CATCH_UP_S, 0.0, 0.0
         oid = self._oid()
         while True:
-            now = time.monotonic()
-            if txn is None:
-                if stream.decoded >= target or now >= give_up:
-                    break
-                if batch.transactions and (now >= unit_ends or batch.rows() >= max_rows):
-                    yield from self._emit(batch)
-                    batch = self._new_batch()
-            data = stream.next(ASK_EVERY_S if txn is None else STALL_S)
+            data = stream.next(0)  # what has arrived (keepalives are taken, and answered, here)
             if data is None:
-                if txn is None and time.monotonic() - asked >= ASK_EVERY_S:
-                    stream.ask_position()
-                    asked = time.monotonic()
-                continue
+                if txn is None:
+                    now = time.monotonic()
+                    if stream.decoded >= target or now >= give_up or (batch.transactions and now >= unit_ends):
+                        break
+                    if now - asked >= ASK_EVERY_S:
+                        stream.ask_position()
+                        asked = now
+                data = stream.next(ASK_EVERY_S if txn is None else STALL_S)
+                if data is None:
+                    continue
             try:
                 message = decode(data)
             except DecodeError as exc:
@@ -435,6 +447,8 @@ class PostgresCdcConnector(Connector):
                 self._pos = message.end_lsn
                 batch.add(begin.xid, message.commit_lsn, message.end_lsn, message.commit_time_us,
                           _encode_wal(message.end_lsn, self._seen), changes)
+                if stream.decoded >= target or batch.rows() >= max_rows or time.monotonic() >= unit_ends:
+                    break
         if batch.transactions:
             yield from self._emit(batch)
         stream.report_received()
