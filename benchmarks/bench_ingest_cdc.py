@@ -106,8 +106,10 @@ def run_round(tmp: Path, pg: PostgresServer, rate: float, seconds: float, round_
         # Every snapshot kept: a commit's checkpoint is read back from its snapshot afterwards,
         # and with the default retention (the newest 100) the earlier commits' checkpoints were
         # gone, so their transactions were matched to a much later commit (lag overstated by
-        # tens of seconds in runs before 2026-12-05 07:10).
-        sql(proc, "ALTER TABLE bench.cdc SET (\"icefloe.snapshots.retain\" = '0')")
+        # tens of seconds in runs before 2026-12-05 07:20). (0 would mean "keep all" at commit
+        # time but "keep 1" to background maintenance.)
+        sql(proc, "ALTER TABLE bench.cdc SET (\"icefloe.snapshots.retain\" = '1000000', "
+                  "\"history.expire.max-snapshot-age-ms\" = '86400000')")
         follower = threading.Thread(target=_follow, args=(proc.location, arrivals, ready, stop), daemon=True)
         follower.start()
         ready.wait(60)
