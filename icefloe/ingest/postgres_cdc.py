@@ -1,30 +1,23 @@
 """The Postgres CDC connector: one table's rows, then its changes, through logical replication.
 
-**How it reads.** psycopg 3 (the client library) does not speak the streaming replication
-protocol (``START_REPLICATION`` / CopyBoth), so the connector reads a logical replication slot
-with the SQL functions: ``pg_logical_slot_peek_binary_changes`` with the built-in ``pgoutput``
-plugin decodes committed transactions from the slot's confirmed position without consuming
-them, and ``pg_replication_slot_advance`` moves that position. The slot is advanced only in
+**How it reads.** One replication stream (``icefloe.ingest.pg_stream``: ``START_REPLICATION``
+with the built-in ``pgoutput`` plugin) stays open across the runner's passes; each pass takes
+the transactions committed before it began, folded per key into one unit of whole transactions
+(``icefloe.ingest.pg_batch``). The slot is confirmed (a standby status update) only in
 ``committed``, i.e. after the Iceberg commit holding those transactions landed with the
-checkpoint (the commit's end LSN) in the same RocksDB batch. A crash anywhere leaves the slot
-at or behind the checkpoint; transactions at or before the checkpoint are skipped when read
-again. At-least-once reading + the checkpoint = exactly once in the target.
+checkpoint (the last commit's end LSN) in the same RocksDB batch. A crash anywhere leaves the
+slot at or behind the checkpoint; transactions at or before it are skipped when streamed again.
+At-least-once reading + the checkpoint = exactly once in the target.
 
 **Initial snapshot.** The slot is created first (its start LSN L), then the table is read in
-primary-key order, a page per commit (the position remembers the last key, so a crash resumes
-after it). The pages are not one consistent snapshot, and need not be: until the snapshot is
-done the slot stays at L, so the stream replays every change made after L, and changes are
-applied by key (delete the key's rows, append the new image). Replaying a change the snapshot
-already saw converges to the same rows. This is the documented equivalent of an exported
-snapshot, which the SQL interface cannot give.
+primary-key order, a page per commit, in one REPEATABLE READ transaction whose visibility rides
+in the checkpoint: stream transactions it saw are skipped exactly. If it is lost mid-way the
+rest comes from another snapshot, and the stream's replay (from L) converges by key.
 
-**Changes.** Inserts, updates and deletes of one source transaction become envelopes of that
-transaction (``transaction_end`` on its last), so the runner commits whole transactions: one
-Iceberg commit holds one or more whole source transactions, never part of one. Updates and
-deletes are applied by the table's primary key (or all columns with ``REPLICA IDENTITY
-FULL``); a table with neither is refused. A column added at the source reaches the target
-through the table's schema policy. TRUNCATE at the source is refused (the connector stops,
-saying so).
+**Changes.** Inserts, updates, deletes and TRUNCATE, applied by the table's primary key (or all
+columns with ``REPLICA IDENTITY FULL``; a table with neither is refused); one Iceberg commit
+holds one or more whole source transactions, never part of one. A column added at the source
+reaches the target through the table's schema policy. Backfill: ``icefloe.ingest.pg_backfill``.
 """
 
 from __future__ import annotations
@@ -53,6 +46,7 @@ from icefloe.ingest.contract import (
     SourceUnavailable,
     State,
 )
+from icefloe.ingest.pg_backfill import KeyRangeBackfill
 from icefloe.ingest.pg_batch import TRUNCATED, ChangeBatch
 from icefloe.ingest.pg_stream import ReplicationStream, StreamLost, StreamRefused
 from icefloe.ingest.pgoutput import (
@@ -131,6 +125,7 @@ class PostgresCdcConnector(Connector):
         # The stream's position after the last unit it gave with rows: a checkpoint anywhere from
         # there to ``_pos`` lets the stream go on (what lies between changed nothing).
         self._data_pos = 0
+        self._backfill: KeyRangeBackfill | None = None
 
     # -- the contract ---------------------------------------------------------------------------
 
@@ -141,10 +136,13 @@ class PostgresCdcConnector(Connector):
         return relation_schema(self._relation)
 
     def open(self, checkpoint: Checkpoint, backfill: BackfillRange | None = None) -> None:
-        if backfill is not None:
-            raise InvalidOptions("the postgres source does not backfill ranges: its changes are taken once, in order "
-                                 "(to load a table again, add a connector with a new slot into a new table)")
         position = checkpoint.get(PARTITION)
+        if backfill is not None:
+            self._open_backfill(backfill, position)
+            return
+        if self._backfill is not None:
+            self._backfill.close()
+            self._backfill = None
         if position is not None and position.startswith("wal:") and self._stream is not None:
             lsn, _ = _decode_wal(position)
             if self._data_pos <= lsn <= self._pos:
@@ -182,7 +180,9 @@ class PostgresCdcConnector(Connector):
 
     def read(self, max_rows: int) -> Iterator[Envelope]:
         with self._errors():
-            if self._phase == "snapshot":
+            if self._backfill is not None:
+                yield from self._backfill.read(lambda: self._repeatable_read("icefloe-ingest-backfill"), max_rows)
+            elif self._phase == "snapshot":
                 yield from self._read_snapshot(max_rows)
             else:
                 reader = self._read_stream(max_rows)
@@ -240,6 +240,9 @@ class PostgresCdcConnector(Connector):
         return self._health.get()
 
     def close(self) -> None:
+        if self._backfill is not None:
+            self._backfill.close()
+            self._backfill = None
         self._close_stream()
         self._close_snapshot()
         if self._conn is not None:
@@ -277,16 +280,7 @@ class PostgresCdcConnector(Connector):
     def _snapshot_connection(self) -> Any:
         """The connection holding the snapshot's transaction (taking the snapshot if new)."""
         if self._snap_conn is None or self._snap_conn.closed:
-            import psycopg
-
-            conn = psycopg.connect(self.options["dsn"], connect_timeout=self.connect_timeout,
-                                   application_name="icefloe-ingest-snapshot")
-            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-            conn.read_only = True
-            for setting in ("TimeZone = 'UTC'", "DateStyle = 'ISO, YMD'", "bytea_output = 'hex'",
-                            "IntervalStyle = 'iso_8601'"):
-                conn.execute(f"SET {setting}")
-            conn.commit()
+            conn = self._repeatable_read("icefloe-ingest-snapshot")
             # The first statement of the transaction takes its snapshot.
             taken = conn.execute("SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text").fetchone()
             assert taken is not None
@@ -297,6 +291,33 @@ class PostgresCdcConnector(Connector):
                 self._seen = {"xmin": int(xmin), "xmax": int(xmax),
                               "xip": sorted(int(x) for x in xip.split(",") if x), "until": parse_lsn(insert_lsn)}
         return self._snap_conn
+
+    def _repeatable_read(self, name: str) -> Any:
+        """A new connection whose next statement starts a read-only REPEATABLE READ transaction."""
+        import psycopg
+
+        conn = psycopg.connect(self.options["dsn"], connect_timeout=self.connect_timeout, application_name=name)
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
+        for setting in ("TimeZone = 'UTC'", "DateStyle = 'ISO, YMD'", "bytea_output = 'hex'",
+                        "IntervalStyle = 'iso_8601'"):
+            conn.execute(f"SET {setting}")
+        conn.commit()
+        return conn
+
+    def _open_backfill(self, span: BackfillRange, position: str | None) -> None:
+        """A backfill pass (``icefloe.ingest.pg_backfill``): the live stream is left as it is."""
+        if self._backfill is not None and self._backfill.at(span, position):
+            return  # the run's next page, from the same snapshot
+        if self._backfill is not None:
+            self._backfill.close()
+            self._backfill = None
+        with self._errors():
+            self._describe()
+        assert self._relation is not None
+        self._backfill = KeyRangeBackfill(self._relation, self.schema_name, self._key, self._types, span, position,
+                                          self.snapshot_batch)
+        self._health.set(Health(State.UP))
 
     def _describe(self) -> None:
         """Check the server, the table, its key and the publication; remember the table."""

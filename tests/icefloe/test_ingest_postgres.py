@@ -276,3 +276,77 @@ def test_truncate_empties_the_target_and_an_idle_stream_survives_the_wal_sender_
         catalog.close()
         postgres.drop_slot(slot)
         postgres.execute(f"DROP PUBLICATION {publication}", f"DROP TABLE {table}")
+
+
+def test_backfill_of_a_key_range_restores_lost_rows_without_moving_the_live_checkpoint(
+        tmp_path: Path, postgres: Any) -> None:
+    """In-process, a real catalog: rows the target lost come back from a backfill of their key
+    range (applied by key: idempotent, a genuine change taken), the live checkpoint and the
+    live replication stream stay as they were, and the stream goes on afterwards."""
+    import pyarrow as pa
+
+    from catalog import RocksCatalog
+    from catalog.append import Appender
+    from catalog.ingest_checkpoints import table_checkpoint
+    from catalog.keyed_changes import commit_keyed
+    from icefloe.ingest.contract import BackfillRange, SourceDataError
+    from icefloe.ingest.postgres_cdc import PostgresCdcConnector
+    from icefloe.ingest.runner import IngestRunner
+    from icefloe.ingest.sink import CatalogSink
+
+    table, publication, slot = postgres.names()
+    postgres.execute(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, name TEXT)",
+                     f"CREATE PUBLICATION {publication} FOR TABLE {table}",
+                     f"INSERT INTO {table} SELECT g, 's' || g FROM generate_series(1, 30) g")
+    connector = PostgresCdcConnector({"dsn": postgres.dsn, "table": table, "publication": publication, "slot": slot,
+                                      "snapshot_batch": 4})
+    catalog = RocksCatalog("t", warehouse=str(tmp_path / "warehouse"), **{"read-only": "false"})
+
+    def target_rows() -> list[tuple[Any, ...]]:
+        rows = catalog.load_table(("ns", "t")).scan().to_arrow().to_pylist()
+        return sorted((r["id"], r["name"]) for r in rows)
+
+    def source_rows() -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in postgres.execute(f"SELECT id, name FROM {table} ORDER BY id")]
+
+    try:
+        catalog.create_namespace(("ns",))
+        catalog.create_table(("ns", "t"), schema=connector.discover())
+        appender = Appender(catalog)
+        runner = IngestRunner("bf", connector, CatalogSink(appender, "ns.t"))
+        runner.run_once()  # the snapshot
+        postgres.execute(f"UPDATE {table} SET name = 'live' WHERE id = 3")
+        runner.run_once()  # streamed
+        assert target_rows() == source_rows()
+        live = table_checkpoint(catalog.load_table(("ns", "t")).metadata, "bf")
+        streaming = postgres.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
+                                     params=(slot,))
+        # The target loses keys 2..12 (and 25) behind the connector's back.
+        lost = pa.table({"id": pa.array([*range(2, 13), 25], pa.int64())})
+        commit_keyed(appender, ("ns", "t"), pa.table({"id": pa.array([], pa.int64()), "name": pa.array([], pa.string())}),
+                     lost, ["id"])
+        assert len(target_rows()) == 18
+        # A genuine change at the source while the stream is not asked to run: the backfill takes it too.
+        postgres.execute(f"UPDATE {table} SET name = 'changed' WHERE id = 5")
+        stats = runner.run_once(BackfillRange("2", "12"))
+        assert stats.rows == 11 and stats.commits == 3  # pages of 4 rows: 4 + 4 + 3
+        want = [r for r in source_rows() if r[0] != 25]
+        assert target_rows() == want  # 2..12 back (5 as changed now), 25 not in the range
+        again = runner.run_once(BackfillRange("2", "12"))  # the same range again: read again, same rows
+        assert again.rows == 11 and target_rows() == want
+        after = table_checkpoint(catalog.load_table(("ns", "t")).metadata, "bf")
+        assert (after.step, after.positions) == (live.step, live.positions)  # the live checkpoint did not move
+        with pytest.raises(SourceDataError, match="invalid input syntax for type bigint"):
+            runner.run_once(BackfillRange("not-a-key"))  # refused by the source, nothing committed
+        assert target_rows() == want
+        # The live stream goes on where it was (id 5's update is applied again, in order).
+        postgres.execute(f"INSERT INTO {table} VALUES (31, 'new')")
+        runner.run_once()
+        assert target_rows() == [r for r in source_rows() if r[0] != 25]
+        assert postgres.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
+                                params=(slot,)) == streaming
+    finally:
+        connector.close()
+        catalog.close()
+        postgres.drop_slot(slot)
+        postgres.execute(f"DROP PUBLICATION {publication}", f"DROP TABLE {table}")
