@@ -323,8 +323,8 @@ def test_backfill_of_a_key_range_restores_lost_rows_without_moving_the_live_chec
                                      params=(slot,))
         # The target loses keys 2..12 (and 25) behind the connector's back.
         lost = pa.table({"id": pa.array([*range(2, 13), 25], pa.int64())})
-        commit_keyed(appender, ("ns", "t"), pa.table({"id": pa.array([], pa.int64()), "name": pa.array([], pa.string())}),
-                     lost, ["id"])
+        nothing = pa.table({"id": pa.array([], pa.int64()), "name": pa.array([], pa.string())})
+        commit_keyed(appender, ("ns", "t"), nothing, lost, ["id"])
         assert len(target_rows()) == 18
         # A genuine change at the source while the stream is not asked to run: the backfill takes it too.
         postgres.execute(f"UPDATE {table} SET name = 'changed' WHERE id = 5")
