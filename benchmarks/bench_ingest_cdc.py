@@ -2,8 +2,8 @@
 
 Part of ``bench_ingest`` (``python benchmarks/bench_ingest.py --cdc``). A real PostgreSQL cluster
 (scripts/postgres-server) and a real server; a postgres connector (poll 50 ms) follows one table.
-A writer commits single-change transactions at ``--rate`` changes/s (60% inserts, 30% updates,
-10% deletes) for ``--seconds``, noting for each its wall-clock commit time and the WAL insert
+Four writer connections (threads, keys of their own) together commit single-change transactions
+at ``--rate`` changes/s (60% inserts, 30% updates, 10% deletes) for ``--seconds``, noting for each its wall-clock commit time and the WAL insert
 LSN right after it (>= the transaction's commit end LSN). A ``commits.v1`` feed subscriber notes
 when each Iceberg commit of the target arrives. Afterwards each commit's checkpoint LSN is read
 from its snapshot summary; a source transaction's lag = arrival of the first commit whose
@@ -60,37 +60,53 @@ def _follow(location: str, arrivals: list[tuple[int, float]], ready: threading.E
                     arrivals.append((snapshot_id, now))
 
 
-def _write(pg: PostgresServer, table: str, rate: float, seconds: float, rng: random.Random
+def _write(pg: PostgresServer, table: str, rate: float, seconds: float, rng: random.Random, writers: int
            ) -> list[tuple[float, int]]:
-    """Single-change transactions at ``rate``/s: (commit wall time, WAL insert LSN after it)."""
+    """Single-change transactions at ``rate``/s in all from ``writers`` connections (threads, each
+    on keys of its own: one connection's round trips cannot reach 1,000/s on a loaded machine):
+    (commit wall time, WAL insert LSN after it), in commit order."""
     done: list[tuple[float, int]] = []
-    live: list[int] = []
-    next_id = 1
-    with pg.connect() as conn:
-        start = time.perf_counter()
-        total = int(rate * seconds)
-        for i in range(total):
-            due = start + i / rate
-            pause = due - time.perf_counter()
-            if pause > 0:
-                time.sleep(pause)
-            roll = rng.random()
-            if roll < 0.6 or len(live) < 10:
-                conn.execute(f"INSERT INTO {table} VALUES (%s, %s)", (next_id, f"v{i}"))
-                live.append(next_id)
-                next_id += 1
-            elif roll < 0.9:
-                conn.execute(f"UPDATE {table} SET name = %s WHERE id = %s", (f"u{i}", rng.choice(live)))
-            else:
-                conn.execute(f"DELETE FROM {table} WHERE id = %s", (live.pop(rng.randrange(len(live))),))
-            committed = time.time()
-            row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
-            assert row is not None
-            done.append((committed, _lsn(row[0])))
-    return done
+    lock = threading.Lock()
+    seeds = [rng.randrange(1 << 30) for _ in range(writers)]
+
+    def one(index: int) -> None:
+        own = random.Random(seeds[index])
+        live: list[int] = []
+        next_id = index + 1
+        mine: list[tuple[float, int]] = []
+        with pg.connect() as conn:
+            start = time.perf_counter()
+            share = rate / writers
+            for i in range(int(share * seconds)):
+                pause = start + i / share - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)
+                roll = own.random()
+                if roll < 0.6 or len(live) < 10:
+                    conn.execute(f"INSERT INTO {table} VALUES (%s, %s)", (next_id, f"v{i}"))
+                    live.append(next_id)
+                    next_id += writers
+                elif roll < 0.9:
+                    conn.execute(f"UPDATE {table} SET name = %s WHERE id = %s", (f"u{i}", own.choice(live)))
+                else:
+                    conn.execute(f"DELETE FROM {table} WHERE id = %s", (live.pop(own.randrange(len(live))),))
+                committed = time.time()
+                row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+                assert row is not None
+                mine.append((committed, _lsn(row[0])))
+        with lock:
+            done.extend(mine)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sorted(done)
 
 
-def run_round(tmp: Path, pg: PostgresServer, rate: float, seconds: float, round_no: int) -> dict[str, Any]:
+def run_round(tmp: Path, pg: PostgresServer, rate: float, seconds: float, round_no: int, writers: int = 4
+              ) -> dict[str, Any]:
     table, publication, slot = pg.names()
     pg.execute(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, name TEXT)",
                f"CREATE PUBLICATION {publication} FOR TABLE {table}")
@@ -121,7 +137,7 @@ def run_round(tmp: Path, pg: PostgresServer, rate: float, seconds: float, round_
         while action(proc, "icefloe.ingest.status", {"name": "cdc"})["passes"] < 1 and time.time() < deadline:
             time.sleep(0.1)
         began = time.perf_counter()
-        written = _write(pg, table, rate, seconds, random.Random(round_no))
+        written = _write(pg, table, rate, seconds, random.Random(round_no), writers)
         write_s = time.perf_counter() - began  # the writer may not keep the rate on a loaded machine
         source_rows = pg.execute(f"SELECT id, name FROM {table} ORDER BY id")
         deadline = time.time() + 600
