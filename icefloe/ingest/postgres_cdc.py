@@ -67,7 +67,10 @@ from icefloe.ingest.pgoutput import (
 logger = logging.getLogger("icefloe.ingest.postgres")
 
 _IDENT = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-OPTIONS = {"dsn", "table", "publication", "slot", "snapshot", "snapshot_batch", "batch_ms", "connect_timeout"}
+# peek_changes: the window of the SQL-function reader that streaming replaced; still accepted
+# (ignored) so that connectors stored with it keep loading.
+OPTIONS = {"dsn", "table", "publication", "slot", "snapshot", "snapshot_batch", "batch_ms", "connect_timeout",
+           "peek_changes"}
 PARTITION = ""
 CATCH_UP_S = 10.0  # a read waits this long at most for the walsender to reach the flush LSN
 ASK_EVERY_S = 0.01  # while waiting for that, how often to ask where it is
