@@ -78,6 +78,10 @@ def test_kill_9_during_changes_then_source_and_target_agree_row_for_row(tmp_path
         wait_for(lambda: target(proc) == expected(source), timeout=90)
         time.sleep(0.5)  # a late duplicate or a lost delete would show now
         assert target(proc) == expected(source)
+        # The restarted server streams from the slot (a walsender holds it), not by SQL peeks.
+        assert source.server.execute("SELECT s.application_name FROM pg_replication_slots r JOIN pg_stat_replication s "
+                                     "ON s.pid = r.active_pid WHERE r.slot_name = %s",
+                                     params=(source.slot,)) == [("icefloe-ingest-stream",)]
         run = action(proc, "run", {"name": "pg", "once": True})
         assert run["run"]["rows"] == 0 and run["state"] == "up"
         assert target(proc) == expected(source)
