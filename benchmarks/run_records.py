@@ -142,6 +142,8 @@ FIGURES = (
     Figure("ingest_cdc", "ingest_cdc.p50", "Postgres CDC lag, source commit -> Iceberg commit seen on the feed, at "
            "1k changes/s: p50", "median_p50_ms", "report", "ms"),
     Figure("ingest_cdc", "ingest_cdc.p99", "the same: p99", "median_p99_ms", "report", "ms"),
+    Figure("ingest_cdc", "ingest_cdc.source_rate", "the same: the rate the source writers reached (changes/s)",
+           "median_achieved_rate", "report", "/s"),
 )
 
 

@@ -18,12 +18,17 @@ to delete are found inside that slot, so no append can slip in between finding a
 
 from __future__ import annotations
 
+import bisect
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import DataFile
+from pyiceberg.types import DecimalType, IntegerType, LongType, StringType
 
 from catalog import delete_writer
 from catalog.append import AppendResult, _Request
@@ -41,6 +46,8 @@ if TYPE_CHECKING:
     from catalog.append import Appender
 
 MERGE_ON_READ = "merge-on-read"
+# Key types whose bounds decode (pyiceberg.conversions) to the Python values Arrow gives.
+_PRUNABLE = (IntegerType, LongType, StringType, DecimalType)
 _POS = "__icefloe_pos"
 
 
@@ -55,10 +62,11 @@ class _Hit(NamedTuple):
 def commit_keyed(
     appender: Appender, identifier: tuple[str, ...], upserts: pa.Table, removed: pa.Table, key: list[str],
     idempotency_key: str | None = None, snapshot_properties: dict[str, str] | None = None,
-    extra: dict[str, Any] | None = None, schema_policy: str | None = None,
+    extra: dict[str, Any] | None = None, schema_policy: str | None = None, truncate: bool = False,
 ) -> AppendResult:
-    """Delete every live row whose ``key`` is in ``upserts`` or ``removed``, append ``upserts``;
-    one commit. Returns once it is durable.
+    """Delete every live row whose ``key`` is in ``upserts`` or ``removed`` (``truncate``: every
+    live row, whatever its key: a TRUNCATE at the source), append ``upserts``; one commit.
+    Returns once it is durable.
 
     Raises:
         SchemaMismatchError: The upserts do not fit the table under its schema policy, or a key
@@ -103,8 +111,15 @@ def commit_keyed(
 
         def prepare() -> None:  # in the table's commit slot: nothing else commits meanwhile
             current = appender.catalog.load_table(identifier)
-            hits = _find(current, touched, key)
+            hits = _find(current, touched, key, everything=truncate)
             counts["deleted"] = sum(len(h.positions) for h in hits)
+            if truncate:
+                # Every data file goes, whole (rows already deleted or not): nothing to rewrite.
+                snapshot = current.metadata.current_snapshot()
+                gone = [p.data_file for p in plan_files(current.metadata, current.io, snapshot.snapshot_id)
+                        ] if snapshot is not None else []
+                request.producer = (lambda update, _loaded: _overwrite(update, gone)) if gone else None
+                return
             if not hits:
                 request.producer = None
                 return
@@ -152,18 +167,23 @@ def _touched_keys(upserts: pa.Table, removed: pa.Table, key: list[str], renames:
     return both.group_by(key).aggregate([])
 
 
-def _find(table: Table, touched: pa.Table, key: list[str]) -> list[_Hit]:
-    """Each live data file holding a visible row with a touched key, and those rows' sorted
-    positions in the file (positions count the file as written, before its deletes)."""
+def _find(table: Table, touched: pa.Table, key: list[str], everything: bool = False) -> list[_Hit]:
+    """Each live data file holding a visible row with a touched key (``everything``: any
+    visible row), and those rows' sorted positions in the file (positions count the file as
+    written, before its deletes)."""
     snapshot = table.metadata.current_snapshot()
-    if snapshot is None or touched.num_rows == 0:
+    if snapshot is None or (touched.num_rows == 0 and not everything):
         return []
     schema = table.schema()
     key_schema = schema.select(*key)
     sets = DeleteSets()
     names = {f.field_id: f.name for f in schema.fields}
     found = []
+    lookup = touched.column(key[0]).combine_chunks() if len(key) == 1 else None
+    may_hold = (lambda _f: True) if everything else _key_range_filter(schema, key[0], touched.column(key[0]))
     for planned in plan_files(table.metadata, table.io, snapshot.snapshot_id):
+        if not may_hold(planned.data_file):
+            continue  # the file's key range (manifest stats) holds no touched key: not read
         bound = bind(table.io, sets, planned.deletes, planned.data_file.file_path) if planned.deletes else None
         read = key_schema
         if bound is not None and bound.columns_needed(names) - set(key):
@@ -181,13 +201,43 @@ def _find(table: Table, touched: pa.Table, key: list[str]) -> list[_Hit]:
                 batch, positions = batch.filter(pa.array(mask)), positions[mask]
             if not batch.num_rows:
                 continue
-            tagged = pa.table([*(batch.column(k) for k in key), pa.array(positions)], names=[*key, _POS])
-            matched = tagged.join(touched, keys=key, join_type="left semi")
-            if matched.num_rows:
-                hits.append(matched.column(_POS).to_numpy())
+            if everything:
+                hits.append(positions)
+            elif lookup is not None:  # one key column: a hash lookup, no join plan
+                mask = pc.is_in(batch.column(key[0]), value_set=lookup).to_numpy(zero_copy_only=False)
+                if mask.any():
+                    hits.append(positions[mask])
+            else:
+                tagged = pa.table([*(batch.column(k) for k in key), pa.array(positions)], names=[*key, _POS])
+                matched = tagged.join(touched, keys=key, join_type="left semi")
+                if matched.num_rows:
+                    hits.append(matched.column(_POS).to_numpy())
         if hits:
             found.append(_Hit(planned.data_file, planned.deletes, np.sort(np.concatenate(hits))))
     return found
+
+
+def _key_range_filter(schema: Any, column: str, touched: pa.ChunkedArray) -> Callable[[DataFile], bool]:
+    """Whether a data file may hold one of the ``touched`` values of key ``column``, from the
+    lower / upper bounds its manifest entry records (Iceberg's column metrics). A file without
+    bounds, or a key of a type whose bounds are not compared here, may hold anything. With
+    a multi-column key the first column alone prunes (a necessary condition)."""
+    field = schema.find_field(column)
+    if not isinstance(field.field_type, _PRUNABLE):
+        return lambda _f: True
+    values = sorted(v for v in touched.to_pylist() if v is not None)
+    field_id, field_type = field.field_id, field.field_type
+
+    def may_hold(data_file: DataFile) -> bool:
+        lower = (data_file.lower_bounds or {}).get(field_id)
+        upper = (data_file.upper_bounds or {}).get(field_id)
+        if lower is None or upper is None:
+            return True
+        # Truncated string bounds stay bounds: a prefix below, an incremented prefix above.
+        at = bisect.bisect_left(values, from_bytes(field_type, lower))
+        return at < len(values) and values[at] <= from_bytes(field_type, upper)
+
+    return may_hold
 
 
 def _rewrite_kept(appender: Appender, table: Table, hits: list[_Hit]) -> list[DataFile]:

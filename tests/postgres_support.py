@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,22 @@ class PostgresServer:
                 cur = conn.execute(statement, params)
                 rows = cur.fetchall() if cur.description else []
             return rows
+
+    def drop_slot(self, slot: str) -> None:
+        """Drop replication slot ``slot`` (if it exists), ending the walsender streaming from it
+        first: a connector's stream holds its slot until the server notices it is gone."""
+        deadline = time.monotonic() + 30
+        while True:
+            self.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = %s "
+                         "AND active_pid IS NOT NULL", params=(slot,))
+            try:
+                self.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                             "WHERE slot_name = %s", params=(slot,))
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)  # the walsender was still exiting, or a connector streamed again
 
     @staticmethod
     def names() -> tuple[str, str, str]:

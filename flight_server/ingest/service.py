@@ -120,6 +120,8 @@ class IngestService:
                 item.thread.join(JOIN_S)
                 if item.thread.is_alive():
                     logger.warning("ingest connector %s did not stop within %.0fs", item.spec.name, JOIN_S)
+                    continue
+            _close_connector(item)
 
     # -- actions --------------------------------------------------------------------------------
 
@@ -206,6 +208,7 @@ class IngestService:
         with item.runner.exclusive():  # no pass in flight once removed
             with self._lock:
                 self._running.pop(item.spec.name, None)
+            _close_connector(item)  # e.g. a replication stream holding its slot
             self._store.write({}, deletes=(keys.INGEST_DEFINITION + item.spec.name.encode(),
                                            keys.INGEST_PAUSED + item.spec.name.encode()))
         return {"name": item.spec.name, "removed": True}
@@ -334,6 +337,13 @@ class IngestCollector:
             step.add_metric([name], status.step)
             state.add_metric([name, status.state.value], 1)
         yield from (rows, commits, lag, pending, step, state)
+
+
+def _close_connector(item: _Running) -> None:
+    try:
+        item.runner.connector.close()
+    except Exception:  # closing must not fail a remove or a shutdown
+        logger.warning("ingest connector %s: close failed", item.spec.name, exc_info=True)
 
 
 def _dump(body: Any) -> bytes:

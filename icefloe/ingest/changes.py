@@ -23,8 +23,15 @@ def keyed(envelopes: Sequence[Envelope]) -> bool:
     return any(e.key for e in envelopes)
 
 
+def truncated(envelopes: Sequence[Envelope]) -> bool:
+    """Whether the commit of ``envelopes`` starts by removing every target row (a TRUNCATE at
+    the source; what came before it in the commit no longer matters)."""
+    return any(e.op is Op.TRUNCATE for e in envelopes)
+
+
 def fold(envelopes: Sequence[Envelope]) -> tuple[pa.Table, pa.Table, tuple[str, ...]]:
-    """(upserts, removed keys, key columns) of ``envelopes``, in source order.
+    """(upserts, removed keys, key columns) of ``envelopes``, in source order; only what
+    follows the last ``Op.TRUNCATE`` counts (see ``truncated``).
 
     Raises:
         SourceDataError: The envelopes name different key columns, or rows lack them.
@@ -33,6 +40,8 @@ def fold(envelopes: Sequence[Envelope]) -> tuple[pa.Table, pa.Table, tuple[str, 
     if len(keys) != 1:
         raise SourceDataError(f"the changes of one commit name different key columns: {sorted(keys)}")
     key = next(iter(keys))
+    last_truncate = max((n for n, e in enumerate(envelopes) if e.op is Op.TRUNCATE), default=-1)
+    envelopes = envelopes[last_truncate + 1:] or envelopes[-1:]
     parts, seq = [], 0
     for envelope in envelopes:
         rows = envelope.rows

@@ -70,6 +70,7 @@ class Op(enum.StrEnum):
     INSERT = "insert"
     UPDATE = "update"  # rows are the new images; ``Envelope.key`` names the key columns
     DELETE = "delete"  # rows carry at least the key columns
+    TRUNCATE = "truncate"  # every row of the target goes (no rows); later envelopes apply after it
 
 
 @dataclass(frozen=True)
@@ -301,6 +302,15 @@ class Connector(ABC):
         Args:
             checkpoint: The checkpoint of the commit that just landed.
         """
+
+    def wait(self, timeout_s: float, stop: threading.Event) -> None:
+        """Block, after a pass that caught up, until the source may have something new, at
+        most ``timeout_s`` (and not past ``stop``). Called from the runner's thread between
+        passes, possibly while another thread runs a pass: it must not read the source. The
+        default waits the whole ``timeout_s`` (polling); a streaming source returns as soon as
+        data arrives.
+        """
+        stop.wait(timeout_s)
 
     @abstractmethod
     def health(self) -> Health:

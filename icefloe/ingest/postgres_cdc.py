@@ -1,30 +1,23 @@
 """The Postgres CDC connector: one table's rows, then its changes, through logical replication.
 
-**How it reads.** psycopg 3 (the client library) does not speak the streaming replication
-protocol (``START_REPLICATION`` / CopyBoth), so the connector reads a logical replication slot
-with the SQL functions: ``pg_logical_slot_peek_binary_changes`` with the built-in ``pgoutput``
-plugin decodes committed transactions from the slot's confirmed position without consuming
-them, and ``pg_replication_slot_advance`` moves that position. The slot is advanced only in
+**How it reads.** One replication stream (``icefloe.ingest.pg_stream``: ``START_REPLICATION``
+with the built-in ``pgoutput`` plugin) stays open across the runner's passes; each pass takes
+the transactions committed before it began, folded per key into one unit of whole transactions
+(``icefloe.ingest.pg_batch``). The slot is confirmed (a standby status update) only in
 ``committed``, i.e. after the Iceberg commit holding those transactions landed with the
-checkpoint (the commit's end LSN) in the same RocksDB batch. A crash anywhere leaves the slot
-at or behind the checkpoint; transactions at or before the checkpoint are skipped when read
-again. At-least-once reading + the checkpoint = exactly once in the target.
+checkpoint (the last commit's end LSN) in the same RocksDB batch. A crash anywhere leaves the
+slot at or behind the checkpoint; transactions at or before it are skipped when streamed again.
+At-least-once reading + the checkpoint = exactly once in the target.
 
 **Initial snapshot.** The slot is created first (its start LSN L), then the table is read in
-primary-key order, a page per commit (the position remembers the last key, so a crash resumes
-after it). The pages are not one consistent snapshot, and need not be: until the snapshot is
-done the slot stays at L, so the stream replays every change made after L, and changes are
-applied by key (delete the key's rows, append the new image). Replaying a change the snapshot
-already saw converges to the same rows. This is the documented equivalent of an exported
-snapshot, which the SQL interface cannot give.
+primary-key order, a page per commit, in one REPEATABLE READ transaction whose visibility rides
+in the checkpoint: stream transactions it saw are skipped exactly. If it is lost mid-way the
+rest comes from another snapshot, and the stream's replay (from L) converges by key.
 
-**Changes.** Inserts, updates and deletes of one source transaction become envelopes of that
-transaction (``transaction_end`` on its last), so the runner commits whole transactions: one
-Iceberg commit holds one or more whole source transactions, never part of one. Updates and
-deletes are applied by the table's primary key (or all columns with ``REPLICA IDENTITY
-FULL``); a table with neither is refused. A column added at the source reaches the target
-through the table's schema policy. TRUNCATE at the source is refused (the connector stops,
-saying so).
+**Changes.** Inserts, updates, deletes and TRUNCATE, applied by the table's primary key (or all
+columns with ``REPLICA IDENTITY FULL``; a table with neither is refused); one Iceberg commit
+holds one or more whole source transactions, never part of one. A column added at the source
+reaches the target through the table's schema policy. Backfill: ``icefloe.ingest.pg_backfill``.
 """
 
 from __future__ import annotations
@@ -32,6 +25,9 @@ from __future__ import annotations
 import json
 import logging
 import re
+import select
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
@@ -50,8 +46,10 @@ from icefloe.ingest.contract import (
     SourceUnavailable,
     State,
 )
+from icefloe.ingest.pg_backfill import KeyRangeBackfill
+from icefloe.ingest.pg_batch import TRUNCATED, ChangeBatch
+from icefloe.ingest.pg_stream import ReplicationStream, StreamLost, StreamRefused
 from icefloe.ingest.pgoutput import (
-    UNCHANGED,
     Begin,
     Change,
     Column,
@@ -69,8 +67,15 @@ from icefloe.ingest.pgoutput import (
 logger = logging.getLogger("icefloe.ingest.postgres")
 
 _IDENT = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-OPTIONS = {"dsn", "table", "publication", "slot", "snapshot", "snapshot_batch", "peek_changes", "connect_timeout"}
+# peek_changes: the window of the SQL-function reader that streaming replaced; still accepted
+# (ignored) so that connectors stored with it keep loading.
+OPTIONS = {"dsn", "table", "publication", "slot", "snapshot", "snapshot_batch", "batch_ms", "connect_timeout",
+           "peek_changes"}
 PARTITION = ""
+CATCH_UP_S = 10.0  # a read waits this long at most for the walsender to reach the flush LSN
+ASK_EVERY_S = 0.01  # while waiting for that, how often to ask where it is
+STALL_S = 60.0  # inside a transaction: how long a silent stream may take before it is given up
+WAIT_SLICE_S = 0.1  # between passes: how often the wait looks at the stop event
 
 
 class PostgresCdcConnector(Connector):
@@ -103,7 +108,7 @@ class PostgresCdcConnector(Connector):
                                      "(a-z, 0-9, _; 63 characters at most)")
         self.snapshot = _bool(self.options.get("snapshot", True), "snapshot")
         self.snapshot_batch = _int(self.options.get("snapshot_batch", 50_000), "snapshot_batch", 1, 10_000_000)
-        self.peek_changes = _int(self.options.get("peek_changes", 10_000), "peek_changes", 1, 10_000_000)
+        self.batch_ms = _int(self.options.get("batch_ms", 200), "batch_ms", 1, 3_600_000)
         self.connect_timeout = _int(self.options.get("connect_timeout", 10), "connect_timeout", 1, 3600)
         self._health = ReportedHealth()
         self._conn: Any = None
@@ -118,6 +123,12 @@ class PostgresCdcConnector(Connector):
         # and replays converge by key instead.
         self._seen: dict[str, Any] | None = None
         self._snap_conn: Any = None  # holds the snapshot's REPEATABLE READ transaction
+        self._stream: ReplicationStream | None = None
+        self._stream_relations: dict[int, Relation] = {}  # the stream sends each relation once
+        # The stream's position after the last unit it gave with rows: a checkpoint anywhere from
+        # there to ``_pos`` lets the stream go on (what lies between changed nothing).
+        self._data_pos = 0
+        self._backfill: KeyRangeBackfill | None = None
 
     # -- the contract ---------------------------------------------------------------------------
 
@@ -128,13 +139,24 @@ class PostgresCdcConnector(Connector):
         return relation_schema(self._relation)
 
     def open(self, checkpoint: Checkpoint, backfill: BackfillRange | None = None) -> None:
+        position = checkpoint.get(PARTITION)
         if backfill is not None:
-            raise InvalidOptions("the postgres source does not backfill ranges: its changes are taken once, in order "
-                                 "(to load a table again, add a connector with a new slot into a new table)")
+            self._open_backfill(backfill, position)
+            return
+        if self._backfill is not None:
+            self._backfill.close()
+            self._backfill = None
+        if position is not None and position.startswith("wal:") and self._stream is not None:
+            lsn, _ = _decode_wal(position)
+            if self._data_pos <= lsn <= self._pos:
+                # The stream is where the runner is (what lies between held nothing for the
+                # table): go on reading it, nothing is decoded twice.
+                self._health.set(Health(State.UP))
+                return
+        self._close_stream()
         with self._errors():
             self._describe()
             confirmed = self._ensure_slot()
-            position = checkpoint.get(PARTITION)
             if position is None:
                 self._close_snapshot()
                 self._phase, self._after_key, self._pos, self._seen = ("snapshot", None, 0, None) if self.snapshot \
@@ -161,26 +183,70 @@ class PostgresCdcConnector(Connector):
 
     def read(self, max_rows: int) -> Iterator[Envelope]:
         with self._errors():
-            if self._phase == "snapshot":
+            if self._backfill is not None:
+                yield from self._backfill.read(lambda: self._repeatable_read("icefloe-ingest-backfill"), max_rows)
+            elif self._phase == "snapshot":
                 yield from self._read_snapshot(max_rows)
             else:
-                yield from self._read_stream(max_rows)
+                reader = self._read_stream(max_rows)
+                try:
+                    first = next(reader, None)
+                except StreamLost as lost:
+                    # A stream left idle past the server's wal_sender_timeout (a paused
+                    # connector, a long commit) is closed by the server; when nothing of this
+                    # read was given yet, start it again where the runner is and go on.
+                    logger.info("replication stream of %s.%s lost (%s); starting it again", self.schema_name,
+                                self.table_name, self.scrub(str(lost)))
+                    self._close_stream()
+                    reader = self._read_stream(max_rows)
+                    first = next(reader, None)
+                if first is not None:
+                    yield first
+                    yield from reader
         self._health.set(Health(State.UP))
 
     def committed(self, checkpoint: Checkpoint) -> None:
         position = checkpoint.get(PARTITION) or ""
         if not position.startswith("wal:"):
             return  # the snapshot's pages: the slot stays at its start until the snapshot is done
-        lsn = format_lsn(_decode_wal(position)[0])
+        lsn = _decode_wal(position)[0]
         with self._errors():
+            if self._stream is not None:
+                self._stream.confirm(lsn)  # a standby status update: the slot's confirmed_flush_lsn
+                return
+            # No stream open (the snapshot's last page): the slot is not in use, move it by SQL.
             self._connection().execute(
                 "SELECT pg_replication_slot_advance(slot_name, %s::pg_lsn) FROM pg_replication_slots "
-                "WHERE slot_name = %s AND confirmed_flush_lsn < %s::pg_lsn", (lsn, self.options["slot"], lsn))
+                "WHERE slot_name = %s AND confirmed_flush_lsn < %s::pg_lsn AND NOT active",
+                (format_lsn(lsn), self.options["slot"], format_lsn(lsn)))
+
+    def wait(self, timeout_s: float, stop: threading.Event) -> None:
+        stream = self._stream
+        if stream is None:
+            stop.wait(timeout_s)
+            return
+        if not stream.drained:
+            return  # whole messages already buffered
+        deadline = time.monotonic() + timeout_s
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                readable, _, _ = select.select([stream.fileno()], [], [], min(left, WAIT_SLICE_S))
+            except (OSError, ValueError):  # closed by a pass on another thread meanwhile
+                return
+            if readable:
+                return
 
     def health(self) -> Health:
         return self._health.get()
 
     def close(self) -> None:
+        if self._backfill is not None:
+            self._backfill.close()
+            self._backfill = None
+        self._close_stream()
         self._close_snapshot()
         if self._conn is not None:
             try:
@@ -217,16 +283,7 @@ class PostgresCdcConnector(Connector):
     def _snapshot_connection(self) -> Any:
         """The connection holding the snapshot's transaction (taking the snapshot if new)."""
         if self._snap_conn is None or self._snap_conn.closed:
-            import psycopg
-
-            conn = psycopg.connect(self.options["dsn"], connect_timeout=self.connect_timeout,
-                                   application_name="icefloe-ingest-snapshot")
-            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-            conn.read_only = True
-            for setting in ("TimeZone = 'UTC'", "DateStyle = 'ISO, YMD'", "bytea_output = 'hex'",
-                            "IntervalStyle = 'iso_8601'"):
-                conn.execute(f"SET {setting}")
-            conn.commit()
+            conn = self._repeatable_read("icefloe-ingest-snapshot")
             # The first statement of the transaction takes its snapshot.
             taken = conn.execute("SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text").fetchone()
             assert taken is not None
@@ -237,6 +294,33 @@ class PostgresCdcConnector(Connector):
                 self._seen = {"xmin": int(xmin), "xmax": int(xmax),
                               "xip": sorted(int(x) for x in xip.split(",") if x), "until": parse_lsn(insert_lsn)}
         return self._snap_conn
+
+    def _repeatable_read(self, name: str) -> Any:
+        """A new connection whose next statement starts a read-only REPEATABLE READ transaction."""
+        import psycopg
+
+        conn = psycopg.connect(self.options["dsn"], connect_timeout=self.connect_timeout, application_name=name)
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
+        for setting in ("TimeZone = 'UTC'", "DateStyle = 'ISO, YMD'", "bytea_output = 'hex'",
+                        "IntervalStyle = 'iso_8601'"):
+            conn.execute(f"SET {setting}")
+        conn.commit()
+        return conn
+
+    def _open_backfill(self, span: BackfillRange, position: str | None) -> None:
+        """A backfill pass (``icefloe.ingest.pg_backfill``): the live stream is left as it is."""
+        if self._backfill is not None and self._backfill.at(span, position):
+            return  # the run's next page, from the same snapshot
+        if self._backfill is not None:
+            self._backfill.close()
+            self._backfill = None
+        with self._errors():
+            self._describe()
+        assert self._relation is not None
+        self._backfill = KeyRangeBackfill(self._relation, self.schema_name, self._key, self._types, span, position,
+                                          self.snapshot_batch)
+        self._health.set(Health(State.UP))
 
     def _describe(self) -> None:
         """Check the server, the table, its key and the publication; remember the table."""
@@ -327,112 +411,110 @@ class PostgresCdcConnector(Connector):
         yield Envelope(table, PARTITION, _encode_wal(confirmed, self._seen))
 
     def _read_stream(self, max_rows: int) -> Iterator[Envelope]:
-        """The transactions after the position. Peeks always start at the slot's confirmed
-        position, which moves only when a commit with rows confirms it; when a whole window
-        holds nothing new (transactions already taken, or skipped as the snapshot's), a
-        larger window is peeked, so the stream never stalls behind them."""
-        window = self.peek_changes
-        while True:
-            fresh = 0
-            messages = self._connection().execute(
-                "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, 'proto_version', '1', "
-                "'publication_names', %s)", (self.options["slot"], window, self.options["publication"])).fetchall()
-            for envelope in self._decode_window(messages, max_rows):
-                fresh += 1
-                yield envelope
-            if fresh or len(messages) < window:
-                return
-            window *= 4
-
-    def _decode_window(self, messages: list[tuple[bytes]], max_rows: int) -> Iterator[Envelope]:
+        """Transactions from the open replication stream, as one unit of whole transactions
+        (``ChangeBatch``). The read ends when the walsender has sent everything committed before
+        the read began (its keepalive says how far it decoded: a pass takes what the source had
+        when it started), at ``max_rows`` changed keys, or when the stream pauses ``batch_ms``
+        after the unit's first transaction."""
+        stream = self._stream_now()
+        target = self._flush_lsn()
+        batch = self._new_batch()
         relations: dict[int, Relation] = {}
-        begin: Begin | None = None
-        runs: list[tuple[Op, Relation, list[tuple[Any, ...]]]] = []
-        taken = 0
-        for (data,) in messages:
+        relations.update(self._stream_relations)
+        txn: tuple[Begin, list[tuple[Relation | None, Any]]] | None = None
+        give_up, unit_ends, asked = time.monotonic() + CATCH_UP_S, 0.0, 0.0
+        oid = self._oid()
+        while True:
+            data = stream.next(0)  # what has arrived (keepalives are taken, and answered, here)
+            if data is None:
+                if txn is None:
+                    now = time.monotonic()
+                    if stream.decoded >= target or now >= give_up or (batch.transactions and now >= unit_ends):
+                        break
+                    if now - asked >= ASK_EVERY_S:
+                        stream.ask_position()
+                        asked = now
+                data = stream.next(ASK_EVERY_S if txn is None else STALL_S)
+                if data is None:
+                    continue
             try:
                 message = decode(data)
             except DecodeError as exc:
                 raise SourceDataError(f"cannot decode the replication stream: {exc}") from None
             if isinstance(message, Relation):
                 relations[message.oid] = message
+                self._stream_relations[message.oid] = message
             elif isinstance(message, Begin):
-                begin, runs = message, []
-            elif isinstance(message, Change) and begin is not None:
+                txn = (message, [])
+            elif isinstance(message, Change) and txn is not None:
                 relation = relations.get(message.relation_oid)
-                if relation is not None and relation.oid == self._oid():
-                    self._add_change(runs, relation, message)
-            elif isinstance(message, Truncate) and self._oid() in message.relation_oids:
-                raise SourceDataError(f"TRUNCATE of {self.schema_name}.{self.table_name} at the source is not applied "
-                                      "by this connector; the connector stopped before it (nothing after it was "
-                                      "committed)")
-            elif isinstance(message, Commit) and begin is not None:
+                if relation is not None and relation.oid == oid:
+                    txn[1].append((relation, message))
+            elif isinstance(message, Truncate) and txn is not None and oid in message.relation_oids:
+                txn[1].append((None, TRUNCATED))
+            elif isinstance(message, Commit) and txn is not None:
+                begin, changes = txn
+                txn = None
+                stream.decoded = max(stream.decoded, message.end_lsn)
                 if self._seen is not None and message.commit_lsn >= self._seen["until"]:
                     self._seen = None  # past every transaction the snapshot saw
-                if begin.final_lsn >= self._pos:
-                    if self._seen is not None and _visible(begin.xid, self._seen):
-                        runs = []  # the snapshot holds its changes already
-                    envelopes = self._transaction(begin, message, runs)
-                    self._pos = message.end_lsn
-                    for envelope in envelopes:
-                        taken += envelope.rows.num_rows
-                        yield envelope
-                begin, runs = None, []
-                if taken >= max_rows:
-                    return
+                if begin.final_lsn < self._pos:
+                    continue  # at or before the checkpoint: committed already
+                if self._seen is not None and _visible(begin.xid, self._seen):
+                    changes = []  # the snapshot holds its changes already
+                first = next((r for r, _ in changes if r is not None), None)
+                if not batch.fits(first):
+                    yield from self._emit(batch)
+                    batch = self._new_batch()
+                if not batch.transactions:
+                    unit_ends = time.monotonic() + self.batch_ms / 1000
+                self._pos = message.end_lsn
+                batch.add(begin.xid, message.commit_lsn, message.end_lsn, message.commit_time_us,
+                          _encode_wal(message.end_lsn, self._seen), changes)
+                # Not cut by time here: while messages keep coming without a pause the
+                # connector is behind, and one larger commit catches up sooner than many small
+                # ones (a commit's cost is mostly fixed). The time cut is taken above, when the
+                # stream pauses.
+                if stream.decoded >= target or batch.rows() >= max_rows:
+                    break
+        if batch.transactions:
+            yield from self._emit(batch)
+        stream.report_received()
+
+    def _new_batch(self) -> ChangeBatch:
+        return ChangeBatch(self._key, f"{self.schema_name}.{self.table_name}")
+
+    def _emit(self, batch: ChangeBatch) -> Iterator[Envelope]:
+        assert self._relation is not None
+        envelopes = batch.envelopes(lambda n: _encode_wal(batch.end_lsn, self._seen, n), self._relation)
+        if any(e.rows.num_rows or e.op is Op.TRUNCATE for e in envelopes):
+            self._data_pos = batch.end_lsn
+        yield from envelopes
+
+    def _stream_now(self) -> ReplicationStream:
+        """The replication stream, started at the position when none is open."""
+        if self._stream is None:
+            self._stream_relations = {}
+            self._stream = ReplicationStream(self.options["dsn"], self.options["slot"], self.options["publication"],
+                                             self._pos, self.connect_timeout)
+            self._data_pos = self._pos
+            logger.info("streaming %s.%s from slot %s at %s", self.schema_name, self.table_name, self.options["slot"],
+                        format_lsn(self._pos))
+        return self._stream
+
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    def _flush_lsn(self) -> int:
+        row = self._connection().execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+        assert row is not None
+        return parse_lsn(row[0])
 
     def _oid(self) -> int:
         assert self._relation is not None
         return self._relation.oid
-
-    def _add_change(self, runs: list[tuple[Op, Relation, list[tuple[Any, ...]]]], relation: Relation,
-                    change: Change) -> None:
-        key_at = [i for i, c in enumerate(relation.columns) if c.name in self._key]
-
-        def add(op: Op, row: tuple[Any, ...]) -> None:
-            if runs and runs[-1][0] is op and runs[-1][1] == relation:
-                runs[-1][2].append(row)
-            else:
-                runs.append((op, relation, [row]))
-
-        if change.kind == "insert":
-            assert change.new is not None
-            add(Op.INSERT, change.new)
-            return
-        if change.kind == "delete":
-            assert change.old is not None
-            add(Op.DELETE, change.old)
-            return
-        new, old = change.new, change.old
-        assert new is not None
-        if UNCHANGED in new:
-            if old is None or change.old_is_key:
-                raise SourceDataError(
-                    f"an update of {self.schema_name}.{self.table_name} left a large (TOASTed) value unchanged and "
-                    "the stream does not carry it; run ALTER TABLE ... REPLICA IDENTITY FULL at the source")
-            new = tuple(o if n is UNCHANGED else n for n, o in zip(new, old, strict=True))
-        if old is not None and [old[i] for i in key_at] != [new[i] for i in key_at]:
-            add(Op.DELETE, old)  # the key itself changed: the old key's row goes
-        add(Op.UPDATE, new)
-
-    def _transaction(self, begin: Begin, commit: Commit, runs: list[tuple[Op, Relation, list[tuple[Any, ...]]]]
-                     ) -> list[Envelope]:
-        position = _encode_wal(commit.end_lsn, self._seen)
-        txn = f"{begin.xid}@{format_lsn(commit.commit_lsn)}"
-        if not runs:
-            assert self._relation is not None
-            return [Envelope(relation_schema(self._relation).empty_table(), PARTITION, position,
-                             transaction=txn, source_time_us=commit.commit_time_us)]
-        envelopes = []
-        for n, (op, relation, rows) in enumerate(runs):
-            last = n == len(runs) - 1
-            # Positions inside a transaction are never a checkpoint (the runner commits whole
-            # transactions only); they differ so that no envelope looks like a stalled cursor.
-            inside = _encode_wal(commit.end_lsn, self._seen, n)
-            envelopes.append(Envelope(rows_table(relation, rows), PARTITION, position if last else inside,
-                                      op=op, key=self._key, transaction=txn, transaction_end=last,
-                                      source_time_us=commit.commit_time_us))
-        return envelopes
 
     # -- errors ----------------------------------------------------------------------------------
 
@@ -459,7 +541,10 @@ class _Errors:
             return False
         import psycopg
 
-        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        if isinstance(exc, StreamRefused) and exc.sqlstate != "55006":  # 55006: the slot is in use: retried
+            raise SourceDataError(f"postgres source {self.connector.source_uri()}: "
+                                  f"{self.connector.scrub(str(exc))}") from None
+        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | StreamLost | StreamRefused):
             self.connector.close()
             message = self.connector.scrub(_first_line(exc))
             self.connector._health.set(Health(State.DOWN, message))

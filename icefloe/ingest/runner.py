@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from catalog.ingest_checkpoints import IngestCommit, StoredCheckpoint, backfill_name
-from icefloe.ingest.changes import fold, keyed
+from icefloe.ingest.changes import fold, keyed, truncated
 from icefloe.ingest.contract import (
     BackfillRange,
     Checkpoint,
@@ -67,9 +67,10 @@ class Sink(Protocol):
         """
 
     def commit_changes(self, upserts: pa.Table, removed: pa.Table, key: tuple[str, ...],
-                       commit: IngestCommit) -> CommitOutcome:
-        """Delete the rows of every key in ``upserts`` and ``removed``, append ``upserts``, with
-        ``commit``'s checkpoint: one durable catalog commit (a CDC connector's changes)."""
+                       commit: IngestCommit, truncate: bool = False) -> CommitOutcome:
+        """Delete the rows of every key in ``upserts`` and ``removed`` (``truncate``: every
+        row), append ``upserts``, with ``commit``'s checkpoint: one durable catalog commit (a
+        CDC connector's changes)."""
 
 
 @dataclass
@@ -274,7 +275,8 @@ class IngestRunner:
                checkpoint: Checkpoint, stats: RunStats, backfill: BackfillRange | None) -> tuple[int, Checkpoint]:
         """Commit ``envelopes`` with ``checkpoint``; answer the (step, checkpoint) now durable."""
         tables = [e.rows for e in envelopes if e.rows.num_rows]
-        if not tables:
+        truncate = truncated(envelopes)
+        if not tables and not truncate:
             # Positions moved without data (empty files or pages): nothing to commit now; the
             # next commit carries them, and a restart before it reads them again, finding
             # nothing again.
@@ -284,8 +286,9 @@ class IngestRunner:
             rows = upserts
             commit = IngestCommit(checkpoint_name, step, checkpoint.positions, _dataset(self.connector.source_uri()),
                                   backfill=backfill is not None,
-                                  stats={"rows": upserts.num_rows, "deleted_keys": removed.num_rows})
-            outcome = self.sink.commit_changes(upserts, removed, key, commit)
+                                  stats={"rows": upserts.num_rows, "deleted_keys": removed.num_rows,
+                                         **({"truncated": True} if truncate else {})})
+            outcome = self.sink.commit_changes(upserts, removed, key, commit, truncate)
         else:
             rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
             commit = IngestCommit(checkpoint_name, step, checkpoint.positions, _dataset(self.connector.source_uri()),
@@ -331,7 +334,6 @@ class IngestRunner:
                 continue
             try:
                 self.run_once()
-                backoff = poll_s
             except SourceUnavailable as exc:
                 logger.info("ingest %s: source down (%s); retrying in %.1fs", self.name, exc, backoff)
                 backoff = min(max(backoff * 2, poll_s), MAX_BACKOFF_S)
@@ -342,6 +344,12 @@ class IngestRunner:
                 logger.warning("ingest %s: commit refused: %s; retrying in %.1fs", self.name, _first_line(exc),
                                MAX_BACKOFF_S)
                 backoff = MAX_BACKOFF_S
+            else:
+                # Caught up: until the source may have more (a streaming source wakes this
+                # as soon as it sends), or poll_s at most.
+                backoff = poll_s
+                self.connector.wait(poll_s, stop)
+                continue
             stop.wait(backoff)
 
 

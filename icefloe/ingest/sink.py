@@ -55,13 +55,14 @@ class CatalogSink:
         return CommitOutcome(result.commit_seq, result.rows, result.duplicate)
 
     def commit_changes(self, upserts: pa.Table, removed: pa.Table, key: tuple[str, ...],
-                       commit: IngestCommit) -> CommitOutcome:
-        """Row-level changes by key (``catalog.keyed_changes``), the checkpoint in the same commit."""
+                       commit: IngestCommit, truncate: bool = False) -> CommitOutcome:
+        """Row-level changes by key (``catalog.keyed_changes``), the checkpoint in the same commit;
+        ``truncate``: every row of the table goes first."""
         table_uuid = str(self.appender.catalog.load_table(self.identifier).metadata.table_uuid)
         with commit_context(principal=self.principal):
             result = commit_keyed(
                 self.appender, self.identifier, upserts, removed, list(key),
                 idempotency_key=commit.idempotency_key(table_uuid), snapshot_properties=commit.snapshot_properties(),
-                extra=commit.commit_extra(), schema_policy=self.schema_policy,
+                extra=commit.commit_extra(), schema_policy=self.schema_policy, truncate=truncate,
             )
         return CommitOutcome(result.commit_seq, result.rows, result.duplicate)

@@ -231,9 +231,7 @@ class PostgresSource:
 
     def close(self) -> None:
         try:
-            self.server.execute(
-                f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = "
-                f"'{self.slot}'", f"DROP PUBLICATION IF EXISTS {self.publication}",
-                f"DROP TABLE IF EXISTS {self.table}")
+            self.server.drop_slot(self.slot)
+            self.server.execute(f"DROP PUBLICATION IF EXISTS {self.publication}", f"DROP TABLE IF EXISTS {self.table}")
         except Exception:  # noqa: S110 - the cluster may be down after a failed case
             pass

@@ -157,7 +157,10 @@ def test_empty_source(lake: ServerProcess, source: Any) -> None:
     assert status["state"] == "up" and status["checkpoint"]["step"] == 0
     assert target(lake) == []
     source.add(batch(1, 5))
-    assert action(lake, "run", {"name": "conn", "once": True})["run"]["rows"] == 5
+    # A streaming source (postgres) may have taken them in the background already (its
+    # connector wakes when changes arrive); the target holds them once either way.
+    taken = (0, 5) if source.kind == "postgres" else (5,)
+    assert action(lake, "run", {"name": "conn", "once": True})["run"]["rows"] in taken
     assert target(lake) == expected(source)
 
 
@@ -189,7 +192,12 @@ def test_source_down_and_back(lake: ServerProcess, source: Any) -> None:
     with pytest.raises(flight.FlightUnavailableError):
         action(lake, "run", {"name": "conn", "once": True})
     status = action(lake, "status", {"name": "conn"})
-    assert status["state"] == "down" and status["checkpoint"]["step"] == 1
+    # A streaming source (postgres) wakes its connector as soon as changes arrive, whatever
+    # poll_s says, so the second batch may have landed before the source went down; either way
+    # the checkpoint is that of the rows the target holds.
+    steps = (1, 2) if source.kind == "postgres" else (1,)
+    assert status["state"] == "down" and status["checkpoint"]["step"] in steps
+    assert len(target(lake)) == 4 * status["checkpoint"]["step"]
     source.up()
     action(lake, "run", {"name": "conn", "once": True})
     assert action(lake, "status", {"name": "conn"})["state"] == "up"

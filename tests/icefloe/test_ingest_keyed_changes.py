@@ -159,3 +159,32 @@ def test_changes_pass_the_tables_quality_gate(appender: Appender, action: str) -
     after = appender.catalog.load_table(("ns", "t"))
     assert after.metadata.current_snapshot_id == before  # no commit: the checkpoint did not move
     assert after.metadata.snapshots[-1].summary.additional_properties["icefloe.ingest.cdc.checkpoint"] == '{"":"1"}'
+
+
+def test_a_change_reads_only_the_files_whose_key_range_may_hold_its_keys(appender: Appender) -> None:
+    """Key-range pruning: a commit of changes opens only the data files whose key bounds (the
+    manifest's column metrics) hold a touched key. Shown by removing, from disk, a file whose
+    range holds none: the change still commits (it was never opened) and lands where it must."""
+    import os
+
+    script: list[list[Change]] = [[("insert", i, f"a{i}") for i in range(start, start + 10)]
+                                  for start in (0, 100, 200)]
+    run(appender, script, max_rows=1)  # one commit, so one data file, per transaction
+    table = appender.catalog.load_table(("ns", "t"))
+    files = {int(f.file.lower_bounds[1][0]): f.file.file_path for f in table.scan().plan_files()}
+    assert sorted(files) == [0, 100, 200]
+    os.remove(files[200].removeprefix("file://"))  # ids 200..209: no change below touches them
+    # Keys 5 and 150 (no file holds 150: an insert), then 105 deleted.
+    run(appender, [*script, [("update", 5, "b5"), ("insert", 150, "new")], [("delete", 105, None)]])
+    table = appender.catalog.load_table(("ns", "t"))
+    assert table.metadata.snapshots[-1].summary.additional_properties["icefloe.ingest.cdc.step"] == "4"
+    kept = {f.file.file_path for f in table.scan().plan_files()}
+    assert files[200] in kept  # untouched: neither rewritten nor given delete files
+    readable = [pa.table({"id": [0]})]  # the other files are read back whole
+    for path in sorted(kept - {files[200]}):
+        readable.append(pa.parquet.read_table(path.removeprefix("file://"), columns=["id"]))
+    ids = sorted(pa.concat_tables(readable).column("id").to_pylist()[1:])
+    if table.metadata.properties["write.delete.mode"] == "copy-on-write":
+        assert ids == sorted([*range(0, 10), *range(100, 105), *range(106, 110), 150])
+    else:  # merge-on-read: the deletes are in delete files, the data files stay as written
+        assert set(ids) >= {5, 105, 150}

@@ -78,6 +78,10 @@ def test_kill_9_during_changes_then_source_and_target_agree_row_for_row(tmp_path
         wait_for(lambda: target(proc) == expected(source), timeout=90)
         time.sleep(0.5)  # a late duplicate or a lost delete would show now
         assert target(proc) == expected(source)
+        # The restarted server streams from the slot (a walsender holds it), not by SQL peeks.
+        assert source.server.execute("SELECT s.application_name FROM pg_replication_slots r JOIN pg_stat_replication s "
+                                     "ON s.pid = r.active_pid WHERE r.slot_name = %s",
+                                     params=(source.slot,)) == [("icefloe-ingest-stream",)]
         run = action(proc, "run", {"name": "pg", "once": True})
         assert run["run"]["rows"] == 0 and run["state"] == "up"
         assert target(proc) == expected(source)
@@ -141,9 +145,8 @@ def test_refusals_password_and_a_connector_from_the_config_file(tmp_path: Path, 
         assert action(proc, "status", {"name": "away"})["state"] == "down"
     finally:
         proc.stop()
-        postgres.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = "
-                         f"'{keyless_slot}'", f"DROP PUBLICATION {keyless_pub}",
-                         f"DROP TABLE {keyless}")
+        postgres.drop_slot(keyless_slot)
+        postgres.execute(f"DROP PUBLICATION {keyless_pub}", f"DROP TABLE {keyless}")
     for text in [*shown, proc.log]:
         assert PASSWORD not in text
 
@@ -184,8 +187,8 @@ def test_types_from_the_relation_message_match_the_snapshot(tmp_path: Path, post
     finally:
         connector.close()
         catalog.close()
-        postgres.execute(f"SELECT pg_drop_replication_slot('{slot}')", f"DROP PUBLICATION {publication}",
-                         f"DROP TABLE {table}")
+        postgres.drop_slot(slot)
+        postgres.execute(f"DROP PUBLICATION {publication}", f"DROP TABLE {table}")
     want = {"b": True, "s": -3, "n": decimal.Decimal("12345.67"), "f": 0.1, "r": 1.5,
             "d": datetime.date(2024, 2, 29), "t": datetime.datetime(2024, 2, 29, 13, 14, 15, 123456),
             "tz": datetime.datetime(2024, 2, 29, 11, 14, 15, 500000, tzinfo=datetime.UTC),
@@ -197,3 +200,157 @@ def test_types_from_the_relation_message_match_the_snapshot(tmp_path: Path, post
                                                                         if k != "id"}
     assert {k: rows[2][k] for k in want} == want
     assert all(v is None for k, v in rows[3].items() if k != "id")
+
+
+def test_truncate_empties_the_target_and_an_idle_stream_survives_the_wal_sender_timeout(
+        tmp_path: Path, postgres: Any) -> None:
+    """In-process, a real catalog: a TRUNCATE at the source empties the target in the commit of
+    its transaction and the connector goes on; the stream stays open through idle periods
+    longer than wal_sender_timeout while the runner waits (keepalives answered: the walsender
+    stays the same), and a stream the server closed while nothing ran is started again."""
+    import threading
+
+    from catalog import RocksCatalog
+    from catalog.append import Appender
+    from icefloe.ingest.contract import State
+    from icefloe.ingest.postgres_cdc import PostgresCdcConnector
+    from icefloe.ingest.runner import IngestRunner
+    from icefloe.ingest.sink import CatalogSink
+
+    table, publication, slot = postgres.names()
+    postgres.execute(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, name TEXT)",
+                     f"CREATE PUBLICATION {publication} FOR TABLE {table}",
+                     f"INSERT INTO {table} SELECT g, 's' || g FROM generate_series(1, 5) g")
+    connector = PostgresCdcConnector({"dsn": postgres.dsn, "table": table, "publication": publication, "slot": slot})
+    catalog = RocksCatalog("t", warehouse=str(tmp_path / "warehouse"), **{"read-only": "false"})
+    stop = threading.Event()
+    thread: threading.Thread | None = None
+
+    def walsender() -> list[tuple[Any, ...]]:
+        return postgres.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", params=(slot,))
+
+    def source_rows() -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in postgres.execute(f"SELECT id, name FROM {table} ORDER BY id")]
+
+    def target_rows() -> list[tuple[Any, ...]]:
+        rows = catalog.load_table(("ns", "t")).scan().to_arrow().to_pylist()
+        return sorted((r["id"], r["name"]) for r in rows)
+
+    try:
+        catalog.create_namespace(("ns",))
+        catalog.create_table(("ns", "t"), schema=connector.discover())
+        runner = IngestRunner("trunc", connector, CatalogSink(Appender(catalog), "ns.t"))
+        assert runner.run_once().rows == 5  # the snapshot
+        postgres.execute(f"INSERT INTO {table} VALUES (6, 'six')", f"UPDATE {table} SET name = 'one' WHERE id = 1")
+        runner.run_once()
+        assert target_rows() == source_rows()
+        with postgres.connect() as conn, conn.transaction():
+            conn.execute(f"INSERT INTO {table} VALUES (7, 'gone with the truncate')")
+            conn.execute(f"TRUNCATE {table}")
+            conn.execute(f"INSERT INTO {table} VALUES (100, 'after')")
+        postgres.execute(f"INSERT INTO {table} VALUES (101, 'next')", f"UPDATE {table} SET name = 'x' WHERE id = 100")
+        stats = runner.run_once()
+        assert stats.commits == 1  # the truncating transaction and the next one: one batch
+        assert target_rows() == source_rows() == [(100, "x"), (101, "next")]
+        assert runner.status().state is State.UP
+        # Idle for longer than wal_sender_timeout while the runner waits between passes.
+        postgres.execute("ALTER SYSTEM SET wal_sender_timeout = '1s'", "SELECT pg_reload_conf()")
+        thread = threading.Thread(target=runner.run_forever, args=(stop, 0.3), daemon=True)
+        thread.start()
+        before = walsender()
+        time.sleep(3.5)
+        assert walsender() == before and before[0][0] is not None  # the same walsender: never timed out
+        postgres.execute(f"INSERT INTO {table} VALUES (102, 'while idle')")
+        wait_for(lambda: target_rows() == source_rows(), timeout=30)
+        stop.set()
+        thread.join(30)
+        # Nothing runs now: the server ends the stream after wal_sender_timeout ...
+        wait_for(lambda: walsender()[0][0] is None, timeout=30)
+        postgres.execute(f"DELETE FROM {table} WHERE id = 101")
+        # ... and the next pass starts it again by itself, missing nothing.
+        assert runner.run_once().commits == 1
+        assert target_rows() == source_rows() == [(100, "x"), (102, "while idle")]
+        assert runner.status().state is State.UP
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join(30)
+        postgres.execute("ALTER SYSTEM RESET wal_sender_timeout", "SELECT pg_reload_conf()")
+        connector.close()
+        catalog.close()
+        postgres.drop_slot(slot)
+        postgres.execute(f"DROP PUBLICATION {publication}", f"DROP TABLE {table}")
+
+
+def test_backfill_of_a_key_range_restores_lost_rows_without_moving_the_live_checkpoint(
+        tmp_path: Path, postgres: Any) -> None:
+    """In-process, a real catalog: rows the target lost come back from a backfill of their key
+    range (applied by key: idempotent, a genuine change taken), the live checkpoint and the
+    live replication stream stay as they were, and the stream goes on afterwards."""
+    import pyarrow as pa
+
+    from catalog import RocksCatalog
+    from catalog.append import Appender
+    from catalog.ingest_checkpoints import table_checkpoint
+    from catalog.keyed_changes import commit_keyed
+    from icefloe.ingest.contract import BackfillRange, SourceDataError
+    from icefloe.ingest.postgres_cdc import PostgresCdcConnector
+    from icefloe.ingest.runner import IngestRunner
+    from icefloe.ingest.sink import CatalogSink
+
+    table, publication, slot = postgres.names()
+    postgres.execute(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, name TEXT)",
+                     f"CREATE PUBLICATION {publication} FOR TABLE {table}",
+                     f"INSERT INTO {table} SELECT g, 's' || g FROM generate_series(1, 30) g")
+    connector = PostgresCdcConnector({"dsn": postgres.dsn, "table": table, "publication": publication, "slot": slot,
+                                      "snapshot_batch": 4})
+    catalog = RocksCatalog("t", warehouse=str(tmp_path / "warehouse"), **{"read-only": "false"})
+
+    def target_rows() -> list[tuple[Any, ...]]:
+        rows = catalog.load_table(("ns", "t")).scan().to_arrow().to_pylist()
+        return sorted((r["id"], r["name"]) for r in rows)
+
+    def source_rows() -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in postgres.execute(f"SELECT id, name FROM {table} ORDER BY id")]
+
+    try:
+        catalog.create_namespace(("ns",))
+        catalog.create_table(("ns", "t"), schema=connector.discover())
+        appender = Appender(catalog)
+        runner = IngestRunner("bf", connector, CatalogSink(appender, "ns.t"))
+        runner.run_once()  # the snapshot
+        postgres.execute(f"UPDATE {table} SET name = 'live' WHERE id = 3")
+        runner.run_once()  # streamed
+        assert target_rows() == source_rows()
+        live = table_checkpoint(catalog.load_table(("ns", "t")).metadata, "bf")
+        streaming = postgres.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
+                                     params=(slot,))
+        # The target loses keys 2..12 (and 25) behind the connector's back.
+        lost = pa.table({"id": pa.array([*range(2, 13), 25], pa.int64())})
+        nothing = pa.table({"id": pa.array([], pa.int64()), "name": pa.array([], pa.string())})
+        commit_keyed(appender, ("ns", "t"), nothing, lost, ["id"])
+        assert len(target_rows()) == 18
+        # A genuine change at the source while the stream is not asked to run: the backfill takes it too.
+        postgres.execute(f"UPDATE {table} SET name = 'changed' WHERE id = 5")
+        stats = runner.run_once(BackfillRange("2", "12"))
+        assert stats.rows == 11 and stats.commits == 3  # pages of 4 rows: 4 + 4 + 3
+        want = [r for r in source_rows() if r[0] != 25]
+        assert target_rows() == want  # 2..12 back (5 as changed now), 25 not in the range
+        again = runner.run_once(BackfillRange("2", "12"))  # the same range again: read again, same rows
+        assert again.rows == 11 and target_rows() == want
+        after = table_checkpoint(catalog.load_table(("ns", "t")).metadata, "bf")
+        assert (after.step, after.positions) == (live.step, live.positions)  # the live checkpoint did not move
+        with pytest.raises(SourceDataError, match="invalid input syntax for type bigint"):
+            runner.run_once(BackfillRange("not-a-key"))  # refused by the source, nothing committed
+        assert target_rows() == want
+        # The live stream goes on where it was (id 5's update is applied again, in order).
+        postgres.execute(f"INSERT INTO {table} VALUES (31, 'new')")
+        runner.run_once()
+        assert target_rows() == [r for r in source_rows() if r[0] != 25]
+        assert postgres.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
+                                params=(slot,)) == streaming
+    finally:
+        connector.close()
+        catalog.close()
+        postgres.drop_slot(slot)
+        postgres.execute(f"DROP PUBLICATION {publication}", f"DROP TABLE {table}")
