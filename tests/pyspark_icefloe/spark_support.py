@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from storage_kinds import Warehouse, open_catalog, start_server
 
 QUIET_LOG4J = """rootLogger.level = error
 rootLogger.appenderRef.stdout.ref = console
@@ -77,10 +78,18 @@ XS_SCHEMA = pa.schema([pa.field("x", pa.int64()), pa.field("s", pa.string())])
 
 
 @contextmanager
-def serving_tables(warehouse: Path, tables: Sequence[str], schema: pa.Schema = XS_SCHEMA) -> Iterator[Any]:
-    """A real server on a new warehouse holding empty ``tables`` (namespace ``ns``)."""
-    from servers import make_tables, serving
-
-    make_tables(warehouse, tables, schema)
-    with serving(warehouse) as proc:
+def serving_tables(warehouse: Warehouse, tables: Sequence[str], schema: pa.Schema = XS_SCHEMA) -> Iterator[Any]:
+    """A real server on a new warehouse (a local folder or an S3 prefix) holding empty ``tables``
+    (namespace ``ns``)."""
+    cat = open_catalog(warehouse, "setup")
+    try:
+        cat.create_namespace("ns")
+        for name in tables:
+            cat.create_table(name, schema)
+    finally:
+        cat.close()
+    proc = start_server(warehouse).start()
+    try:
         yield proc
+    finally:
+        proc.stop()

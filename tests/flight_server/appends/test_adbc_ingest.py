@@ -1,5 +1,6 @@
 """ADBC ``adbc_ingest`` (Flight SQL CommandStatementIngest) in every mode, through a real server,
-over a local warehouse and an S3 one (``ON_EVERY_STORAGE``)."""
+the four modes and their failures over a local warehouse and an S3 one (``ON_EVERY_STORAGE``:
+what lands, what a failed ingest leaves behind); the rest, which no storage changes, locally."""
 
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ from servers import ServerProcess
 from storage_kinds import ON_EVERY_STORAGE, Warehouse, start_server, table_files
 
 HEADER_OPTION = "adbc.flight.sql.rpc.call_header.x-icefloe-idempotency-key"
-
-pytestmark = ON_EVERY_STORAGE
 
 
 @pytest.fixture
@@ -52,6 +51,7 @@ def _ops(warehouse: Warehouse, name: str) -> list[str]:
         cat.close()
 
 
+@ON_EVERY_STORAGE
 def test_create_creates_namespace_and_table(conn: flight_sql.Connection, warehouse: Warehouse) -> None:
     with conn.cursor() as cur:
         assert cur.adbc_ingest("events", rows(100), mode="create", db_schema_name="fresh") == 100
@@ -69,6 +69,7 @@ def test_create_creates_namespace_and_table(conn: flight_sql.Connection, warehou
         cat.close()
 
 
+@ON_EVERY_STORAGE
 def test_append_requires_table_and_appends(conn: flight_sql.Connection, warehouse: Warehouse) -> None:
     with conn.cursor() as cur:
         with pytest.raises(Exception, match="does not exist"):
@@ -78,6 +79,7 @@ def test_append_requires_table_and_appends(conn: flight_sql.Connection, warehous
     assert sorted(_scan(warehouse, "ns.t").column("id").to_pylist()) == list(range(15))
 
 
+@ON_EVERY_STORAGE
 def test_create_append_creates_once_then_appends(conn: flight_sql.Connection, warehouse: Warehouse) -> None:
     with conn.cursor() as cur:
         assert cur.adbc_ingest("ca", rows(3), mode="create_append", db_schema_name="ns2") == 3
@@ -85,6 +87,7 @@ def test_create_append_creates_once_then_appends(conn: flight_sql.Connection, wa
     assert sorted(_scan(warehouse, "ns2.ca").column("id").to_pylist()) == list(range(7))
 
 
+@ON_EVERY_STORAGE
 def test_replace_takes_new_rows_and_schema(conn: flight_sql.Connection, warehouse: Warehouse) -> None:
     with conn.cursor() as cur:
         cur.adbc_ingest("r", rows(50), mode="create", db_schema_name="ns")
@@ -117,6 +120,7 @@ def test_schema_mismatch_refused_and_nothing_committed(conn: flight_sql.Connecti
     assert _ops(warehouse, "ns.s") == ["create"]
 
 
+@ON_EVERY_STORAGE
 def test_ingest_with_idempotency_header_commits_once(server: ServerProcess, warehouse: Warehouse) -> None:
     conn = flight_sql.connect(server.location, db_kwargs={HEADER_OPTION: "ingest-7"}, autocommit=True)
     try:
@@ -152,6 +156,7 @@ def _failing_reader(after_batches: int) -> pa.RecordBatchReader:
     return pa.RecordBatchReader.from_batches(schema, batches())
 
 
+@ON_EVERY_STORAGE
 def test_failed_replace_keeps_the_old_table(conn: flight_sql.Connection, warehouse: Warehouse) -> None:
     with conn.cursor() as cur:
         cur.adbc_ingest("keep", rows(30), mode="create", db_schema_name="ns")
@@ -164,6 +169,7 @@ def test_failed_replace_keeps_the_old_table(conn: flight_sql.Connection, warehou
     assert _ops(warehouse, "ns.keep") == ["create"]
 
 
+@ON_EVERY_STORAGE
 def test_failed_create_creates_nothing(conn: flight_sql.Connection, warehouse: Warehouse) -> None:
     with conn.cursor() as cur, pytest.raises(Exception):  # noqa: B017
         cur.adbc_ingest("never", _failing_reader(3), mode="create", db_schema_name="ns")
