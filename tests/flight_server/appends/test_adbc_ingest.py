@@ -120,7 +120,6 @@ def test_schema_mismatch_refused_and_nothing_committed(conn: flight_sql.Connecti
     assert _ops(warehouse, "ns.s") == ["create"]
 
 
-@ON_EVERY_STORAGE
 def test_ingest_with_idempotency_header_commits_once(server: ServerProcess, warehouse: Warehouse) -> None:
     conn = flight_sql.connect(server.location, db_kwargs={HEADER_OPTION: "ingest-7"}, autocommit=True)
     try:
@@ -156,7 +155,6 @@ def _failing_reader(after_batches: int) -> pa.RecordBatchReader:
     return pa.RecordBatchReader.from_batches(schema, batches())
 
 
-@ON_EVERY_STORAGE
 def test_failed_replace_keeps_the_old_table(conn: flight_sql.Connection, warehouse: Warehouse) -> None:
     with conn.cursor() as cur:
         cur.adbc_ingest("keep", rows(30), mode="create", db_schema_name="ns")
