@@ -240,6 +240,7 @@ def main() -> None:
             server.stop()
         relay.stop()
         store.stop()
+        shutil.rmtree(work, ignore_errors=True)  # the tables: hundreds of MB at 10M rows
 
     load = os.getloadavg()
     med = {k: _median(v) for k, v in timings.items()}
