@@ -135,6 +135,14 @@ FIGURES = (
            ">= 1.3"),
     Figure("object_store", "object_store.small_append", "small append on S3 / on local disk (time)",
            "small_append_s3_over_local", "report"),
+    Figure("object_store", "object_store.spark", "Spark count+sum on S3: through the REST catalog / "
+           "`spark.read.parquet` of the same objects (speed)", "spark_rest_vs_parquet", ">= 0.9"),
+    Figure("object_store_10m", "object_store_10m.scan", "10M rows: scan on S3 / on local disk (rows per second)",
+           "scan_s3_vs_local", ">= 0.7"),
+    Figure("object_store_10m", "object_store_10m.split", "10M rows: 4-endpoint split scan / one stream, on S3",
+           "split_vs_single_on_s3", ">= 1.3"),
+    Figure("object_store_10m", "object_store_10m.spark", "10M rows: Spark count+sum on S3, REST catalog / "
+           "`spark.read.parquet` (speed)", "spark_rest_vs_parquet", ">= 0.9"),
     Figure("embedded", "embedded.in_process", "`pl.DataFrame(t.scan())` of 10M rows in process / `pl.read_parquet` "
            "(speed)", "scans.in_process_vs_read_parquet", ">= 0.8"),
     Figure("rust_change_scan", "rust_change_scan.parallel", "Rust `Client::changes`, 4 endpoints at once / one at a "

@@ -106,6 +106,13 @@ class S3Server:
                 self.proc.wait()
         self.proc = None
 
+    def kill(self) -> None:
+        """SIGKILL, as a crash or an OOM kill would: no clean shutdown, no request finished."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
     def env(self) -> dict[str, str]:
         """The variables an icefloe server (or a client) needs to reach this store."""
         return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,

@@ -99,8 +99,14 @@ def storage_kind(request: pytest.FixtureRequest) -> str:
     return str(getattr(request, "param", "local"))
 
 
+def fresh_warehouse(kind: str, folder: Path, request: pytest.FixtureRequest) -> Warehouse:
+    """A new warehouse of ``kind`` in ``folder`` (for module-scoped fixtures taking the kind as a
+    parameter of their own, so a module's one server runs once per storage)."""
+    if kind == "s3":
+        return S3Warehouse.fresh(request.getfixturevalue("s3_server"), folder)
+    return folder / "warehouse"
+
+
 @pytest.fixture
 def warehouse(storage_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Warehouse:
-    if storage_kind == "s3":
-        return S3Warehouse.fresh(request.getfixturevalue("s3_server"), tmp_path)
-    return tmp_path / "warehouse"
+    return fresh_warehouse(storage_kind, tmp_path, request)

@@ -181,10 +181,10 @@ def test_a_rest_commit_fails_503_and_lands_nothing(rig: Rig) -> None:
     rig.relay.clear()
     loaded = httpx.get(f"{rest}/v1/namespaces/ns/tables/rest", timeout=60).json()
     assert "owner" not in loaded["metadata"]["properties"], "nothing of the failed commit is visible"
-    # The store stopped in the middle of the same commit: its metadata PUT is held, then the
-    # store goes away under it.
+    # The store killed (SIGKILL: no clean shutdown) in the middle of the same commit: its
+    # metadata PUT is held, then the store goes away under it.
     rig.relay.delay("PUT", METADATA_PUT, seconds=1.0, times=1)
-    stopper = threading.Timer(0.3, rig.store.stop)
+    stopper = threading.Timer(0.3, rig.store.kill)
     stopper.start()
     try:
         answer = httpx.post(f"{rest}/v1/namespaces/ns/tables/rest", json=update, timeout=120)
@@ -222,9 +222,9 @@ def test_compaction_fails_unavailable_midway_and_lands_nothing(rig: Rig) -> None
     _assert_unavailable(failed.value, rig)
     assert rule.hits > 1
     rig.relay.clear()
-    # The store stopped while the compacted file is being written.
+    # The store killed (SIGKILL) while the compacted file is being written.
     rig.relay.delay("PUT", DATA_PUT, seconds=1.0, times=1)
-    stopper = threading.Timer(0.3, rig.store.stop)
+    stopper = threading.Timer(0.3, rig.store.kill)
     stopper.start()
     try:
         with pytest.raises(flight.FlightError) as failed:
@@ -294,14 +294,12 @@ def test_the_store_killed_mid_doput_fails_unavailable_and_icefloe_carries_on(rig
     # The manifest PUT is held; the store is killed (SIGKILL: no clean shutdown) under it.
     rig.relay.delay("PUT", MANIFEST_PUT, seconds=1.0, times=1)
     assert rig.store.proc is not None
-    killer = threading.Timer(0.3, rig.store.proc.kill)
+    killer = threading.Timer(0.3, rig.store.kill)
     killer.start()
     try:
         _failing_put(rig, table, _rows(10, 10))
     finally:
         killer.join()
-        rig.store.proc.wait()
-        rig.store.proc = None
         rig.store.start()
     assert rig.server.proc is not None and rig.server.proc.poll() is None, "icefloe never came down"
     with closing(rig.reader()) as after:

@@ -8,9 +8,12 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from storage_kinds import Warehouse
 
 QUIET_LOG4J = """rootLogger.level = error
 rootLogger.appenderRef.stdout.ref = console
@@ -77,10 +80,22 @@ XS_SCHEMA = pa.schema([pa.field("x", pa.int64()), pa.field("s", pa.string())])
 
 
 @contextmanager
-def serving_tables(warehouse: Path, tables: Sequence[str], schema: pa.Schema = XS_SCHEMA) -> Iterator[Any]:
-    """A real server on a new warehouse holding empty ``tables`` (namespace ``ns``)."""
-    from servers import make_tables, serving
+def serving_tables(warehouse: Warehouse, tables: Sequence[str], schema: pa.Schema = XS_SCHEMA) -> Iterator[Any]:
+    """A real server on a new warehouse (a local folder or an S3 prefix) holding empty ``tables``
+    (namespace ``ns``)."""
+    # Imported here: the docs' Spark example imports this module with only its own folder on
+    # sys.path (storage_kinds lives in tests/).
+    from storage_kinds import open_catalog, start_server
 
-    make_tables(warehouse, tables, schema)
-    with serving(warehouse) as proc:
+    cat = open_catalog(warehouse, "setup")
+    try:
+        cat.create_namespace("ns")
+        for name in tables:
+            cat.create_table(name, schema)
+    finally:
+        cat.close()
+    proc = start_server(warehouse).start()
+    try:
         yield proc
+    finally:
+        proc.stop()

@@ -2,7 +2,8 @@
 (one commit, never an empty table to a concurrent reader), a task that fails and is retried (no
 duplicates), an aborted job (nothing visible), and a streaming micro-batch replayed after a crash
 (a duplicate, not a second append). Also the shared options: TLS, logins, token files, no secret
-in plans, retries across a server restart."""
+in plans, retries across a server restart. The tests marked ``ON_BOTH_STORAGES`` also run over an
+S3 warehouse (the module's server once per storage): the tasks' staged files are objects."""
 
 from __future__ import annotations
 
@@ -20,11 +21,15 @@ import pytest
 from pyspark import cloudpickle  # noqa: E402
 from servers import ServerProcess, make_tables
 from spark_support import XS_SCHEMA, do_put, make_session, serving_tables, sql
+from storage_kinds import fresh_warehouse
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 PASSWORD_ENV = "ICEFLOE_SPARK_TEST_PASSWORD"
+ON_BOTH_STORAGES = pytest.mark.parametrize("write_storage", ["local", "s3"], indirect=True)
+# The other tests on the module's server name the local parameter, so they share its one server.
+LOCAL = pytest.mark.parametrize("write_storage", ["local"], indirect=True)
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +46,16 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def write_storage(request: pytest.FixtureRequest) -> str:
+    return str(getattr(request, "param", "local"))
+
+
+@pytest.fixture(scope="module")
+def server(write_storage: str, tmp_path_factory: pytest.TempPathFactory,
+           request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
     tables = ("ns.w", "ns.ow", "ns.retry", "ns.abort", "ns.src", "ns.dst")
-    with serving_tables(tmp_path_factory.mktemp("spark-write") / "warehouse", tables) as proc:
+    warehouse = fresh_warehouse(write_storage, tmp_path_factory.mktemp("spark-write"), request)
+    with serving_tables(warehouse, tables) as proc:
         yield proc
 
 
@@ -64,6 +76,7 @@ def _frame(spark: Any, start: int, n: int, parts: int = 4) -> Any:
     return spark.range(start, start + n, numPartitions=parts).selectExpr("id AS x", "concat('v', id) AS s")
 
 
+@ON_BOTH_STORAGES
 def test_append_is_one_commit_and_overwrite_replaces(spark: Any, server: ServerProcess) -> None:
     _write(_frame(spark, 0, 1000), server, "ns.w")
     assert _xs(server, "ns.w") == list(range(1000))
@@ -74,8 +87,15 @@ def test_append_is_one_commit_and_overwrite_replaces(spark: Any, server: ServerP
     assert _commits(server, "ns.w") == 2, "the overwrite is one snapshot; an empty append commits nothing"
     operation = sql(server.location, 'SELECT operation FROM ns."w$snapshots" ORDER BY committed_at DESC LIMIT 1')
     assert operation.column("operation").to_pylist() == ["overwrite"]
+    # Read back through the source, split: each Spark partition one endpoint's part of the files.
+    _write(_frame(spark, 0, 990, parts=3), server, "ns.w")
+    split = (spark.read.format("icefloe").option("uri", server.location).option("table", "ns.w")
+             .option("targetPartitionBytes", "1").option("maxPartitions", "4").load())
+    assert split.rdd.getNumPartitions() == 4
+    assert sorted(r.x for r in split.select("x").collect()) == [*range(990), *range(5000, 5010)]
 
 
+@LOCAL
 def test_overwrite_under_a_concurrent_reader_is_never_empty_or_doubled(spark: Any, server: ServerProcess) -> None:
     """Three 4-task overwrites while a Flight SQL reader counts: each read is one whole generation."""
     import threading
@@ -117,6 +137,7 @@ def _fail_first_attempt_midway(batches: Iterator[pa.RecordBatch]) -> Iterator[pa
         yield batch
 
 
+@ON_BOTH_STORAGES
 def test_a_task_that_fails_and_is_retried_writes_no_duplicates(spark: Any, server: ServerProcess) -> None:
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
     try:
@@ -138,6 +159,7 @@ def _always_fail_partition_one(batches: Iterator[pa.RecordBatch]) -> Iterator[pa
         yield batch
 
 
+@ON_BOTH_STORAGES
 def test_an_aborted_job_leaves_nothing_visible(spark: Any, server: ServerProcess) -> None:
     do_put(server.location, "ns.abort", pa.table({"x": pa.array([-1], pa.int64()), "s": ["before"]}))
     df = _frame(spark, 0, 400, parts=2).mapInArrow(_always_fail_partition_one, "x long, s string")
@@ -147,6 +169,7 @@ def test_an_aborted_job_leaves_nothing_visible(spark: Any, server: ServerProcess
     assert _commits(server, "ns.abort") == 1
 
 
+@LOCAL
 def test_stream_sink_replayed_batch_is_a_duplicate(spark: Any, server: ServerProcess, tmp_path: Path) -> None:
     first = do_put(server.location, "ns.src", pa.table({"x": pa.array([1, 2], pa.int64()), "s": ["a", "b"]}))
     checkpoint = tmp_path / "cp"

@@ -1,22 +1,24 @@
-"""ADBC ``adbc_ingest`` (Flight SQL CommandStatementIngest) in every mode, through a real server."""
+"""ADBC ``adbc_ingest`` (Flight SQL CommandStatementIngest) in every mode, through a real server,
+the four modes and their failures over a local warehouse and an S3 one (``ON_EVERY_STORAGE``:
+what lands, what a failed ingest leaves behind); the rest, which no storage changes, locally."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import adbc_driver_flightsql.dbapi as flight_sql
 import pyarrow as pa
 import pytest
 from append_helpers import do_put, read_only, rows
 from servers import ServerProcess
+from storage_kinds import ON_EVERY_STORAGE, Warehouse, start_server, table_files
 
 HEADER_OPTION = "adbc.flight.sql.rpc.call_header.x-icefloe-idempotency-key"
 
 
 @pytest.fixture
-def server(warehouse: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(warehouse).start()
+def server(warehouse: Warehouse) -> Iterator[ServerProcess]:
+    proc = start_server(warehouse).start()
     try:
         yield proc
     finally:
@@ -33,7 +35,7 @@ def conn(server: ServerProcess) -> Iterator[flight_sql.Connection]:
         connection.close()
 
 
-def _scan(warehouse: Path, name: str) -> pa.Table:
+def _scan(warehouse: Warehouse, name: str) -> pa.Table:
     cat = read_only(warehouse)
     try:
         return cat.load_table(name).scan().to_arrow()
@@ -41,7 +43,7 @@ def _scan(warehouse: Path, name: str) -> pa.Table:
         cat.close()
 
 
-def _ops(warehouse: Path, name: str) -> list[str]:
+def _ops(warehouse: Warehouse, name: str) -> list[str]:
     cat = read_only(warehouse)
     try:
         return [r.operation for r in cat.log.read(0) if r.qualified_name == name]
@@ -49,7 +51,8 @@ def _ops(warehouse: Path, name: str) -> list[str]:
         cat.close()
 
 
-def test_create_creates_namespace_and_table(conn: flight_sql.Connection, warehouse: Path) -> None:
+@ON_EVERY_STORAGE
+def test_create_creates_namespace_and_table(conn: flight_sql.Connection, warehouse: Warehouse) -> None:
     with conn.cursor() as cur:
         assert cur.adbc_ingest("events", rows(100), mode="create", db_schema_name="fresh") == 100
         data = _scan(warehouse, "fresh.events")
@@ -66,7 +69,8 @@ def test_create_creates_namespace_and_table(conn: flight_sql.Connection, warehou
         cat.close()
 
 
-def test_append_requires_table_and_appends(conn: flight_sql.Connection, warehouse: Path) -> None:
+@ON_EVERY_STORAGE
+def test_append_requires_table_and_appends(conn: flight_sql.Connection, warehouse: Warehouse) -> None:
     with conn.cursor() as cur:
         with pytest.raises(Exception, match="does not exist"):
             cur.adbc_ingest("nope", rows(1), mode="append", db_schema_name="ns")
@@ -75,14 +79,16 @@ def test_append_requires_table_and_appends(conn: flight_sql.Connection, warehous
     assert sorted(_scan(warehouse, "ns.t").column("id").to_pylist()) == list(range(15))
 
 
-def test_create_append_creates_once_then_appends(conn: flight_sql.Connection, warehouse: Path) -> None:
+@ON_EVERY_STORAGE
+def test_create_append_creates_once_then_appends(conn: flight_sql.Connection, warehouse: Warehouse) -> None:
     with conn.cursor() as cur:
         assert cur.adbc_ingest("ca", rows(3), mode="create_append", db_schema_name="ns2") == 3
         assert cur.adbc_ingest("ca", rows(4, start=3), mode="create_append", db_schema_name="ns2") == 4
     assert sorted(_scan(warehouse, "ns2.ca").column("id").to_pylist()) == list(range(7))
 
 
-def test_replace_takes_new_rows_and_schema(conn: flight_sql.Connection, warehouse: Path) -> None:
+@ON_EVERY_STORAGE
+def test_replace_takes_new_rows_and_schema(conn: flight_sql.Connection, warehouse: Warehouse) -> None:
     with conn.cursor() as cur:
         cur.adbc_ingest("r", rows(50), mode="create", db_schema_name="ns")
         other = pa.table({"k": pa.array(["a", "b"]), "n": pa.array([1.5, 2.5])})
@@ -96,7 +102,7 @@ def test_replace_takes_new_rows_and_schema(conn: flight_sql.Connection, warehous
     assert _ops(warehouse, "ns.r2") == ["create"]
 
 
-def test_temporary_refused_clearly(conn: flight_sql.Connection, warehouse: Path) -> None:
+def test_temporary_refused_clearly(conn: flight_sql.Connection, warehouse: Warehouse) -> None:
     with conn.cursor() as cur, pytest.raises(Exception, match="temporary tables are not supported"):
         cur.adbc_ingest("tmp", rows(1), mode="create", db_schema_name="ns", temporary=True)
     cat = read_only(warehouse)
@@ -106,7 +112,7 @@ def test_temporary_refused_clearly(conn: flight_sql.Connection, warehouse: Path)
         cat.close()
 
 
-def test_schema_mismatch_refused_and_nothing_committed(conn: flight_sql.Connection, warehouse: Path) -> None:
+def test_schema_mismatch_refused_and_nothing_committed(conn: flight_sql.Connection, warehouse: Warehouse) -> None:
     with conn.cursor() as cur:
         cur.adbc_ingest("s", rows(2), mode="create", db_schema_name="ns")
         with pytest.raises(Exception, match="'id'"):
@@ -114,7 +120,7 @@ def test_schema_mismatch_refused_and_nothing_committed(conn: flight_sql.Connecti
     assert _ops(warehouse, "ns.s") == ["create"]
 
 
-def test_ingest_with_idempotency_header_commits_once(server: ServerProcess, warehouse: Path) -> None:
+def test_ingest_with_idempotency_header_commits_once(server: ServerProcess, warehouse: Warehouse) -> None:
     conn = flight_sql.connect(server.location, db_kwargs={HEADER_OPTION: "ingest-7"}, autocommit=True)
     try:
         with conn.cursor() as cur:
@@ -149,7 +155,7 @@ def _failing_reader(after_batches: int) -> pa.RecordBatchReader:
     return pa.RecordBatchReader.from_batches(schema, batches())
 
 
-def test_failed_replace_keeps_the_old_table(conn: flight_sql.Connection, warehouse: Path) -> None:
+def test_failed_replace_keeps_the_old_table(conn: flight_sql.Connection, warehouse: Warehouse) -> None:
     with conn.cursor() as cur:
         cur.adbc_ingest("keep", rows(30), mode="create", db_schema_name="ns")
         dup = pa.Table.from_arrays([pa.array([1]), pa.array([2])], names=["a", "a"])
@@ -161,7 +167,8 @@ def test_failed_replace_keeps_the_old_table(conn: flight_sql.Connection, warehou
     assert _ops(warehouse, "ns.keep") == ["create"]
 
 
-def test_failed_create_creates_nothing(conn: flight_sql.Connection, warehouse: Path) -> None:
+@ON_EVERY_STORAGE
+def test_failed_create_creates_nothing(conn: flight_sql.Connection, warehouse: Warehouse) -> None:
     with conn.cursor() as cur, pytest.raises(Exception):  # noqa: B017
         cur.adbc_ingest("never", _failing_reader(3), mode="create", db_schema_name="ns")
     cat = read_only(warehouse)
@@ -169,11 +176,11 @@ def test_failed_create_creates_nothing(conn: flight_sql.Connection, warehouse: P
         assert not cat.table_exists("ns.never")
     finally:
         cat.close()
-    assert list((warehouse / "ns" / "never").rglob("*.parquet")) == []
+    assert table_files(warehouse, "ns.never", "*.parquet") == [], "no data file of the failed create is left"
 
 
 def test_ingest_evolves_only_when_the_call_header_asks(conn: flight_sql.Connection, server: ServerProcess,
-                                                      warehouse: Path) -> None:
+                                                      warehouse: Warehouse) -> None:
     """ADBC sends the per-append schema policy as a call header (a connection or statement option)."""
     with conn.cursor() as cur:
         cur.adbc_ingest("pol", rows(2), mode="create", db_schema_name="ns")

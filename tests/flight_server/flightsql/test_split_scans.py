@@ -1,5 +1,9 @@
 """Multi-endpoint scans: a row-wise scan of one table answers several endpoints, disjoint groups
-of the pinned snapshot's data files, that together return exactly the single-stream rows."""
+of the pinned snapshot's data files, that together return exactly the single-stream rows.
+
+The tests marked ``ON_BOTH_STORAGES`` also run over an S3 warehouse (the module's server once
+per storage): split endpoints read ranges of objects, row groups of one object and the pinned
+snapshot's files from the store."""
 
 from __future__ import annotations
 
@@ -14,16 +18,18 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 from flightsql_wire import statement_query
-from servers import ServerProcess, serving
+from servers import ServerProcess
+from storage_kinds import Warehouse, fresh_warehouse, open_catalog, start_server
 
 TARGET = b"icefloe.scan.target-partition-bytes"
 MAX = b"icefloe.scan.max-partitions"
+ON_BOTH_STORAGES = pytest.mark.parametrize("split_storage", ["local", "s3"], indirect=True)
+# The other tests name the local server's parameter too, so they share its one server.
+LOCAL = pytest.mark.parametrize("split_storage", ["local"], indirect=True)
 
 
-def _make(warehouse: Path) -> None:
-    from catalog import RocksCatalog
-
-    cat = RocksCatalog("t", warehouse=str(warehouse))
+def _make(warehouse: Warehouse) -> None:
+    cat = open_catalog(warehouse, "t")
     try:
         cat.create_namespace("ns")
         schema = pa.schema([pa.field("x", pa.int64()), pa.field("s", pa.string())])
@@ -65,11 +71,21 @@ def pa_type_long() -> Any:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    warehouse = tmp_path_factory.mktemp("splits") / "warehouse"
+def split_storage(request: pytest.FixtureRequest) -> str:
+    return str(getattr(request, "param", "local"))
+
+
+@pytest.fixture(scope="module")
+def server(split_storage: str, tmp_path_factory: pytest.TempPathFactory,
+           request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    warehouse = fresh_warehouse(split_storage, tmp_path_factory.mktemp("splits"), request)
     _make(warehouse)
-    with serving(warehouse) as proc:
+    proc = start_server(warehouse).start()
+    try:
         yield proc
+    finally:
+        proc.stop()
+    assert "Traceback" not in proc.log, proc.log[-4000:]
 
 
 @pytest.fixture
@@ -91,6 +107,7 @@ def _rows(client: flight.FlightClient, info: flight.FlightInfo) -> list[dict[str
     return sorted(out, key=lambda r: json.dumps(r, sort_keys=True, default=str))
 
 
+@ON_BOTH_STORAGES
 @pytest.mark.parametrize("sql", [
     "SELECT * FROM ns.plain",
     "SELECT x, upper(s) AS u FROM ns.plain WHERE x % 7 = 1",
@@ -113,6 +130,7 @@ def test_split_scan_returns_exactly_the_single_stream_rows(client: flight.Flight
         assert list(endpoint.locations) == []  # "this server"
 
 
+@ON_BOTH_STORAGES
 def test_endpoints_read_in_parallel_threads(server: ServerProcess, client: flight.FlightClient) -> None:
     info = _split(client, "SELECT * FROM ns.plain", most=b"4")
     assert len(info.endpoints) == 4
@@ -137,6 +155,7 @@ def test_endpoints_read_in_parallel_threads(server: ServerProcess, client: fligh
     assert all(t.num_rows > 0 for t in results), "balanced by bytes: no empty part"
 
 
+@LOCAL
 @pytest.mark.parametrize("sql", [
     "SELECT count(*) FROM ns.plain",
     "SELECT x FROM ns.plain ORDER BY x",
@@ -154,17 +173,20 @@ def test_queries_that_are_not_row_wise_keep_one_endpoint(client: flight.FlightCl
     assert len(info.endpoints) == 1
 
 
+@LOCAL
 def test_default_target_keeps_small_tables_in_one_endpoint(client: flight.FlightClient) -> None:
     info = client.get_flight_info(flight.FlightDescriptor.for_command(statement_query("SELECT * FROM ns.plain")))
     assert len(info.endpoints) == 1  # 6 small files, far below 128 MiB
 
 
+@LOCAL
 def test_bad_scan_options_are_invalid_argument(client: flight.FlightClient) -> None:
     for target, most in ((b"0", b"4"), (b"-5", b"4"), (b"lots", b"4"), (b"1", b"0"), (b"1", b"1e3")):
         with pytest.raises(pa.ArrowInvalid, match="icefloe.scan"):
             _split(client, "SELECT * FROM ns.plain", target, most)
 
 
+@ON_BOTH_STORAGES
 def test_adbc_partitions_through_session_options(server: ServerProcess) -> None:
     kwargs = {"adbc.flight.sql.rpc.with_cookie_middleware": "true"}
     with flight_sql.connect(server.location, autocommit=True, db_kwargs=kwargs) as conn:
@@ -199,6 +221,7 @@ def test_advertised_uris_are_the_endpoint_locations(tmp_path: Path) -> None:
         proc.stop()
 
 
+@ON_BOTH_STORAGES
 def test_split_after_compaction_reads_the_pinned_snapshot(client: flight.FlightClient) -> None:
     """A split ticket names part k of the pinned snapshot's files: compaction in between
     changes the current files, not what the ticket reads."""
@@ -211,6 +234,7 @@ def test_split_after_compaction_reads_the_pinned_snapshot(client: flight.FlightC
     assert _rows(client, after) == before
 
 
+@ON_BOTH_STORAGES
 def test_one_large_file_splits_by_row_group(client: flight.FlightClient) -> None:
     split = _split(client, "SELECT * FROM ns.big")
     assert _live_file_count(client, "big") == 1

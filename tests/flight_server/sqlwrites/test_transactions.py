@@ -3,6 +3,9 @@
 Driven by ADBC (``autocommit=False``: BeginTransaction, commands carrying the transaction id,
 EndTransaction) exactly as applications use it, and by plain pyarrow.flight for the protocol
 edges (signed ids, foreign principals, expiry). A second connection checks visibility.
+
+The tests marked ``ON_BOTH_STORAGES`` also run over an S3 warehouse (the module's server once per
+storage): a transaction's staged files are objects until the one commit, or never referenced.
 """
 
 from __future__ import annotations
@@ -20,14 +23,29 @@ import pyarrow.flight as flight
 import pytest
 from servers import ServerProcess
 from sqlwrites_lib import log_head, log_records, scalar, update
+from storage_kinds import Warehouse, fresh_warehouse, open_catalog, start_server
 
 from flight_server.flightsql import protocol as p
 
+ON_BOTH_STORAGES = pytest.mark.parametrize("txn_storage", ["local", "s3"], indirect=True)
+# The other tests on the module's server name the local parameter, so they share its one server.
+LOCAL = pytest.mark.parametrize("txn_storage", ["local"], indirect=True)
+
 
 @pytest.fixture(scope="module")
-def txn_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    warehouse = tmp_path_factory.mktemp("txn") / "warehouse"
-    proc = ServerProcess(warehouse, ["--transaction-timeout", "3"]).start()
+def txn_storage(request: pytest.FixtureRequest) -> str:
+    return str(getattr(request, "param", "local"))
+
+
+@pytest.fixture(scope="module")
+def txn_warehouse(txn_storage: str, tmp_path_factory: pytest.TempPathFactory,
+                  request: pytest.FixtureRequest) -> Warehouse:
+    return fresh_warehouse(txn_storage, tmp_path_factory.mktemp("txn"), request)
+
+
+@pytest.fixture(scope="module")
+def txn_server(txn_warehouse: Warehouse) -> Iterator[ServerProcess]:
+    proc = start_server(txn_warehouse, ["--transaction-timeout", "3"]).start()
     try:
         yield proc
     finally:
@@ -45,10 +63,8 @@ def other(txn_server: ServerProcess) -> Iterator[Any]:
 
 
 @pytest.fixture
-def reader_catalog(txn_server: ServerProcess) -> Iterator[Any]:
-    from catalog import RocksCatalog
-
-    cat = RocksCatalog("reader", warehouse=str(txn_server.warehouse), **{"read-only": "true"})
+def reader_catalog(txn_server: ServerProcess, txn_warehouse: Warehouse) -> Iterator[Any]:
+    cat = open_catalog(txn_warehouse, "reader", read_only=True)
     try:
         yield cat
     finally:
@@ -70,6 +86,7 @@ def _exec(conn: Any, text: str) -> None:
         cur.execute(text)
 
 
+@LOCAL
 def test_sqlinfo_advertises_transactions(txn_server: ServerProcess) -> None:
     conn = fsql.connect(txn_server.location)
     try:
@@ -86,6 +103,7 @@ def test_sqlinfo_advertises_transactions(txn_server: ServerProcess) -> None:
     assert values == {8: 1, 563: True}  # SQL_TRANSACTION_TRANSACTION; transactions supported
 
 
+@ON_BOTH_STORAGES
 def test_commit_lands_both_tables_at_once_with_one_transaction_id(
     txn_server: ServerProcess, other: Any, reader_catalog: Any
 ) -> None:
@@ -115,6 +133,7 @@ def test_commit_lands_both_tables_at_once_with_one_transaction_id(
     assert by_table["orders"].added_rows - by_table["orders"].deleted_rows == 1
 
 
+@ON_BOTH_STORAGES
 def test_rollback_lands_nothing(txn_server: ServerProcess, other: Any, reader_catalog: Any) -> None:
     _tables(other, "t2")
     head = log_head(reader_catalog)
@@ -133,6 +152,7 @@ def test_rollback_lands_nothing(txn_server: ServerProcess, other: Any, reader_ca
     assert [r.table for r in log_records(reader_catalog, head)] == ["ledger"]
 
 
+@LOCAL
 def test_conflicting_commit_aborts_and_lands_nothing(
     txn_server: ServerProcess, other: Any, reader_catalog: Any
 ) -> None:
@@ -152,6 +172,7 @@ def test_conflicting_commit_aborts_and_lands_nothing(
     assert log_records(reader_catalog, head) == []
 
 
+@ON_BOTH_STORAGES
 def test_adbc_ingest_inside_a_transaction(txn_server: ServerProcess, other: Any) -> None:
     _tables(other, "t4")
     conn = fsql.connect(txn_server.location, autocommit=False)
@@ -167,6 +188,7 @@ def test_adbc_ingest_inside_a_transaction(txn_server: ServerProcess, other: Any)
     assert _counts(other, "t4") == (3, 1)
 
 
+@LOCAL
 def test_reads_in_a_transaction_are_repeatable_and_see_own_writes(
     txn_server: ServerProcess, other: Any
 ) -> None:
@@ -185,6 +207,7 @@ def test_reads_in_a_transaction_are_repeatable_and_see_own_writes(
         conn.close()
 
 
+@LOCAL
 def test_ddl_inside_a_transaction_lands_at_once_but_not_on_written_tables(
     txn_server: ServerProcess, other: Any
 ) -> None:
@@ -227,6 +250,7 @@ def _update(client: flight.FlightClient, sql: str, tid: bytes | None) -> int:
     return p.DoPutUpdateResult.decode(answer.to_pybytes()).record_count
 
 
+@LOCAL
 def test_altered_or_unsigned_transaction_ids_are_invalid_argument(txn_server: ServerProcess, other: Any) -> None:
     _tables(other, "t7")
     client = flight.connect(txn_server.location)
@@ -244,6 +268,7 @@ def test_altered_or_unsigned_transaction_ids_are_invalid_argument(txn_server: Se
     assert str(ended.value).startswith("FAILED_PRECONDITION: transaction") and "is committed" in str(ended.value)
 
 
+@LOCAL
 def test_idle_transaction_expires(txn_server: ServerProcess, other: Any) -> None:
     _tables(other, "t8")
     client = flight.connect(txn_server.location)
@@ -256,6 +281,7 @@ def test_idle_transaction_expires(txn_server: ServerProcess, other: Any) -> None
     assert scalar(other, "SELECT count(*) FROM t8.orders") == 0
 
 
+@LOCAL
 def test_sql_begin_commit_rollback(txn_server: ServerProcess, other: Any) -> None:
     _tables(other, "t9")
     conn = fsql.connect(txn_server.location, autocommit=True,
@@ -276,8 +302,9 @@ def test_sql_begin_commit_rollback(txn_server: ServerProcess, other: Any) -> Non
 
 
 def test_kill_9_between_writes_and_commit_lands_nothing(tmp_path: Path) -> None:
-    warehouse = tmp_path / "warehouse"
-    proc = ServerProcess(warehouse).start()
+    # Local only: ~40 s (the driver's commit waits out the dead server), and kill -9 on S3 is
+    # covered by appends/test_crashes.py.
+    proc = ServerProcess(tmp_path / "warehouse").start()
     try:
         setup = fsql.connect(proc.location, autocommit=True)
         _tables(setup, "k")
@@ -322,6 +349,7 @@ def _feed_events(location: str, tables: list[str], count: int) -> list[dict[str,
     return events
 
 
+@LOCAL
 def test_feed_shows_each_table_commit_with_the_shared_transaction_id(txn_server: ServerProcess, other: Any) -> None:
     _tables(other, "tf")
     conn = fsql.connect(txn_server.location, autocommit=False)
@@ -342,6 +370,7 @@ def test_feed_shows_each_table_commit_with_the_shared_transaction_id(txn_server:
     assert appends[2]["transaction_id"] is None
 
 
+@LOCAL
 def test_idle_transaction_without_writes_goes_on_after_expiry(txn_server: ServerProcess, other: Any) -> None:
     """A default DB-API connection (autocommit off: always in a transaction) that idles past the
     timeout can still query, and then write and commit: nothing was staged, nothing was lost."""
