@@ -341,3 +341,33 @@ def test_save_modes_create_a_missing_table_from_the_rows(spark: Any, server: Ser
     with pytest.raises(Exception, match="NOT_FOUND"):
         spark.read.format(FORMAT).option("uri", server.location).option("table", "ns.never").load().collect()
     assert "never" not in {r[1] for r in spark.sql("SHOW TABLES IN ice.ns").collect()}
+
+
+def test_a_failed_write_drops_the_table_it_created(spark: Any, server: ServerProcess) -> None:
+    """A save mode's write to a missing table creates it; when the job then fails, the table
+    goes again (append and overwrite through the format's abort, errorifexists through Spark's
+    CREATE TABLE AS SELECT), also on a second failure under the same name. A table that existed
+    before the failed write stays, with its rows."""
+
+    def failing_write(table: str, mode: str) -> None:
+        # The second task fails at row 70, after the first may have staged its rows.
+        frame = spark.range(0, 100, 1, 2).selectExpr(
+            "id AS x", "CASE WHEN id = 70 THEN CAST(raise_error('boom at 70') AS STRING) ELSE CONCAT('r', id) END AS s")
+        with pytest.raises(Exception, match="boom at 70"):
+            frame.write.format(FORMAT).option("uri", server.location).option("table", table).mode(mode).save()
+
+    def tables() -> set[str]:
+        return {r[1] for r in spark.sql("SHOW TABLES IN ice.ns").collect()}
+
+    for mode in ("append", "overwrite", "errorifexists", "append"):
+        failing_write("ns.failed_new", mode)
+        assert "failed_new" not in tables(), f"a failed {mode} left the table it created"
+        with pytest.raises(Exception, match="NOT_FOUND"):
+            spark.read.format(FORMAT).option("uri", server.location).option("table", "ns.failed_new").load().collect()
+    # The name is free: a write that succeeds creates it afresh.
+    (spark.range(0, 5, 1, 1).selectExpr("id AS x", "CONCAT('r', id) AS s").write.format(FORMAT)
+     .option("uri", server.location).option("table", "ns.failed_new").mode("append").save())
+    assert _xs(server, "ns.failed_new") == list(range(5))
+    failing_write("ns.failed_new", "append")  # existed before this write: it stays, rows intact
+    assert "failed_new" in tables() and _xs(server, "ns.failed_new") == list(range(5))
+    assert _commits(server, "ns.failed_new") == 1
