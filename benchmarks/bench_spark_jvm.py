@@ -145,7 +145,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--write-rows", type=int, default=2_000_000)
+    parser.add_argument("--write-rows", type=int, default=10_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--latency-commits", type=int, default=8)
     parser.add_argument("--no-reads", action="store_true", help="only the write and the stream latency")
@@ -153,7 +153,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="icefloe-bench-spark-jvm-"))
     warehouse = work / "warehouse"
     files = make_table(warehouse, args.rows, args.files)
-    source = pq.read_table(files[0]).slice(0, args.write_rows)
+    # The write's rows: the table's own, from its files (10M by default, as the target).
+    source = pa.concat_tables([pq.read_table(f) for f in files]).slice(0, args.write_rows)
     make_write_tables(warehouse, args.runs, source.schema)
     server = ServerProcess(warehouse).start()
     spark = make_session(conf={"spark.jars": connector_jar()})

@@ -209,10 +209,24 @@ def test_stream_sink_and_source_survive_a_server_kill(spark: Any, server: Server
     assert _xs(server, "ns.dst") == list(range(60)), "every row once: none lost, none twice"
 
 
+def _staged_uncommitted(server: ServerProcess, table: str) -> int:
+    """How many more data files ``table`` has on disk than its snapshots list: what a task
+    staged (written and fsync'd by the server) for a commit that has not come. (The server
+    names no file path to a client, so the files are counted.)"""
+    namespace, _, name = table.rpartition(".")
+    listed = _sql(server, f'SELECT count(*) AS n FROM "{namespace}"."{name}$files"').column("n")[0].as_py()
+    return len(list((server.warehouse / namespace / name / "data").rglob("*.parquet"))) - int(listed)
+
+
 def test_a_driver_killed_mid_stream_restarts_with_no_loss_and_no_duplicate(
         server: ServerProcess, tmp_path: Path) -> None:
-    """kill -9 of the Spark driver (its Python and its JVM) while epochs run, then a new driver
-    on the same checkpoint: the stream read and the sink together land every row once."""
+    """kill -9 of the Spark driver (its Python and its JVM) at a known point mid-batch, then a
+    new driver on the same checkpoint: the stream read and the sink together land every row once.
+
+    The kill point is waited for, not timed: the third epoch (rows 20..29) has been planned and
+    logged in the checkpoint, its rows read from the source; one of its two tasks has staged its
+    rows on the server (files on disk that no snapshot lists) and the other waits mid-batch
+    (the child's marker), so the driver has not committed the epoch."""
     import os
     import signal
     import subprocess
@@ -223,25 +237,32 @@ def test_a_driver_killed_mid_stream_restarts_with_no_loss_and_no_duplicate(
     for k in range(8):
         do_put(server.location, "ns.kill_src", _rows(k * 10, 10))
     child = Path(__file__).with_name("spark_jvm_stream_child.py")
+    marker = tmp_path / "mid-batch"
     args = [sys.executable, str(child), server.location, "ns.kill_src", "ns.kill_dst", str(tmp_path / "ck")]
 
     logs: list[Path] = []
 
-    def driver() -> subprocess.Popen[bytes]:
+    def driver(*extra: str) -> subprocess.Popen[bytes]:
         logs.append(tmp_path / f"driver-{len(logs)}.log")
         with logs[-1].open("wb") as log:  # the child keeps its own copy of the descriptor
-            return subprocess.Popen(args, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+            return subprocess.Popen([*args, *extra], start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
 
     def said() -> str:
         return "\n".join(f"--- {p.name}:\n" + p.read_text(errors="replace")[-3000:] for p in logs)
 
-    first = driver()
+    first = driver("25", str(marker))
     try:
-        _wait_for(lambda: len(_xs(server, "ns.kill_dst")) >= 10, "the first epoch", timeout=180, said=said)
+        _wait_for(marker.exists, "the task holding row 25 to pause mid-batch", timeout=240, said=said)
+        _wait_for(lambda: _staged_uncommitted(server, "ns.kill_dst") > 0,
+                  "the epoch's other task to stage its rows", timeout=120, said=said)
+        assert _xs(server, "ns.kill_dst") == list(range(20)), "two epochs committed, the third not yet"
+        logged = {log: sorted(int(p.name) for p in (tmp_path / "ck" / log).iterdir() if p.name.isdigit())
+                  for log in ("offsets", "commits")}
+        assert logged["offsets"][-1] not in logged["commits"] and logged["commits"] == logged["offsets"][:-1], (
+            f"the paused epoch is planned in the checkpoint, every earlier one committed there: {logged}")
     finally:
-        os.killpg(first.pid, signal.SIGKILL)  # the whole driver, mid-stream, no clean-up
+        os.killpg(first.pid, signal.SIGKILL)  # the whole driver, mid-batch, no clean-up
         first.wait()
-    landed = len(_xs(server, "ns.kill_dst"))
     second = driver()
     try:
         _wait_for(lambda: len(_xs(server, "ns.kill_dst")) >= 80, "the rest after the restart", timeout=180,
@@ -249,7 +270,8 @@ def test_a_driver_killed_mid_stream_restarts_with_no_loss_and_no_duplicate(
     finally:
         os.killpg(second.pid, signal.SIGTERM)
         second.wait()
-    assert _xs(server, "ns.kill_dst") == list(range(80)), f"every row once (killed with {landed} rows landed)"
+    assert _xs(server, "ns.kill_dst") == list(range(80)), "every row once: none lost, none twice"
+    assert _commits(server, "ns.kill_dst") == 8, "one commit per source commit"
 
 
 def test_feed_reconnects_after_a_server_restart(spark: Any, server: ServerProcess) -> None:
@@ -341,3 +363,33 @@ def test_save_modes_create_a_missing_table_from_the_rows(spark: Any, server: Ser
     with pytest.raises(Exception, match="NOT_FOUND"):
         spark.read.format(FORMAT).option("uri", server.location).option("table", "ns.never").load().collect()
     assert "never" not in {r[1] for r in spark.sql("SHOW TABLES IN ice.ns").collect()}
+
+
+def test_a_failed_write_drops_the_table_it_created(spark: Any, server: ServerProcess) -> None:
+    """A save mode's write to a missing table creates it; when the job then fails, the table
+    goes again (append and overwrite through the format's abort, errorifexists through Spark's
+    CREATE TABLE AS SELECT), also on a second failure under the same name. A table that existed
+    before the failed write stays, with its rows."""
+
+    def failing_write(table: str, mode: str) -> None:
+        # The second task fails at row 70, after the first may have staged its rows.
+        frame = spark.range(0, 100, 1, 2).selectExpr(
+            "id AS x", "CASE WHEN id = 70 THEN CAST(raise_error('boom at 70') AS STRING) ELSE CONCAT('r', id) END AS s")
+        with pytest.raises(Exception, match="boom at 70"):
+            frame.write.format(FORMAT).option("uri", server.location).option("table", table).mode(mode).save()
+
+    def tables() -> set[str]:
+        return {r[1] for r in spark.sql("SHOW TABLES IN ice.ns").collect()}
+
+    for mode in ("append", "overwrite", "errorifexists", "append"):
+        failing_write("ns.failed_new", mode)
+        assert "failed_new" not in tables(), f"a failed {mode} left the table it created"
+        with pytest.raises(Exception, match="NOT_FOUND"):
+            spark.read.format(FORMAT).option("uri", server.location).option("table", "ns.failed_new").load().collect()
+    # The name is free: a write that succeeds creates it afresh.
+    (spark.range(0, 5, 1, 1).selectExpr("id AS x", "CONCAT('r', id) AS s").write.format(FORMAT)
+     .option("uri", server.location).option("table", "ns.failed_new").mode("append").save())
+    assert _xs(server, "ns.failed_new") == list(range(5))
+    failing_write("ns.failed_new", "append")  # existed before this write: it stays, rows intact
+    assert "failed_new" in tables() and _xs(server, "ns.failed_new") == list(range(5))
+    assert _commits(server, "ns.failed_new") == 1

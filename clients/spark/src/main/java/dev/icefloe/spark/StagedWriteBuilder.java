@@ -60,14 +60,20 @@ final class StagedWriteBuilder implements WriteBuilder, SupportsTruncate {
   public Write build() {
     final String key = "spark-jvm:" + info.queryId();
     final boolean replace = overwrite;
+    final boolean created;
     // The driver logs in once; tasks carry the bearer token, never the password. The rows'
     // schema is checked against the table's here, before any task runs.
     try (FlightConnection connection = FlightConnection.open(options)) {
-      if (create) {
-        createFromRows(connection);
+      created = create && createFromRows(connection);
+      try {
+        WriteSchemaCheck.check(options.table, info.schema(),
+            connection.schema("SELECT * FROM " + SqlText.table(options.table)));
+      } catch (RuntimeException e) {
+        if (created) {
+          dropCreated(options); // no job will run, so no abort would
+        }
+        throw e;
       }
-      WriteSchemaCheck.check(options.table, info.schema(),
-          connection.schema("SELECT * FROM " + SqlText.table(options.table)));
       LOG.debug("icefloe-flight write to {} (job {})", options.table, key);
     }
     return new Write() {
@@ -78,7 +84,7 @@ final class StagedWriteBuilder implements WriteBuilder, SupportsTruncate {
 
       @Override
       public BatchWrite toBatch() {
-        return new StagedBatchWrite(options, info.schema(), key, replace);
+        return new StagedBatchWrite(options, info.schema(), key, replace, created);
       }
 
       @Override
@@ -92,14 +98,45 @@ final class StagedWriteBuilder implements WriteBuilder, SupportsTruncate {
     };
   }
 
-  private void createFromRows(FlightConnection connection) {
+  /** Create the table from the rows' schema; true if this write created it. */
+  private boolean createFromRows(FlightConnection connection) {
     try {
       connection.update(SparkDdl.createTable(options.table, info.schema().asNullable(), null));
       LOG.info("icefloe-flight: created {} from the written rows' schema", options.table);
+      return true;
     } catch (IcefloeFlightException e) {
       if (e.code() != org.apache.arrow.flight.FlightStatusCode.ALREADY_EXISTS) {
         throw e; // (ALREADY_EXISTS: another writer created it first; the check below decides)
       }
+      return false;
+    }
+  }
+
+  /**
+   * Undo the create of a job that failed: a save mode's append or overwrite to a missing table
+   * created it, and a failed job must leave no table behind (as a failed CREATE TABLE AS SELECT
+   * leaves none). Only a table that still has no snapshot is dropped: if anyone's commit (a
+   * writer that found the table made, or this job's own commit whose answer was lost) landed in
+   * it, it holds rows that are not this job's to remove. Idempotent: a table already gone is
+   * fine. Best effort, as aborting staged files is: a failure is logged, and the abort goes on.
+   */
+  static void dropCreated(FlightOptions options) {
+    try (FlightConnection connection = FlightConnection.open(options)) {
+      Object snapshots = connection.firstValue(
+          "SELECT count(*) FROM " + SqlText.metadataTable(options.table, "snapshots"));
+      if (snapshots == null || ((Number) snapshots).longValue() != 0) {
+        LOG.info("icefloe-flight: the failed write created {}, but commits landed in it since; it stays",
+            options.table);
+        return;
+      }
+      connection.update("DROP TABLE " + SqlText.table(options.table));
+      LOG.info("icefloe-flight: dropped {} again: the write that created it failed", options.table);
+    } catch (IcefloeFlightException e) {
+      if (e.code() == org.apache.arrow.flight.FlightStatusCode.NOT_FOUND) {
+        return; // gone already (a second abort, or someone dropped it)
+      }
+      LOG.warn("icefloe-flight: dropping {}, created by a write that failed, failed: {}", options.table,
+          e.getMessage());
     }
   }
 
@@ -109,13 +146,16 @@ final class StagedWriteBuilder implements WriteBuilder, SupportsTruncate {
     private final org.apache.spark.sql.types.StructType schema;
     private final String key;
     private final boolean overwrite;
+    /** This job created the table (create-on-write): an abort drops it again. */
+    private final boolean created;
 
     StagedBatchWrite(FlightOptions options, org.apache.spark.sql.types.StructType schema, String key,
-        boolean overwrite) {
+        boolean overwrite, boolean created) {
       this.options = options;
       this.schema = schema;
       this.key = key;
       this.overwrite = overwrite;
+      this.created = created;
     }
 
     @Override
@@ -140,6 +180,9 @@ final class StagedWriteBuilder implements WriteBuilder, SupportsTruncate {
     @Override
     public void abort(WriterCommitMessage[] messages) {
       abortTokens(options, tokens(messages));
+      if (created) {
+        dropCreated(options);
+      }
     }
   }
 

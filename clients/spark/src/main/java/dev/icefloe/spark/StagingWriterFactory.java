@@ -2,6 +2,7 @@ package dev.icefloe.spark;
 
 import java.nio.charset.StandardCharsets;
 import java.util.Map;
+import org.apache.arrow.flight.CallOption;
 import org.apache.arrow.flight.FlightClient;
 import org.apache.arrow.flight.FlightRuntimeException;
 import org.apache.arrow.flight.PutResult;
@@ -64,8 +65,10 @@ final class StagingWriterFactory implements DataWriterFactory, StreamingDataWrit
           ArrowUtils.toArrowSchema(schema, "UTC", true, false), connection.allocator);
       arrow = ArrowWriter.create(root);
       answers = new SyncPutListener();
-      put = connection.client.startPut(FlightConnection.tablePath(options.table), root, answers,
-          connection.callOptions(Map.of(STAGE_HEADER, stageJob)));
+      CallOption[] call = connection.callOptions(Map.of(STAGE_HEADER, stageJob));
+      CallOption[] withThreshold = java.util.Arrays.copyOf(call, call.length + 1);
+      withThreshold[call.length] = new PutBackpressure.ReadyThreshold(PutBackpressure.READY_THRESHOLD_BYTES);
+      put = connection.client.startPut(FlightConnection.tablePath(options.table), root, answers, withThreshold);
     }
 
     @Override
@@ -85,6 +88,7 @@ final class StagingWriterFactory implements DataWriterFactory, StreamingDataWrit
         return;
       }
       arrow.finish();
+      PutBackpressure.awaitReady(put, answers); // (putNext itself would spin until then)
       put.putNext();
       arrow.reset();
       pending = 0;
