@@ -362,12 +362,19 @@ class Engine:
         for i, pin in enumerate(pins):
             tagged = (file_tags or {}).get((pin.namespace, pin.name))
             schema_name = quote(".".join(pin.namespace))
+            namespace = ".".join(pin.namespace)
             if native and i in native:
-                cur.execute(f"CREATE SCHEMA IF NOT EXISTS {CATALOG_NAME}.{schema_name}")
-                view = f"{CATALOG_NAME}.{schema_name}.{quote(pin.view_name)}"
-                cur.execute(f"CREATE OR REPLACE VIEW {view} AS {native[i].select}")
-                run.views.append(view)
+                # The slot was made for exactly these files; its view of the same text, kept
+                # from an earlier query, is this one (``Slot.keep_view``).
+                body = native[i].select
+                if not run.slot.has_view(namespace, pin.view_name, body):
+                    if namespace not in run.slot.kept_schemas:
+                        cur.execute(f"CREATE SCHEMA IF NOT EXISTS {CATALOG_NAME}.{schema_name}")
+                    view = f"{CATALOG_NAME}.{schema_name}.{quote(pin.view_name)}"
+                    cur.execute(f"CREATE OR REPLACE VIEW {view} AS {body}")
+                    run.slot.keep_view(namespace, pin.view_name, body)
                 continue
+            run.slot.forget_view(namespace, pin.view_name)
             if pin.kind in LINEAGE_KINDS:
                 if self.lineage_ready is not None:
                     self.lineage_ready()  # what was committed before this query is in the index

@@ -49,9 +49,10 @@ _PRISTINE_SQL = (
     "SELECT (SELECT count(*) FROM duckdb_databases() WHERE database_name NOT IN ("
     + ", ".join(f"'{d}'" for d in _BUILTIN_DATABASES)
     + ")) + (SELECT count(*) FROM duckdb_variables())"
-    " + (SELECT count(*) FROM duckdb_views() WHERE NOT internal)"
     " + (SELECT count(*) FROM duckdb_tables())"
 )
+# The views of the slot: only those it keeps (``Slot.kept_views``) may be there between queries.
+_VIEWS_SQL = "SELECT database_name, lower(schema_name), lower(view_name) FROM duckdb_views() WHERE NOT internal"
 
 
 class SpillFolder:
@@ -140,6 +141,10 @@ class Slot:
         self.uses = 0
         # Owned by the one query that holds the slot, like the slot itself: no lock.
         self._kept: duckdb.DuckDBPyConnection | None = None
+        # Views over read_parquet of this slot's files that outlive their query (see
+        # ``keep_view``): (schema, view name), both lower case as DuckDB matches them -> body.
+        self.kept_views: dict[tuple[str, str], str] = {}
+        self.kept_schemas: set[str] = set()
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor in the icefloe catalog: the one the slot's previous query left as it found
@@ -160,13 +165,39 @@ class Slot:
         if old is not None and old is not cursor:
             old.close()
 
+    def has_view(self, schema: str, name: str, body: str) -> bool:
+        """Whether the slot already has view ``schema.name`` defined as ``body`` (kept from an
+        earlier query of the same files), so the query can use it as it is."""
+        return self.kept_views.get((schema.lower(), name.lower())) == body
+
+    def keep_view(self, schema: str, name: str, body: str) -> None:
+        """Remember that the query just created view ``schema.name`` as ``body`` and that it
+        stays for the slot's next queries.
+
+        Only views over the files the slot was made for are kept (``native_tables``): such a
+        view is the same text whenever the same pinned snapshot, schema and filter are read,
+        so a query finding the very text it needs skips the ``CREATE VIEW`` and its bind of
+        ``read_parquet``; a query needing other text replaces the view. A kept view reveals
+        nothing a query could not read anyway: the slot can read only these files, and a query
+        can only name the tables it pinned (the policy), each of which it defines itself.
+        """
+        self.kept_schemas.add(schema)
+        self.kept_views[(schema.lower(), name.lower())] = body
+
+    def forget_view(self, schema: str, name: str) -> None:
+        """The query replaces view ``schema.name`` with one of its own, dropped at its end."""
+        self.kept_views.pop((schema.lower(), name.lower()), None)
+
     def pristine(self) -> bool:
-        """Whether the database is as ``__init__`` left it (checked after every query)."""
+        """Whether the database is as ``__init__`` left it (checked after every query), but
+        for the views it keeps."""
         try:
             row = self.admin.execute(_PRISTINE_SQL).fetchall()[0]
+            views = self.admin.execute(_VIEWS_SQL).fetchall()
         except duckdb.Error:
             return False
-        return row is not None and int(row[0]) == 0
+        kept = {(CATALOG_NAME, schema, name) for schema, name in self.kept_views}
+        return row is not None and int(row[0]) == 0 and {tuple(v) for v in views} <= kept
 
     def close(self) -> None:
         try:
