@@ -226,10 +226,12 @@ class Engine:
             if reader is not None:
                 return reader, run
             self._setup(run, pins, default_schema, sql, file_tags, file_positions, file_deletes, native)
-            # A native read has no Arrow parts for the scan shortcuts below, and when describe
-            # bound this very statement (and found it does not write) binding it again, a
-            # binding of every read_parquet it names, would learn nothing.
-            known = self.bound.get(self.bound.key(sql, default_schema, pins)) if native and not params else None
+            # A native read (or one of no table) has no Arrow parts for the scan shortcuts
+            # below, and when describe bound this very statement (and found it does not
+            # write) binding it again, a binding of every read_parquet it names, would learn
+            # nothing.
+            known = (self.bound.get(self.bound.key(sql, default_schema, pins))
+                     if (native or not pins) and not params else None)
             if known is None:
                 sig = duckdb_seam.bind(run.cursor, sql, values=params)
                 if sig.writes:
@@ -243,7 +245,10 @@ class Engine:
                 # From here on only the client's statement runs on this cursor: DuckDB's count
                 # of name-changing statements must not move (see SlotPool).
                 run.catalog_version = duckdb_seam.catalog_version(run.cursor)
-                reader = run.cursor.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
+                if params:
+                    reader = run.cursor.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
+                else:
+                    reader = duckdb_seam.stream(run.cursor, sql, BATCH_ROWS)
                 if native and self.planner.is_explain(sql):
                     # A read_parquet plan lists the files it reads: server paths, never sent.
                     reader = _scrubbed(reader)

@@ -23,6 +23,7 @@ import duckdb
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 from catalog.lineage.index import NAMESPACE as LINEAGE_NAMESPACE
+from catalog.lru import LockedLRU
 from flight_server import errors
 from flight_server.engine import history, messages, policy, splits, view_expansion
 from flight_server.engine.iceberg_source import IcebergSources, quote
@@ -70,6 +71,9 @@ class QueryPlanner:
         self._checked: OrderedDict[bytes, list[ColumnOrigin | None]] = OrderedDict()
         self._trees: OrderedDict[tuple[str, str], policy.QueryTree] = OrderedDict()
         self._checked_lock = threading.Lock()
+        # Statement types by text: one ADBC query asks for its statement's type four times
+        # (CreatePreparedStatement, GetFlightInfo twice, DoGet), each a DuckDB parse.
+        self._types: LockedLRU[str, str] = LockedLRU(_TREE_CACHE)
 
     def classify(self, sql: str) -> str:
         return Kind.QUERY if self._statement_type(sql) in _READ_TYPES else Kind.WRITE
@@ -80,6 +84,9 @@ class QueryPlanner:
 
     def _statement_type(self, sql: str) -> str:
         """The DuckDB statement type of ``sql``, which must be exactly one read or write statement."""
+        known = self._types.get(sql)
+        if known is not None:
+            return known
         if len(sql.encode("utf-8")) > MAX_STATEMENT_BYTES:
             raise errors.InvalidArgument(f"SQL statement too long (at most {MAX_STATEMENT_BYTES // 1024} KiB)")
         with self._parser_cursor() as cur:
@@ -94,6 +101,8 @@ class QueryPlanner:
                 # A statement type the Python binding has no name for (UPDATE EXTENSIONS, ...).
                 raise errors.InvalidArgument("this kind of statement is not allowed in icefloe SQL") from None
         if kind in _READ_TYPES or kind in _WRITE_TYPES:
+            if len(sql) <= _TREE_CACHE_MAX_CHARS:
+                self._types.put(sql, str(kind))
             return str(kind)
         raise errors.InvalidArgument(f"{kind} statements are not allowed")
 
