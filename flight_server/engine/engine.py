@@ -59,6 +59,7 @@ from flight_server.engine.pushdown import plain_projection, row_filter
 from flight_server.engine.runs import QueryRuns, run_failure
 from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 from flight_server.engine.slots import CATALOG_NAME, Slot, SlotPool, SpillFolder
+from flight_server.engine.table_reads import TableReads
 from flight_server.engine.tables import LINEAGE_KINDS, PinnedTable
 from flight_server.engine.watchdog import Running, Watchdog
 from flight_server.transactions import staged_table
@@ -85,7 +86,9 @@ class Engine:
         self.query_timeout_s = query_timeout_s
         self.sources = IcebergSources()
         self.natives = NativeTables(self.sources)
-        self.bound = BoundSchemas(catalog)
+        # Each table read once per metadata version (planning loads afresh; see table_reads).
+        self.tables = TableReads(catalog)
+        self.bound = BoundSchemas(self.tables)
         self._threads = threads
         self._memory_limit = memory_limit
         self.spill = SpillFolder(spill_parent)
@@ -95,13 +98,14 @@ class Engine:
             messages.register_private_path(warehouse.removeprefix("file://"))
         self._parser = Slot(threads)  # parsing, policy checks, AT values; never sees a table
         # Native Parquet reads for plain and selective scans (SQL icefloe writes, never the client's).
-        self.scans = ScanPaths(catalog, self.spill.new_folder())
+        self.scans = ScanPaths(catalog, self.spill.new_folder(), self.tables)
         # Each running query owns a slot, so the views naming its pinned snapshots cannot clash
         # with another query's; the pool size is the cap on concurrent queries.
         self.slots = SlotPool(max_concurrent, self._new_slot)
         self.watchdog = Watchdog(self._server_stopping)
         self.runs = QueryRuns(self.slots, self.watchdog)
-        self.planner = QueryPlanner(catalog, self._parser, self.sources, self.watchdog, self.runs, query_timeout_s)
+        self.planner = QueryPlanner(catalog, self._parser, self.sources, self.watchdog, self.runs, query_timeout_s,
+                                    self.tables)
 
     def close(self) -> None:
         self.watchdog.close()
@@ -418,7 +422,7 @@ class Engine:
         # A write inside a transaction reads its target at the transaction's staged snapshot.
         table = staged_table(self.catalog, pin.namespace, pin.name)
         if table is None:
-            table = self.catalog.load_table((*pin.namespace, pin.name))
+            table = self.tables.load(pin.namespace, pin.name)
         if pin.snapshot_id is not None and table.metadata.snapshot_by_id(pin.snapshot_id) is None:
             raise errors.FailedPrecondition(
                 f"snapshot {pin.snapshot_id} of {'.'.join((*pin.namespace, pin.name))} no longer exists; "

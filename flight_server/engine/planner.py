@@ -31,6 +31,7 @@ from flight_server.engine.origins import ColumnOrigin, Source, result_origins
 from flight_server.engine.pushdown import row_filter
 from flight_server.engine.runs import QueryRuns, run_failure
 from flight_server.engine.slots import CATALOG_NAME, Slot
+from flight_server.engine.table_reads import TableReads
 from flight_server.engine.tables import LINEAGE_KINDS, PinnedTable, name_candidates, table_hint
 from flight_server.engine.watchdog import Running, Watchdog
 from flight_server.transactions import read_pins, staged_table
@@ -59,8 +60,9 @@ class QueryPlanner:
     """Checks and plans statements for ``Engine`` (which delegates its statement methods here)."""
 
     def __init__(self, catalog: Any, parser: Slot, sources: IcebergSources, watchdog: Watchdog, runs: QueryRuns,
-                 query_timeout_s: float) -> None:
+                 query_timeout_s: float, tables: TableReads) -> None:
         self.catalog = catalog
+        self.tables = tables  # read-only tables by metadata version (planning itself loads afresh)
         self.sources = sources
         self.watchdog = watchdog
         self.runs = runs
@@ -199,7 +201,7 @@ class QueryPlanner:
                 if pin is None or pin.kind != "data":
                     continue
                 try:
-                    table = self.catalog.load_table((*pin.namespace, pin.name))
+                    table = self.tables.load(pin.namespace, pin.name)
                 except (NoSuchTableError, NoSuchNamespaceError, ValueError):
                     return None
                 schema = table.schemas().get(pin.schema_id) or table.schema()
@@ -296,8 +298,7 @@ class QueryPlanner:
         snapshot_id = pin.snapshot_id
         assert snapshot_id is not None  # checked above
         # A transaction's own writes: its staged metadata.
-        table = staged_table(self.catalog, pin.namespace, pin.name) or self.catalog.load_table(
-            (*pin.namespace, pin.name))
+        table = staged_table(self.catalog, pin.namespace, pin.name) or self.tables.load(pin.namespace, pin.name)
         schema = table.schemas().get(pin.schema_id) or table.schema()
         units = splits.scan_units(self.sources.data_files(table, snapshot_id, row_filter(sql, schema)))
         n = splits.partition_count(sum(u.bytes for u in units), len(units), target_bytes, max_partitions)
