@@ -381,7 +381,7 @@ class Engine:
                         cur.execute(f"CREATE SCHEMA IF NOT EXISTS {CATALOG_NAME}.{schema_name}")
                     view = f"{CATALOG_NAME}.{schema_name}.{quote(pin.view_name)}"
                     cur.execute(f"CREATE OR REPLACE VIEW {view} AS {body}")
-                    run.slot.keep_view(namespace, pin.view_name, body)
+                    run.slot.keep_view(namespace, pin.view_name, body, view)
                 continue
             run.slot.forget_view(namespace, pin.view_name)
             if pin.kind in LINEAGE_KINDS:
