@@ -11,7 +11,10 @@ Isolation: every running query owns a "slot", one sandboxed in-memory DuckDB dat
 (catalog ``icefloe``), from setup until its reader is dropped. Its Iceberg sources are
 registered on the query's cursor and named by views ``icefloe."<namespace>"."<table>"``
 that exist only for that query, so concurrent queries at different snapshots of the same
-table never see each other's views. The pool size is the cap on concurrent queries.
+table never see each other's views. The pool size is the cap on concurrent queries. (A slot
+made for a set of local files keeps its ``read_parquet`` views over them for its next query;
+each query still defines every table it names, reusing a kept view only when its text is the
+very one it needs: ``Slot.keep_view``.)
 
 Sandbox, three walls: (1) DuckDB settings, then ``lock_configuration``: no external access
 (no file reads, writes, globbing, ATTACH of files, extension installs), no extension
