@@ -191,6 +191,7 @@ class Slot:
         """Stop keeping every view (a query that may have changed them ran); their quoted
         names, to be dropped."""
         names = list(self._kept_names.values())
+        self.kept_schemas.clear()  # made again (IF NOT EXISTS) by the next query that needs one
         self.kept_views.clear()
         self._kept_names.clear()
         return names
