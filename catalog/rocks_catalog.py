@@ -420,6 +420,14 @@ class RocksCatalog(MetastoreCatalog):
         location = pointer["metadata_location"]
         return self._table(ns, table, location, self._read_metadata(ns, table, location, verify=True))
 
+    def metadata_location_of(self, identifier: str | Identifier) -> str | None:
+        """Where a table's current metadata is (None: no such table): one RocksDB read, for
+        readers that keep what they loaded per metadata location (``engine.table_reads``)."""
+        ns, table = self._split(identifier)
+        self._refresh()
+        pointer = self._pointer(ns, table)
+        return None if pointer is None else str(pointer["metadata_location"])
+
     def table_exists(self, identifier: str | Identifier) -> bool:
         try:
             ns, table = self._split(identifier)

@@ -3,7 +3,8 @@
 Batches are conformed to the table's schema (field ids, promotions, null-filled missing
 columns) and encoded as they arrive, in a background thread so that decoding the network
 stream and encoding Parquet overlap. Rows are buffered only up to one row group
-(``write.parquet.row-group-limit`` rows or ``ROW_GROUP_BYTES``), and files are rolled when
+(``write.parquet.row-group-limit`` rows or ``write.parquet.row-group-size-bytes``; see
+``parquet_layout`` for icefloe's defaults), and files are rolled when
 their on-disk size reaches ``write.target-file-size-bytes``, so memory stays bounded whatever
 the stream length.
 
@@ -62,7 +63,13 @@ from catalog.schema_policy import check_required, schema_text, strip_field_ids
 
 logger = logging.getLogger("icefloe.catalog.writer")
 
-ROW_GROUP_BYTES = 64 * 1024 * 1024
+# Defaults where a table sets no property (``parquet_layout``). Measured with DuckDB in
+# process over TPC-H SF1 (docs/benchmarks-analytic.md): ZSTD cost about a sixth more CPU to
+# read than Snappy, and 1M-row groups left a 150k-row table one row group, which one thread
+# scans; Snappy with row groups of about 16 MiB of Arrow data (some 5 MiB on disk, about
+# what DuckDB and tpchgen write) read fastest.
+DEFAULT_COMPRESSION = "snappy"
+DEFAULT_ROW_GROUP_BYTES = 16 * 1024 * 1024
 _QUEUE_DEPTH = 4
 _DONE = object()
 # Row groups encoded at once by a long stream (each lane holds at most two: one being
@@ -238,13 +245,7 @@ class DataFileWriter:
         self._stats_plan = layout.stats_plan
         self._column_mapping = layout.column_mapping
         self._format_model = FileFormatFactory.get(FileFormat.PARQUET)
-        self._writer_kwargs = _get_parquet_writer_kwargs(props)
-        self._row_group_rows = int(
-            property_as_int(
-                props, TableProperties.PARQUET_ROW_GROUP_LIMIT, TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT
-            )
-            or TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT
-        )
+        self._writer_kwargs, self._row_group_rows, self._row_group_bytes = parquet_layout(props)
         self._target_size = int(
             property_as_int(
                 props,
@@ -290,7 +291,8 @@ class DataFileWriter:
         check_required(batch, self._required)
         self.rows += batch.num_rows
         if self._thread is None:
-            if self._buffer_rows + batch.num_rows < self._row_group_rows and self._buffer_bytes < ROW_GROUP_BYTES:
+            if (self._buffer_rows + batch.num_rows < self._row_group_rows
+                    and self._buffer_bytes < self._row_group_bytes):
                 self._add(batch)
                 return
             self._thread = threading.Thread(target=self._run, name="icefloe-parquet-writer", daemon=True)
@@ -387,7 +389,7 @@ class DataFileWriter:
         self._buffer.append(conformed)
         self._buffer_rows += conformed.num_rows
         self._buffer_bytes += conformed.nbytes
-        if self._buffer_rows >= self._row_group_rows or self._buffer_bytes >= ROW_GROUP_BYTES:
+        if self._buffer_rows >= self._row_group_rows or self._buffer_bytes >= self._row_group_bytes:
             self._flush_row_group()
 
     def _flush_row_group(self, last: bool = False) -> None:
@@ -444,6 +446,23 @@ class DataFileWriter:
         files = list(_dataframe_to_data_files(self._metadata, aligned(table), self._io, write_uuid=uuid.uuid4()))
         self._written_paths.extend(f.file_path for f in files)
         self._data_files.extend(files)
+
+
+def parquet_layout(props: dict[str, str]) -> tuple[dict[str, Any], int, int]:
+    """pyarrow's writer options, the row group's row limit and its byte limit for a table's
+    properties, with Iceberg's names: ``write.parquet.compression-codec`` (and ``-level``),
+    ``write.parquet.row-group-limit`` (rows) and ``write.parquet.row-group-size-bytes``. The
+    byte limit is counted on the Arrow data buffered for the row group, before encoding
+    (the encoded group is smaller, typically by 2-4x)."""
+    kwargs = _get_parquet_writer_kwargs({
+        TableProperties.PARQUET_COMPRESSION: DEFAULT_COMPRESSION,
+        # honoured here, not by pyiceberg (which warns that it is not implemented)
+        **{k: v for k, v in props.items() if k != TableProperties.PARQUET_ROW_GROUP_SIZE_BYTES},
+    })
+    rows = property_as_int(props, TableProperties.PARQUET_ROW_GROUP_LIMIT, None)
+    size = property_as_int(props, TableProperties.PARQUET_ROW_GROUP_SIZE_BYTES, None)
+    return (kwargs, rows if rows and rows > 0 else TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT,
+            size if size and size > 0 else DEFAULT_ROW_GROUP_BYTES)
 
 
 def _first(item: tuple[int, DataFile]) -> int:

@@ -21,6 +21,7 @@ import pyarrow as pa
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 from catalog.lru import LockedLRU
+from flight_server.engine.table_reads import TableReads
 from flight_server.engine.tables import PinnedTable
 
 _SIZE = 2048
@@ -39,8 +40,8 @@ class Bound:
 class BoundSchemas:
     """An LRU of ``Bound`` results keyed by what binding depends on (see the module docstring)."""
 
-    def __init__(self, catalog: Any) -> None:
-        self._catalog = catalog
+    def __init__(self, tables: TableReads) -> None:
+        self._tables = tables
         self._bound: LockedLRU[tuple[Any, ...], Bound] = LockedLRU(_SIZE)
 
     def key(self, sql: str, default_schema: tuple[str, ...] | None, pins: list[PinnedTable]) -> tuple[Any, ...] | None:
@@ -51,7 +52,7 @@ class BoundSchemas:
         tables = []
         for pin in pins:
             try:
-                table = self._catalog.load_table((*pin.namespace, pin.name))
+                table = self._tables.load(pin.namespace, pin.name)
             except (NoSuchTableError, NoSuchNamespaceError, ValueError):
                 return None
             schema_id = pin.schema_id if pin.schema_id in table.schemas() else table.metadata.current_schema_id

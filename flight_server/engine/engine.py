@@ -11,7 +11,10 @@ Isolation: every running query owns a "slot", one sandboxed in-memory DuckDB dat
 (catalog ``icefloe``), from setup until its reader is dropped. Its Iceberg sources are
 registered on the query's cursor and named by views ``icefloe."<namespace>"."<table>"``
 that exist only for that query, so concurrent queries at different snapshots of the same
-table never see each other's views. The pool size is the cap on concurrent queries.
+table never see each other's views. The pool size is the cap on concurrent queries. (A slot
+made for a set of local files keeps its ``read_parquet`` views over them for its next query;
+each query still defines every table it names, reusing a kept view only when its text is the
+very one it needs: ``Slot.keep_view``.)
 
 Sandbox, three walls: (1) DuckDB settings, then ``lock_configuration``: no external access
 (no file reads, writes, globbing, ATTACH of files, extension installs), no extension
@@ -59,6 +62,7 @@ from flight_server.engine.pushdown import plain_projection, row_filter
 from flight_server.engine.runs import QueryRuns, run_failure
 from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 from flight_server.engine.slots import CATALOG_NAME, Slot, SlotPool, SpillFolder
+from flight_server.engine.table_reads import TableReads
 from flight_server.engine.tables import LINEAGE_KINDS, PinnedTable
 from flight_server.engine.watchdog import Running, Watchdog
 from flight_server.transactions import staged_table
@@ -85,7 +89,9 @@ class Engine:
         self.query_timeout_s = query_timeout_s
         self.sources = IcebergSources()
         self.natives = NativeTables(self.sources)
-        self.bound = BoundSchemas(catalog)
+        # Each table read once per metadata version (planning loads afresh; see table_reads).
+        self.tables = TableReads(catalog)
+        self.bound = BoundSchemas(self.tables)
         self._threads = threads
         self._memory_limit = memory_limit
         self.spill = SpillFolder(spill_parent)
@@ -95,13 +101,14 @@ class Engine:
             messages.register_private_path(warehouse.removeprefix("file://"))
         self._parser = Slot(threads)  # parsing, policy checks, AT values; never sees a table
         # Native Parquet reads for plain and selective scans (SQL icefloe writes, never the client's).
-        self.scans = ScanPaths(catalog, self.spill.new_folder())
+        self.scans = ScanPaths(catalog, self.spill.new_folder(), self.tables)
         # Each running query owns a slot, so the views naming its pinned snapshots cannot clash
         # with another query's; the pool size is the cap on concurrent queries.
         self.slots = SlotPool(max_concurrent, self._new_slot)
         self.watchdog = Watchdog(self._server_stopping)
         self.runs = QueryRuns(self.slots, self.watchdog)
-        self.planner = QueryPlanner(catalog, self._parser, self.sources, self.watchdog, self.runs, query_timeout_s)
+        self.planner = QueryPlanner(catalog, self._parser, self.sources, self.watchdog, self.runs, query_timeout_s,
+                                    self.tables)
 
     def close(self) -> None:
         self.watchdog.close()
@@ -226,10 +233,12 @@ class Engine:
             if reader is not None:
                 return reader, run
             self._setup(run, pins, default_schema, sql, file_tags, file_positions, file_deletes, native)
-            # A native read has no Arrow parts for the scan shortcuts below, and when describe
-            # bound this very statement (and found it does not write) binding it again, a
-            # binding of every read_parquet it names, would learn nothing.
-            known = self.bound.get(self.bound.key(sql, default_schema, pins)) if native and not params else None
+            # A native read (or one of no table) has no Arrow parts for the scan shortcuts
+            # below, and when describe bound this very statement (and found it does not
+            # write) binding it again, a binding of every read_parquet it names, would learn
+            # nothing.
+            known = (self.bound.get(self.bound.key(sql, default_schema, pins))
+                     if (native or not pins) and not params else None)
             if known is None:
                 sig = duckdb_seam.bind(run.cursor, sql, values=params)
                 if sig.writes:
@@ -243,7 +252,10 @@ class Engine:
                 # From here on only the client's statement runs on this cursor: DuckDB's count
                 # of name-changing statements must not move (see SlotPool).
                 run.catalog_version = duckdb_seam.catalog_version(run.cursor)
-                reader = run.cursor.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
+                if params:
+                    reader = run.cursor.sql(sql, params=params).to_arrow_reader(BATCH_ROWS)
+                else:
+                    reader = duckdb_seam.stream(run.cursor, sql, BATCH_ROWS)
                 if native and self.planner.is_explain(sql):
                     # A read_parquet plan lists the files it reads: server paths, never sent.
                     reader = _scrubbed(reader)
@@ -362,12 +374,19 @@ class Engine:
         for i, pin in enumerate(pins):
             tagged = (file_tags or {}).get((pin.namespace, pin.name))
             schema_name = quote(".".join(pin.namespace))
+            namespace = ".".join(pin.namespace)
             if native and i in native:
-                cur.execute(f"CREATE SCHEMA IF NOT EXISTS {CATALOG_NAME}.{schema_name}")
-                view = f"{CATALOG_NAME}.{schema_name}.{quote(pin.view_name)}"
-                cur.execute(f"CREATE OR REPLACE VIEW {view} AS {native[i].select}")
-                run.views.append(view)
+                # The slot was made for exactly these files; its view of the same text, kept
+                # from an earlier query, is this one (``Slot.keep_view``).
+                body = native[i].select
+                if not run.slot.has_view(namespace, pin.view_name, body):
+                    if namespace not in run.slot.kept_schemas:
+                        cur.execute(f"CREATE SCHEMA IF NOT EXISTS {CATALOG_NAME}.{schema_name}")
+                    view = f"{CATALOG_NAME}.{schema_name}.{quote(pin.view_name)}"
+                    cur.execute(f"CREATE OR REPLACE VIEW {view} AS {body}")
+                    run.slot.keep_view(namespace, pin.view_name, body, view)
                 continue
+            run.slot.forget_view(namespace, pin.view_name)
             if pin.kind in LINEAGE_KINDS:
                 if self.lineage_ready is not None:
                     self.lineage_ready()  # what was committed before this query is in the index
@@ -406,7 +425,7 @@ class Engine:
         # A write inside a transaction reads its target at the transaction's staged snapshot.
         table = staged_table(self.catalog, pin.namespace, pin.name)
         if table is None:
-            table = self.catalog.load_table((*pin.namespace, pin.name))
+            table = self.tables.load(pin.namespace, pin.name)
         if pin.snapshot_id is not None and table.metadata.snapshot_by_id(pin.snapshot_id) is None:
             raise errors.FailedPrecondition(
                 f"snapshot {pin.snapshot_id} of {'.'.join((*pin.namespace, pin.name))} no longer exists; "

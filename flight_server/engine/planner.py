@@ -23,6 +23,7 @@ import duckdb
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 from catalog.lineage.index import NAMESPACE as LINEAGE_NAMESPACE
+from catalog.lru import LockedLRU
 from flight_server import errors
 from flight_server.engine import history, messages, policy, splits, view_expansion
 from flight_server.engine.iceberg_source import IcebergSources, quote
@@ -30,6 +31,7 @@ from flight_server.engine.origins import ColumnOrigin, Source, result_origins
 from flight_server.engine.pushdown import row_filter
 from flight_server.engine.runs import QueryRuns, run_failure
 from flight_server.engine.slots import CATALOG_NAME, Slot
+from flight_server.engine.table_reads import TableReads
 from flight_server.engine.tables import LINEAGE_KINDS, PinnedTable, name_candidates, table_hint
 from flight_server.engine.watchdog import Running, Watchdog
 from flight_server.transactions import read_pins, staged_table
@@ -58,8 +60,9 @@ class QueryPlanner:
     """Checks and plans statements for ``Engine`` (which delegates its statement methods here)."""
 
     def __init__(self, catalog: Any, parser: Slot, sources: IcebergSources, watchdog: Watchdog, runs: QueryRuns,
-                 query_timeout_s: float) -> None:
+                 query_timeout_s: float, tables: TableReads) -> None:
         self.catalog = catalog
+        self.tables = tables  # read-only tables by metadata version (planning itself loads afresh)
         self.sources = sources
         self.watchdog = watchdog
         self.runs = runs
@@ -70,6 +73,9 @@ class QueryPlanner:
         self._checked: OrderedDict[bytes, list[ColumnOrigin | None]] = OrderedDict()
         self._trees: OrderedDict[tuple[str, str], policy.QueryTree] = OrderedDict()
         self._checked_lock = threading.Lock()
+        # Statement types by text: one ADBC query asks for its statement's type four times
+        # (CreatePreparedStatement, GetFlightInfo twice, DoGet), each a DuckDB parse.
+        self._types: LockedLRU[str, str] = LockedLRU(_TREE_CACHE)
 
     def classify(self, sql: str) -> str:
         return Kind.QUERY if self._statement_type(sql) in _READ_TYPES else Kind.WRITE
@@ -80,6 +86,9 @@ class QueryPlanner:
 
     def _statement_type(self, sql: str) -> str:
         """The DuckDB statement type of ``sql``, which must be exactly one read or write statement."""
+        known = self._types.get(sql)
+        if known is not None:
+            return known
         if len(sql.encode("utf-8")) > MAX_STATEMENT_BYTES:
             raise errors.InvalidArgument(f"SQL statement too long (at most {MAX_STATEMENT_BYTES // 1024} KiB)")
         with self._parser_cursor() as cur:
@@ -94,6 +103,8 @@ class QueryPlanner:
                 # A statement type the Python binding has no name for (UPDATE EXTENSIONS, ...).
                 raise errors.InvalidArgument("this kind of statement is not allowed in icefloe SQL") from None
         if kind in _READ_TYPES or kind in _WRITE_TYPES:
+            if len(sql) <= _TREE_CACHE_MAX_CHARS:
+                self._types.put(sql, str(kind))
             return str(kind)
         raise errors.InvalidArgument(f"{kind} statements are not allowed")
 
@@ -190,7 +201,7 @@ class QueryPlanner:
                 if pin is None or pin.kind != "data":
                     continue
                 try:
-                    table = self.catalog.load_table((*pin.namespace, pin.name))
+                    table = self.tables.load(pin.namespace, pin.name)
                 except (NoSuchTableError, NoSuchNamespaceError, ValueError):
                     return None
                 schema = table.schemas().get(pin.schema_id) or table.schema()
@@ -287,8 +298,7 @@ class QueryPlanner:
         snapshot_id = pin.snapshot_id
         assert snapshot_id is not None  # checked above
         # A transaction's own writes: its staged metadata.
-        table = staged_table(self.catalog, pin.namespace, pin.name) or self.catalog.load_table(
-            (*pin.namespace, pin.name))
+        table = staged_table(self.catalog, pin.namespace, pin.name) or self.tables.load(pin.namespace, pin.name)
         schema = table.schemas().get(pin.schema_id) or table.schema()
         units = splits.scan_units(self.sources.data_files(table, snapshot_id, row_filter(sql, schema)))
         n = splits.partition_count(sum(u.bytes for u in units), len(units), target_bytes, max_partitions)

@@ -21,6 +21,7 @@ import pyarrow.fs as pafs
 from flight_server.engine import duckdb_seam
 from flight_server.engine.iceberg_source import MISSING_COLUMN, quote
 from flight_server.engine.pushdown import plain_projection, safe_conjuncts
+from flight_server.engine.table_reads import TableReads
 
 if TYPE_CHECKING:
     from flight_server.engine.tables import PinnedTable
@@ -34,8 +35,9 @@ _SIMPLE_TYPE = re.compile(r"[A-Z_ ]+(\(\d+,\s*\d+\))?")
 
 
 class ScanPaths:
-    def __init__(self, catalog: Any, spill_dir: str) -> None:
+    def __init__(self, catalog: Any, spill_dir: str, tables: TableReads) -> None:
         self.catalog = catalog
+        self.tables = tables
         self.native = duckdb.connect(
             ":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False,
                                 "temp_directory": spill_dir}
@@ -120,7 +122,7 @@ class ScanPaths:
         if len(pins) != 1 or len(run.parts) != 1:
             return
         part = run.parts[0]
-        table = self.catalog.load_table((*pins[0].namespace, pins[0].name))
+        table = self.tables.load(pins[0].namespace, pins[0].name)
         schema = table.schemas().get(pins[0].schema_id) or table.schema()
         conjuncts = safe_conjuncts(sql, schema)
         if not conjuncts:

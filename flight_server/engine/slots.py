@@ -49,9 +49,11 @@ _PRISTINE_SQL = (
     "SELECT (SELECT count(*) FROM duckdb_databases() WHERE database_name NOT IN ("
     + ", ".join(f"'{d}'" for d in _BUILTIN_DATABASES)
     + ")) + (SELECT count(*) FROM duckdb_variables())"
-    " + (SELECT count(*) FROM duckdb_views() WHERE NOT internal)"
     " + (SELECT count(*) FROM duckdb_tables())"
 )
+_NO_VIEWS_SQL = _PRISTINE_SQL + " + (SELECT count(*) FROM duckdb_views() WHERE NOT internal)"
+# The views of the slot: only those it keeps (``Slot.kept_views``) may be there between queries.
+_VIEWS_SQL = "SELECT database_name, lower(schema_name), lower(view_name) FROM duckdb_views() WHERE NOT internal"
 
 
 class SpillFolder:
@@ -140,6 +142,11 @@ class Slot:
         self.uses = 0
         # Owned by the one query that holds the slot, like the slot itself: no lock.
         self._kept: duckdb.DuckDBPyConnection | None = None
+        # Views over read_parquet of this slot's files that outlive their query (see
+        # ``keep_view``): (schema, view name), both lower case as DuckDB matches them -> body.
+        self.kept_views: dict[tuple[str, str], str] = {}
+        self._kept_names: dict[tuple[str, str], str] = {}  # the same key -> the quoted name
+        self.kept_schemas: set[str] = set()
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor in the icefloe catalog: the one the slot's previous query left as it found
@@ -160,13 +167,53 @@ class Slot:
         if old is not None and old is not cursor:
             old.close()
 
+    def has_view(self, schema: str, name: str, body: str) -> bool:
+        """Whether the slot already has view ``schema.name`` defined as ``body`` (kept from an
+        earlier query of the same files), so the query can use it as it is."""
+        return self.kept_views.get((schema.lower(), name.lower())) == body
+
+    def keep_view(self, schema: str, name: str, body: str, quoted: str) -> None:
+        """Remember that the query just created view ``schema.name`` as ``body`` and that it
+        stays for the slot's next queries.
+
+        Only views over the files the slot was made for are kept (``native_tables``): such a
+        view is the same text whenever the same pinned snapshot, schema and filter are read,
+        so a query finding the very text it needs skips the ``CREATE VIEW`` and its bind of
+        ``read_parquet``; a query needing other text replaces the view. A kept view reveals
+        nothing a query could not read anyway: the slot can read only these files, and a query
+        can only name the tables it pinned (the policy), each of which it defines itself.
+        """
+        self.kept_schemas.add(schema)
+        self.kept_views[(schema.lower(), name.lower())] = body
+        self._kept_names[(schema.lower(), name.lower())] = quoted
+
+    def unkeep_all(self) -> list[str]:
+        """Stop keeping every view (a query that may have changed them ran); their quoted
+        names, to be dropped."""
+        names = list(self._kept_names.values())
+        self.kept_schemas.clear()  # made again (IF NOT EXISTS) by the next query that needs one
+        self.kept_views.clear()
+        self._kept_names.clear()
+        return names
+
+    def forget_view(self, schema: str, name: str) -> None:
+        """The query replaces view ``schema.name`` with one of its own, dropped at its end."""
+        self.kept_views.pop((schema.lower(), name.lower()), None)
+        self._kept_names.pop((schema.lower(), name.lower()), None)
+
     def pristine(self) -> bool:
-        """Whether the database is as ``__init__`` left it (checked after every query)."""
+        """Whether the database is as ``__init__`` left it (checked after every query), but
+        for the views it keeps."""
         try:
+            if not self.kept_views:  # the common case: one statement
+                row = self.admin.execute(_NO_VIEWS_SQL).fetchall()[0]
+                return row is not None and int(row[0]) == 0
             row = self.admin.execute(_PRISTINE_SQL).fetchall()[0]
+            views = self.admin.execute(_VIEWS_SQL).fetchall()
         except duckdb.Error:
             return False
-        return row is not None and int(row[0]) == 0
+        kept = {(CATALOG_NAME, schema, name) for schema, name in self.kept_views}
+        return row is not None and int(row[0]) == 0 and {tuple(v) for v in views} <= kept
 
     def close(self) -> None:
         try:
@@ -182,7 +229,8 @@ class SlotPool:
     only queries that read exactly that set: a query of other files takes a free slot made for
     them, else a new one, closing the least recently used free slot when ``size`` exist.
 
-    Each returned slot gets its query's views dropped. Whether it is still as made is known
+    Each returned slot gets its query's views dropped, but for the ``read_parquet`` views it
+    keeps (``Slot.keep_view``; a suspect query's slot drops those too). Whether it is still as made is known
     cheaply: DuckDB counts, per connection, the statements that may change what names bind
     to (``ATTACH``, ``SET``, ``SET VARIABLE``, ``CREATE``, ``PREPARE``, ``CHECKPOINT``, ...), and
     the engine compares that count around the client's statement. A slot whose count moved,
@@ -247,6 +295,8 @@ class SlotPool:
         """Return a slot a query used (its cursors closed). ``suspect``: the query changed
         engine state or failed, so the slot is audited before anything else."""
         ok = True
+        if suspect:  # what the query may have done to a kept view is not known: drop them all
+            views = [*views, *slot.unkeep_all()]
         for view in views:
             try:
                 slot.admin.execute(f"DROP VIEW IF EXISTS {view}")

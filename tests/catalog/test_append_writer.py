@@ -374,3 +374,45 @@ def test_partitioned_table_append(catalog: RocksCatalog) -> None:
     files = list(table.scan().plan_files())
     assert len(files) == 3 and {f.file.partition[0] for f in files} == {"a", "b", "c"}
     assert sorted(table.scan(row_filter="v == 'a'").to_arrow().column("id").to_pylist()) == [0, 2, 5]
+
+
+def _layouts(cat: RocksCatalog, name: str) -> list[tuple[str, list[int]]]:
+    """(codec, rows of each row group) of every data file of ``ns.<name>``."""
+    found = []
+    for path in _parquet_files(cat, name):
+        meta = pq.read_metadata(path)
+        found.append((meta.row_group(0).column(0).compression,
+                      [meta.row_group(k).num_rows for k in range(meta.num_row_groups)]))
+    return found
+
+
+def test_parquet_layout_follows_the_tables_properties_and_icefloes_defaults(catalog: RocksCatalog) -> None:
+    data = _data(200_000)  # about 4.6 MB of Arrow data
+    catalog.create_table("ns.plain", data.schema)
+    catalog.create_table("ns.tuned", data.schema, properties={
+        "write.parquet.compression-codec": "zstd", "write.parquet.row-group-size-bytes": str(1024 * 1024)})
+    catalog.create_table("ns.rows", data.schema, properties={
+        "write.parquet.compression-codec": "gzip", "write.parquet.row-group-limit": "30000"})
+    for name in ("plain", "tuned", "rows"):
+        Appender(catalog).append_stream(("ns", name), data.schema, data.to_batches(max_chunksize=10_000))
+        got = catalog.load_table(f"ns.{name}").scan().to_arrow().sort_by("id")
+        assert got.column("id").to_pylist() == list(range(200_000))
+    plain = _layouts(catalog, "plain")
+    assert {codec for codec, _ in plain} == {writer.DEFAULT_COMPRESSION.upper()}
+    assert sum(len(groups) for _, groups in plain) == 1  # under the default 16 MiB
+    tuned = _layouts(catalog, "tuned")
+    assert {codec for codec, _ in tuned} == {"ZSTD"}
+    groups = [n for _, g in tuned for n in g]
+    assert sum(groups) == 200_000 and len(groups) >= 4  # 1 MiB of Arrow data per row group
+    rows = _layouts(catalog, "rows")
+    assert {codec for codec, _ in rows} == {"GZIP"}
+    assert sorted(n for _, g in rows for n in g) == sorted([30_000] * 6 + [20_000])
+
+
+def test_parquet_layout_defaults_split_a_large_stream_by_bytes() -> None:
+    kwargs, rows, size = writer.parquet_layout({})
+    assert kwargs["compression"] == writer.DEFAULT_COMPRESSION
+    assert rows == 1_048_576 and size == writer.DEFAULT_ROW_GROUP_BYTES
+    kwargs, rows, size = writer.parquet_layout({"write.parquet.row-group-size-bytes": "0",
+                                                "write.parquet.compression-codec": "uncompressed"})
+    assert kwargs["compression"] == "none" and size == writer.DEFAULT_ROW_GROUP_BYTES

@@ -105,3 +105,14 @@ def test_nothing_else_imports_the_private_module() -> None:
                          [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else [])
                 found += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.startswith("duckdb._seam")]
     assert not found, f"import duckdb._seam only through flight_server/engine/duckdb_seam.py: {found}"
+
+
+def test_stream_runs_one_statement_into_arrow(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("CREATE TABLE t AS SELECT range AS a FROM range(5)")
+    reader = duckdb_seam.stream(con, "SELECT a * 2 AS b FROM t ORDER BY a", 2)
+    assert isinstance(reader, pa.RecordBatchReader)
+    assert reader.read_all().column("b").to_pylist() == [0, 2, 4, 6, 8]
+    explained = duckdb_seam.stream(con, "EXPLAIN SELECT a FROM t", 2).read_all()
+    assert explained.num_rows >= 1
+    with pytest.raises(duckdb.Error):
+        duckdb_seam.stream(con, "SELECT no_such_column FROM t", 2)
