@@ -15,16 +15,21 @@ Iceberg's rules, in SQL DuckDB runs:
   read schema to the table column's current name and type, so renamed columns keep their
   values, added ones read as NULL and dropped ones are not read; the types given there are
   Iceberg's promotions (int -> long, float -> double, wider decimals), cast by the reader;
-- **position deletes**: an anti-join on (file, row position), ``read_parquet``'s ``file_index``
-  and ``file_row_number`` against the delete files' ``file_path`` (mapped to the index of that
-  file in the list: integers are cheaper to hash than paths) and ``pos``;
+- **position deletes**: each data file with position deletes is read by a ``read_parquet`` of
+  its own, anti-joined on ``file_row_number`` against its positions alone (the delete files'
+  rows whose ``file_path`` names it); the files without deletes are one plain read, no join.
+  Past ``_PER_FILE_POSITION_READS`` such files, the files sharing delete files are read
+  together and joined on (``file_index``, ``file_row_number``) against ``file_path`` mapped to
+  the file's index in the list (integers are cheaper to hash than paths) and ``pos``;
 - **equality deletes**: an anti-join on the key columns with ``IS NOT DISTINCT FROM`` (Iceberg
   matches NULL to NULL), for the data files the sequence-number and partition rules say;
   both joins are DuckDB hash joins, which spill past the memory limit instead of holding the
   delete set in Python.
 
-Data files with the same applicable delete files form one ``read_parquet`` (which data file a
-delete file applies to is planned by ``catalog.deletes.plan_files``, as on every other path).
+Data files with the same applicable equality delete files (and no position deletes) form one
+``read_parquet`` (which data file a delete file applies to is planned by
+``catalog.deletes.plan_files``, as on every other path). SQL writes read their target the same
+way, with each row's file index and position (``native_writes``).
 
 Where a table cannot be expressed this way, ``native_table`` answers None with the reason in a
 debug log, and the table goes the Arrow-dataset path (``iceberg_source``), which handles
@@ -34,7 +39,7 @@ every shape: see ``_refusal`` for the list.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +77,10 @@ logger = logging.getLogger("icefloe.engine.native")
 FILE_COLUMN = "file_index"
 ROW_COLUMN = "file_row_number"
 _POS_PATH_ID, _POS_ID = 2147483546, 2147483545  # position delete files' file_path and pos
+# Up to this many data files with position deletes are read one file per read_parquet (the
+# anti-join on the row number alone); past it, a UNION ALL that long costs more to bind than the
+# wider join costs to probe, and files sharing delete files are read together again.
+_PER_FILE_POSITION_READS = 64
 
 
 @dataclass(frozen=True)
@@ -124,7 +133,7 @@ class NativeTables:
         if reason is None:
             try:
                 return self._build(table, snapshot_id, schema, row_filter, split)
-            except _NotNative as exc:
+            except NotNative as exc:
                 reason = str(exc)
         logger.debug("%s reads through Arrow datasets: %s", table.name(), reason)
         return None
@@ -145,34 +154,57 @@ class NativeTables:
         if not files:
             return _empty(columns)
         deletes = self.sources.file_deletes(table, snapshot_id)
+        selects, allowed = self.reads(io, [p for p, _, _ in files], deletes, schema)
+        return NativeTable(" UNION ALL ".join(selects), tuple(dict.fromkeys(allowed)))
+
+    def reads(
+        self, io: ConfinedFileIO, paths: Sequence[str], deletes: dict[str, FileDeletes], schema: Schema,
+        extra: Callable[[list[int]], list[str]] | None = None,
+    ) -> tuple[list[str], list[str]]:
+        """The SELECTs (to UNION ALL) of ``paths`` read as ``schema``, each file's deletes applied,
+        and the real paths they read (for the slot's allow-list); raises ``NotNative``.
+
+        ``extra``: more select items for one ``read_parquet`` of the files at these indexes of
+        ``paths`` (SQL writes: the file's index and the row's position, ``native_writes``); the
+        read then has ``file_index`` / ``file_row_number`` columns to build them from.
+        """
+        columns = [(f.field_id, f.name, duckdb_type(f.field_type) or "") for f in schema.fields]
         real: dict[str, str] = {}  # manifest path -> the real local path the sandbox approved
-        groups: dict[tuple[Any, ...], list[str]] = {}
-        for path, _, _ in files:
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        positional = sum(1 for p in paths if deletes.get(p, FileDeletes()).positions)
+        for i, path in enumerate(paths):
             real[path] = self._local(io, path)
             if not self.sources.footer_has_ids(path, real[path], schema):
-                raise _NotNative(f"{path} has no Parquet field ids (name-mapped files)")
+                raise NotNative(f"{path} has no Parquet field ids (name-mapped files)")
             file_deletes = deletes.get(path, FileDeletes())
-            groups.setdefault(file_deletes.key, []).append(path)
+            key: tuple[Any, ...] = file_deletes.key
+            if file_deletes.positions and positional <= _PER_FILE_POSITION_READS:
+                # One read per file with position deletes: the anti-join is then on the row
+                # number alone against that file's few positions (a small hash table probed by one
+                # integer), not on (file index, row number) against every file's positions, and
+                # the files without deletes are read with no join at all.
+                key = (path,)
+            groups.setdefault(key, []).append(i)
+        if any(name in (FILE_COLUMN, ROW_COLUMN) for _, name, _ in columns) and (
+            extra is not None or any(deletes.get(p) for p in paths)
+        ):
+            raise NotNative("a column is named like the row-position columns of a scan with deletes")
         schema_map = "MAP {" + ", ".join(
             f"{fid}: {{name: {literal(name)}, type: {literal(typ)}, default_value: NULL}}" for fid, name, typ in columns
         ) + "}"
         outer = ", ".join(f"d.{quote(name)}" for _, name, _ in columns)
-        selects, allowed = [], [real[p] for p, _, _ in files]
-        for paths in groups.values():
-            applied = deletes.get(paths[0], FileDeletes())
-            listed = _file_list([real[p] for p in paths])
-            if not applied:
-                selects.append(f"SELECT {outer} FROM read_parquet({listed}, schema = {schema_map}) AS d")
-                continue
-            if any(name in (FILE_COLUMN, ROW_COLUMN) for _, name, _ in columns):
-                raise _NotNative("a column is named like the row-position columns of a scan with deletes")
-            joins = self._position_join(io, applied.positions, paths, allowed)
+        selects, allowed = [], [real[p] for p in paths]
+        for indexes in groups.values():
+            group = [paths[i] for i in indexes]
+            applied = deletes.get(group[0], FileDeletes())
+            items = outer if extra is None else ", ".join([outer, *extra(indexes)])
+            listed = _file_list([real[p] for p in group])
+            numbered = ", file_row_number = true" if applied or extra is not None else ""
+            read = f"SELECT {items} FROM read_parquet({listed}, schema = {schema_map}{numbered}) AS d"
+            joins = self._position_join(io, applied.positions, group, allowed)
             joins += self._equality_joins(io, applied.equality, schema, allowed)
-            selects.append(
-                f"SELECT {outer} FROM read_parquet({listed}, schema = {schema_map}, file_row_number = true) AS d "
-                + " ".join(joins)
-            )
-        return NativeTable(" UNION ALL ".join(selects), tuple(dict.fromkeys(allowed)))
+            selects.append(" ".join([read, *joins]))
+        return selects, allowed
 
     def _position_join(
         self, io: ConfinedFileIO, delete_files: Sequence[DataFile], paths: list[str], allowed: list[str],
@@ -185,10 +217,11 @@ class NativeTables:
             delete_paths.append(self._local(io, f.file_path))
         allowed.extend(delete_paths)
         deleted = f"read_parquet({_file_list(delete_paths)})"
-        if len(paths) == 1:  # the common case of one file per delete set: the position alone
+        if len(paths) == 1:  # one file per read: the position alone (see reads)
             return [f"ANTI JOIN (SELECT pos FROM {deleted} WHERE file_path = {literal(paths[0])}) AS pd "
                     f"ON d.{ROW_COLUMN} = pd.pos"]
-        # A delete row names its data file as the manifest does: mapped to its index in the list.
+        # Many files share these deletes (more files with position deletes than are read one
+        # by one): a delete row names its data file as the manifest does, mapped to its index.
         names = ", ".join(f"({literal(p)}, {i})" for i, p in enumerate(paths))
         return [
             f"ANTI JOIN (SELECT m.i, p.pos FROM {deleted} AS p JOIN (VALUES {names}) AS m(manifest_path, i) "
@@ -203,12 +236,12 @@ class NativeTables:
             _check_delete_file(f)
             ids = tuple(int(i) for i in (f.equality_ids or ()))
             if not ids:
-                raise _NotNative(f"equality delete file {f.file_path} has no equality_ids")
+                raise NotNative(f"equality delete file {f.file_path} has no equality_ids")
             local = self._local(io, f.file_path)
             # A key column missing from the file would read as NULL and delete every NULL row.
             missing = set(ids) - set(self._footer_ids(f.file_path, local))
             if missing:
-                raise _NotNative(f"equality delete file {f.file_path} lacks field ids {sorted(missing)}")
+                raise NotNative(f"equality delete file {f.file_path} lacks field ids {sorted(missing)}")
             by_ids.setdefault(ids, []).append(local)
         joins = []
         for n, (ids, locals_) in enumerate(by_ids.items()):
@@ -218,7 +251,7 @@ class NativeTables:
                 try:
                     field = schema.find_field(fid)
                 except ValueError:
-                    raise _NotNative(f"equality field id {fid} is not in the read schema") from None
+                    raise NotNative(f"equality field id {fid} is not in the read schema") from None
                 keys.append((fid, field.name, duckdb_type(field.field_type)))
             key_map = "MAP {" + ", ".join(
                 f"{fid}: {{name: {literal(f'k{fid}')}, type: {literal(typ or '')}, default_value: NULL}}"
@@ -249,7 +282,7 @@ class NativeTables:
         return cached
 
 
-class _NotNative(Exception):
+class NotNative(Exception):
     """This table (at this snapshot) keeps the Arrow-dataset path; the message says why."""
 
 
@@ -268,7 +301,7 @@ def _refusal(table: Table, schema: Schema) -> str | None:
 def _check_delete_file(delete_file: DataFile) -> None:
     if delete_file.file_format != FileFormat.PARQUET or v3_fields(delete_file)[1] is not None:
         # Deletion vectors are Puffin blobs and Avro / ORC delete files need their own readers.
-        raise _NotNative(f"delete file {delete_file.file_path} is not a Parquet delete file")
+        raise NotNative(f"delete file {delete_file.file_path} is not a Parquet delete file")
 
 
 def _split_part(
@@ -280,7 +313,7 @@ def _split_part(
     units = scan_units(files)
     mine = [u for u, part in zip(units, assign([u.bytes for u in units], n), strict=True) if part == k]
     if any(u.row_group is not None for u in mine):
-        raise _NotNative("a split part holds row groups of a file")
+        raise NotNative("a split part holds row groups of a file")
     wanted = {u.path for u in mine}
     return [f for f in files if f[0] in wanted]
 

@@ -24,7 +24,7 @@ from servers import ServerProcess
 
 from catalog import RocksCatalog
 from catalog.sandbox import OutsideTableError
-from flight_server.engine import Engine
+from flight_server.engine import Engine, native_tables
 
 
 @pytest.fixture
@@ -137,7 +137,11 @@ def test_position_and_equality_deletes_are_anti_joins(lake: tuple[RocksCatalog, 
     assert delete_paths and delete_paths <= _slot_files(engine)
 
 
-def test_one_position_delete_file_over_several_data_files(lake: tuple[RocksCatalog, Engine]) -> None:
+@pytest.mark.parametrize("per_file_reads", [64, 1])
+def test_one_position_delete_file_over_several_data_files(lake: tuple[RocksCatalog, Engine],
+                                                           monkeypatch: pytest.MonkeyPatch, per_file_reads: int) -> None:
+    # 64: each file with deletes read on its own; 1: past the limit, the shared (file, position) join.
+    monkeypatch.setattr(native_tables, "_PER_FILE_POSITION_READS", per_file_reads)
     catalog, engine = lake
     t = catalog.create_table("ns.multi", schema=pa.schema([("id", pa.int64())]))
     for start in (0, 100, 200):
@@ -149,6 +153,21 @@ def test_one_position_delete_file_over_several_data_files(lake: tuple[RocksCatal
     got = _run(engine, "SELECT count(*) AS n, sum(id) AS s FROM ns.multi WHERE id >= 0")
     assert got.to_pylist() == [{"n": 296, "s": sum(range(300)) - 5 - 7 - 205 - 299}]
     assert _slot_files(engine) >= _real_files(catalog.load_table("ns.multi"))
+    # Written after the delete (a larger sequence number): no delete file applies to it.
+    catalog.load_table("ns.multi").append(pa.table({"id": pa.array(range(300, 310), pa.int64())}))
+    got = _run(engine, "SELECT count(*) AS n, sum(id) AS s FROM ns.multi WHERE id >= 0")
+    assert got.to_pylist() == [{"n": 306, "s": sum(range(310)) - 5 - 7 - 205 - 299}]
+    t = catalog.load_table("ns.multi")
+    view = engine.natives.native_table(t, t.current_snapshot().snapshot_id, t.schema())
+    assert view is not None
+    reads = view.select.split(" UNION ALL ")
+    plain = [r for r in reads if "ANTI JOIN" not in r]
+    assert len(plain) == 1 and "file_row_number" not in plain[0]  # the newest file: no join at all
+    if per_file_reads > 1:
+        # Each file the delete file applies to is joined on its row number alone.
+        assert len(reads) == 4 and all("file_index" not in r for r in reads)
+    else:
+        assert len(reads) == 2 and "file_index" in [r for r in reads if "ANTI JOIN" in r][0]
 
 
 def _delete_files(table: Any) -> list[str]:
