@@ -53,6 +53,7 @@ from flight_server.engine import duckdb_seam, history, messages, policy
 from flight_server.engine.bound import Bound, BoundSchemas
 from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
 from flight_server.engine.native_tables import NativeTable, NativeTables
+from flight_server.engine.native_writes import tagged_table
 from flight_server.engine.origins import ColumnOrigin
 from flight_server.engine.planner import QueryPlanner
 from flight_server.engine.pushdown import plain_projection, row_filter
@@ -112,20 +113,41 @@ class Engine:
 
     def _take_slot(
         self, pins: list[PinnedTable], sql: str | None,
-        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None,
+        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None, file_positions: bool = False,
+        file_deletes: dict[str, Any] | None = None,
     ) -> tuple[Slot, dict[int, NativeTable]]:
         """A slot for the query, and the pins (by index) it reads with DuckDB's own Parquet
-        reader (``native_tables``): the slot may read exactly their checked files."""
-        native = self._native_tables(pins, sql, file_tags)
+        reader (``native_tables``, ``native_writes``): the slot may read exactly their checked files."""
+        if file_tags:
+            native = self._native_writes(pins, file_tags, file_positions, file_deletes)
+        else:
+            native = self._native_tables(pins, sql)
         files = frozenset(f for table in native.values() for f in table.files)
         return self.slots.take(files=files), native
 
-    def _native_tables(
-        self, pins: list[PinnedTable], sql: str | None,
-        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None,
+    def _native_writes(
+        self, pins: list[PinnedTable], file_tags: dict[tuple[tuple[str, ...], str], list[str]],
+        file_positions: bool, file_deletes: dict[str, Any] | None,
     ) -> dict[int, NativeTable]:
-        if file_tags:
-            return {}  # SQL writes read their files tagged, through Arrow datasets (file_parts)
+        """The tagged targets of a SQL write read by DuckDB's reader, each file's index (and row
+        positions) with it; other pins of the statement keep their Arrow sources."""
+        found = {}
+        for i, pin in enumerate(pins):
+            tagged = file_tags.get((pin.namespace, pin.name))
+            if tagged is None or pin.kind != "data":
+                continue
+            table = self._pinned_table(pin)
+            schema = table.schemas().get(pin.schema_id) or table.schema()
+            if file_deletes is not None:
+                deletes = file_deletes
+            else:
+                deletes = self.sources.file_deletes(table, pin.snapshot_id) if pin.snapshot_id is not None else {}
+            native = tagged_table(self.natives, table, schema, tagged, deletes, file_positions)
+            if native is not None:
+                found[i] = native
+        return found
+
+    def _native_tables(self, pins: list[PinnedTable], sql: str | None) -> dict[int, NativeTable]:
         if sql is not None and len(pins) == 1 and plain_projection(sql) is not None:
             return {}  # plain scans stream the Arrow datasets with no SQL engine (scans.plain_scan)
         found = {}
@@ -215,7 +237,7 @@ class Engine:
         file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None, file_positions: bool = False,
         file_deletes: dict[str, Any] | None = None,
     ) -> tuple[pa.RecordBatchReader, Running]:
-        slot, native = self._take_slot(pins, sql, file_tags)
+        slot, native = self._take_slot(pins, sql, file_tags, file_positions, file_deletes)
         run = Running(slot, slot.cursor(), context, time.monotonic() + self.query_timeout_s)
         self.watchdog.add(run)
         self.runs.follow_call(run)

@@ -33,7 +33,7 @@ way, with each row's file index and position (``native_writes``).
 
 Where a table cannot be expressed this way, ``native_table`` answers None with the reason in a
 debug log, and the table goes the Arrow-dataset path (``iceberg_source``), which handles
-every shape: see ``_refusal`` for the list.
+every shape: see ``refusal`` for the list.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class NativeTables:
         row_filter: BooleanExpression | None = None, split: tuple[int, int] | None = None,
     ) -> NativeTable | None:
         """The table at ``snapshot_id`` as a ``read_parquet`` view, or None (Arrow path)."""
-        reason = _refusal(table, schema)
+        reason = refusal(table, schema)
         if reason is None:
             try:
                 return self._build(table, snapshot_id, schema, row_filter, split)
@@ -143,7 +143,7 @@ class NativeTables:
         row_filter: BooleanExpression | None, split: tuple[int, int] | None,
     ) -> NativeTable:
         io = table.io
-        assert isinstance(io, ConfinedFileIO)  # _refusal checked
+        assert isinstance(io, ConfinedFileIO)  # refusal checked
         columns = [(f.field_id, f.name, duckdb_type(f.field_type) or "") for f in schema.fields]
         if snapshot_id is None:
             return _empty(columns)
@@ -286,7 +286,7 @@ class NotNative(Exception):
     """This table (at this snapshot) keeps the Arrow-dataset path; the message says why."""
 
 
-def _refusal(table: Table, schema: Schema) -> str | None:
+def refusal(table: Table, schema: Schema) -> str | None:
     """Why a table as a whole cannot take this path (None: it may)."""
     if not isinstance(table.io, ConfinedFileIO) or not table.io.warehouse.local:
         # Object stores keep the Arrow path (DuckDB would need httpfs and the table's keys);

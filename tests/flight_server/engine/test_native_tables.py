@@ -25,6 +25,7 @@ from servers import ServerProcess
 from catalog import RocksCatalog
 from catalog.sandbox import OutsideTableError
 from flight_server.engine import Engine, native_tables
+from flight_server.engine import engine as engine_module
 
 
 @pytest.fixture
@@ -138,8 +139,9 @@ def test_position_and_equality_deletes_are_anti_joins(lake: tuple[RocksCatalog, 
 
 
 @pytest.mark.parametrize("per_file_reads", [64, 1])
-def test_one_position_delete_file_over_several_data_files(lake: tuple[RocksCatalog, Engine],
-                                                           monkeypatch: pytest.MonkeyPatch, per_file_reads: int) -> None:
+def test_one_position_delete_file_over_several_data_files(
+    lake: tuple[RocksCatalog, Engine], monkeypatch: pytest.MonkeyPatch, per_file_reads: int,
+) -> None:
     # 64: each file with deletes read on its own; 1: past the limit, the shared (file, position) join.
     monkeypatch.setattr(native_tables, "_PER_FILE_POSITION_READS", per_file_reads)
     catalog, engine = lake
@@ -255,3 +257,45 @@ def test_client_sql_cannot_name_a_file_even_a_pinned_one(served: ServerProcess) 
         cur.execute("SELECT count(*) FROM fs.t")
         assert cur.fetchall() == [(10,)]
     assert pq.read_table(pinned).num_rows == 10
+
+
+def test_sql_write_reads_name_each_row_by_file_and_position(lake: tuple[RocksCatalog, Engine],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The read of a merge-on-read DELETE / UPDATE (``native_writes``): one query over the
+    listed files, each row with its file's index in the list and its position in the file,
+    earlier position and equality deletes left out; the same rows as the Arrow sources give."""
+    catalog, engine = lake
+    t = catalog.create_table("ns.w", schema=pa.schema([("id", pa.int64()), ("k", pa.string())]))
+    for start in (0, 100, 200):
+        t.append(pa.table({"id": pa.array(range(start, start + 100), pa.int64()),
+                           "k": [f"k{i % 7}" for i in range(start, start + 100)]}))
+    old = {pq.read_table(p.removeprefix("file://")).column("id")[0].as_py(): p
+           for p, _ in data_files(catalog.load_table("ns.w"))}
+    position_delete(catalog.load_table("ns.w"), {old[0]: [3, 50], old[200]: [0, 99]})
+    equality_delete(catalog.load_table("ns.w"), {"k": ["k1"]})
+    for start in (300, 400):  # after the deletes: none applies to these
+        catalog.load_table("ns.w").append(pa.table({"id": pa.array(range(start, start + 10), pa.int64()),
+                                                    "k": ["k1"] * 10}))
+    t = catalog.load_table("ns.w")
+    new = {pq.read_table(p.removeprefix("file://")).column("id")[0].as_py(): p for p, _ in data_files(t)}
+    # Files without deletes at list indexes 0 and 2 (one read, not consecutive), the others apart.
+    paths = [new[300], old[0], new[400], old[200], old[100]]
+    pin_sql, pins = engine.plan("SELECT __icefloe_file AS f, __icefloe_pos AS p, id FROM ns.w", None)
+    tags = {(("ns",), "w"): paths}
+
+    def read() -> list[dict[str, Any]]:
+        got = engine.query_table(pin_sql, pins, None, file_tags=tags, file_positions=True)
+        return sorted(got.to_pylist(), key=lambda r: (r["f"], r["p"]))
+
+    native = read()
+    assert {os.path.realpath(p) for p in _delete_files(t)} <= _slot_files(engine)  # read by DuckDB
+    expected = []
+    for index, path in enumerate(paths):
+        ids = pq.read_table(path.removeprefix("file://")).column("id").to_pylist()
+        gone = {old[0]: {3, 50}, old[200]: {0, 99}}.get(path, set())
+        for pos, i in enumerate(ids):
+            if pos not in gone and (i >= 300 or i % 7 != 1):
+                expected.append({"f": index, "p": pos, "id": i})
+    assert native == expected
+    monkeypatch.setattr(engine_module, "tagged_table", lambda *args: None)  # the Arrow sources
+    assert read() == expected
