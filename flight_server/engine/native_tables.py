@@ -18,8 +18,8 @@ Iceberg's rules, in SQL DuckDB runs:
 - **position deletes**: each data file with position deletes is read by a ``read_parquet`` of
   its own, anti-joined on ``file_row_number`` against its positions alone (the delete files'
   rows whose ``file_path`` names it); the files without deletes are one plain read, no join.
-  Past ``_PER_FILE_POSITION_READS`` such files, the files sharing delete files are read
-  together and joined on (``file_index``, ``file_row_number``) against ``file_path`` mapped to
+  Past ``_PER_FILE_POSITION_READS`` delete file reads (and for SQL writes), the files sharing
+  delete files are read together and joined on (``file_index``, ``file_row_number``) against ``file_path`` mapped to
   the file's index in the list (integers are cheaper to hash than paths) and ``pos``;
 - **equality deletes**: an anti-join on the key columns with ``IS NOT DISTINCT FROM`` (Iceberg
   matches NULL to NULL), for the data files the sequence-number and partition rules say;
@@ -77,9 +77,10 @@ logger = logging.getLogger("icefloe.engine.native")
 FILE_COLUMN = "file_index"
 ROW_COLUMN = "file_row_number"
 _POS_PATH_ID, _POS_ID = 2147483546, 2147483545  # position delete files' file_path and pos
-# Up to this many data files with position deletes are read one file per read_parquet (the
-# anti-join on the row number alone); past it, a UNION ALL that long costs more to bind than the
-# wider join costs to probe, and files sharing delete files are read together again.
+# Scans read each data file with position deletes on its own (the anti-join on the row number
+# alone, see NativeTables.reads) while that reads delete files at most this many times in all;
+# past it, re-reading the delete files (and binding a UNION ALL that long) costs more than the
+# wider join costs to probe, and the files sharing delete files are read together again.
 _PER_FILE_POSITION_READS = 64
 
 
@@ -171,19 +172,20 @@ class NativeTables:
         columns = [(f.field_id, f.name, duckdb_type(f.field_type) or "") for f in schema.fields]
         real: dict[str, str] = {}  # manifest path -> the real local path the sandbox approved
         groups: dict[tuple[Any, ...], list[int]] = {}
-        positional = sum(1 for p in paths if deletes.get(p, FileDeletes()).positions)
+        # One read per data file with position deletes: its anti-join is then on the row number
+        # alone against that file's positions (a small hash table probed by one integer), not
+        # on (file index, row number) against the positions of every file sharing the delete
+        # files. Each such read reads its delete files again, so only while those reads are
+        # few; and not for SQL writes, whose condition is pushed into the data file scan (few
+        # rows probe the join) and whose cost is reading the delete files.
+        delete_reads = sum(len(deletes.get(p, FileDeletes()).positions) for p in paths)
+        per_file = extra is None and delete_reads <= _PER_FILE_POSITION_READS
         for i, path in enumerate(paths):
             real[path] = self._local(io, path)
             if not self.sources.footer_has_ids(path, real[path], schema):
                 raise NotNative(f"{path} has no Parquet field ids (name-mapped files)")
             file_deletes = deletes.get(path, FileDeletes())
-            key: tuple[Any, ...] = file_deletes.key
-            if file_deletes.positions and positional <= _PER_FILE_POSITION_READS:
-                # One read per file with position deletes: the anti-join is then on the row
-                # number alone against that file's few positions (a small hash table probed by one
-                # integer), not on (file index, row number) against every file's positions, and
-                # the files without deletes are read with no join at all.
-                key = (path,)
+            key: tuple[Any, ...] = (path,) if per_file and file_deletes.positions else file_deletes.key
             groups.setdefault(key, []).append(i)
         if any(name in (FILE_COLUMN, ROW_COLUMN) for _, name, _ in columns) and (
             extra is not None or any(deletes.get(p) for p in paths)

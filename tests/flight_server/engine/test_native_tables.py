@@ -142,7 +142,7 @@ def test_position_and_equality_deletes_are_anti_joins(lake: tuple[RocksCatalog, 
 def test_one_position_delete_file_over_several_data_files(
     lake: tuple[RocksCatalog, Engine], monkeypatch: pytest.MonkeyPatch, per_file_reads: int,
 ) -> None:
-    # 64: each file with deletes read on its own; 1: past the limit, the shared (file, position) join.
+    # 64: each file with deletes read on its own; 1: past the limit (two reads of the delete file), the shared join.
     monkeypatch.setattr(native_tables, "_PER_FILE_POSITION_READS", per_file_reads)
     catalog, engine = lake
     t = catalog.create_table("ns.multi", schema=pa.schema([("id", pa.int64())]))
