@@ -31,8 +31,9 @@ Scan paths (all produce the schema the sandbox binder gives, so GetFlightInfo an
 agree): plain ``SELECT cols FROM t`` streams the pinned files' Arrow datasets with no SQL engine
 (or DuckDB's reader in an internal database that runs only SQL icefloe writes, where a column
 needs a cast); every other query reads local tables through ``read_parquet`` views in its
-slot (``native_tables``: DuckDB's own decoder and footer row counts for its join order), and
-S3 tables, or shapes the field-id mapping cannot express, as Arrow datasets inside the sandbox.
+slot (``native_tables``: DuckDB's own decoder and footer row counts for its join order; for
+the reads of SQL writes, with each row's file and position: ``native_writes``), and S3 tables,
+or shapes the field-id mapping cannot express, as Arrow datasets inside the sandbox.
 """
 
 from __future__ import annotations
@@ -142,7 +143,8 @@ class Engine:
                 deletes = file_deletes
             else:
                 deletes = self.sources.file_deletes(table, pin.snapshot_id) if pin.snapshot_id is not None else {}
-            native = tagged_table(self.natives, table, schema, tagged, deletes, file_positions)
+            native = tagged_table(self.natives, table, schema, tagged, deletes, file_positions,
+                                  f"__icefloe_deleted_{i}")
             if native is not None:
                 found[i] = native
         return found
@@ -385,6 +387,8 @@ class Engine:
             tagged = (file_tags or {}).get((pin.namespace, pin.name))
             schema_name = quote(".".join(pin.namespace))
             if native and i in native:
+                for name, data in native[i].registered:
+                    cur.register(name, data)
                 cur.execute(f"CREATE SCHEMA IF NOT EXISTS {CATALOG_NAME}.{schema_name}")
                 view = f"{CATALOG_NAME}.{schema_name}.{quote(pin.view_name)}"
                 cur.execute(f"CREATE OR REPLACE VIEW {view} AS {native[i].select}")

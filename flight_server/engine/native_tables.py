@@ -18,7 +18,7 @@ Iceberg's rules, in SQL DuckDB runs:
 - **position deletes**: each data file with position deletes is read by a ``read_parquet`` of
   its own, anti-joined on ``file_row_number`` against its positions alone (the delete files'
   rows whose ``file_path`` names it); the files without deletes are one plain read, no join.
-  Past ``_PER_FILE_POSITION_READS`` delete file reads (and for SQL writes), the files sharing
+  Past ``_PER_FILE_POSITION_READS`` delete file reads, the files sharing
   delete files are read together and joined on (``file_index``, ``file_row_number``) against ``file_path`` mapped to
   the file's index in the list (integers are cheaper to hash than paths) and ``pos``;
 - **equality deletes**: an anti-join on the key columns with ``IS NOT DISTINCT FROM`` (Iceberg
@@ -28,8 +28,8 @@ Iceberg's rules, in SQL DuckDB runs:
 
 Data files with the same applicable equality delete files (and no position deletes) form one
 ``read_parquet`` (which data file a delete file applies to is planned by
-``catalog.deletes.plan_files``, as on every other path). SQL writes read their target the same
-way, with each row's file index and position (``native_writes``).
+``catalog.deletes.plan_files``, as on every other path). SQL writes read their target with
+each row's file index and position (``native_writes``).
 
 Where a table cannot be expressed this way, ``native_table`` answers None with the reason in a
 debug log, and the table goes the Arrow-dataset path (``iceberg_source``), which handles
@@ -39,7 +39,7 @@ every shape: see ``refusal`` for the list.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +90,9 @@ class NativeTable:
 
     select: str
     files: tuple[str, ...]
+    # (name, Arrow table) registered on the query's cursor before the view is made (the
+    # positions already deleted, for a SQL write's read: ``native_writes``).
+    registered: tuple[tuple[str, Any], ...] = ()
 
 
 def duckdb_type(typ: IcebergType) -> str | None:
@@ -160,26 +163,18 @@ class NativeTables:
 
     def reads(
         self, io: ConfinedFileIO, paths: Sequence[str], deletes: dict[str, FileDeletes], schema: Schema,
-        extra: Callable[[list[int]], list[str]] | None = None,
     ) -> tuple[list[str], list[str]]:
         """The SELECTs (to UNION ALL) of ``paths`` read as ``schema``, each file's deletes applied,
-        and the real paths they read (for the slot's allow-list); raises ``NotNative``.
-
-        ``extra``: more select items for one ``read_parquet`` of the files at these indexes of
-        ``paths`` (SQL writes: the file's index and the row's position, ``native_writes``); the
-        read then has ``file_index`` / ``file_row_number`` columns to build them from.
-        """
-        columns = [(f.field_id, f.name, duckdb_type(f.field_type) or "") for f in schema.fields]
+        and the real paths they read (for the slot's allow-list); raises ``NotNative``."""
+        columns, schema_map, outer = field_id_read(schema)
         real: dict[str, str] = {}  # manifest path -> the real local path the sandbox approved
         groups: dict[tuple[Any, ...], list[int]] = {}
         # One read per data file with position deletes: its anti-join is then on the row number
         # alone against that file's positions (a small hash table probed by one integer), not
         # on (file index, row number) against the positions of every file sharing the delete
-        # files. Each such read reads its delete files again, so only while those reads are
-        # few; and not for SQL writes, whose condition is pushed into the data file scan (few
-        # rows probe the join) and whose cost is reading the delete files.
+        # files. Each such read reads its delete files again, so only while those reads are few.
         delete_reads = sum(len(deletes.get(p, FileDeletes()).positions) for p in paths)
-        per_file = extra is None and delete_reads <= _PER_FILE_POSITION_READS
+        per_file = delete_reads <= _PER_FILE_POSITION_READS
         for i, path in enumerate(paths):
             real[path] = self._local(io, path)
             if not self.sources.footer_has_ids(path, real[path], schema):
@@ -187,22 +182,15 @@ class NativeTables:
             file_deletes = deletes.get(path, FileDeletes())
             key: tuple[Any, ...] = (path,) if per_file and file_deletes.positions else file_deletes.key
             groups.setdefault(key, []).append(i)
-        if any(name in (FILE_COLUMN, ROW_COLUMN) for _, name, _ in columns) and (
-            extra is not None or any(deletes.get(p) for p in paths)
-        ):
-            raise NotNative("a column is named like the row-position columns of a scan with deletes")
-        schema_map = "MAP {" + ", ".join(
-            f"{fid}: {{name: {literal(name)}, type: {literal(typ)}, default_value: NULL}}" for fid, name, typ in columns
-        ) + "}"
-        outer = ", ".join(f"d.{quote(name)}" for _, name, _ in columns)
+        if any(deletes.get(p) for p in paths):
+            refuse_position_names(columns)
         selects, allowed = [], [real[p] for p in paths]
         for indexes in groups.values():
             group = [paths[i] for i in indexes]
             applied = deletes.get(group[0], FileDeletes())
-            items = outer if extra is None else ", ".join([outer, *extra(indexes)])
             listed = _file_list([real[p] for p in group])
-            numbered = ", file_row_number = true" if applied or extra is not None else ""
-            read = f"SELECT {items} FROM read_parquet({listed}, schema = {schema_map}{numbered}) AS d"
+            numbered = ", file_row_number = true" if applied else ""
+            read = f"SELECT {outer} FROM read_parquet({listed}, schema = {schema_map}{numbered}) AS d"
             joins = self._position_join(io, applied.positions, group, allowed)
             joins += self._equality_joins(io, applied.equality, schema, allowed)
             selects.append(" ".join([read, *joins]))
@@ -282,6 +270,21 @@ class NativeTables:
                       if f.metadata and b"PARQUET:field_id" in f.metadata}
             self._delete_ids.put(path, cached)
         return cached
+
+
+def field_id_read(schema: Schema) -> tuple[list[tuple[int, str, str]], str, str]:
+    """(field id, name, DuckDB type) of the read schema's columns; the ``schema`` argument of a
+    ``read_parquet`` reading them by field id; the select list of them from alias ``d``."""
+    columns = [(f.field_id, f.name, duckdb_type(f.field_type) or "") for f in schema.fields]
+    schema_map = "MAP {" + ", ".join(
+        f"{fid}: {{name: {literal(name)}, type: {literal(typ)}, default_value: NULL}}" for fid, name, typ in columns
+    ) + "}"
+    return columns, schema_map, ", ".join(f"d.{quote(name)}" for _, name, _ in columns)
+
+
+def refuse_position_names(columns: list[tuple[int, str, str]]) -> None:
+    if any(name in (FILE_COLUMN, ROW_COLUMN) for _, name, _ in columns):
+        raise NotNative("a column is named like the row-position columns of a scan with deletes")
 
 
 class NotNative(Exception):

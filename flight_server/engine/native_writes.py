@@ -5,12 +5,21 @@ snapshot's files, pruned by partition and column bounds) and wants each row's fi
 file's index in that list (``__icefloe_file``), and for merge-on-read each row's position in
 its file (``__icefloe_pos``: the position delete it will write). Read here, the target is one
 view in the query's slot: ``read_parquet`` of those files with ``file_row_number``, columns by
-field id, the deletes already committed applied as anti-joins (``NativeTables.reads``). The
-whole statement (``SELECT __icefloe_file, __icefloe_pos [, new values] FROM target WHERE
-cond``, or MERGE's join) is then ONE DuckDB query over every candidate file: the condition is
-evaluated in DuckDB's reader (filters pushed into the scan), rows already deleted are left out
-in the same query, and no row crosses into Python before it is a match. The slot's allow-list
-is exactly these files and their delete files, as for every native read.
+field id, the deletes already committed applied as anti-joins. The whole statement (``SELECT
+__icefloe_file, __icefloe_pos [, new values] FROM target WHERE cond``, or MERGE's join) is
+then ONE DuckDB query over every candidate file: the condition is evaluated in DuckDB's reader
+(filters pushed into the scan), rows already deleted are left out in the same query, and no
+row crosses into Python before it is a match.
+
+Positions already deleted are not read from their delete files by DuckDB: they come from the
+engine's cache of parsed delete files (``catalog.deletes.DeleteSets``, the one the Arrow path
+uses) as one registered Arrow table of (file index, position), which the view anti-joins.
+Every merge-on-read statement adds a delete file; were the delete files the slot's to read,
+its file set would differ on every statement, and each statement would pay a new DuckDB
+database (~15 ms of CPU) and read every footer and every earlier delete file again. The slot
+reads the data files (and equality delete files) only, so consecutive statements on the same
+files reuse it, its footer cache warm. Past ``_REGISTERED_POSITIONS`` deleted positions the
+Arrow path reads the target instead (its delete sets are bounded per file).
 
 Shapes the field-id mapping cannot express (and S3 tables) answer None: the caller reads
 through per-file Arrow sources (``IcebergSources.file_parts``), which handle every shape.
@@ -21,45 +30,109 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import numpy as np
+import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from catalog.deletes import FileDeletes
 from catalog.sandbox import ConfinedFileIO
 from flight_server.engine.deletes import POSITION_COLUMN
-from flight_server.engine.native_tables import FILE_COLUMN, ROW_COLUMN, NativeTable, NativeTables, NotNative, refusal
+from flight_server.engine.native_tables import (
+    FILE_COLUMN,
+    ROW_COLUMN,
+    NativeTable,
+    NativeTables,
+    NotNative,
+    field_id_read,
+    literal,
+    refusal,
+    refuse_position_names,
+)
 
 logger = logging.getLogger("icefloe.engine.native")
 
 TAG_COLUMN = "__icefloe_file"  # as in IcebergSources.file_parts and sqlwrite.target_files
+# At most this many positions already deleted are held as the registered table (16 bytes each).
+_REGISTERED_POSITIONS = 8_000_000
 
 
 def tagged_table(
     natives: NativeTables, table: Table, schema: Schema, paths: Sequence[str], deletes: dict[str, FileDeletes],
-    positions: bool,
+    positions: bool, deleted_name: str,
 ) -> NativeTable | None:
     """The view of ``paths`` read as ``schema`` with ``__icefloe_file`` (and, if ``positions``,
-    ``__icefloe_pos``), the ``deletes`` of each file applied; None: read through Arrow sources."""
+    ``__icefloe_pos``), the ``deletes`` of each file applied; ``deleted_name``: the name its
+    table of deleted positions is registered under. None: read through Arrow sources."""
     reason = refusal(table, schema)
     if reason is None and not paths:
         reason = "no files"  # the Arrow path's empty source has the columns' types
     if reason is None:
-        io = table.io
-        assert isinstance(io, ConfinedFileIO)  # refusal checked
-
-        def tagged(indexes: list[int]) -> list[str]:
-            items = [f"{_tag(indexes)} AS {TAG_COLUMN}"]
-            if positions:
-                items.append(f"d.{ROW_COLUMN} AS {POSITION_COLUMN}")
-            return items
-
         try:
-            selects, allowed = natives.reads(io, paths, deletes, schema, tagged)
-            return NativeTable(" UNION ALL ".join(selects), tuple(dict.fromkeys(allowed)))
+            return _tagged(natives, table, schema, list(paths), deletes, positions, deleted_name)
         except NotNative as exc:
             reason = str(exc)
     logger.debug("%s: the SQL write reads through Arrow sources: %s", table.name(), reason)
     return None
+
+
+def _tagged(
+    natives: NativeTables, table: Table, schema: Schema, paths: list[str], deletes: dict[str, FileDeletes],
+    positions: bool, deleted_name: str,
+) -> NativeTable:
+    io = table.io
+    assert isinstance(io, ConfinedFileIO)  # refusal checked
+    columns, schema_map, outer = field_id_read(schema)
+    refuse_position_names(columns)
+    real = []
+    for path in paths:
+        local = natives._local(io, path)  # the warehouse sandbox's check, cached
+        if not natives.sources.footer_has_ids(path, local, schema):
+            raise NotNative(f"{path} has no Parquet field ids (name-mapped files)")
+        real.append(local)
+    deleted = _deleted_positions(natives, io, paths, deletes)
+    # Files with the same equality delete files are one read (most tables: all of them).
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for i, path in enumerate(paths):
+        equality = deletes.get(path, FileDeletes()).equality
+        groups.setdefault(tuple(sorted(f.file_path for f in equality)), []).append(i)
+    selects, allowed = [], list(real)
+    for indexes in groups.values():
+        tag = _tag(indexes)
+        items = [outer, f"{tag} AS {TAG_COLUMN}"]
+        if positions:
+            items.append(f"d.{ROW_COLUMN} AS {POSITION_COLUMN}")
+        listed = "[" + ", ".join(literal(real[i]) for i in indexes) + "]"
+        read = (f"SELECT {', '.join(items)} FROM read_parquet({listed}, schema = {schema_map}, "
+                f"file_row_number = true) AS d")
+        joins = []
+        if deleted is not None and any(deletes.get(paths[i], FileDeletes()).positions for i in indexes):
+            joins.append(f"ANTI JOIN {deleted_name} AS pd ON pd.i = {tag} AND pd.pos = d.{ROW_COLUMN}")
+        equality = deletes.get(paths[indexes[0]], FileDeletes()).equality
+        joins += natives._equality_joins(io, equality, schema, allowed)
+        selects.append(" ".join([read, *joins]))
+    registered = ((deleted_name, deleted),) if deleted is not None else ()
+    return NativeTable(" UNION ALL ".join(selects), tuple(dict.fromkeys(allowed)), registered)
+
+
+def _deleted_positions(
+    natives: NativeTables, io: ConfinedFileIO, paths: list[str], deletes: dict[str, FileDeletes],
+) -> pa.Table | None:
+    """(i: file index, pos) of every position already deleted from the files, or None."""
+    files = {f.file_path: f for p in paths for f in deletes.get(p, FileDeletes()).positions}
+    if not files:
+        return None
+    if sum(int(f.record_count) for f in files.values()) > _REGISTERED_POSITIONS:
+        raise NotNative(f"more than {_REGISTERED_POSITIONS} positions deleted already")
+    indexes, found = [], []
+    for i, path in enumerate(paths):
+        applied = deletes.get(path, FileDeletes())
+        if applied.positions:
+            # Sorted, distinct, cached per delete file (deletion vectors as well).
+            gone = natives.sources.delete_sets.positions(io, applied, path)
+            indexes.append(np.full(len(gone), i, dtype=np.int64))
+            found.append(gone)
+    return pa.table({"i": np.concatenate(indexes), "pos": np.concatenate(found).astype(np.int64, copy=False)})
 
 
 def _tag(indexes: list[int]) -> str:
@@ -71,3 +144,4 @@ def _tag(indexes: list[int]) -> str:
         return f"CAST(d.{FILE_COLUMN} AS BIGINT) + {indexes[0]}"
     listed = ", ".join(str(i) for i in indexes)
     return f"CAST([{listed}][CAST(d.{FILE_COLUMN} AS BIGINT) + 1] AS BIGINT)"
+

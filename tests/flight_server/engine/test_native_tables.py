@@ -272,6 +272,7 @@ def test_sql_write_reads_name_each_row_by_file_and_position(lake: tuple[RocksCat
     old = {pq.read_table(p.removeprefix("file://")).column("id")[0].as_py(): p
            for p, _ in data_files(catalog.load_table("ns.w"))}
     position_delete(catalog.load_table("ns.w"), {old[0]: [3, 50], old[200]: [0, 99]})
+    by_position = {os.path.realpath(p) for p in _delete_files(catalog.load_table("ns.w"))}
     equality_delete(catalog.load_table("ns.w"), {"k": ["k1"]})
     for start in (300, 400):  # after the deletes: none applies to these
         catalog.load_table("ns.w").append(pa.table({"id": pa.array(range(start, start + 10), pa.int64()),
@@ -288,7 +289,14 @@ def test_sql_write_reads_name_each_row_by_file_and_position(lake: tuple[RocksCat
         return sorted(got.to_pylist(), key=lambda r: (r["f"], r["p"]))
 
     native = read()
-    assert {os.path.realpath(p) for p in _delete_files(t)} <= _slot_files(engine)  # read by DuckDB
+    # DuckDB read the data files and the equality delete file; the positions already deleted
+    # came from the engine's cache of parsed delete files (a registered table), so the slot
+    # may not read the position delete file.
+    slot = _slot_files(engine)
+    assert _real_files(t) <= slot
+    by_equality = {os.path.realpath(p) for p in _delete_files(t)} - by_position
+    assert by_equality and by_equality <= slot
+    assert by_position and not by_position & slot
     expected = []
     for index, path in enumerate(paths):
         ids = pq.read_table(path.removeprefix("file://")).column("id").to_pylist()
