@@ -143,7 +143,7 @@ class Engine:
                 deletes = file_deletes
             else:
                 deletes = self.sources.file_deletes(table, pin.snapshot_id) if pin.snapshot_id is not None else {}
-            native = tagged_table(self.natives, table, schema, tagged, deletes, file_positions,
+            native = tagged_table(self.natives, table, pin.snapshot_id, schema, tagged, deletes, file_positions,
                                   f"__icefloe_deleted_{i}")
             if native is not None:
                 found[i] = native

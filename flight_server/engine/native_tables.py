@@ -18,8 +18,8 @@ Iceberg's rules, in SQL DuckDB runs:
 - **position deletes**: each data file with position deletes is read by a ``read_parquet`` of
   its own, anti-joined on ``file_row_number`` against its positions alone (the delete files'
   rows whose ``file_path`` names it); the files without deletes are one plain read, no join.
-  Past ``_PER_FILE_POSITION_READS`` delete file reads, the files sharing
-  delete files are read together and joined on (``file_index``, ``file_row_number``) against ``file_path`` mapped to
+  Past ``_PER_FILE_POSITION_READS`` delete file reads, the files sharing delete files are read
+  together and joined on (``file_index``, ``file_row_number``) against ``file_path`` mapped to
   the file's index in the list (integers are cheaper to hash than paths) and ``pos``;
 - **equality deletes**: an anti-join on the key columns with ``IS NOT DISTINCT FROM`` (Iceberg
   matches NULL to NULL), for the data files the sequence-number and partition rules say;

@@ -17,9 +17,10 @@ uses) as one registered Arrow table of (file index, position), which the view an
 Every merge-on-read statement adds a delete file; were the delete files the slot's to read,
 its file set would differ on every statement, and each statement would pay a new DuckDB
 database (~15 ms of CPU) and read every footer and every earlier delete file again. The slot
-reads the data files (and equality delete files) only, so consecutive statements on the same
-files reuse it, its footer cache warm. Past ``_REGISTERED_POSITIONS`` deleted positions the
-Arrow path reads the target instead (its delete sets are bounded per file).
+may read the snapshot's data files (and equality delete files) only, so consecutive statements
+reuse it, its footer cache warm (a merge-on-read DELETE leaves the data files as they were).
+Past ``_REGISTERED_POSITIONS`` deleted positions the Arrow path reads the target instead (its
+delete sets are bounded per file).
 
 Shapes the field-id mapping cannot express (and S3 tables) answer None: the caller reads
 through per-file Arrow sources (``IcebergSources.file_parts``), which handle every shape.
@@ -58,18 +59,19 @@ _REGISTERED_POSITIONS = 8_000_000
 
 
 def tagged_table(
-    natives: NativeTables, table: Table, schema: Schema, paths: Sequence[str], deletes: dict[str, FileDeletes],
-    positions: bool, deleted_name: str,
+    natives: NativeTables, table: Table, snapshot_id: int | None, schema: Schema, paths: Sequence[str],
+    deletes: dict[str, FileDeletes], positions: bool, deleted_name: str,
 ) -> NativeTable | None:
-    """The view of ``paths`` read as ``schema`` with ``__icefloe_file`` (and, if ``positions``,
-    ``__icefloe_pos``), the ``deletes`` of each file applied; ``deleted_name``: the name its
-    table of deleted positions is registered under. None: read through Arrow sources."""
+    """The view of ``paths`` (data files of ``table`` at ``snapshot_id``) read as ``schema``
+    with ``__icefloe_file`` (and, if ``positions``, ``__icefloe_pos``), the ``deletes`` of each
+    file applied; ``deleted_name``: the name its table of deleted positions is registered under.
+    None: read through Arrow sources."""
     reason = refusal(table, schema)
-    if reason is None and not paths:
+    if reason is None and (not paths or snapshot_id is None):
         reason = "no files"  # the Arrow path's empty source has the columns' types
-    if reason is None:
+    if reason is None and snapshot_id is not None:
         try:
-            return _tagged(natives, table, schema, list(paths), deletes, positions, deleted_name)
+            return _tagged(natives, table, snapshot_id, schema, list(paths), deletes, positions, deleted_name)
         except NotNative as exc:
             reason = str(exc)
     logger.debug("%s: the SQL write reads through Arrow sources: %s", table.name(), reason)
@@ -77,8 +79,8 @@ def tagged_table(
 
 
 def _tagged(
-    natives: NativeTables, table: Table, schema: Schema, paths: list[str], deletes: dict[str, FileDeletes],
-    positions: bool, deleted_name: str,
+    natives: NativeTables, table: Table, snapshot_id: int, schema: Schema, paths: list[str],
+    deletes: dict[str, FileDeletes], positions: bool, deleted_name: str,
 ) -> NativeTable:
     io = table.io
     assert isinstance(io, ConfinedFileIO)  # refusal checked
@@ -111,8 +113,14 @@ def _tagged(
         equality = deletes.get(paths[indexes[0]], FileDeletes()).equality
         joins += natives._equality_joins(io, equality, schema, allowed)
         selects.append(" ".join([read, *joins]))
+    # The slot may read every data file of the snapshot, not only the ones this statement
+    # reads: the next statement on other files of the table (a clustered DELETE steps through
+    # them) then finds a slot made for the same set, its footers cached, instead of paying a
+    # new DuckDB database. Each is a file of a snapshot the statement pins (sandbox-checked).
+    for path, _, _ in natives.sources.data_files(table, snapshot_id):
+        allowed.append(natives._local(io, path))
     registered = ((deleted_name, deleted),) if deleted is not None else ()
-    return NativeTable(" UNION ALL ".join(selects), tuple(dict.fromkeys(allowed)), registered)
+    return NativeTable(" UNION ALL ".join(selects), tuple(sorted(set(allowed))), registered)
 
 
 def _deleted_positions(

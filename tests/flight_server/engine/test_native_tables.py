@@ -305,5 +305,12 @@ def test_sql_write_reads_name_each_row_by_file_and_position(lake: tuple[RocksCat
             if pos not in gone and (i >= 300 or i % 7 != 1):
                 expected.append({"f": index, "p": pos, "id": i})
     assert native == expected
+    # A statement reading other files of the same snapshot (a clustered DELETE) reuses the slot:
+    # it was made for every data file of the snapshot, not only the ones read.
+    made = engine.slots._made
+    tags = {(("ns",), "w"): paths[1:3]}
+    assert read() == [dict(r, f=r["f"] - 1) for r in expected if r["f"] in (1, 2)]
+    assert engine.slots._made == made
+    tags = {(("ns",), "w"): paths}
     monkeypatch.setattr(engine_module, "tagged_table", lambda *args: None)  # the Arrow sources
     assert read() == expected
