@@ -33,10 +33,12 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+from pyiceberg.manifest import ManifestContent
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from catalog.deletes import FileDeletes
+from catalog.lru import LockedLRU
 from catalog.sandbox import ConfinedFileIO
 from flight_server.engine.deletes import POSITION_COLUMN
 from flight_server.engine.native_tables import (
@@ -56,6 +58,8 @@ logger = logging.getLogger("icefloe.engine.native")
 TAG_COLUMN = "__icefloe_file"  # as in IcebergSources.file_parts and sqlwrite.target_files
 # At most this many positions already deleted are held as the registered table (16 bytes each).
 _REGISTERED_POSITIONS = 8_000_000
+# (table uuid, data manifest paths) -> the real paths of the live data files they list.
+_SNAPSHOT_FILES: LockedLRU[tuple[str, tuple[str, ...]], tuple[str, ...]] = LockedLRU(256)
 
 
 def tagged_table(
@@ -117,10 +121,26 @@ def _tagged(
     # reads: the next statement on other files of the table (a clustered DELETE steps through
     # them) then finds a slot made for the same set, its footers cached, instead of paying a
     # new DuckDB database. Each is a file of a snapshot the statement pins (sandbox-checked).
-    for path, _, _ in natives.sources.data_files(table, snapshot_id):
-        allowed.append(natives._local(io, path))
+    allowed.extend(_snapshot_data_files(natives, table, io, snapshot_id))
     registered = ((deleted_name, deleted),) if deleted is not None else ()
     return NativeTable(" UNION ALL ".join(selects), tuple(sorted(set(allowed))), registered)
+
+
+def _snapshot_data_files(natives: NativeTables, table: Table, io: ConfinedFileIO, snapshot_id: int) -> tuple[str, ...]:
+    """The real paths of the snapshot's live data files, sandbox-checked. Cached by the data
+    manifests that list them: a merge-on-read DELETE's snapshot carries its parent's data
+    manifests, so the next statement finds them without planning the snapshot again."""
+    snapshot = table.metadata.snapshot_by_id(snapshot_id)
+    if snapshot is None:
+        raise NotNative(f"snapshot {snapshot_id} is not in the table's metadata")
+    manifests = [m for m in snapshot.manifests(io) if m.content == ManifestContent.DATA]
+    key = (str(table.metadata.table_uuid), tuple(m.manifest_path for m in manifests))
+    cached = _SNAPSHOT_FILES.get(key)
+    if cached is None:
+        cached = tuple(natives._local(io, entry.data_file.file_path) for m in manifests
+                       for entry in m.fetch_manifest_entry(io, discard_deleted=True))
+        _SNAPSHOT_FILES.put(key, cached)
+    return cached
 
 
 def _deleted_positions(
@@ -136,8 +156,8 @@ def _deleted_positions(
     for i, path in enumerate(paths):
         applied = deletes.get(path, FileDeletes())
         if applied.positions:
-            # Sorted, distinct, cached per delete file (deletion vectors as well).
-            gone = natives.sources.delete_sets.positions(io, applied, path)
+            # Cached per delete file (deletion vectors as well); not merged into one sorted set.
+            gone = natives.sources.delete_sets.positions(io, applied, path, distinct=False)
             indexes.append(np.full(len(gone), i, dtype=np.int64))
             found.append(gone)
     return pa.table({"i": np.concatenate(indexes), "pos": np.concatenate(found).astype(np.int64, copy=False)})
