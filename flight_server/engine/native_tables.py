@@ -15,21 +15,19 @@ Iceberg's rules, in SQL DuckDB runs:
   read schema to the table column's current name and type, so renamed columns keep their
   values, added ones read as NULL and dropped ones are not read; the types given there are
   Iceberg's promotions (int -> long, float -> double, wider decimals), cast by the reader;
-- **position deletes**: each data file with position deletes is read by a ``read_parquet`` of
-  its own, anti-joined on ``file_row_number`` against its positions alone (the delete files'
-  rows whose ``file_path`` names it); the files without deletes are one plain read, no join.
-  Past ``_PER_FILE_POSITION_READS`` delete file reads, the files sharing delete files are read
-  together and joined on (``file_index``, ``file_row_number``) against ``file_path`` mapped to
-  the file's index in the list (integers are cheaper to hash than paths) and ``pos``;
+- **position deletes**: files sharing delete files are read together and anti-joined on
+  (``file_index``, ``file_row_number``) against the delete files' ``file_path`` mapped to the
+  file's index in the list (integers are cheaper to hash than paths) and ``pos``; a data file
+  whose delete files name no other file (file-scoped deletes) is a ``read_parquet`` of its own,
+  joined on ``file_row_number`` alone; the files without deletes are one plain read, no join;
 - **equality deletes**: an anti-join on the key columns with ``IS NOT DISTINCT FROM`` (Iceberg
   matches NULL to NULL), for the data files the sequence-number and partition rules say;
   both joins are DuckDB hash joins, which spill past the memory limit instead of holding the
   delete set in Python.
 
-Data files with the same applicable equality delete files (and no position deletes) form one
-``read_parquet`` (which data file a delete file applies to is planned by
-``catalog.deletes.plan_files``, as on every other path). SQL writes read their target with
-each row's file index and position (``native_writes``).
+Data files with the same applicable delete files form one ``read_parquet`` (which data file a
+delete file applies to is planned by ``catalog.deletes.plan_files``, as on every other path).
+SQL writes read their target with each row's file index and position (``native_writes``).
 
 Where a table cannot be expressed this way, ``native_table`` answers None with the reason in a
 debug log, and the table goes the Arrow-dataset path (``iceberg_source``), which handles
@@ -77,10 +75,9 @@ logger = logging.getLogger("icefloe.engine.native")
 FILE_COLUMN = "file_index"
 ROW_COLUMN = "file_row_number"
 _POS_PATH_ID, _POS_ID = 2147483546, 2147483545  # position delete files' file_path and pos
-# Scans read each data file with position deletes on its own (the anti-join on the row number
-# alone, see NativeTables.reads) while that reads delete files at most this many times in all;
-# past it, re-reading the delete files (and binding a UNION ALL that long) costs more than the
-# wider join costs to probe, and the files sharing delete files are read together again.
+# Scans read each data file with file-scoped position deletes on its own (the anti-join on the
+# row number alone, see NativeTables.reads) for at most this many delete files; past it, binding
+# a UNION ALL that long costs more than the wider join, and the files are read together again.
 _PER_FILE_POSITION_READS = 64
 
 
@@ -171,10 +168,12 @@ class NativeTables:
         groups: dict[tuple[Any, ...], list[int]] = {}
         # One read per data file with position deletes: its anti-join is then on the row number
         # alone against that file's positions (a small hash table probed by one integer), not
-        # on (file index, row number) against the positions of every file sharing the delete
-        # files. Each such read reads its delete files again, so only while those reads are few.
-        delete_reads = sum(len(deletes.get(p, FileDeletes()).positions) for p in paths)
-        per_file = delete_reads <= _PER_FILE_POSITION_READS
+        # on (file index, row number). Only when no delete file is shared by two data files
+        # (file-scoped deletes, as Iceberg 1.6+ engines write them): a shared one would be read
+        # again by each file's read, which measured no faster than the wider join (at 10%
+        # deleted it was slower, see docs/deletes.md), and only for a UNION ALL of few reads.
+        reads = [f.file_path for p in paths for f in deletes.get(p, FileDeletes()).positions]
+        per_file = len(reads) == len(set(reads)) and len(reads) <= _PER_FILE_POSITION_READS
         for i, path in enumerate(paths):
             real[path] = self._local(io, path)
             if not self.sources.footer_has_ids(path, real[path], schema):

@@ -24,7 +24,7 @@ from servers import ServerProcess
 
 from catalog import RocksCatalog
 from catalog.sandbox import OutsideTableError
-from flight_server.engine import Engine, native_tables
+from flight_server.engine import Engine
 from flight_server.engine import engine as engine_module
 
 
@@ -138,20 +138,20 @@ def test_position_and_equality_deletes_are_anti_joins(lake: tuple[RocksCatalog, 
     assert delete_paths and delete_paths <= _slot_files(engine)
 
 
-@pytest.mark.parametrize("per_file_reads", [64, 1])
-def test_one_position_delete_file_over_several_data_files(
-    lake: tuple[RocksCatalog, Engine], monkeypatch: pytest.MonkeyPatch, per_file_reads: int,
-) -> None:
-    # 64: each file with deletes read on its own; 1: past the limit (two reads of the delete file), the shared join.
-    monkeypatch.setattr(native_tables, "_PER_FILE_POSITION_READS", per_file_reads)
+@pytest.mark.parametrize("file_scoped", [False, True])
+def test_position_delete_files_over_several_data_files(lake: tuple[RocksCatalog, Engine], file_scoped: bool) -> None:
     catalog, engine = lake
     t = catalog.create_table("ns.multi", schema=pa.schema([("id", pa.int64())]))
     for start in (0, 100, 200):
         t.append(pa.table({"id": pa.array(range(start, start + 100), pa.int64())}))
     files = [p for p, _ in data_files(catalog.load_table("ns.multi"))]
     by_start = {pq.read_table(p.removeprefix("file://")).column("id")[0].as_py(): p for p in files}
-    # positions 5 and 7 of the first file, 5 of the third; none of the second
-    position_delete(catalog.load_table("ns.multi"), {by_start[0]: [5, 7], by_start[200]: [5, 99]})
+    # positions 5 and 7 of the first file, 5 and 99 of the third; none of the second
+    if file_scoped:  # one delete file per data file, each naming only its own
+        position_delete(catalog.load_table("ns.multi"), {by_start[0]: [5, 7]}, file_scoped=True)
+        position_delete(catalog.load_table("ns.multi"), {by_start[200]: [5, 99]}, file_scoped=True)
+    else:  # one delete file over the partition: it applies to all three files
+        position_delete(catalog.load_table("ns.multi"), {by_start[0]: [5, 7], by_start[200]: [5, 99]})
     got = _run(engine, "SELECT count(*) AS n, sum(id) AS s FROM ns.multi WHERE id >= 0")
     assert got.to_pylist() == [{"n": 296, "s": sum(range(300)) - 5 - 7 - 205 - 299}]
     assert _slot_files(engine) >= _real_files(catalog.load_table("ns.multi"))
@@ -163,13 +163,15 @@ def test_one_position_delete_file_over_several_data_files(
     view = engine.natives.native_table(t, t.current_snapshot().snapshot_id, t.schema())
     assert view is not None
     reads = view.select.split(" UNION ALL ")
+    joined = [r for r in reads if "ANTI JOIN" in r]
     plain = [r for r in reads if "ANTI JOIN" not in r]
-    assert len(plain) == 1 and "file_row_number" not in plain[0]  # the newest file: no join at all
-    if per_file_reads > 1:
-        # Each file the delete file applies to is joined on its row number alone.
-        assert len(reads) == 4 and all("file_index" not in r for r in reads)
+    # The files no delete file applies to (the second when file-scoped, the newest): no join.
+    assert len(plain) == 1 and "file_row_number" not in plain[0]
+    if file_scoped:
+        # Each file with deletes joined on its row number alone.
+        assert len(joined) == 2 and all("file_index" not in r for r in joined)
     else:
-        assert len(reads) == 2 and "file_index" in [r for r in reads if "ANTI JOIN" in r][0]
+        assert len(joined) == 1 and "file_index" in joined[0]
 
 
 def _delete_files(table: Any) -> list[str]:
