@@ -22,13 +22,15 @@ reuse it, its footer cache warm (a merge-on-read DELETE leaves the data files as
 Past ``_REGISTERED_POSITIONS`` deleted positions the Arrow path reads the target instead (its
 delete sets are bounded per file).
 
-Shapes the field-id mapping cannot express (and S3 tables) answer None: the caller reads
-through per-file Arrow sources (``IcebergSources.file_parts``), which handle every shape.
+Reads of less than ``_MIN_NATIVE_BYTES`` of data files, and shapes the field-id mapping cannot
+express (and S3 tables), answer None: the caller reads through per-file Arrow sources
+(``IcebergSources.file_parts``), which handle every shape.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -56,6 +58,14 @@ from flight_server.engine.native_tables import (
 logger = logging.getLogger("icefloe.engine.native")
 
 TAG_COLUMN = "__icefloe_file"  # as in IcebergSources.file_parts and sqlwrite.target_files
+# A read of fewer bytes of data files stays on the Arrow sources, whose slot (no files) every
+# such read shares. Here the slot is made for the snapshot's files: a statement that changes
+# the data files (UPDATE, MERGE, copy-on-write) makes the next one pay a new DuckDB database,
+# about 15 ms of CPU, which DuckDB's faster reader earns back only on larger reads
+# (bench_sql_writes, 1M rows / 8 MB in 10 files: server CPU per statement no lower for any
+# statement, higher for clustered UPDATE, MERGE and copy-on-write DELETE; lower for copy-on-write
+# rewrites of every file and for the scattered UPDATE).
+_MIN_NATIVE_BYTES = 16 << 20
 # At most this many positions already deleted are held as the registered table (16 bytes each).
 _REGISTERED_POSITIONS = 8_000_000
 # (table uuid, data manifest paths) -> the real paths of the live data files they list.
@@ -96,6 +106,9 @@ def _tagged(
         if not natives.sources.footer_has_ids(path, local, schema):
             raise NotNative(f"{path} has no Parquet field ids (name-mapped files)")
         real.append(local)
+    size = sum(os.path.getsize(r) for r in real)
+    if size < _MIN_NATIVE_BYTES:
+        raise NotNative(f"{size} bytes to read: less than a new slot costs (see _MIN_NATIVE_BYTES)")
     deleted = _deleted_positions(natives, io, paths, deletes)
     # Files with the same equality delete files are one read (most tables: all of them).
     groups: dict[tuple[str, ...], list[int]] = {}

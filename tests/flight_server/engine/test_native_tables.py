@@ -24,7 +24,7 @@ from servers import ServerProcess
 
 from catalog import RocksCatalog
 from catalog.sandbox import OutsideTableError
-from flight_server.engine import Engine
+from flight_server.engine import Engine, native_writes
 from flight_server.engine import engine as engine_module
 
 
@@ -267,6 +267,7 @@ def test_sql_write_reads_name_each_row_by_file_and_position(lake: tuple[RocksCat
     listed files, each row with its file's index in the list and its position in the file,
     earlier position and equality deletes left out; the same rows as the Arrow sources give."""
     catalog, engine = lake
+    monkeypatch.setattr(native_writes, "_MIN_NATIVE_BYTES", 0)  # these files are small
     t = catalog.create_table("ns.w", schema=pa.schema([("id", pa.int64()), ("k", pa.string())]))
     for start in (0, 100, 200):
         t.append(pa.table({"id": pa.array(range(start, start + 100), pa.int64()),
@@ -314,5 +315,9 @@ def test_sql_write_reads_name_each_row_by_file_and_position(lake: tuple[RocksCat
     assert read() == [dict(r, f=r["f"] - 1) for r in expected if r["f"] in (1, 2)]
     assert engine.slots._made == made
     tags = {(("ns",), "w"): paths}
+    # Reads smaller than a new slot costs stay on the Arrow sources (their slot reads no file).
+    monkeypatch.setattr(native_writes, "_MIN_NATIVE_BYTES", 16 << 20)
+    assert read() == expected
+    assert engine.slots._free[-1].files == frozenset()
     monkeypatch.setattr(engine_module, "tagged_table", lambda *args: None)  # the Arrow sources
     assert read() == expected
