@@ -16,7 +16,8 @@ slice every time, the same statement runs on all three:
 
 icefloe's time is the client's round trip (ADBC ``execute_update``: plan, scan, write,
 fsync'd commit); DuckDB's is ``con.execute`` on its in-memory table. Per run: median times,
-the ratios merge-on-read / DuckDB and copy-on-write / DuckDB, bytes written against the
+the ratios merge-on-read / DuckDB and copy-on-write / DuckDB, the server's CPU seconds per
+statement (``/proc``: user + system of the server process), bytes written against the
 table's size, and a full scan (``count(*), sum(v)``) of each table afterwards (merge-on-read
 reads apply the delete files). ``--runs`` full runs (fresh server and tables each); the
 report is the median over runs, with the load average before and after each run.
@@ -56,6 +57,13 @@ def execute_update(conn: Any, sql: str) -> tuple[int, float]:
         start = time.perf_counter()
         count = cur.adbc_statement.execute_update()
         return int(count), time.perf_counter() - start
+
+
+def server_cpu(server: ServerProcess) -> float:
+    """CPU seconds (user + system) the server process has used so far (Linux ``/proc``)."""
+    assert server.proc is not None
+    fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def last_summary(conn: Any, table: str) -> dict[str, str]:
@@ -114,6 +122,7 @@ def one_run(rows: int, files: int, repeat: int) -> dict[str, Any]:
             duck.execute("SELECT count(*), sum(v) FROM t").fetchall()
             for kind in KINDS:
                 times: dict[str, list[float]] = {"mor": [], "cow": [], "duckdb": []}
+                cpu: dict[str, list[float]] = {"mor": [], "cow": []}  # the server's CPU per statement
                 written: dict[str, list[float]] = {"mor": [], "cow": []}
                 counts = []
                 for rep in range(repeat):
@@ -124,7 +133,9 @@ def one_run(rows: int, files: int, repeat: int) -> dict[str, Any]:
                     duck_count = changed[0] if changed else None
                     for table in TABLES:
                         size_before = int(last_summary(conn, table)["total-files-size"])
+                        cpu_before = server_cpu(server)
                         count, seconds = execute_update(conn, sql.replace("bench.t", f"bench.{table}"))
+                        cpu[table].append(server_cpu(server) - cpu_before)
                         if count != duck_count:
                             raise AssertionError(f"{kind} ({table}): icefloe changed {count} rows, DuckDB {duck_count}")
                         summary = last_summary(conn, table)
@@ -137,6 +148,8 @@ def one_run(rows: int, files: int, repeat: int) -> dict[str, Any]:
                     "mor_median_s": med["mor"], "cow_median_s": med["cow"], "duckdb_median_s": med["duckdb"],
                     "mor_vs_duckdb": med["mor"] / med["duckdb"], "cow_vs_duckdb": med["cow"] / med["duckdb"],
                     "cow_vs_mor": med["cow"] / med["mor"],
+                    "mor_server_cpu_median_s": statistics.median(cpu["mor"]),
+                    "cow_server_cpu_median_s": statistics.median(cpu["cow"]),
                     # Bytes of new files (data and delete files) as a fraction of the table's size.
                     "mor_bytes_written_vs_table": statistics.median(written["mor"]),
                     "cow_bytes_written_vs_table": statistics.median(written["cow"]),
@@ -185,7 +198,8 @@ def main() -> None:
         print(f"run {n + 1}/{args.runs}: load average {run['loadavg_before'][0]:.2f} -> {run['loadavg_after'][0]:.2f}",
               flush=True)
     keys = ("mor_median_s", "cow_median_s", "duckdb_median_s", "mor_vs_duckdb", "cow_vs_duckdb", "cow_vs_mor",
-            "mor_bytes_written_vs_table", "cow_bytes_written_vs_table")
+            "mor_bytes_written_vs_table", "cow_bytes_written_vs_table", "mor_server_cpu_median_s",
+            "cow_server_cpu_median_s")
     summary = {kind: {k: statistics.median(r["operations"][kind][k] for r in runs) for k in keys} for kind in KINDS}
     for kind in KINDS:
         summary[kind]["rows_changed"] = runs[0]["operations"][kind]["rows_changed"][0]
@@ -197,12 +211,12 @@ def main() -> None:
     print(f"SQL writes on {rows:,} rows in {args.files} files ({results['table_bytes'] / 1e6:.1f} MB per table), "
           f"median of {args.repeat} statements, median of {args.runs} runs")
     print(f"{'operation':<18} {'rows':>8} {'MoR s':>8} {'CoW s':>8} {'DuckDB s':>9} {'MoR/duck':>9} {'CoW/duck':>9} "
-          f"{'CoW/MoR':>8} {'MoR bytes':>10} {'CoW bytes':>10}")
+          f"{'CoW/MoR':>8} {'MoR bytes':>10} {'CoW bytes':>10} {'MoR cpu s':>10}")
     for kind, r in summary.items():
         print(f"{kind:<18} {r['rows_changed']:>8,} {r['mor_median_s']:>8.3f} {r['cow_median_s']:>8.3f} "
               f"{r['duckdb_median_s']:>9.4f} {r['mor_vs_duckdb']:>8.1f}x {r['cow_vs_duckdb']:>8.1f}x "
               f"{r['cow_vs_mor']:>7.1f}x {r['mor_bytes_written_vs_table']:>10.2%} "
-              f"{r['cow_bytes_written_vs_table']:>10.2%}")
+              f"{r['cow_bytes_written_vs_table']:>10.2%} {r['mor_server_cpu_median_s']:>10.3f}")
     print(f"full scan after: merge-on-read {scans['mor_scan_after_s']:.3f}s, "
           f"copy-on-write {scans['cow_scan_after_s']:.3f}s; "
           f"load averages (1 min, before -> after each run): {results['loadavg']}")

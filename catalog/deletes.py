@@ -294,13 +294,17 @@ class DeleteSets:
     def held_bytes(self) -> int:
         return self._cache.held
 
-    def positions(self, io: FileIO, deletes: FileDeletes, data_path: str) -> np.ndarray:
-        """Sorted unique deleted positions of ``data_path`` (int64)."""
+    def positions(self, io: FileIO, deletes: FileDeletes, data_path: str, distinct: bool = True) -> np.ndarray:
+        """Sorted unique deleted positions of ``data_path`` (int64); ``distinct=False``: each
+        delete file's positions one after the other, unsorted across files and possibly repeated
+        (for an anti-join, which needs neither, and no sort of every earlier position)."""
         found = [self._file_positions(io, f).get(data_path) for f in deletes.positions]
         arrays = [a for a in found if a is not None and len(a)]
         if not arrays:
             return np.empty(0, dtype=np.int64)
-        return arrays[0] if len(arrays) == 1 else np.unique(np.concatenate(arrays))
+        if len(arrays) == 1:
+            return arrays[0]
+        return np.unique(np.concatenate(arrays)) if distinct else np.concatenate(arrays)
 
     def _file_positions(self, io: FileIO, delete_file: DataFile) -> dict[str, np.ndarray]:
         referenced, offset, size = v3_fields(delete_file)

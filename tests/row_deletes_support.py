@@ -45,11 +45,12 @@ def _write(table: Any, data: pa.Table) -> tuple[str, int]:
 
 
 def _delete_file(table: Any, content: DataFileContent, data: pa.Table, equality_ids: list[int] | None,
-                 partition: Record | None = None) -> DataFile:
+                 partition: Record | None = None, bounds: dict[int, bytes] | None = None) -> DataFile:
     path, size = _write(table, data)
     delete_file = DataFile.from_args(
         content=content, file_path=path, file_format=FileFormat.PARQUET, partition=partition or Record(),
         record_count=data.num_rows, file_size_in_bytes=size, equality_ids=equality_ids,
+        lower_bounds=bounds, upper_bounds=bounds,
     )
     delete_file.spec_id = table.spec().spec_id
     return delete_file
@@ -70,15 +71,18 @@ def equality_delete(table: Any, keys: dict[str, list[Any]], partition: Record | 
     _commit(table, [_delete_file(table, DataFileContent.EQUALITY_DELETES, data, ids, partition)])
 
 
-def position_delete(table: Any, positions: dict[str, list[int]]) -> None:
-    """Commit one position delete file deleting ``positions`` (row numbers) of data files."""
+def position_delete(table: Any, positions: dict[str, list[int]], file_scoped: bool = False) -> None:
+    """Commit one position delete file deleting ``positions`` (row numbers) of data files;
+    ``file_scoped`` (one data file): its ``file_path`` bounds name that file, as Iceberg 1.6+
+    engines write them, so it applies to that data file only."""
     rows = sorted((path, pos) for path, ps in positions.items() for pos in ps)
     schema = pa.schema([
         pa.field("file_path", pa.string(), False, metadata={b"PARQUET:field_id": str(PATH_ID).encode()}),
         pa.field("pos", pa.int64(), False, metadata={b"PARQUET:field_id": str(POS_ID).encode()}),
     ])
     data = pa.table([pa.array([r[0] for r in rows]), pa.array([r[1] for r in rows], pa.int64())], schema=schema)
-    _commit(table, [_delete_file(table, DataFileContent.POSITION_DELETES, data, None)])
+    bounds = {PATH_ID: next(iter(positions)).encode()} if file_scoped and len(positions) == 1 else None
+    _commit(table, [_delete_file(table, DataFileContent.POSITION_DELETES, data, None, bounds=bounds)])
 
 
 def _commit(table: Any, files: list[DataFile]) -> None:

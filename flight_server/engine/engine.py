@@ -34,8 +34,9 @@ Scan paths (all produce the schema the sandbox binder gives, so GetFlightInfo an
 agree): plain ``SELECT cols FROM t`` streams the pinned files' Arrow datasets with no SQL engine
 (or DuckDB's reader in an internal database that runs only SQL icefloe writes, where a column
 needs a cast); every other query reads local tables through ``read_parquet`` views in its
-slot (``native_tables``: DuckDB's own decoder and footer row counts for its join order), and
-S3 tables, or shapes the field-id mapping cannot express, as Arrow datasets inside the sandbox.
+slot (``native_tables``: DuckDB's own decoder and footer row counts for its join order; for
+the reads of SQL writes, with each row's file and position: ``native_writes``), and S3 tables,
+or shapes the field-id mapping cannot express, as Arrow datasets inside the sandbox.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from flight_server.engine import duckdb_seam, history, messages, policy
 from flight_server.engine.bound import Bound, BoundSchemas
 from flight_server.engine.iceberg_source import IcebergSources, SourcePart, quote
 from flight_server.engine.native_tables import NativeTable, NativeTables
+from flight_server.engine.native_writes import tagged_table
 from flight_server.engine.origins import ColumnOrigin
 from flight_server.engine.planner import QueryPlanner
 from flight_server.engine.pushdown import plain_projection, row_filter
@@ -119,20 +121,42 @@ class Engine:
 
     def _take_slot(
         self, pins: list[PinnedTable], sql: str | None,
-        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None,
+        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None, file_positions: bool = False,
+        file_deletes: dict[str, Any] | None = None,
     ) -> tuple[Slot, dict[int, NativeTable]]:
         """A slot for the query, and the pins (by index) it reads with DuckDB's own Parquet
-        reader (``native_tables``): the slot may read exactly their checked files."""
-        native = self._native_tables(pins, sql, file_tags)
+        reader (``native_tables``, ``native_writes``): the slot may read exactly their checked files."""
+        if file_tags:
+            native = self._native_writes(pins, file_tags, file_positions, file_deletes)
+        else:
+            native = self._native_tables(pins, sql)
         files = frozenset(f for table in native.values() for f in table.files)
         return self.slots.take(files=files), native
 
-    def _native_tables(
-        self, pins: list[PinnedTable], sql: str | None,
-        file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None,
+    def _native_writes(
+        self, pins: list[PinnedTable], file_tags: dict[tuple[tuple[str, ...], str], list[str]],
+        file_positions: bool, file_deletes: dict[str, Any] | None,
     ) -> dict[int, NativeTable]:
-        if file_tags:
-            return {}  # SQL writes read their files tagged, through Arrow datasets (file_parts)
+        """The tagged targets of a SQL write read by DuckDB's reader, each file's index (and row
+        positions) with it; other pins of the statement keep their Arrow sources."""
+        found = {}
+        for i, pin in enumerate(pins):
+            tagged = file_tags.get((pin.namespace, pin.name))
+            if tagged is None or pin.kind != "data":
+                continue
+            table = self._pinned_table(pin)
+            schema = table.schemas().get(pin.schema_id) or table.schema()
+            if file_deletes is not None:
+                deletes = file_deletes
+            else:
+                deletes = self.sources.file_deletes(table, pin.snapshot_id) if pin.snapshot_id is not None else {}
+            native = tagged_table(self.natives, table, pin.snapshot_id, schema, tagged, deletes, file_positions,
+                                  f"__icefloe_deleted_{i}")
+            if native is not None:
+                found[i] = native
+        return found
+
+    def _native_tables(self, pins: list[PinnedTable], sql: str | None) -> dict[int, NativeTable]:
         if sql is not None and len(pins) == 1 and plain_projection(sql) is not None:
             return {}  # plain scans stream the Arrow datasets with no SQL engine (scans.plain_scan)
         found = {}
@@ -222,7 +246,7 @@ class Engine:
         file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None, file_positions: bool = False,
         file_deletes: dict[str, Any] | None = None,
     ) -> tuple[pa.RecordBatchReader, Running]:
-        slot, native = self._take_slot(pins, sql, file_tags)
+        slot, native = self._take_slot(pins, sql, file_tags, file_positions, file_deletes)
         run = Running(slot, slot.cursor(), context, time.monotonic() + self.query_timeout_s)
         self.watchdog.add(run)
         self.runs.follow_call(run)
@@ -362,7 +386,8 @@ class Engine:
         """Register each pinned table's sources and name them; ``sql`` (execution only) prunes files.
 
         ``native``: the pins (by index) read by DuckDB's own Parquet reader: their view is a
-        ``read_parquet`` of the files the slot was made for (``native_tables``), nothing registered.
+        ``read_parquet`` of the files the slot was made for (``native_tables``); only a SQL
+        write's read registers something (its earlier positions, ``NativeTable.registered``).
 
         ``file_tags`` (SQL writes): for those tables, read exactly the given data files, each
         through its own source, with an extra column ``__icefloe_file`` = the file's index in
@@ -376,6 +401,17 @@ class Engine:
             schema_name = quote(".".join(pin.namespace))
             namespace = ".".join(pin.namespace)
             if native and i in native:
+                if native[i].registered:
+                    # A view over Arrow tables registered on this cursor (a SQL write's earlier
+                    # positions, ``native_writes``) lives only as long as this query.
+                    run.slot.forget_view(namespace, pin.view_name)
+                    for name, data in native[i].registered:
+                        cur.register(name, data)
+                    cur.execute(f"CREATE SCHEMA IF NOT EXISTS {CATALOG_NAME}.{schema_name}")
+                    view = f"{CATALOG_NAME}.{schema_name}.{quote(pin.view_name)}"
+                    cur.execute(f"CREATE OR REPLACE VIEW {view} AS {native[i].select}")
+                    run.views.append(view)
+                    continue
                 # The slot was made for exactly these files; its view of the same text, kept
                 # from an earlier query, is this one (``Slot.keep_view``).
                 body = native[i].select

@@ -15,9 +15,11 @@ Iceberg's rules, in SQL DuckDB runs:
   read schema to the table column's current name and type, so renamed columns keep their
   values, added ones read as NULL and dropped ones are not read; the types given there are
   Iceberg's promotions (int -> long, float -> double, wider decimals), cast by the reader;
-- **position deletes**: an anti-join on (file, row position), ``read_parquet``'s ``file_index``
-  and ``file_row_number`` against the delete files' ``file_path`` (mapped to the index of that
-  file in the list: integers are cheaper to hash than paths) and ``pos``;
+- **position deletes**: files sharing delete files are read together and anti-joined on
+  (``file_index``, ``file_row_number``) against the delete files' ``file_path`` mapped to the
+  file's index in the list (integers are cheaper to hash than paths) and ``pos``; a data file
+  whose delete files name no other file (file-scoped deletes) is a ``read_parquet`` of its own,
+  joined on ``file_row_number`` alone; the files without deletes are one plain read, no join;
 - **equality deletes**: an anti-join on the key columns with ``IS NOT DISTINCT FROM`` (Iceberg
   matches NULL to NULL), for the data files the sequence-number and partition rules say;
   both joins are DuckDB hash joins, which spill past the memory limit instead of holding the
@@ -25,10 +27,11 @@ Iceberg's rules, in SQL DuckDB runs:
 
 Data files with the same applicable delete files form one ``read_parquet`` (which data file a
 delete file applies to is planned by ``catalog.deletes.plan_files``, as on every other path).
+SQL writes read their target with each row's file index and position (``native_writes``).
 
 Where a table cannot be expressed this way, ``native_table`` answers None with the reason in a
 debug log, and the table goes the Arrow-dataset path (``iceberg_source``), which handles
-every shape: see ``_refusal`` for the list.
+every shape: see ``refusal`` for the list.
 """
 
 from __future__ import annotations
@@ -72,6 +75,10 @@ logger = logging.getLogger("icefloe.engine.native")
 FILE_COLUMN = "file_index"
 ROW_COLUMN = "file_row_number"
 _POS_PATH_ID, _POS_ID = 2147483546, 2147483545  # position delete files' file_path and pos
+# Scans read each data file with file-scoped position deletes on its own (the anti-join on the
+# row number alone, see NativeTables.reads) for at most this many delete files; past it, binding
+# a UNION ALL that long costs more than the wider join, and the files are read together again.
+_PER_FILE_POSITION_READS = 64
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,9 @@ class NativeTable:
 
     select: str
     files: tuple[str, ...]
+    # (name, Arrow table) registered on the query's cursor before the view is made (the
+    # positions already deleted, for a SQL write's read: ``native_writes``).
+    registered: tuple[tuple[str, Any], ...] = ()
 
 
 def duckdb_type(typ: IcebergType) -> str | None:
@@ -120,11 +130,11 @@ class NativeTables:
         row_filter: BooleanExpression | None = None, split: tuple[int, int] | None = None,
     ) -> NativeTable | None:
         """The table at ``snapshot_id`` as a ``read_parquet`` view, or None (Arrow path)."""
-        reason = _refusal(table, schema)
+        reason = refusal(table, schema)
         if reason is None:
             try:
                 return self._build(table, snapshot_id, schema, row_filter, split)
-            except _NotNative as exc:
+            except NotNative as exc:
                 reason = str(exc)
         logger.debug("%s reads through Arrow datasets: %s", table.name(), reason)
         return None
@@ -134,7 +144,7 @@ class NativeTables:
         row_filter: BooleanExpression | None, split: tuple[int, int] | None,
     ) -> NativeTable:
         io = table.io
-        assert isinstance(io, ConfinedFileIO)  # _refusal checked
+        assert isinstance(io, ConfinedFileIO)  # refusal checked
         columns = [(f.field_id, f.name, duckdb_type(f.field_type) or "") for f in schema.fields]
         if snapshot_id is None:
             return _empty(columns)
@@ -145,34 +155,45 @@ class NativeTables:
         if not files:
             return _empty(columns)
         deletes = self.sources.file_deletes(table, snapshot_id)
+        selects, allowed = self.reads(io, [p for p, _, _ in files], deletes, schema)
+        return NativeTable(" UNION ALL ".join(selects), tuple(dict.fromkeys(allowed)))
+
+    def reads(
+        self, io: ConfinedFileIO, paths: Sequence[str], deletes: dict[str, FileDeletes], schema: Schema,
+    ) -> tuple[list[str], list[str]]:
+        """The SELECTs (to UNION ALL) of ``paths`` read as ``schema``, each file's deletes applied,
+        and the real paths they read (for the slot's allow-list); raises ``NotNative``."""
+        columns, schema_map, outer = field_id_read(schema)
         real: dict[str, str] = {}  # manifest path -> the real local path the sandbox approved
-        groups: dict[tuple[Any, ...], list[str]] = {}
-        for path, _, _ in files:
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        # One read per data file with position deletes: its anti-join is then on the row number
+        # alone against that file's positions (a small hash table probed by one integer), not
+        # on (file index, row number). Only when no delete file is shared by two data files
+        # (file-scoped deletes, as Iceberg 1.6+ engines write them): a shared one would be read
+        # again by each file's read, which measured no faster than the wider join (at 10%
+        # deleted it was slower, see docs/deletes.md), and only for a UNION ALL of few reads.
+        reads = [f.file_path for p in paths for f in deletes.get(p, FileDeletes()).positions]
+        per_file = len(reads) == len(set(reads)) and len(reads) <= _PER_FILE_POSITION_READS
+        for i, path in enumerate(paths):
             real[path] = self._local(io, path)
             if not self.sources.footer_has_ids(path, real[path], schema):
-                raise _NotNative(f"{path} has no Parquet field ids (name-mapped files)")
+                raise NotNative(f"{path} has no Parquet field ids (name-mapped files)")
             file_deletes = deletes.get(path, FileDeletes())
-            groups.setdefault(file_deletes.key, []).append(path)
-        schema_map = "MAP {" + ", ".join(
-            f"{fid}: {{name: {literal(name)}, type: {literal(typ)}, default_value: NULL}}" for fid, name, typ in columns
-        ) + "}"
-        outer = ", ".join(f"d.{quote(name)}" for _, name, _ in columns)
-        selects, allowed = [], [real[p] for p, _, _ in files]
-        for paths in groups.values():
-            applied = deletes.get(paths[0], FileDeletes())
-            listed = _file_list([real[p] for p in paths])
-            if not applied:
-                selects.append(f"SELECT {outer} FROM read_parquet({listed}, schema = {schema_map}) AS d")
-                continue
-            if any(name in (FILE_COLUMN, ROW_COLUMN) for _, name, _ in columns):
-                raise _NotNative("a column is named like the row-position columns of a scan with deletes")
-            joins = self._position_join(io, applied.positions, paths, allowed)
+            key: tuple[Any, ...] = (path,) if per_file and file_deletes.positions else file_deletes.key
+            groups.setdefault(key, []).append(i)
+        if any(deletes.get(p) for p in paths):
+            refuse_position_names(columns)
+        selects, allowed = [], [real[p] for p in paths]
+        for indexes in groups.values():
+            group = [paths[i] for i in indexes]
+            applied = deletes.get(group[0], FileDeletes())
+            listed = _file_list([real[p] for p in group])
+            numbered = ", file_row_number = true" if applied else ""
+            read = f"SELECT {outer} FROM read_parquet({listed}, schema = {schema_map}{numbered}) AS d"
+            joins = self._position_join(io, applied.positions, group, allowed)
             joins += self._equality_joins(io, applied.equality, schema, allowed)
-            selects.append(
-                f"SELECT {outer} FROM read_parquet({listed}, schema = {schema_map}, file_row_number = true) AS d "
-                + " ".join(joins)
-            )
-        return NativeTable(" UNION ALL ".join(selects), tuple(dict.fromkeys(allowed)))
+            selects.append(" ".join([read, *joins]))
+        return selects, allowed
 
     def _position_join(
         self, io: ConfinedFileIO, delete_files: Sequence[DataFile], paths: list[str], allowed: list[str],
@@ -185,10 +206,11 @@ class NativeTables:
             delete_paths.append(self._local(io, f.file_path))
         allowed.extend(delete_paths)
         deleted = f"read_parquet({_file_list(delete_paths)})"
-        if len(paths) == 1:  # the common case of one file per delete set: the position alone
+        if len(paths) == 1:  # one file per read: the position alone (see reads)
             return [f"ANTI JOIN (SELECT pos FROM {deleted} WHERE file_path = {literal(paths[0])}) AS pd "
                     f"ON d.{ROW_COLUMN} = pd.pos"]
-        # A delete row names its data file as the manifest does: mapped to its index in the list.
+        # Many files share these deletes (more files with position deletes than are read one
+        # by one): a delete row names its data file as the manifest does, mapped to its index.
         names = ", ".join(f"({literal(p)}, {i})" for i, p in enumerate(paths))
         return [
             f"ANTI JOIN (SELECT m.i, p.pos FROM {deleted} AS p JOIN (VALUES {names}) AS m(manifest_path, i) "
@@ -203,12 +225,12 @@ class NativeTables:
             _check_delete_file(f)
             ids = tuple(int(i) for i in (f.equality_ids or ()))
             if not ids:
-                raise _NotNative(f"equality delete file {f.file_path} has no equality_ids")
+                raise NotNative(f"equality delete file {f.file_path} has no equality_ids")
             local = self._local(io, f.file_path)
             # A key column missing from the file would read as NULL and delete every NULL row.
             missing = set(ids) - set(self._footer_ids(f.file_path, local))
             if missing:
-                raise _NotNative(f"equality delete file {f.file_path} lacks field ids {sorted(missing)}")
+                raise NotNative(f"equality delete file {f.file_path} lacks field ids {sorted(missing)}")
             by_ids.setdefault(ids, []).append(local)
         joins = []
         for n, (ids, locals_) in enumerate(by_ids.items()):
@@ -218,7 +240,7 @@ class NativeTables:
                 try:
                     field = schema.find_field(fid)
                 except ValueError:
-                    raise _NotNative(f"equality field id {fid} is not in the read schema") from None
+                    raise NotNative(f"equality field id {fid} is not in the read schema") from None
                 keys.append((fid, field.name, duckdb_type(field.field_type)))
             key_map = "MAP {" + ", ".join(
                 f"{fid}: {{name: {literal(f'k{fid}')}, type: {literal(typ or '')}, default_value: NULL}}"
@@ -249,11 +271,26 @@ class NativeTables:
         return cached
 
 
-class _NotNative(Exception):
+def field_id_read(schema: Schema) -> tuple[list[tuple[int, str, str]], str, str]:
+    """(field id, name, DuckDB type) of the read schema's columns; the ``schema`` argument of a
+    ``read_parquet`` reading them by field id; the select list of them from alias ``d``."""
+    columns = [(f.field_id, f.name, duckdb_type(f.field_type) or "") for f in schema.fields]
+    schema_map = "MAP {" + ", ".join(
+        f"{fid}: {{name: {literal(name)}, type: {literal(typ)}, default_value: NULL}}" for fid, name, typ in columns
+    ) + "}"
+    return columns, schema_map, ", ".join(f"d.{quote(name)}" for _, name, _ in columns)
+
+
+def refuse_position_names(columns: list[tuple[int, str, str]]) -> None:
+    if any(name in (FILE_COLUMN, ROW_COLUMN) for _, name, _ in columns):
+        raise NotNative("a column is named like the row-position columns of a scan with deletes")
+
+
+class NotNative(Exception):
     """This table (at this snapshot) keeps the Arrow-dataset path; the message says why."""
 
 
-def _refusal(table: Table, schema: Schema) -> str | None:
+def refusal(table: Table, schema: Schema) -> str | None:
     """Why a table as a whole cannot take this path (None: it may)."""
     if not isinstance(table.io, ConfinedFileIO) or not table.io.warehouse.local:
         # Object stores keep the Arrow path (DuckDB would need httpfs and the table's keys);
@@ -268,7 +305,7 @@ def _refusal(table: Table, schema: Schema) -> str | None:
 def _check_delete_file(delete_file: DataFile) -> None:
     if delete_file.file_format != FileFormat.PARQUET or v3_fields(delete_file)[1] is not None:
         # Deletion vectors are Puffin blobs and Avro / ORC delete files need their own readers.
-        raise _NotNative(f"delete file {delete_file.file_path} is not a Parquet delete file")
+        raise NotNative(f"delete file {delete_file.file_path} is not a Parquet delete file")
 
 
 def _split_part(
@@ -280,7 +317,7 @@ def _split_part(
     units = scan_units(files)
     mine = [u for u, part in zip(units, assign([u.bytes for u in units], n), strict=True) if part == k]
     if any(u.row_group is not None for u in mine):
-        raise _NotNative("a split part holds row groups of a file")
+        raise NotNative("a split part holds row groups of a file")
     wanted = {u.path for u in mine}
     return [f for f in files if f[0] in wanted]
 

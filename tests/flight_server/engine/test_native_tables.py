@@ -24,7 +24,8 @@ from servers import ServerProcess
 
 from catalog import RocksCatalog
 from catalog.sandbox import OutsideTableError
-from flight_server.engine import Engine
+from flight_server.engine import Engine, native_writes
+from flight_server.engine import engine as engine_module
 
 
 @pytest.fixture
@@ -137,18 +138,40 @@ def test_position_and_equality_deletes_are_anti_joins(lake: tuple[RocksCatalog, 
     assert delete_paths and delete_paths <= _slot_files(engine)
 
 
-def test_one_position_delete_file_over_several_data_files(lake: tuple[RocksCatalog, Engine]) -> None:
+@pytest.mark.parametrize("file_scoped", [False, True])
+def test_position_delete_files_over_several_data_files(lake: tuple[RocksCatalog, Engine], file_scoped: bool) -> None:
     catalog, engine = lake
     t = catalog.create_table("ns.multi", schema=pa.schema([("id", pa.int64())]))
     for start in (0, 100, 200):
         t.append(pa.table({"id": pa.array(range(start, start + 100), pa.int64())}))
     files = [p for p, _ in data_files(catalog.load_table("ns.multi"))]
     by_start = {pq.read_table(p.removeprefix("file://")).column("id")[0].as_py(): p for p in files}
-    # positions 5 and 7 of the first file, 5 of the third; none of the second
-    position_delete(catalog.load_table("ns.multi"), {by_start[0]: [5, 7], by_start[200]: [5, 99]})
+    # positions 5 and 7 of the first file, 5 and 99 of the third; none of the second
+    if file_scoped:  # one delete file per data file, each naming only its own
+        position_delete(catalog.load_table("ns.multi"), {by_start[0]: [5, 7]}, file_scoped=True)
+        position_delete(catalog.load_table("ns.multi"), {by_start[200]: [5, 99]}, file_scoped=True)
+    else:  # one delete file over the partition: it applies to all three files
+        position_delete(catalog.load_table("ns.multi"), {by_start[0]: [5, 7], by_start[200]: [5, 99]})
     got = _run(engine, "SELECT count(*) AS n, sum(id) AS s FROM ns.multi WHERE id >= 0")
     assert got.to_pylist() == [{"n": 296, "s": sum(range(300)) - 5 - 7 - 205 - 299}]
     assert _slot_files(engine) >= _real_files(catalog.load_table("ns.multi"))
+    # Written after the delete (a larger sequence number): no delete file applies to it.
+    catalog.load_table("ns.multi").append(pa.table({"id": pa.array(range(300, 310), pa.int64())}))
+    got = _run(engine, "SELECT count(*) AS n, sum(id) AS s FROM ns.multi WHERE id >= 0")
+    assert got.to_pylist() == [{"n": 306, "s": sum(range(310)) - 5 - 7 - 205 - 299}]
+    t = catalog.load_table("ns.multi")
+    view = engine.natives.native_table(t, t.current_snapshot().snapshot_id, t.schema())
+    assert view is not None
+    reads = view.select.split(" UNION ALL ")
+    joined = [r for r in reads if "ANTI JOIN" in r]
+    plain = [r for r in reads if "ANTI JOIN" not in r]
+    # The files no delete file applies to (the second when file-scoped, the newest): no join.
+    assert len(plain) == 1 and "file_row_number" not in plain[0]
+    if file_scoped:
+        # Each file with deletes joined on its row number alone.
+        assert len(joined) == 2 and all("file_index" not in r for r in joined)
+    else:
+        assert len(joined) == 1 and "file_index" in joined[0]
 
 
 def _delete_files(table: Any) -> list[str]:
@@ -320,3 +343,65 @@ def test_a_suspect_query_drops_the_kept_views(lake: tuple[RocksCatalog, Engine])
     for slot in engine.slots._free:
         assert slot.admin.execute("SELECT count(*) FROM duckdb_views() WHERE NOT internal").fetchall() == [(0,)]
     assert _run(engine, "SELECT sum(id) AS s FROM ns.sus").to_pylist() == [{"s": 6}]
+
+
+def test_sql_write_reads_name_each_row_by_file_and_position(lake: tuple[RocksCatalog, Engine],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The read of a merge-on-read DELETE / UPDATE (``native_writes``): one query over the
+    listed files, each row with its file's index in the list and its position in the file,
+    earlier position and equality deletes left out; the same rows as the Arrow sources give."""
+    catalog, engine = lake
+    monkeypatch.setattr(native_writes, "_MIN_NATIVE_BYTES", 0)  # these files are small
+    t = catalog.create_table("ns.w", schema=pa.schema([("id", pa.int64()), ("k", pa.string())]))
+    for start in (0, 100, 200):
+        t.append(pa.table({"id": pa.array(range(start, start + 100), pa.int64()),
+                           "k": [f"k{i % 7}" for i in range(start, start + 100)]}))
+    old = {pq.read_table(p.removeprefix("file://")).column("id")[0].as_py(): p
+           for p, _ in data_files(catalog.load_table("ns.w"))}
+    position_delete(catalog.load_table("ns.w"), {old[0]: [3, 50], old[200]: [0, 99]})
+    by_position = {os.path.realpath(p) for p in _delete_files(catalog.load_table("ns.w"))}
+    equality_delete(catalog.load_table("ns.w"), {"k": ["k1"]})
+    for start in (300, 400):  # after the deletes: none applies to these
+        catalog.load_table("ns.w").append(pa.table({"id": pa.array(range(start, start + 10), pa.int64()),
+                                                    "k": ["k1"] * 10}))
+    t = catalog.load_table("ns.w")
+    new = {pq.read_table(p.removeprefix("file://")).column("id")[0].as_py(): p for p, _ in data_files(t)}
+    # Files without deletes at list indexes 0 and 2 (one read, not consecutive), the others apart.
+    paths = [new[300], old[0], new[400], old[200], old[100]]
+    pin_sql, pins = engine.plan("SELECT __icefloe_file AS f, __icefloe_pos AS p, id FROM ns.w", None)
+    tags = {(("ns",), "w"): paths}
+
+    def read() -> list[dict[str, Any]]:
+        got = engine.query_table(pin_sql, pins, None, file_tags=tags, file_positions=True)
+        return sorted(got.to_pylist(), key=lambda r: (r["f"], r["p"]))
+
+    native = read()
+    # DuckDB read the data files and the equality delete file; the positions already deleted
+    # came from the engine's cache of parsed delete files (a registered table), so the slot
+    # may not read the position delete file.
+    slot = _slot_files(engine)
+    assert _real_files(t) <= slot
+    by_equality = {os.path.realpath(p) for p in _delete_files(t)} - by_position
+    assert by_equality and by_equality <= slot
+    assert by_position and not by_position & slot
+    expected = []
+    for index, path in enumerate(paths):
+        ids = pq.read_table(path.removeprefix("file://")).column("id").to_pylist()
+        gone = {old[0]: {3, 50}, old[200]: {0, 99}}.get(path, set())
+        for pos, i in enumerate(ids):
+            if pos not in gone and (i >= 300 or i % 7 != 1):
+                expected.append({"f": index, "p": pos, "id": i})
+    assert native == expected
+    # A statement reading other files of the same snapshot (a clustered DELETE) reuses the slot:
+    # it was made for every data file of the snapshot, not only the ones read.
+    made = engine.slots._made
+    tags = {(("ns",), "w"): paths[1:3]}
+    assert read() == [dict(r, f=r["f"] - 1) for r in expected if r["f"] in (1, 2)]
+    assert engine.slots._made == made
+    tags = {(("ns",), "w"): paths}
+    # Reads smaller than a new slot costs stay on the Arrow sources (their slot reads no file).
+    monkeypatch.setattr(native_writes, "_MIN_NATIVE_BYTES", 16 << 20)
+    assert read() == expected
+    assert engine.slots._free[-1].files == frozenset()
+    monkeypatch.setattr(engine_module, "tagged_table", lambda *args: None)  # the Arrow sources
+    assert read() == expected

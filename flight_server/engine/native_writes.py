@@ -1,0 +1,188 @@
+"""The reads of SQL writes (DELETE, UPDATE, MERGE) through DuckDB's own Parquet reader.
+
+A SQL write names the target's data files it reads (``sqlwrite.target_files``: the base
+snapshot's files, pruned by partition and column bounds) and wants each row's file, as the
+file's index in that list (``__icefloe_file``), and for merge-on-read each row's position in
+its file (``__icefloe_pos``: the position delete it will write). Read here, the target is one
+view in the query's slot: ``read_parquet`` of those files with ``file_row_number``, columns by
+field id, the deletes already committed applied as anti-joins. The whole statement (``SELECT
+__icefloe_file, __icefloe_pos [, new values] FROM target WHERE cond``, or MERGE's join) is
+then ONE DuckDB query over every candidate file: the condition is evaluated in DuckDB's reader
+(filters pushed into the scan), rows already deleted are left out in the same query, and no
+row crosses into Python before it is a match.
+
+Positions already deleted are not read from their delete files by DuckDB: they come from the
+engine's cache of parsed delete files (``catalog.deletes.DeleteSets``, the one the Arrow path
+uses) as one registered Arrow table of (file index, position), which the view anti-joins.
+Every merge-on-read statement adds a delete file; were the delete files the slot's to read,
+its file set would differ on every statement, and each statement would pay a new DuckDB
+database (~15 ms of CPU) and read every footer and every earlier delete file again. The slot
+may read the snapshot's data files (and equality delete files) only, so consecutive statements
+reuse it, its footer cache warm (a merge-on-read DELETE leaves the data files as they were).
+Past ``_REGISTERED_POSITIONS`` deleted positions the Arrow path reads the target instead (its
+delete sets are bounded per file).
+
+Reads of less than ``_MIN_NATIVE_BYTES`` of data files, and shapes the field-id mapping cannot
+express (and S3 tables), answer None: the caller reads through per-file Arrow sources
+(``IcebergSources.file_parts``), which handle every shape.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+from pyiceberg.manifest import ManifestContent
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+
+from catalog.deletes import FileDeletes
+from catalog.lru import LockedLRU
+from catalog.sandbox import ConfinedFileIO
+from flight_server.engine.deletes import POSITION_COLUMN
+from flight_server.engine.native_tables import (
+    FILE_COLUMN,
+    ROW_COLUMN,
+    NativeTable,
+    NativeTables,
+    NotNative,
+    field_id_read,
+    literal,
+    refusal,
+    refuse_position_names,
+)
+
+logger = logging.getLogger("icefloe.engine.native")
+
+TAG_COLUMN = "__icefloe_file"  # as in IcebergSources.file_parts and sqlwrite.target_files
+# A read of fewer bytes of data files stays on the Arrow sources, whose slot (no files) every
+# such read shares. Here the slot is made for the snapshot's files: a statement that changes
+# the data files (UPDATE, MERGE, copy-on-write) makes the next one pay a new DuckDB database,
+# about 15 ms of CPU, which DuckDB's faster reader earns back only on larger reads
+# (bench_sql_writes, 1M rows / 8 MB in 10 files: server CPU per statement no lower for any
+# statement, higher for clustered UPDATE, MERGE and copy-on-write DELETE; lower for copy-on-write
+# rewrites of every file and for the scattered UPDATE).
+_MIN_NATIVE_BYTES = 16 << 20
+# At most this many positions already deleted are held as the registered table (16 bytes each).
+_REGISTERED_POSITIONS = 8_000_000
+# (table uuid, data manifest paths) -> the real paths of the live data files they list.
+_SNAPSHOT_FILES: LockedLRU[tuple[str, tuple[str, ...]], tuple[str, ...]] = LockedLRU(256)
+
+
+def tagged_table(
+    natives: NativeTables, table: Table, snapshot_id: int | None, schema: Schema, paths: Sequence[str],
+    deletes: dict[str, FileDeletes], positions: bool, deleted_name: str,
+) -> NativeTable | None:
+    """The view of ``paths`` (data files of ``table`` at ``snapshot_id``) read as ``schema``
+    with ``__icefloe_file`` (and, if ``positions``, ``__icefloe_pos``), the ``deletes`` of each
+    file applied; ``deleted_name``: the name its table of deleted positions is registered under.
+    None: read through Arrow sources."""
+    reason = refusal(table, schema)
+    if reason is None and (not paths or snapshot_id is None):
+        reason = "no files"  # the Arrow path's empty source has the columns' types
+    if reason is None and snapshot_id is not None:
+        try:
+            return _tagged(natives, table, snapshot_id, schema, list(paths), deletes, positions, deleted_name)
+        except NotNative as exc:
+            reason = str(exc)
+    logger.debug("%s: the SQL write reads through Arrow sources: %s", table.name(), reason)
+    return None
+
+
+def _tagged(
+    natives: NativeTables, table: Table, snapshot_id: int, schema: Schema, paths: list[str],
+    deletes: dict[str, FileDeletes], positions: bool, deleted_name: str,
+) -> NativeTable:
+    io = table.io
+    assert isinstance(io, ConfinedFileIO)  # refusal checked
+    columns, schema_map, outer = field_id_read(schema)
+    refuse_position_names(columns)
+    real = []
+    for path in paths:
+        local = natives._local(io, path)  # the warehouse sandbox's check, cached
+        if not natives.sources.footer_has_ids(path, local, schema):
+            raise NotNative(f"{path} has no Parquet field ids (name-mapped files)")
+        real.append(local)
+    size = sum(os.path.getsize(r) for r in real)
+    if size < _MIN_NATIVE_BYTES:
+        raise NotNative(f"{size} bytes to read: less than a new slot costs (see _MIN_NATIVE_BYTES)")
+    deleted = _deleted_positions(natives, io, paths, deletes)
+    # Files with the same equality delete files are one read (most tables: all of them).
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for i, path in enumerate(paths):
+        equality = deletes.get(path, FileDeletes()).equality
+        groups.setdefault(tuple(sorted(f.file_path for f in equality)), []).append(i)
+    selects, allowed = [], list(real)
+    for indexes in groups.values():
+        tag = _tag(indexes)
+        items = [outer, f"{tag} AS {TAG_COLUMN}"]
+        if positions:
+            items.append(f"d.{ROW_COLUMN} AS {POSITION_COLUMN}")
+        listed = "[" + ", ".join(literal(real[i]) for i in indexes) + "]"
+        read = (f"SELECT {', '.join(items)} FROM read_parquet({listed}, schema = {schema_map}, "
+                f"file_row_number = true) AS d")
+        joins = []
+        if deleted is not None and any(deletes.get(paths[i], FileDeletes()).positions for i in indexes):
+            joins.append(f"ANTI JOIN {deleted_name} AS pd ON pd.i = {tag} AND pd.pos = d.{ROW_COLUMN}")
+        equality = deletes.get(paths[indexes[0]], FileDeletes()).equality
+        joins += natives._equality_joins(io, equality, schema, allowed)
+        selects.append(" ".join([read, *joins]))
+    # The slot may read every data file of the snapshot, not only the ones this statement
+    # reads: the next statement on other files of the table (a clustered DELETE steps through
+    # them) then finds a slot made for the same set, its footers cached, instead of paying a
+    # new DuckDB database. Each is a file of a snapshot the statement pins (sandbox-checked).
+    allowed.extend(_snapshot_data_files(natives, table, io, snapshot_id))
+    registered = ((deleted_name, deleted),) if deleted is not None else ()
+    return NativeTable(" UNION ALL ".join(selects), tuple(sorted(set(allowed))), registered)
+
+
+def _snapshot_data_files(natives: NativeTables, table: Table, io: ConfinedFileIO, snapshot_id: int) -> tuple[str, ...]:
+    """The real paths of the snapshot's live data files, sandbox-checked. Cached by the data
+    manifests that list them: a merge-on-read DELETE's snapshot carries its parent's data
+    manifests, so the next statement finds them without planning the snapshot again."""
+    snapshot = table.metadata.snapshot_by_id(snapshot_id)
+    if snapshot is None:
+        raise NotNative(f"snapshot {snapshot_id} is not in the table's metadata")
+    manifests = [m for m in snapshot.manifests(io) if m.content == ManifestContent.DATA]
+    key = (str(table.metadata.table_uuid), tuple(m.manifest_path for m in manifests))
+    cached = _SNAPSHOT_FILES.get(key)
+    if cached is None:
+        cached = tuple(natives._local(io, entry.data_file.file_path) for m in manifests
+                       for entry in m.fetch_manifest_entry(io, discard_deleted=True))
+        _SNAPSHOT_FILES.put(key, cached)
+    return cached
+
+
+def _deleted_positions(
+    natives: NativeTables, io: ConfinedFileIO, paths: list[str], deletes: dict[str, FileDeletes],
+) -> pa.Table | None:
+    """(i: file index, pos) of every position already deleted from the files, or None."""
+    files = {f.file_path: f for p in paths for f in deletes.get(p, FileDeletes()).positions}
+    if not files:
+        return None
+    if sum(int(f.record_count) for f in files.values()) > _REGISTERED_POSITIONS:
+        raise NotNative(f"more than {_REGISTERED_POSITIONS} positions deleted already")
+    indexes, found = [], []
+    for i, path in enumerate(paths):
+        applied = deletes.get(path, FileDeletes())
+        if applied.positions:
+            # Cached per delete file (deletion vectors as well); not merged into one sorted set.
+            gone = natives.sources.delete_sets.positions(io, applied, path, distinct=False)
+            indexes.append(np.full(len(gone), i, dtype=np.int64))
+            found.append(gone)
+    return pa.table({"i": np.concatenate(indexes), "pos": np.concatenate(found).astype(np.int64, copy=False)})
+
+
+def _tag(indexes: list[int]) -> str:
+    """Each row's file as its index in the statement's file list, for one ``read_parquet`` of
+    the files at ``indexes`` (whose own ``file_index`` counts 0, 1, ... in that order)."""
+    if len(indexes) == 1:
+        return f"CAST({indexes[0]} AS BIGINT)"
+    if indexes == list(range(indexes[0], indexes[0] + len(indexes))):
+        return f"CAST(d.{FILE_COLUMN} AS BIGINT) + {indexes[0]}"
+    listed = ", ".join(str(i) for i in indexes)
+    return f"CAST([{listed}][CAST(d.{FILE_COLUMN} AS BIGINT) + 1] AS BIGINT)"
+
