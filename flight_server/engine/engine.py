@@ -46,7 +46,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
@@ -68,6 +68,9 @@ from flight_server.engine.table_reads import TableReads
 from flight_server.engine.tables import LINEAGE_KINDS, PinnedTable
 from flight_server.engine.watchdog import Running, Watchdog
 from flight_server.transactions import staged_table
+
+if TYPE_CHECKING:
+    from flight_server.config import Config
 
 logger = logging.getLogger("icefloe.engine")
 
@@ -185,6 +188,12 @@ class Engine:
         self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None
     ) -> list[ColumnOrigin | None]:
         return self.planner.column_origins(sql, pins, default_schema)
+
+    @classmethod
+    def for_config(cls, catalog: Any, config: Config, stopping: threading.Event) -> Engine:
+        """The engine a server (the primary or a read worker) runs for ``config``'s limits."""
+        return cls(catalog, query_timeout_s=config.query_timeout_s, max_concurrent=config.max_concurrent_queries,
+                   stopping=stopping, memory_limit=config.memory_limit)
 
     def plan(self, sql: str, default_schema: tuple[str, ...] | None,
              context: Any = None) -> tuple[str, list[PinnedTable]]:

@@ -92,13 +92,7 @@ class FlightSqlService:
         config = deps.config
         self.authorizer = deps.authorizer
         self.appends = deps.appends
-        self.engine = Engine(
-            deps.catalog,
-            query_timeout_s=config.query_timeout_s,
-            max_concurrent=config.max_concurrent_queries,
-            stopping=deps.stopping,
-            memory_limit=config.memory_limit,
-        )
+        self.engine = Engine.for_config(deps.catalog, config, deps.stopping)
         # Tickets and prepared-statement handles go out sealed and come back verified.
         self.handles = HandleCodec(deps.signer)
         # Endpoints name the fleet that can run them (any server on the warehouse), or no one:

@@ -65,9 +65,7 @@ class ReadWorkerServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarro
         signer = HandleSigner(load_or_create_keys(config.key_folder)[0])
         self.catalog = RocksCatalog("icefloe", **config.catalog_properties(), **{"read-only": "true"})
         self.stopping = threading.Event()
-        self.engine = Engine(self.catalog, query_timeout_s=config.query_timeout_s,
-                             max_concurrent=config.max_concurrent_queries, stopping=self.stopping,
-                             memory_limit=config.memory_limit)
+        self.engine = Engine.for_config(self.catalog, config, self.stopping)
         self.runner = TicketRunner(self.engine, HandleCodec(signer), self.querylog, caught_up=self.catalog.caught_up)
         middleware = dict(self.security.middleware)
         # No session middleware: a worker keeps no sessions (and offers no cookie a client

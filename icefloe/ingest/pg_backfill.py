@@ -93,12 +93,17 @@ class KeyRangeBackfill:
                 and [_bound(span.start, self.key, "start"), _bound(span.end, self.key, "end")] == [self.low, self.high])
 
     def close(self) -> None:
-        if self.conn is not None:
-            try:
-                self.conn.close()  # a read-only transaction: nothing to keep
-            except Exception:  # noqa: S110 - closing a broken connection
-                pass
-            self.conn = None
+        close_quietly(self.conn)  # a read-only transaction: nothing to keep
+        self.conn = None
+
+
+def close_quietly(conn: Any) -> None:
+    """Close a psycopg connection that may be broken already (closing it can raise then)."""
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:  # noqa: S110 - closing a broken connection
+            pass
 
 
 def _bound(text: str | None, key: tuple[str, ...], which: str) -> list[Any] | None:

@@ -46,7 +46,7 @@ from icefloe.ingest.contract import (
     SourceUnavailable,
     State,
 )
-from icefloe.ingest.pg_backfill import KeyRangeBackfill
+from icefloe.ingest.pg_backfill import KeyRangeBackfill, close_quietly
 from icefloe.ingest.pg_batch import TRUNCATED, ChangeBatch
 from icefloe.ingest.pg_stream import ReplicationStream, StreamLost, StreamRefused
 from icefloe.ingest.pgoutput import (
@@ -65,6 +65,8 @@ from icefloe.ingest.pgoutput import (
 )
 
 logger = logging.getLogger("icefloe.ingest.postgres")
+# Every source connection reads values in the text forms the decoder parses (pgoutput.converter).
+SESSION_SETTINGS = ("TimeZone = 'UTC'", "DateStyle = 'ISO, YMD'", "bytea_output = 'hex'", "IntervalStyle = 'iso_8601'")
 
 _IDENT = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 # peek_changes: the window of the SQL-function reader that streaming replaced; still accepted
@@ -248,12 +250,8 @@ class PostgresCdcConnector(Connector):
             self._backfill = None
         self._close_stream()
         self._close_snapshot()
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except Exception:  # noqa: S110 - closing a broken connection
-                pass
-            self._conn = None
+        close_quietly(self._conn)
+        self._conn = None
 
     def source_uri(self) -> str:
         return f"postgres://{self._where}/{self.schema_name}.{self.table_name}"
@@ -266,19 +264,13 @@ class PostgresCdcConnector(Connector):
 
             self._conn = psycopg.connect(self.options["dsn"], autocommit=True, connect_timeout=self.connect_timeout,
                                          application_name="icefloe-ingest")
-            self._conn.execute("SET TimeZone = 'UTC'")
-            self._conn.execute("SET DateStyle = 'ISO, YMD'")
-            self._conn.execute("SET bytea_output = 'hex'")
-            self._conn.execute("SET IntervalStyle = 'iso_8601'")
+            for setting in SESSION_SETTINGS:
+                self._conn.execute(f"SET {setting}")
         return self._conn
 
     def _close_snapshot(self) -> None:
-        if self._snap_conn is not None:
-            try:
-                self._snap_conn.close()  # a read-only transaction: nothing to keep
-            except Exception:  # noqa: S110 - closing a broken connection
-                pass
-            self._snap_conn = None
+        close_quietly(self._snap_conn)  # a read-only transaction: nothing to keep
+        self._snap_conn = None
 
     def _snapshot_connection(self) -> Any:
         """The connection holding the snapshot's transaction (taking the snapshot if new)."""
@@ -302,8 +294,7 @@ class PostgresCdcConnector(Connector):
         conn = psycopg.connect(self.options["dsn"], connect_timeout=self.connect_timeout, application_name=name)
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True
-        for setting in ("TimeZone = 'UTC'", "DateStyle = 'ISO, YMD'", "bytea_output = 'hex'",
-                        "IntervalStyle = 'iso_8601'"):
+        for setting in SESSION_SETTINGS:
             conn.execute(f"SET {setting}")
         conn.commit()
         return conn
