@@ -65,6 +65,7 @@ from pyiceberg.types import (
 from catalog.deletes import FileDeletes, v3_fields
 from catalog.lru import LockedLRU
 from catalog.sandbox import ConfinedFileIO
+from flight_server.engine.duckdb_types import duckdb_type as view_type
 from flight_server.engine.iceberg_source import IcebergSources, quote
 from flight_server.engine.splits import assign, scan_units
 
@@ -79,6 +80,12 @@ _POS_PATH_ID, _POS_ID = 2147483546, 2147483545  # position delete files' file_pa
 # row number alone, see NativeTables.reads) for at most this many delete files; past it, binding
 # a UNION ALL that long costs more than the wider join, and the files are read together again.
 _PER_FILE_POSITION_READS = 64
+# The types the ``read_parquet`` field-id mapping reads as the Arrow path does; the others
+# (nested, uuid, fixed, nanosecond timestamps) keep the Arrow path.
+_FIELD_ID_TYPES = (
+    BooleanType, IntegerType, LongType, FloatType, DoubleType, DecimalType, DateType, TimeType,
+    TimestampType, TimestamptzType, StringType, BinaryType,
+)
 
 
 @dataclass(frozen=True)
@@ -95,15 +102,7 @@ class NativeTable:
 def duckdb_type(typ: IcebergType) -> str | None:
     """The DuckDB type the Arrow-dataset path gives an Iceberg type (so both paths bind the
     same), or None for types this path leaves to the Arrow path (nested, uuid, fixed, nanos)."""
-    simple: dict[type[IcebergType], str] = {
-        BooleanType: "BOOLEAN", IntegerType: "INTEGER", LongType: "BIGINT", FloatType: "FLOAT",
-        DoubleType: "DOUBLE", DateType: "DATE", TimeType: "TIME", TimestampType: "TIMESTAMP",
-        TimestamptzType: "TIMESTAMP WITH TIME ZONE", StringType: "VARCHAR", BinaryType: "BLOB",
-    }
-    if isinstance(typ, DecimalType):
-        return f"DECIMAL({typ.precision}, {typ.scale})"
-    found: str | None = simple.get(type(typ))
-    return found
+    return view_type(typ) if type(typ) in _FIELD_ID_TYPES else None
 
 
 def literal(text: str) -> str:

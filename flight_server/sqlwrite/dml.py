@@ -34,6 +34,7 @@ from catalog.context import commit_context
 from catalog.v3 import refuse_v3_write
 from flight_server import errors
 from flight_server.engine import PinnedTable
+from flight_server.engine.duckdb_types import exact_duckdb_type
 from flight_server.engine.iceberg_source import quote
 from flight_server.engine.tables import table_hint
 from flight_server.sqlwrite import mor
@@ -41,7 +42,6 @@ from flight_server.sqlwrite.commit import commit_once
 from flight_server.sqlwrite.parse import TableName, bind_subset, sql_of, table_name, table_reference
 from flight_server.sqlwrite.rows import arrow_schema, conform, conform_batch, input_names
 from flight_server.sqlwrite.target_files import TAG, TargetFiles, target_pin, view_sql, with_target
-from flight_server.sqlwrite.types import exact_duckdb_type
 
 if TYPE_CHECKING:
     from flight_server.sqlwrite.write import Write

@@ -34,12 +34,12 @@ from sqlglot import exp
 
 from flight_server import errors
 from flight_server.engine import CATALOG_NAME, duckdb_seam
+from flight_server.engine.duckdb_types import duckdb_type
 from flight_server.engine.iceberg_source import quote
 from flight_server.engine.slots import SANDBOX_SETTINGS
 from flight_server.engine.sql_text import parameter_markers
 from flight_server.engine.tables import name_candidates
 from flight_server.sqlwrite.parse import parse
-from flight_server.sqlwrite.types import duckdb_type
 
 logger = logging.getLogger("icefloe.sqlwrite.params")
 
