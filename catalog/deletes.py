@@ -23,7 +23,6 @@ This module has no Flight or DuckDB import: the catalog's compaction uses it as 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
@@ -54,6 +53,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import ManifestGroupPlanner
 from pyiceberg.table.metadata import TableMetadata
 
+from catalog.env_settings import byte_budget
 from catalog.lru import LockedLRU
 from catalog.puffin import read_deletion_vector
 from catalog.sandbox import confine
@@ -239,12 +239,7 @@ CACHE_BYTES_ENV = "ICEFLOE_DELETE_CACHE_BYTES"
 
 def cache_budget() -> int:
     """Bytes of delete sets a reader keeps cached (``ICEFLOE_DELETE_CACHE_BYTES``, default 256 MiB)."""
-    raw = os.environ.get(CACHE_BYTES_ENV, "").strip()
-    try:
-        return max(0, int(raw)) if raw else DEFAULT_CACHE_BYTES
-    except ValueError:
-        logger.warning("%s=%r is not a number of bytes; using %d", CACHE_BYTES_ENV, raw, DEFAULT_CACHE_BYTES)
-        return DEFAULT_CACHE_BYTES
+    return byte_budget(CACHE_BYTES_ENV, DEFAULT_CACHE_BYTES, logger)
 
 
 class _BudgetCache:

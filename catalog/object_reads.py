@@ -19,32 +19,25 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TypeVar
 
 from pyiceberg.io import InputStream
 from pyiceberg.io.pyarrow import PyArrowFile
 
-from catalog.object_store import ObjectStoreTimeout
+from catalog.env_settings import byte_budget
+from catalog.object_store import within
 
 logger = logging.getLogger("icefloe.catalog.object_reads")
 
 CACHE_BYTES_ENV = "ICEFLOE_METADATA_CACHE_BYTES"
 DEFAULT_CACHE_BYTES = 128 << 20
-T = TypeVar("T")
 
 
 def cache_budget() -> int:
     """Bytes of metadata files kept (``ICEFLOE_METADATA_CACHE_BYTES``, default 128 MiB; 0: none)."""
-    raw = os.environ.get(CACHE_BYTES_ENV, "").strip()
-    try:
-        return max(0, int(raw)) if raw else DEFAULT_CACHE_BYTES
-    except ValueError:
-        logger.warning("%s=%r is not a number of bytes; using %d", CACHE_BYTES_ENV, raw, DEFAULT_CACHE_BYTES)
-        return DEFAULT_CACHE_BYTES
+    return byte_budget(CACHE_BYTES_ENV, DEFAULT_CACHE_BYTES, logger)
 
 
 def is_immutable_metadata(location: str) -> bool:
@@ -108,35 +101,6 @@ def shared_cache() -> MetadataBytes:
         return _cache
 
 
-def within(deadline_s: float, call: Callable[[], T]) -> T:
-    """``call()`` on its own thread, waiting at most ``deadline_s`` for it.
-
-    Raises:
-        ObjectStoreTimeout: No answer in time (the call goes on, unobserved).
-        Exception: What ``call`` raised.
-    """
-    done = threading.Event()
-    result: list[T] = []
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            result.append(call())
-        except BaseException as exc:  # handed to the waiting reader below
-            failure.append(exc)
-        finally:
-            done.set()
-
-    # A fresh daemon thread per read, not a pool: a read that never returns must not hold a
-    # slot that later reads need.
-    threading.Thread(target=run, name="object-store-read", daemon=True).start()
-    if not done.wait(deadline_s):
-        raise ObjectStoreTimeout(f"no answer from the object store within {deadline_s:.0f} s")
-    if failure:
-        raise failure[0]
-    return result[0]
-
-
 class CachedMetadataFile(PyArrowFile):
     """An immutable metadata file of an object store: read whole, once, within a deadline."""
 
@@ -146,7 +110,7 @@ class CachedMetadataFile(PyArrowFile):
     def _contents(self) -> bytes:
         found = self._cache.get(self.location)
         if found is None:
-            found = within(self._deadline_s, self._read_whole)
+            found = within(self._deadline_s, self._read_whole, "object-store-read")
             self._cache.put(self.location, found)
         return found
 

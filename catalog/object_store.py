@@ -18,8 +18,10 @@ from __future__ import annotations
 import configparser
 import os
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
@@ -32,9 +34,42 @@ MAX_ATTEMPTS = 4
 CONNECT_TIMEOUT_S = 5.0
 REQUEST_TIMEOUT_S = 60.0
 
+T = TypeVar("T")
+
 
 class ObjectStoreTimeout(TimeoutError):
-    """An object-store write got no answer within its deadline (``catalog.object_writes``)."""
+    """An object-store read or write got no answer within its deadline (``within``)."""
+
+
+def within(deadline_s: float, call: Callable[[], T], thread_name: str) -> T:
+    """``call()`` on its own thread, waiting at most ``deadline_s`` for it: pyarrow's S3 client
+    applies its request timeout only on Windows and macOS, so on Linux a request that is never
+    answered would block its caller for good (see ``object_reads`` and ``object_writes``).
+
+    Raises:
+        ObjectStoreTimeout: No answer in time (the call goes on, unobserved).
+        Exception: What ``call`` raised.
+    """
+    done = threading.Event()
+    result: list[T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(call())
+        except BaseException as exc:  # handed to the waiting caller below
+            failure.append(exc)
+        finally:
+            done.set()
+
+    # A fresh daemon thread per call, not a pool: a call that never returns must not hold a
+    # slot that later calls need.
+    threading.Thread(target=run, name=thread_name, daemon=True).start()
+    if not done.wait(deadline_s):
+        raise ObjectStoreTimeout(f"no answer from the object store within {deadline_s:.0f} s")
+    if failure:
+        raise failure[0]
+    return result[0]
 
 
 class ObjectStoreFailed(OSError):

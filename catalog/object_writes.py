@@ -12,12 +12,11 @@ object is simply unreferenced, and orphan removal takes it.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
-from catalog.object_store import MAX_ATTEMPTS, REQUEST_TIMEOUT_S, ObjectStoreTimeout
+from catalog.object_store import MAX_ATTEMPTS, REQUEST_TIMEOUT_S, ObjectStoreTimeout, within
 
 __all__ = ["DeadlineStream", "ObjectStoreTimeout", "close_deadline_s", "close_within"]
 
@@ -38,24 +37,7 @@ def close_within(stream: Any, deadline_s: float) -> None:
         ObjectStoreTimeout: The store did not answer in time (the close goes on unobserved).
         OSError: The close failed (the object store's own error, after its retries).
     """
-    done = threading.Event()
-    failure: list[BaseException] = []
-
-    def close() -> None:
-        try:
-            stream.close()
-        except BaseException as exc:  # handed to the waiting writer below
-            failure.append(exc)
-        finally:
-            done.set()
-
-    # A fresh daemon thread, not a pool: a close that never returns must not take a pool slot
-    # from later writes.
-    threading.Thread(target=close, name="object-store-close", daemon=True).start()
-    if not done.wait(deadline_s):
-        raise ObjectStoreTimeout(f"no answer from the object store within {deadline_s:.0f} s")
-    if failure:
-        raise failure[0]
+    within(deadline_s, stream.close, "object-store-close")
 
 
 class DeadlineStream:

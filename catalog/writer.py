@@ -55,8 +55,7 @@ from pyiceberg.utils.properties import property_as_int
 from catalog.arrow_types import aligned, plain_schema, to_plain
 from catalog.durable_io import background_fsync, fsync_all, local_path, local_paths
 from catalog.lru import LockedLRU
-from catalog.object_reads import within
-from catalog.object_store import ObjectStoreTimeout, storage_failure
+from catalog.object_store import ObjectStoreTimeout, storage_failure, within
 from catalog.object_writes import close_deadline_s
 from catalog.sandbox import OutsideTableError, confine
 from catalog.schema_policy import check_required, schema_text, strip_field_ids
@@ -189,7 +188,7 @@ class _RollingFile:
         if self._stuck:
             raise ObjectStoreTimeout("an earlier write to this object got no answer")
         try:
-            return within(self._deadline_s, call)
+            return within(self._deadline_s, call, "object-store-write")
         except ObjectStoreTimeout:
             self._stuck = True  # the abandoned call still holds the writer: never touch it again
             raise

@@ -45,7 +45,8 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -214,18 +215,26 @@ class Engine:
         known = self.bound.get(key)
         if known is not None:
             return known.schema, known.parameters
-        slot, native = self._take_slot(pins, sql)
-        cur = slot.cursor()
-        run = Running(slot, cur, None, 0.0)
-        try:
-            self._setup(run, pins, default_schema, native=native)
-            sig = duckdb_seam.bind(cur, sql, values=params)
+        with self._bound_statement(sql, pins, default_schema, params) as (cur, sig):
             if sig.writes:
                 raise errors.InvalidArgument("this statement writes; send it as an update")
             schema = arrow_schema(cur, sig.names, sig.types)
             param_schema = arrow_schema(cur, [f"${n}" for n, _ in sig.parameters], [t for _, t in sig.parameters])
             self.bound.put(key, Bound(schema, param_schema, tuple(str(t) for t in sig.types)))
             return schema, param_schema
+
+    @contextmanager
+    def _bound_statement(
+        self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None, params: list[Any] | None
+    ) -> Iterator[tuple[duckdb.DuckDBPyConnection, duckdb_seam.BoundStatement]]:
+        """``sql`` bound, not run, on a slot set up for ``pins``: the cursor and what binding
+        told. DuckDB errors in the block are mapped to client errors; the slot is released after."""
+        slot, native = self._take_slot(pins, sql)
+        cur = slot.cursor()
+        run = Running(slot, cur, None, 0.0)
+        try:
+            self._setup(run, pins, default_schema, native=native)
+            yield cur, duckdb_seam.bind(cur, sql, values=params)
         except duckdb.Error as exc:
             raise messages.map_duckdb(exc) from None
         finally:
@@ -323,17 +332,8 @@ class Engine:
         params: list[Any] | None = None,
     ) -> list[tuple[str, str]]:
         """(name, DuckDB type) of each result column of a query, without running it (SQL writes)."""
-        slot, native = self._take_slot(pins, sql)
-        cur = slot.cursor()
-        run = Running(slot, cur, None, 0.0)
-        try:
-            self._setup(run, pins, default_schema, native=native)
-            sig = duckdb_seam.bind(cur, sql, values=params)
+        with self._bound_statement(sql, pins, default_schema, params) as (_, sig):
             return [(str(n), str(t)) for n, t in zip(sig.names, sig.types, strict=True)]
-        except duckdb.Error as exc:
-            raise messages.map_duckdb(exc) from None
-        finally:
-            self.runs.release(run)
 
     def query_table(
         self, sql: str, pins: list[PinnedTable], default_schema: tuple[str, ...] | None,
