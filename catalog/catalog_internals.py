@@ -16,7 +16,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 
 from catalog.commit_log import CommitRecord
-from catalog.commit_writer import Commit
+from catalog.commit_writer import Commit, TablePointer
 from catalog.pins import SnapshotPins
 from catalog.sandbox import ConfinedFileIO, Warehouse
 from catalog.store import RocksStore
@@ -44,7 +44,7 @@ class CatalogInternals(Protocol):
 
     def _require_namespace(self, ns: tuple[str, ...]) -> None: ...
 
-    def _pointer(self, ns: tuple[str, ...], table: str) -> dict[str, Any] | None: ...
+    def _pointer(self, ns: tuple[str, ...], table: str) -> TablePointer | None: ...
 
     def _pointer_value(self, location: str, previous: str | None, table_uuid: str) -> bytes: ...
 

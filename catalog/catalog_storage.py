@@ -28,7 +28,7 @@ from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from catalog import avro_cache, keys, manifest_list_cache, table_locations, views
 from catalog.catalog_errors import CatalogReadOnlyError, MetadataFileMissingError
 from catalog.commit_log import CommitLog, CommitRecord
-from catalog.commit_writer import Commit, CommitWriter, log_retention, pointer_value
+from catalog.commit_writer import Commit, CommitWriter, TablePointer, log_retention, pointer_value
 from catalog.names import EmptyNamespaceError, InvalidNameError, check_name, check_namespace
 from catalog.object_reads import RecentlySeen
 from catalog.object_store import is_object_store
@@ -127,9 +127,12 @@ class CatalogStorage(MetastoreCatalog):
         skip their own catch-up (see ``RocksStore.caught_up``). A no-op for the writer."""
         return self._store.caught_up()
 
-    def _pointer(self, ns: tuple[str, ...], table: str) -> dict[str, Any] | None:
+    def _pointer(self, ns: tuple[str, ...], table: str) -> TablePointer | None:
         raw = self._store.get(keys.table_key(ns, table))
-        return json.loads(raw) if raw is not None else None
+        if raw is None:
+            return None
+        pointer: TablePointer = json.loads(raw)
+        return pointer
 
     def _refuse_view_name(self, ns: tuple[str, ...], name: str) -> None:
         # Tables and views share one name space (Iceberg-Java's wording).

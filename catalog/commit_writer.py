@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from catalog import keys
 from catalog.commit_log import CommitLog, CommitRecord
@@ -35,11 +35,21 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
+class TablePointer(TypedDict):
+    """A table's stored pointer, as ``pointer_value`` writes it (read with ``.get`` where a
+    pointer written before that field existed may lack it)."""
+
+    metadata_location: str
+    previous_metadata_location: NotRequired[str | None]
+    table_uuid: NotRequired[str]
+
+
 def pointer_value(location: str, previous: str | None, table_uuid: str) -> bytes:
     """The stored table pointer: current and previous metadata location, and the table's UUID."""
-    return json.dumps(
-        {"metadata_location": location, "previous_metadata_location": previous, "table_uuid": table_uuid}
-    ).encode("utf-8")
+    pointer: TablePointer = {
+        "metadata_location": location, "previous_metadata_location": previous, "table_uuid": table_uuid
+    }
+    return json.dumps(pointer).encode("utf-8")
 
 
 def log_retention(properties: dict[str, str]) -> tuple[int | None, int | None]:
