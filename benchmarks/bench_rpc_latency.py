@@ -9,7 +9,10 @@ It also measures the floor of one RPC: an unknown action refused at once, sent w
 pyarrow.flight to icefloe and to a bare ``pyarrow.flight`` server with no middleware (server
 CPU per call), so the share of our middlewares and dispatch is a measured difference.
 
-Usage: python benchmarks/bench_rpc_latency.py [--calls 200] [--rounds 3] [--no-peer]
+``--baseline PATH`` also serves the same data from another checkout of icefloe (e.g. main
+before a change) in the same rounds, so a change is measured side by side on a loaded machine.
+
+Usage: python benchmarks/bench_rpc_latency.py [--calls 200] [--rounds 3] [--no-peer] [--baseline PATH]
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import argparse
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -38,6 +40,7 @@ from bench_concurrency import ROWS, load, write_kv  # noqa: E402
 from bench_flightsql_scan import BareProcess, cpu_seconds, peer_binary  # noqa: E402
 from bench_tpch import CACHE, PEER, generate, scale_name  # noqa: E402
 from run_records import save_run  # noqa: E402
+from serve_process import ServeProcess  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 
 # A pyarrow.flight server with no middleware and no work: the floor of one Python RPC here.
@@ -111,6 +114,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-peer", action="store_true")
     parser.add_argument("--extra-args", default="", help="more `icefloe serve` arguments")
+    parser.add_argument("--baseline", default=None, help="another icefloe checkout to serve the same data too")
     args = parser.parse_args()
     peer_bin, peer_note = (None, "--no-peer") if args.no_peer else peer_binary()
     tpch = generate(0.1, CACHE / scale_name(0.1))
@@ -123,8 +127,12 @@ def main() -> None:
         assert server.proc is not None
         bare = BareProcess([sys.executable, "-c", BARE_SERVER])
         peer = None
+        baseline = None
         try:
             load(server.location, kv, tpch / "lineitem.parquet")
+            if args.baseline:
+                baseline = ServeProcess(Path(tmp) / "baseline-warehouse", root=Path(args.baseline))
+                load(baseline.location, kv, tpch / "lineitem.parquet")
             if peer_bin is not None:
                 peer = BareProcess([str(peer_bin), f"kv={kv}", f"lineitem={tpch / 'lineitem.parquet'}"])
             floors = {"icefloe": [], "bare": []}
@@ -136,6 +144,9 @@ def main() -> None:
                 run: dict[str, Any] = {"load_average": os.getloadavg()}
                 for kind, (ours, theirs) in KINDS.items():
                     run[kind] = {"icefloe": probe(server.location, server.proc.pid, ours, args.calls)}
+                    if baseline is not None:
+                        run[kind]["baseline"] = probe(baseline.location, baseline.proc.pid, ours, args.calls)
+                        run[kind]["vs_baseline"] = run[kind]["icefloe"]["p50_ms"] / run[kind]["baseline"]["p50_ms"]
                     if peer is not None:
                         run[kind]["peer"] = probe(peer.location, peer.proc.pid, theirs, args.calls)
                         run[kind]["p50_ratio"] = run[kind]["icefloe"]["p50_ms"] / run[kind]["peer"]["p50_ms"]
@@ -145,10 +156,14 @@ def main() -> None:
                     f"{run[kind]['icefloe']['cpu_ms']:.2f} ms"
                     + (f", peer p50 {run[kind]['peer']['p50_ms']:.2f} ms cpu {run[kind]['peer']['cpu_ms']:.2f} ms, "
                        f"ratio {run[kind]['p50_ratio']:.2f}" if "peer" in run[kind] else "")
+                    + (f", baseline p50 {run[kind]['baseline']['p50_ms']:.2f} ms cpu "
+                       f"{run[kind]['baseline']['cpu_ms']:.2f} ms" if "baseline" in run[kind] else "")
                     for kind in KINDS), file=sys.stderr, flush=True)
         finally:
             server.stop()
             bare.stop()
+            if baseline is not None:
+                baseline.stop()
             if peer is not None:
                 peer.stop()
     results["load_average_after"] = os.getloadavg()
@@ -156,12 +171,23 @@ def main() -> None:
         ratios = [run[kind]["p50_ratio"] for run in results["runs"] if "p50_ratio" in run[kind]]
         results[f"{kind}_p50_ratio"] = statistics.median(ratios) if ratios else None
         results[f"{kind}_cpu_ms"] = statistics.median(run[kind]["icefloe"]["cpu_ms"] for run in results["runs"])
+        if args.baseline:
+            results[f"{kind}_vs_baseline"] = statistics.median(run[kind]["vs_baseline"] for run in results["runs"])
+            results[f"{kind}_baseline_cpu_ms"] = statistics.median(run[kind]["baseline"]["cpu_ms"]
+                                                                   for run in results["runs"])
+            base_ratios = [run[kind]["baseline"]["p50_ms"] / run[kind]["peer"]["p50_ms"] for run in results["runs"]
+                           if "peer" in run[kind]]
+            results[f"{kind}_baseline_p50_ratio"] = statistics.median(base_ratios) if base_ratios else None
     print(f"refused action, server CPU per call: icefloe {results['refused_action_cpu_ms']['icefloe']:.3f} ms, "
           f"bare pyarrow.flight {results['refused_action_cpu_ms']['bare']:.3f} ms")
     for kind in KINDS:
         ratio = results[f"{kind}_p50_ratio"]
         print(f"{kind}: median p50 ratio icefloe/peer {ratio:.2f}" if ratio is not None else f"{kind}: no peer",
               f"(icefloe CPU per query {results[f'{kind}_cpu_ms']:.2f} ms)")
+        if args.baseline:
+            print(f"  baseline: p50 / peer {results[f'{kind}_baseline_p50_ratio']}, CPU per query "
+                  f"{results[f'{kind}_baseline_cpu_ms']:.2f} ms; icefloe / baseline p50 "
+                  f"{results[f'{kind}_vs_baseline']:.2f}")
     print(f"load average before {results['load_average_before'][0]:.1f}, after {results['load_average_after'][0]:.1f}")
     save_run("rpc_latency", results)
 
