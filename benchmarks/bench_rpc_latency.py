@@ -114,11 +114,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-peer", action="store_true")
     parser.add_argument("--extra-args", default="", help="more `icefloe serve` arguments")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="which of select1,point to run")
     parser.add_argument("--baseline", default=None, help="another icefloe checkout to serve the same data too")
     args = parser.parse_args()
+    kinds = args.kinds.split(",")
     peer_bin, peer_note = (None, "--no-peer") if args.no_peer else peer_binary()
     tpch = generate(0.1, CACHE / scale_name(0.1))
-    results: dict[str, Any] = {"calls": args.calls, "rounds": args.rounds, "load_average_before": os.getloadavg(),
+    results: dict[str, Any] = {"calls": args.calls, "rounds": args.rounds, "baseline": args.baseline,
+                               "load_average_before": os.getloadavg(),
                                "peer": PEER if peer_bin else f"skipped: {peer_note}", "runs": []}
     with tempfile.TemporaryDirectory(prefix="icefloe-rpc-") as tmp:
         kv = Path(tmp) / "kv.parquet"
@@ -142,14 +145,21 @@ def main() -> None:
             results["refused_action_cpu_ms"] = {k: statistics.median(v) for k, v in floors.items()}
             for round_ in range(args.rounds):
                 run: dict[str, Any] = {"load_average": os.getloadavg()}
-                for kind, (ours, theirs) in KINDS.items():
-                    run[kind] = {"icefloe": probe(server.location, server.proc.pid, ours, args.calls)}
+                for kind in kinds:
+                    ours, theirs = KINDS[kind]
+                    sides = [("icefloe", server, ours)]
                     if baseline is not None:
-                        run[kind]["baseline"] = probe(baseline.location, baseline.proc.pid, ours, args.calls)
-                        run[kind]["vs_baseline"] = run[kind]["icefloe"]["p50_ms"] / run[kind]["baseline"]["p50_ms"]
+                        sides.append(("baseline", baseline, ours))
                     if peer is not None:
-                        run[kind]["peer"] = probe(peer.location, peer.proc.pid, theirs, args.calls)
+                        sides.append(("peer", peer, theirs))
+                    # The order turns each round: no side always runs first (or after another).
+                    turn = round_ % len(sides)
+                    run[kind] = {name: probe(proc.location, proc.proc.pid, sql, args.calls)
+                                 for name, proc, sql in sides[turn:] + sides[:turn]}
+                    if peer is not None:
                         run[kind]["p50_ratio"] = run[kind]["icefloe"]["p50_ms"] / run[kind]["peer"]["p50_ms"]
+                    if baseline is not None:
+                        run[kind]["vs_baseline"] = run[kind]["icefloe"]["p50_ms"] / run[kind]["baseline"]["p50_ms"]
                 results["runs"].append(run)
                 print(f"round {round_ + 1}: load {run['load_average'][0]:.1f}; " + "; ".join(
                     f"{kind} icefloe p50 {run[kind]['icefloe']['p50_ms']:.2f} ms cpu "
@@ -158,7 +168,7 @@ def main() -> None:
                        f"ratio {run[kind]['p50_ratio']:.2f}" if "peer" in run[kind] else "")
                     + (f", baseline p50 {run[kind]['baseline']['p50_ms']:.2f} ms cpu "
                        f"{run[kind]['baseline']['cpu_ms']:.2f} ms" if "baseline" in run[kind] else "")
-                    for kind in KINDS), file=sys.stderr, flush=True)
+                    for kind in kinds), file=sys.stderr, flush=True)
         finally:
             server.stop()
             bare.stop()
@@ -167,7 +177,7 @@ def main() -> None:
             if peer is not None:
                 peer.stop()
     results["load_average_after"] = os.getloadavg()
-    for kind in KINDS:
+    for kind in kinds:
         ratios = [run[kind]["p50_ratio"] for run in results["runs"] if "p50_ratio" in run[kind]]
         results[f"{kind}_p50_ratio"] = statistics.median(ratios) if ratios else None
         results[f"{kind}_cpu_ms"] = statistics.median(run[kind]["icefloe"]["cpu_ms"] for run in results["runs"])
@@ -180,7 +190,7 @@ def main() -> None:
             results[f"{kind}_baseline_p50_ratio"] = statistics.median(base_ratios) if base_ratios else None
     print(f"refused action, server CPU per call: icefloe {results['refused_action_cpu_ms']['icefloe']:.3f} ms, "
           f"bare pyarrow.flight {results['refused_action_cpu_ms']['bare']:.3f} ms")
-    for kind in KINDS:
+    for kind in kinds:
         ratio = results[f"{kind}_p50_ratio"]
         print(f"{kind}: median p50 ratio icefloe/peer {ratio:.2f}" if ratio is not None else f"{kind}: no peer",
               f"(icefloe CPU per query {results[f'{kind}_cpu_ms']:.2f} ms)")
