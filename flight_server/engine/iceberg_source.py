@@ -76,8 +76,11 @@ class _Footer:
     has_ids: bool = True  # False: the file carries no field ids (matched by name)
 
 
-# Snapshots with at most this many data files keep them (with their statistics) in memory.
-MAX_KEPT_FILES = 20_000
+# Snapshots with at most this many data files keep them (with their statistics: ~1-2 KB each,
+# more for wide tables) in memory, for the ``KEPT_SNAPSHOTS`` most recently planned snapshots;
+# a larger snapshot's manifests are read for each new filter, as before.
+MAX_KEPT_FILES = 5_000
+KEPT_SNAPSHOTS = 8
 
 
 def quote(name: str) -> str:
@@ -91,7 +94,7 @@ class IcebergSources:
         self._files: LockedLRU[Any, Any] = LockedLRU(512)  # (table uuid, snapshot id, filter) -> files
         # (table uuid, snapshot id) -> every live data file with its statistics, so that each new
         # filter (a point lookup's key) is pruned in memory instead of reading the manifests again.
-        self._snapshot_files: LockedLRU[Any, tuple[DataFile, ...]] = LockedLRU(64)
+        self._snapshot_files: LockedLRU[Any, tuple[DataFile, ...]] = LockedLRU(KEPT_SNAPSHOTS)
         self._many: LockedLRU[Any, bool] = LockedLRU(64)  # snapshots past MAX_KEPT_FILES
         self._footers: LockedLRU[str, _Footer] = LockedLRU(65536)  # file path -> _Footer
         self._row_groups: LockedLRU[str, int] = LockedLRU(65536)  # file path -> row groups in its footer

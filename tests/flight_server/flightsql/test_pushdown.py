@@ -142,3 +142,21 @@ def test_each_new_filter_is_pruned_without_reading_the_manifests_again(tables: t
         assert kept(f"id = {key}") == want and len(want) == 1, key
     assert kept("id = -1") == []
     assert kept("id IS NULL") == [path for path, _, _ in every]  # not a pushed-down filter: every file
+
+
+def test_a_snapshot_with_too_many_files_to_keep_is_pruned_from_its_manifests(
+        tables: tuple[Any, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    from flight_server.engine import iceberg_source
+
+    monkeypatch.setattr(iceberg_source, "MAX_KEPT_FILES", 1)  # the sample table has two
+    cat, _ = tables
+    orders = cat.load_table("sales.orders")
+    snapshot = orders.metadata.current_snapshot().snapshot_id
+    sources = IcebergSources()
+
+    def kept(where: str) -> int:
+        prune = row_filter(f"SELECT * FROM sales.orders WHERE {where}", orders.schema())
+        return len(sources.data_files(orders, snapshot, prune))
+
+    assert kept("id = 4") == 1 and kept("id = 1") == 1 and kept("id >= 1") == 2
+    assert sources._every_data_file(orders, snapshot) is None  # not kept, and remembered so
