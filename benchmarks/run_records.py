@@ -153,6 +153,10 @@ FIGURES = (
     Figure("ingest_cdc", "ingest_cdc.p99", "the same: p99", "median_p99_ms", "report", "ms"),
     Figure("ingest_cdc", "ingest_cdc.source_rate", "the same: the rate the source writers reached (changes/s)",
            "median_achieved_rate", "report", "/s"),
+    Figure("rpc_latency", "rpc_latency.select1", "one ADBC client's `SELECT 1` p50: icefloe / the DataFusion peer",
+           "select1_p50_ratio", "<= 1.3", "x"),
+    Figure("rpc_latency", "rpc_latency.point", "one ADBC client's point lookup on a 1M-row table, p50: icefloe / the "
+           "peer", "point_p50_ratio", "report", "x"),
 )
 
 

@@ -20,11 +20,14 @@ REST = re.compile(r"icefloe REST catalog on (\S+)")
 class ServeProcess:
     """Starts the server over ``warehouse``; ``location`` is where it listens."""
 
-    def __init__(self, warehouse: Path, start_timeout_s: float = 60.0, extra_args: Sequence[str] = ()) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "ICEFLOE_LOG_LEVEL": "info"}
+    def __init__(self, warehouse: Path, start_timeout_s: float = 60.0, extra_args: Sequence[str] = (),
+                 root: Path = ROOT) -> None:
+        # ``root``: the checkout whose code serves (another one: a baseline measured side by side).
+        env = {**os.environ, "PYTHONPATH": str(root), "ICEFLOE_LOG_LEVEL": "info"}
         cmd = [sys.executable, "-m", "flight_server.cli", "serve", "--warehouse", str(warehouse), "--port", "0",
                *extra_args]
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
+                                     cwd=None if root == ROOT else root)
         assert self.proc.stderr is not None
         deadline = time.monotonic() + start_timeout_s
         self.location = ""

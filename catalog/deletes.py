@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -194,6 +194,23 @@ class DeleteIndex:
         positions += [f for s, f in self._pos_by_partition.get(key, ()) if s >= seq and _may_name(f, path)]
         equality = [f for s, f in (*self._eq_global, *self._eq_by_partition.get(key, ())) if s > seq]
         return FileDeletes(tuple(positions), tuple(equality))
+
+
+def file_filter(table: Any, row_filter: BooleanExpression, case_sensitive: bool = False) -> Callable[[DataFile], bool]:
+    """Whether a live data file of ``table`` may hold rows matching ``row_filter``: the same
+    partition and min/max tests ``plan_files`` applies to manifest entries, for files already
+    read from the manifests (so each new filter needs no manifest read)."""
+    planner = ManifestGroupPlanner(table.metadata, table.io, row_filter, case_sensitive)
+    partitions: dict[int, Callable[[DataFile], bool]] = {}
+    metrics = planner._build_metrics_evaluator()  # pyiceberg's own evaluators (pinned <0.13)
+
+    def may_match(data_file: DataFile) -> bool:
+        partition = partitions.get(data_file.spec_id)
+        if partition is None:
+            partition = partitions[data_file.spec_id] = planner._build_partition_evaluator(data_file.spec_id)
+        return partition(data_file) and metrics(data_file)
+
+    return may_match
 
 
 def plan_files(

@@ -18,6 +18,14 @@ import pyarrow.flight as flight
 
 # Well under gRPC's 16 MiB: the IPC framing, padding and metadata add to the buffers' sizes.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+# Arrow's defaults, made once: a stream given no options builds them, reading two environment
+# variables, on every DoGet (21 us of a 23 us ``RecordBatchStream``). Read-only once made.
+IPC_OPTIONS = pa.ipc.IpcWriteOptions()
+
+
+def record_batch_stream(source: pa.RecordBatchReader | pa.Table) -> flight.RecordBatchStream:
+    """A DoGet stream of ``source`` as it is (callers bound message sizes themselves)."""
+    return flight.RecordBatchStream(source, options=IPC_OPTIONS)
 
 
 def sliced(batch: pa.RecordBatch, limit: int = MAX_MESSAGE_BYTES) -> Iterator[pa.RecordBatch]:
@@ -64,5 +72,5 @@ def bounded_reader(reader: pa.RecordBatchReader, limit: int = MAX_MESSAGE_BYTES)
 def bounded_stream(source: pa.RecordBatchReader | pa.Table) -> flight.RecordBatchStream:
     """The DoGet stream of ``source``, no message of which a gRPC client will refuse for size."""
     if isinstance(source, pa.Table):
-        return flight.RecordBatchStream(bounded_table(source))
-    return flight.RecordBatchStream(bounded_reader(source))
+        return record_batch_stream(bounded_table(source))
+    return record_batch_stream(bounded_reader(source))

@@ -30,7 +30,6 @@ from catalog.lineage.index import LineageIndex
 from flight_server import errors
 from flight_server.config import Config
 from flight_server.engine.quality import DuckDBQualityGate
-from flight_server.flightsql.sessions import MIDDLEWARE_KEY as SESSION_MIDDLEWARE_KEY
 from flight_server.flightsql.sessions import SessionMiddlewareFactory
 from flight_server.lineage_setup import lineage_settings
 from flight_server.observability.metrics import Metrics, rpc
@@ -39,7 +38,6 @@ from flight_server.security.auth import action_floor, build_security, put_floor
 from flight_server.security.authorizer import Authorizer
 from flight_server.security.handles import HandleSigner
 from flight_server.security.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
-from flight_server.security.headers import HeadersMiddlewareFactory
 from flight_server.security.tokens import load_or_create_keys
 from flight_server.workers.pool import ReadWorkerPool
 
@@ -100,8 +98,8 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
         self.ingest = IngestService(self.catalog, appender, self.metrics, config)
         middleware = dict(kwargs.pop("middleware", None) or {})
         middleware.update(self.security.middleware)
-        middleware.setdefault(HEADERS_MIDDLEWARE_KEY, HeadersMiddlewareFactory())
-        middleware.setdefault(SESSION_MIDDLEWARE_KEY, SessionMiddlewareFactory())
+        # One middleware gives handlers the call's headers, its end and its session.
+        middleware.setdefault(HEADERS_MIDDLEWARE_KEY, SessionMiddlewareFactory())
         super().__init__(config.location, middleware=middleware, **{**self.security.server_kwargs, **kwargs})
         # --port 0 asks the OS for a port; keep the one we got.
         self.config.port = self.port

@@ -28,11 +28,12 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from catalog.arrow_types import view_columns
-from catalog.deletes import DeleteSets, FileDeletes, plan_files
+from catalog.deletes import DeleteSets, FileDeletes, file_filter, plan_files
 from catalog.lru import LockedLRU
 from catalog.object_store import filesystem, fs_path
 from catalog.sandbox import confine
@@ -75,6 +76,13 @@ class _Footer:
     has_ids: bool = True  # False: the file carries no field ids (matched by name)
 
 
+# Snapshots with at most this many data files keep them (with their statistics: ~1-2 KB each,
+# more for wide tables) in memory, for the ``KEPT_SNAPSHOTS`` most recently planned snapshots;
+# a larger snapshot's manifests are read for each new filter, as before.
+MAX_KEPT_FILES = 5_000
+KEPT_SNAPSHOTS = 8
+
+
 def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -84,6 +92,10 @@ class IcebergSources:
 
     def __init__(self) -> None:
         self._files: LockedLRU[Any, Any] = LockedLRU(512)  # (table uuid, snapshot id, filter) -> files
+        # (table uuid, snapshot id) -> every live data file with its statistics, so that each new
+        # filter (a point lookup's key) is pruned in memory instead of reading the manifests again.
+        self._snapshot_files: LockedLRU[Any, tuple[DataFile, ...]] = LockedLRU(KEPT_SNAPSHOTS)
+        self._many: LockedLRU[Any, bool] = LockedLRU(64)  # snapshots past MAX_KEPT_FILES
         self._footers: LockedLRU[str, _Footer] = LockedLRU(65536)  # file path -> _Footer
         self._row_groups: LockedLRU[str, int] = LockedLRU(65536)  # file path -> row groups in its footer
         # (path, row groups, dictionary columns) -> (filesystem, fragment); see _fragment. Each
@@ -247,16 +259,40 @@ class IcebergSources:
         cached = self._files.get(key)
         if cached is not None:
             return list(cached)
-        files = []
-        for planned in plan_files(table.metadata, table.io, snapshot_id, row_filter):
-            data_file = planned.data_file
-            confine(table.io, data_file.file_path)  # nothing outside the table's folder is read
-            for delete_file in planned.deletes.files():
-                confine(table.io, delete_file.file_path)  # delete and Puffin files alike
-            offsets = tuple(int(o) for o in (data_file.split_offsets or ()))
-            files.append((data_file.file_path, int(data_file.file_size_in_bytes), offsets))
+        every = self._every_data_file(table, snapshot_id)
+        if every is None:  # too many files to keep: the manifests are read for this filter
+            chosen = [planned.data_file for planned in plan_files(table.metadata, table.io, snapshot_id, row_filter)]
+            for data_file in chosen:
+                confine(table.io, data_file.file_path)
+        elif isinstance(row_filter, AlwaysTrue):
+            chosen = list(every)
+        else:
+            chosen = list(filter(file_filter(table, row_filter), every))
+        files = [(f.file_path, int(f.file_size_in_bytes), tuple(int(o) for o in (f.split_offsets or ())))
+                 for f in chosen]
         self._files.put(key, tuple(files))
         return files
+
+    def _every_data_file(self, table: Table, snapshot_id: int) -> tuple[DataFile, ...] | None:
+        """Every live data file of the snapshot in manifest order (None past ``MAX_KEPT_FILES``),
+        each checked against the table's folder, and the delete files that apply to them too."""
+        key = (str(table.metadata.table_uuid), snapshot_id)
+        cached = self._snapshot_files.get(key)
+        if cached is not None:
+            return cached
+        if self._many.get(key):
+            return None
+        planned = plan_files(table.metadata, table.io, snapshot_id)
+        for item in planned:
+            confine(table.io, item.data_file.file_path)  # nothing outside the table's folder is read
+            for delete_file in item.deletes.files():
+                confine(table.io, delete_file.file_path)  # delete and Puffin files alike
+        if len(planned) > MAX_KEPT_FILES:
+            self._many.put(key, True)
+            return None
+        every = tuple(item.data_file for item in planned)
+        self._snapshot_files.put(key, every)
+        return every
 
     def file_deletes(self, table: Table, snapshot_id: int) -> dict[str, FileDeletes]:
         """Data file path -> the delete files that apply to it, for the snapshot's files that

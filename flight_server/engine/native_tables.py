@@ -123,6 +123,10 @@ class NativeTables:
         # (table folder, manifest path) -> the real path the sandbox approved. A path approved
         # once stays inside its table: resolving it again per query would only cost syscalls.
         self._approved: LockedLRU[tuple[str | None, str], str] = LockedLRU(65536)
+        # (table uuid, snapshot id, columns read, the files read) -> the view: each of those names
+        # something immutable, so a point lookup's new key that prunes to the same files (its
+        # bind, then its DoGet) finds the view text already built.
+        self._built: LockedLRU[tuple[Any, ...], NativeTable] = LockedLRU(1024)
 
     def native_table(
         self, table: Table, snapshot_id: int | None, schema: Schema,
@@ -153,9 +157,17 @@ class NativeTables:
             files = _split_part(files, split)
         if not files:
             return _empty(columns)
+        # The columns, not only the schema id: a rolled-back transaction's staged schema id may
+        # be given to other columns by a later commit of the same snapshot's table.
+        key = (str(table.metadata.table_uuid), snapshot_id, tuple(columns), tuple(p for p, _, _ in files))
+        built = self._built.get(key)
+        if built is not None:
+            return built
         deletes = self.sources.file_deletes(table, snapshot_id)
         selects, allowed = self.reads(io, [p for p, _, _ in files], deletes, schema)
-        return NativeTable(" UNION ALL ".join(selects), tuple(dict.fromkeys(allowed)))
+        built = NativeTable(" UNION ALL ".join(selects), tuple(dict.fromkeys(allowed)))
+        self._built.put(key, built)
+        return built
 
     def reads(
         self, io: ConfinedFileIO, paths: Sequence[str], deletes: dict[str, FileDeletes], schema: Schema,

@@ -46,6 +46,7 @@ from flight_server import errors
 from flight_server.changes import ChangeRequest, ChangeScanService
 from flight_server.engine.planner import MAX_STATEMENT_BYTES
 from flight_server.engine.policy import serialize
+from flight_server.message_size import record_batch_stream
 from flight_server.security.handles import HandleSigner
 from flight_server.staged_appends import table_identifier
 
@@ -329,7 +330,7 @@ class IcefloeCalls:
         raw = json.loads(self._signer.open(PURPOSE, sealed, "ticket"))
         schema = COMMIT_SCHEMA if raw["f"] == COMMIT else ABORT_SCHEMA
         row = {name: raw["r"].get(name) for name in schema.names}
-        return flight.RecordBatchStream(pa.Table.from_pylist([row], schema))
+        return record_batch_stream(pa.Table.from_pylist([row], schema))
 
 
 def rows_of(answer: dict[str, Any]) -> int:

@@ -9,6 +9,7 @@ that vanish leave nothing behind.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
 import threading
@@ -19,10 +20,14 @@ from typing import Any
 
 import pyarrow.flight as flight
 
+from flight_server.security.headers import MIDDLEWARE_KEY as HEADERS_MIDDLEWARE_KEY
+from flight_server.security.headers import HeadersMiddleware
 from flight_server.security.tokens import session_identity
 
 COOKIE = "arrow_flight_session_id"
-MIDDLEWARE_KEY = "icefloe-session"
+# The session rides on the call's headers middleware (one Python middleware per call, not two:
+# see ``HeadersMiddleware``), so both are found under its key.
+MIDDLEWARE_KEY = HEADERS_MIDDLEWARE_KEY
 
 
 @dataclass
@@ -33,10 +38,12 @@ class Session:
     last_used: float = field(default_factory=time.monotonic)
 
 
-class SessionMiddleware(flight.ServerMiddleware):  # type: ignore[misc]
-    """Remembers who is calling (token or cookie) and whether a cookie must be sent back."""
+class SessionMiddleware(HeadersMiddleware):
+    """The call's headers, plus who is calling (token or cookie) and whether a cookie must be
+    sent back."""
 
-    def __init__(self, token: str | None, cookie: str | None) -> None:
+    def __init__(self, token: str | None, cookie: str | None, headers: dict[str, list[Any]] | None = None) -> None:
+        super().__init__(headers or {})
         self.token = token
         self.cookie = cookie
         self.new_cookie: str | None = None
@@ -44,7 +51,7 @@ class SessionMiddleware(flight.ServerMiddleware):  # type: ignore[misc]
     def key(self) -> str | None:
         if self.token:
             # Keyed by what survives token renewals (auth sends fresh tokens on long connections).
-            return "bearer:" + hashlib.sha256(session_identity(self.token).encode()).hexdigest()
+            return "bearer:" + _token_key(self.token)
         cookie = self.new_cookie or self.cookie
         return "cookie:" + cookie if cookie else None
 
@@ -61,32 +68,33 @@ class SessionMiddleware(flight.ServerMiddleware):  # type: ignore[misc]
         return {}
 
 
+@functools.lru_cache(maxsize=1024)
+def _token_key(token: str) -> str:
+    """A bearer token's session key (a client sends the same token on every call)."""
+    return hashlib.sha256(session_identity(token).encode()).hexdigest()
+
+
 class SessionMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc]
-    def start_call(self, info: flight.CallInfo, headers: dict[str, list[str]]) -> SessionMiddleware:
+    def start_call(self, info: flight.CallInfo, headers: dict[str, list[Any]]) -> SessionMiddleware:
+        # gRPC hands metadata keys lower-cased.
         token = None
-        for value in _header(headers, "authorization"):
-            if value.lower().startswith("bearer "):
+        for value in headers.get("authorization", ()):
+            value = value.decode() if isinstance(value, bytes) else value
+            if value[:7].lower() == "bearer ":
                 token = value[7:].strip()
         cookie = None
-        for value in _header(headers, "cookie"):
+        for value in headers.get("cookie", ()):
+            value = value.decode() if isinstance(value, bytes) else value
             for part in value.split(";"):
                 name, _, val = part.strip().partition("=")
                 if name == COOKIE and val:
                     cookie = val
-        mw = SessionMiddleware(token, cookie)
+        mw = SessionMiddleware(token, cookie, headers)
         if token is None and cookie is None:
             # Offer a session id up front: Arrow sends response headers before the handler can
             # decide it needs one. No session state exists until the client sets an option.
             mw.new_cookie = secrets.token_urlsafe(24)
         return mw
-
-
-def _header(headers: dict[str, list[str]], name: str) -> list[str]:
-    out: list[str] = []
-    for key, values in headers.items():
-        if key.lower() == name:
-            out.extend(v.decode() if isinstance(v, bytes) else v for v in values)
-    return out
 
 
 class SessionStore:

@@ -21,7 +21,7 @@ from flight_server import errors
 from flight_server.engine import Engine, Kind
 from flight_server.flightsql import metadata as md
 from flight_server.flightsql.statements import HandleCodec, StatementHandle, param_rows
-from flight_server.message_size import bounded_stream, sliced
+from flight_server.message_size import bounded_stream, record_batch_stream, sliced
 from flight_server.observability.querylog import QueryLog
 
 # How a ticket that reads a transaction's own writes is run: inside that transaction's view
@@ -94,7 +94,7 @@ class TicketRunner:
             return bounded_stream(reader)  # a write's count: the write is logged already
         # Counted per batch (rows, bytes), cut to message size in the same pass, and logged
         # once the stream ends.
-        return flight.RecordBatchStream(self.querylog.streamed(reader, handle.sql, principal, started, split=sliced))
+        return record_batch_stream(self.querylog.streamed(reader, handle.sql, principal, started, split=sliced))
 
     def _each_row(
         self, first: pa.RecordBatchReader, handle: StatementHandle, rows: list[list[Any]], principal: str | None,

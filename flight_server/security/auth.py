@@ -173,12 +173,50 @@ class VerifiedLogins:
                 self._entries.popitem(last=False)
 
 
+class VerifiedTokens:
+    """Bearer tokens whose signature and payload were checked, with their claims.
+
+    A client sends the same token on every call until it is renewed, and ADBC makes four calls
+    per query: checking its HMAC and decoding its JSON once is enough. What can change while
+    a token is valid is still checked on every call (expiry, the user still existing with the
+    same password), and a token is only ever found here by its exact text. Plain dicts: a
+    lookup is one atomic operation under the GIL, and the table is emptied when full.
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self._capacity = capacity
+        self._claims: dict[str, TokenClaims] = {}
+        self._fingerprints: dict[str, str] = {}  # password hash -> its fingerprint (an HMAC)
+
+    def claims(self, signer: TokenSigner, token: str) -> TokenClaims:
+        """The claims of ``token`` (``TokenSigner.verify``: raises ``InvalidToken``)."""
+        claims = self._claims.get(token)
+        if claims is None:
+            claims = signer.verify(token)
+            if len(self._claims) >= self._capacity:
+                self._claims.clear()
+            self._claims[token] = claims
+        elif claims.expires_at <= time.time():
+            raise InvalidToken("expired")
+        return claims
+
+    def fingerprint(self, signer: TokenSigner, password_hash: str) -> str:
+        found = self._fingerprints.get(password_hash)
+        if found is None:
+            found = signer.password_fingerprint(password_hash)
+            if len(self._fingerprints) >= self._capacity:
+                self._fingerprints.clear()
+            self._fingerprints[password_hash] = found
+        return found
+
+
 class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc]
     def __init__(self, users: dict[str, User], signer: TokenSigner, limiter: CallLimiter) -> None:
         self.users = users
         self.signer = signer
         self.limiter = limiter
         self.verified = VerifiedLogins(signer)
+        self.tokens = VerifiedTokens()
 
     def start_call(self, info: flight.CallInfo, headers: dict[str, list[Any]]) -> AuthMiddleware:
         principal, issued = self._authenticate(headers)
@@ -283,13 +321,13 @@ class AuthMiddlewareFactory(flight.ServerMiddlewareFactory):  # type: ignore[mis
             flight.FlightUnauthenticatedError: Bad, expired or revoked token.
         """
         try:
-            claims = self.signer.verify(token)
+            claims = self.tokens.claims(self.signer, token)
         except InvalidToken as exc:
             logger.info("bearer token refused: %s", exc)
             reason = "expired; log in again" if str(exc) == "expired" else "invalid"
             raise flight.FlightUnauthenticatedError(f"bearer token {reason}") from None
         user = self.users.get(claims.user)
-        fingerprint = self.signer.password_fingerprint(user.password_hash) if user else ""
+        fingerprint = self.tokens.fingerprint(self.signer, user.password_hash) if user else ""
         if user is None or not hmac.compare_digest(fingerprint, claims.password_fingerprint):
             logger.info("bearer token refused: user %r removed or password changed", claims.user)
             raise flight.FlightUnauthenticatedError("bearer token revoked; log in again")

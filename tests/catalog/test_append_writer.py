@@ -377,10 +377,13 @@ def test_partitioned_table_append(catalog: RocksCatalog) -> None:
 
 
 def _layouts(cat: RocksCatalog, name: str) -> list[tuple[str, list[int]]]:
-    """(codec, rows of each row group) of every data file of ``ns.<name>``."""
+    """(codec, rows of each row group) of every data file of ``ns.<name>``; each file must carry
+    the page index (a filter on a sorted key reads only the pages that may match)."""
     found = []
     for path in _parquet_files(cat, name):
         meta = pq.read_metadata(path)
+        assert all(meta.row_group(k).column(c).has_column_index and meta.row_group(k).column(c).has_offset_index
+                   for k in range(meta.num_row_groups) for c in range(meta.num_columns)), path
         found.append((meta.row_group(0).column(0).compression,
                       [meta.row_group(k).num_rows for k in range(meta.num_row_groups)]))
     return found

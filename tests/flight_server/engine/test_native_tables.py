@@ -405,3 +405,23 @@ def test_sql_write_reads_name_each_row_by_file_and_position(lake: tuple[RocksCat
     assert engine.slots._free[-1].files == frozenset()
     monkeypatch.setattr(engine_module, "tagged_table", lambda *args: None)  # the Arrow sources
     assert read() == expected
+
+
+def test_a_new_filter_pruned_to_the_same_files_finds_its_view_built(lake: tuple[RocksCatalog, Engine]) -> None:
+    """A point lookup's key changes every query; its view over the same files is built once,
+    and another column set or snapshot gets its own."""
+    from pyiceberg.expressions import EqualTo
+
+    catalog, engine = lake
+    table = catalog.create_table("ns.kv", pa.schema([("id", pa.int64()), ("v", pa.string())]))
+    table.append(pa.table({"id": pa.array(range(100), pa.int64()), "v": [str(i) for i in range(100)]}))
+    table = catalog.load_table("ns.kv")
+    snapshot = table.metadata.current_snapshot().snapshot_id
+    first = engine.natives.native_table(table, snapshot, table.schema(), EqualTo("id", 7))
+    again = engine.natives.native_table(table, snapshot, table.schema(), EqualTo("id", 8))
+    assert first is not None and again is first
+    table.update_schema().add_column("w", LongType()).commit()
+    table = catalog.load_table("ns.kv")
+    widened = engine.natives.native_table(table, snapshot, table.schema(), EqualTo("id", 9))
+    assert widened is not None and widened is not first and '"w"' in widened.select
+    assert engine.natives.native_table(table, snapshot, table.schema(), EqualTo("id", 3)) is widened

@@ -54,6 +54,26 @@ def test_a_query_over_a_table_or_a_failed_one_never_leaves_its_cursor(engine: En
     assert kept_cursor(engine) is None
 
 
+def _kept_of_last_slot(engine: Engine) -> Any:
+    """The cursor kept by the slot the last query gave back (slots are made per file set)."""
+    return engine.slots._free[-1]._kept
+
+
+def test_a_query_over_kept_read_parquet_views_only_leaves_its_cursor(engine: Engine) -> None:
+    # Qualified: nothing is registered on the cursor and no search_path is set (the view is the
+    # slot's own), so its next query (a point lookup's DoGet after its bind) skips a new cursor.
+    assert _run(engine, "SELECT count(*) AS n FROM ns.t").column("n").to_pylist() == [3]
+    first = _kept_of_last_slot(engine)
+    assert first is not None
+    assert _run(engine, "SELECT id FROM ns.t WHERE id = 2").column("id").to_pylist() == [2]
+    assert _kept_of_last_slot(engine) is first
+    # An unqualified name sets search_path on the cursor: that one is closed, not kept.
+    assert _run(engine, "SELECT count(*) AS n FROM t", ("ns",)).column("n").to_pylist() == [3]
+    assert _kept_of_last_slot(engine) is None
+    assert _run(engine, "SELECT count(*) AS n FROM ns.t").column("n").to_pylist() == [3]
+    assert _kept_of_last_slot(engine) not in (None, first)
+
+
 class _Cursor:
     def __init__(self) -> None:
         self.interrupts = 0

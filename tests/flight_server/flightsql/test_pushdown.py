@@ -116,3 +116,47 @@ def test_results_match_unpruned_evaluation(tables: tuple[Any, Path]) -> None:
                 assert got == want, predicate
     finally:
         proc.stop()
+
+
+def test_each_new_filter_is_pruned_without_reading_the_manifests_again(tables: tuple[Any, Path]) -> None:
+    """A point lookup's key changes with every query: the snapshot's files and statistics are
+    read from the manifests once, and each new filter is pruned from them in memory."""
+    cat, _ = tables
+    orders = cat.load_table("sales.orders")
+    snapshot = orders.metadata.current_snapshot()
+    sources = IcebergSources()
+    every = sources.data_files(orders, snapshot.snapshot_id)
+    assert len(every) == 2
+    # Gone from disk: any manifest read now fails, so what follows is pruned from memory.
+    manifests = [Path(m.manifest_path.removeprefix("file://")) for m in snapshot.manifests(orders.io)]
+    manifests.append(Path(snapshot.manifest_list.removeprefix("file://")))
+    for path in manifests:
+        path.unlink()
+
+    def kept(where: str) -> list[str]:
+        prune = row_filter(f"SELECT * FROM sales.orders WHERE {where}", orders.schema())
+        return [path for path, _, _ in sources.data_files(orders, snapshot.snapshot_id, prune)]
+
+    for key in (1, 2, 3, 4):
+        want = [path for path, _, _ in every if path in kept(f"id BETWEEN {key} AND {key}")]
+        assert kept(f"id = {key}") == want and len(want) == 1, key
+    assert kept("id = -1") == []
+    assert kept("id IS NULL") == [path for path, _, _ in every]  # not a pushed-down filter: every file
+
+
+def test_a_snapshot_with_too_many_files_to_keep_is_pruned_from_its_manifests(
+        tables: tuple[Any, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    from flight_server.engine import iceberg_source
+
+    monkeypatch.setattr(iceberg_source, "MAX_KEPT_FILES", 1)  # the sample table has two
+    cat, _ = tables
+    orders = cat.load_table("sales.orders")
+    snapshot = orders.metadata.current_snapshot().snapshot_id
+    sources = IcebergSources()
+
+    def kept(where: str) -> int:
+        prune = row_filter(f"SELECT * FROM sales.orders WHERE {where}", orders.schema())
+        return len(sources.data_files(orders, snapshot, prune))
+
+    assert kept("id = 4") == 1 and kept("id = 1") == 1 and kept("id >= 1") == 2
+    assert sources._every_data_file(orders, snapshot) is None  # not kept, and remembered so
