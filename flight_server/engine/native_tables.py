@@ -41,6 +41,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.manifest import DataFile, FileFormat
@@ -75,10 +77,16 @@ logger = logging.getLogger("icefloe.engine.native")
 FILE_COLUMN = "file_index"
 ROW_COLUMN = "file_row_number"
 _POS_PATH_ID, _POS_ID = 2147483546, 2147483545  # position delete files' file_path and pos
-# Scans read each data file with file-scoped position deletes on its own (the anti-join on the
-# row number alone, see NativeTables.reads) for at most this many delete files; past it, binding
-# a UNION ALL that long costs more than the wider join, and the files are read together again.
+# Scans read each data file with position deletes on its own (a filter or an anti-join on the
+# row number alone, see _PositionPlan) for at most this many data files; past it, binding a
+# UNION ALL that long costs more than the wider join, and the files are read together again.
 _PER_FILE_POSITION_READS = 64
+# A data file's deleted positions that form at most this many runs of consecutive rows are a
+# filter DuckDB pushes into its scan (NOT BETWEEN per run): no join, no delete file read.
+_RANGE_FILTER_RUNS = 32
+# At most this many positions (delete files' record counts) are taken from the cache of parsed
+# delete files for one scan; past it, DuckDB reads the delete files and joins (and spills).
+_CACHED_POSITIONS = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -121,6 +129,9 @@ class NativeTables:
         self.sources = sources
         # delete file path -> field id -> column name in its footer (delete files never change)
         self._delete_ids: LockedLRU[str, dict[int, str]] = LockedLRU(4096)
+        # (delete files' key, data file path) -> the pushed filter of its deleted positions, or
+        # None where they are too many runs for one (see _PositionPlan); delete files never change.
+        self._range_filters: LockedLRU[tuple[Any, str], tuple[str | None]] = LockedLRU(16384)
         # (table folder, manifest path) -> the real path the sandbox approved. A path approved
         # once stays inside its table: resolving it again per query would only cost syscalls.
         self._approved: LockedLRU[tuple[str | None, str], str] = LockedLRU(65536)
@@ -128,12 +139,14 @@ class NativeTables:
     def native_table(
         self, table: Table, snapshot_id: int | None, schema: Schema,
         row_filter: BooleanExpression | None = None, split: tuple[int, int] | None = None,
+        registered_name: str = "__icefloe_positions",
     ) -> NativeTable | None:
-        """The table at ``snapshot_id`` as a ``read_parquet`` view, or None (Arrow path)."""
+        """The table at ``snapshot_id`` as a ``read_parquet`` view, or None (Arrow path);
+        ``registered_name``: the name of its table of cached positions, if it needs one."""
         reason = refusal(table, schema)
         if reason is None:
             try:
-                return self._build(table, snapshot_id, schema, row_filter, split)
+                return self._build(table, snapshot_id, schema, row_filter, split, registered_name)
             except NotNative as exc:
                 reason = str(exc)
         logger.debug("%s reads through Arrow datasets: %s", table.name(), reason)
@@ -141,7 +154,7 @@ class NativeTables:
 
     def _build(
         self, table: Table, snapshot_id: int | None, schema: Schema,
-        row_filter: BooleanExpression | None, split: tuple[int, int] | None,
+        row_filter: BooleanExpression | None, split: tuple[int, int] | None, registered_name: str,
     ) -> NativeTable:
         io = table.io
         assert isinstance(io, ConfinedFileIO)  # refusal checked
@@ -155,45 +168,55 @@ class NativeTables:
         if not files:
             return _empty(columns)
         deletes = self.sources.file_deletes(table, snapshot_id)
-        selects, allowed = self.reads(io, [p for p, _, _ in files], deletes, schema)
-        return NativeTable(" UNION ALL ".join(selects), tuple(dict.fromkeys(allowed)))
+        selects, allowed, registered = self.reads(io, [p for p, _, _ in files], deletes, schema, registered_name)
+        return NativeTable(" UNION ALL ".join(selects), tuple(dict.fromkeys(allowed)), registered)
 
     def reads(
         self, io: ConfinedFileIO, paths: Sequence[str], deletes: dict[str, FileDeletes], schema: Schema,
-    ) -> tuple[list[str], list[str]]:
+        registered_name: str = "__icefloe_positions",
+    ) -> tuple[list[str], list[str], tuple[tuple[str, Any], ...]]:
         """The SELECTs (to UNION ALL) of ``paths`` read as ``schema``, each file's deletes applied,
-        and the real paths they read (for the slot's allow-list); raises ``NotNative``."""
+        the real paths they read (for the slot's allow-list) and the Arrow tables the SELECTs
+        name (registered under ``registered_name``: a shared delete file's positions, see
+        ``_PositionPlan``); raises ``NotNative``."""
         columns, schema_map, outer = field_id_read(schema)
         real: dict[str, str] = {}  # manifest path -> the real local path the sandbox approved
-        groups: dict[tuple[Any, ...], list[int]] = {}
-        # One read per data file with position deletes: its anti-join is then on the row number
-        # alone against that file's positions (a small hash table probed by one integer), not
-        # on (file index, row number). Only when no delete file is shared by two data files
-        # (file-scoped deletes, as Iceberg 1.6+ engines write them): a shared one would be read
-        # again by each file's read, which measured no faster than the wider join (at 10%
-        # deleted it was slower, see docs/deletes.md), and only for a UNION ALL of few reads.
-        reads = [f.file_path for p in paths for f in deletes.get(p, FileDeletes()).positions]
-        per_file = len(reads) == len(set(reads)) and len(reads) <= _PER_FILE_POSITION_READS
-        for i, path in enumerate(paths):
-            real[path] = self._local(io, path)
+        for path in paths:
+            real[path] = self.local_path(io, path)
             if not self.sources.footer_has_ids(path, real[path], schema):
                 raise NotNative(f"{path} has no Parquet field ids (name-mapped files)")
-            file_deletes = deletes.get(path, FileDeletes())
-            key: tuple[Any, ...] = (path,) if per_file and file_deletes.positions else file_deletes.key
-            groups.setdefault(key, []).append(i)
         if any(deletes.get(p) for p in paths):
             refuse_position_names(columns)
+        plan = _PositionPlan.make(self, io, paths, deletes)
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for i, path in enumerate(paths):
+            file_deletes = deletes.get(path, FileDeletes())
+            key: tuple[Any, ...] = (path,) if plan.on_its_own(path) else file_deletes.key
+            groups.setdefault(key, []).append(i)
         selects, allowed = [], [real[p] for p in paths]
         for indexes in groups.values():
             group = [paths[i] for i in indexes]
             applied = deletes.get(group[0], FileDeletes())
             listed = _file_list([real[p] for p in group])
-            numbered = ", file_row_number = true" if applied else ""
+            # A delete file whose bounds take in a file but names none of its rows leaves no filter.
+            filtered = applied.equality or plan.ranges.get(group[0]) != ""
+            numbered = ", file_row_number = true" if applied and filtered else ""
             read = f"SELECT {outer} FROM read_parquet({listed}, schema = {schema_map}{numbered}) AS d"
-            joins = self._position_join(io, applied.positions, group, allowed)
-            joins += self._equality_joins(io, applied.equality, schema, allowed)
-            selects.append(" ".join([read, *joins]))
-        return selects, allowed
+            where = ""
+            if len(group) == 1 and group[0] in plan.ranges:
+                joins = []  # the positions are a filter DuckDB pushes into the scan
+                where = f" WHERE {plan.ranges[group[0]]}" if plan.ranges[group[0]] else ""
+            elif len(group) == 1 and group[0] in plan.cached:
+                joins = [f"ANTI JOIN (SELECT pos FROM {registered_name} WHERE i = {plan.cached[group[0]]}) AS pd "
+                         f"ON d.{ROW_COLUMN} = pd.pos"]
+            else:
+                joins = self._position_join(io, applied.positions, group, allowed)
+            for f in applied.positions:
+                _check_delete_file(f)
+            joins += self.equality_joins(io, applied.equality, schema, allowed)
+            selects.append(" ".join([read, *joins]) + where)
+        registered = ((registered_name, plan.table()),) if plan.cached else ()
+        return selects, allowed, registered
 
     def _position_join(
         self, io: ConfinedFileIO, delete_files: Sequence[DataFile], paths: list[str], allowed: list[str],
@@ -203,7 +226,7 @@ class NativeTables:
         delete_paths = []
         for f in delete_files:
             _check_delete_file(f)
-            delete_paths.append(self._local(io, f.file_path))
+            delete_paths.append(self.local_path(io, f.file_path))
         allowed.extend(delete_paths)
         deleted = f"read_parquet({_file_list(delete_paths)})"
         if len(paths) == 1:  # one file per read: the position alone (see reads)
@@ -217,16 +240,33 @@ class NativeTables:
             f"ON p.file_path = m.manifest_path) AS pd ON d.{FILE_COLUMN} = pd.i AND d.{ROW_COLUMN} = pd.pos"
         ]
 
-    def _equality_joins(
+    def range_filter(self, io: ConfinedFileIO, deletes: FileDeletes, path: str) -> str | None:
+        """``range_predicate`` of the positions ``deletes`` delete from ``path`` (cached)."""
+        key = (deletes.key, path)
+        found = self._range_filters.get(key)
+        if found is None:  # not cached (a cached "too many runs" is the tuple (None,))
+            found = (range_predicate(self.positions_of(io, deletes, path)),)
+            self._range_filters.put(key, found)
+        return found[0]
+
+    def positions_of(self, io: ConfinedFileIO, deletes: FileDeletes, path: str) -> np.ndarray:
+        """The positions of data file ``path`` its position delete files (and deletion vectors)
+        delete, from the engine's cache of parsed delete files: each file's positions one after
+        the other, not sorted across files (for an anti-join, which needs neither)."""
+        return self.sources.delete_sets.positions(io, deletes, path, distinct=False)
+
+    def equality_joins(
         self, io: ConfinedFileIO, delete_files: Sequence[DataFile], schema: Schema, allowed: list[str]
     ) -> list[str]:
+        """The anti-joins of a read (alias ``d``) against ``delete_files`` (equality deletes),
+        appending the delete files' real paths to ``allowed``; raises ``NotNative``."""
         by_ids: dict[tuple[int, ...], list[str]] = {}
         for f in delete_files:
             _check_delete_file(f)
             ids = tuple(int(i) for i in (f.equality_ids or ()))
             if not ids:
                 raise NotNative(f"equality delete file {f.file_path} has no equality_ids")
-            local = self._local(io, f.file_path)
+            local = self.local_path(io, f.file_path)
             # A key column missing from the file would read as NULL and delete every NULL row.
             missing = set(ids) - set(self._footer_ids(f.file_path, local))
             if missing:
@@ -251,7 +291,7 @@ class NativeTables:
             joins.append(f"ANTI JOIN read_parquet({_file_list(locals_)}, schema = {key_map}) AS {alias} ON {condition}")
         return joins
 
-    def _local(self, io: ConfinedFileIO, path: str) -> str:
+    def local_path(self, io: ConfinedFileIO, path: str) -> str:
         """The real local path of a table file, as the warehouse sandbox approves it: DuckDB gets
         this path (symlinks resolved), never the manifest's text."""
         key = (io.root, path)
@@ -269,6 +309,89 @@ class NativeTables:
                       if f.metadata and b"PARQUET:field_id" in f.metadata}
             self._delete_ids.put(path, cached)
         return cached
+
+
+@dataclass
+class _PositionPlan:
+    """How a scan applies each data file's position deletes (``NativeTables.reads``).
+
+    Taken from the engine's cache of parsed delete files, which knows each position's data file
+    whatever the delete file's scope (one delete file per data file, as Iceberg 1.8+ and icefloe
+    write them, or one per partition, as older writers and ``write.delete.granularity =
+    partition`` do), so every data file with deletes is read on its own:
+
+    - ``ranges``: positions forming few runs (a clustered DELETE) -> a ``WHERE`` on
+      ``file_row_number`` that DuckDB pushes into its Parquet scan; no join at all;
+    - ``scoped``: delete files that name only this data file -> an anti-join on the row number
+      against them (read by DuckDB, so the view's text stays the same and the slot keeps it);
+    - ``cached``: positions of a shared delete file -> an anti-join on the row number against
+      this file's slice of one registered Arrow table (i, pos), so no query reads a shared
+      delete file once per data file it names.
+
+    Past ``_PER_FILE_POSITION_READS`` files or ``_CACHED_POSITIONS`` positions, files sharing
+    delete files are read together and joined on (file index, row number), which DuckDB spills.
+    """
+
+    ranges: dict[str, str]
+    scoped: set[str]
+    cached: dict[str, int]
+    arrays: list[np.ndarray]
+
+    @classmethod
+    def make(cls, natives: NativeTables, io: ConfinedFileIO, paths: Sequence[str],
+             deletes: dict[str, FileDeletes]) -> _PositionPlan:
+        plan = cls({}, set(), {}, [])
+        with_deletes = [p for p in paths if deletes.get(p, FileDeletes()).positions]
+        if not with_deletes:
+            return plan
+        for p in with_deletes:
+            for f in deletes[p].positions:
+                _check_delete_file(f)
+        names = [f.file_path for p in with_deletes for f in deletes[p].positions]
+        shared = {name for name in names if names.count(name) > 1} if len(names) != len(set(names)) else set()
+        distinct = {f.file_path: f for p in with_deletes for f in deletes[p].positions}
+        if len(with_deletes) > _PER_FILE_POSITION_READS:
+            return plan
+        cacheable = sum(int(f.record_count) for f in distinct.values()) <= _CACHED_POSITIONS
+        for p in with_deletes:
+            applied = deletes[p]
+            scoped = not any(f.file_path in shared for f in applied.positions)
+            if cacheable:
+                found = natives.range_filter(io, applied, p)
+                if found is not None:
+                    plan.ranges[p] = found
+                    continue
+            if scoped:
+                plan.scoped.add(p)
+            elif cacheable:
+                plan.cached[p] = len(plan.arrays)
+                plan.arrays.append(natives.positions_of(io, applied, p))
+        return plan
+
+    def on_its_own(self, path: str) -> bool:
+        return path in self.ranges or path in self.scoped or path in self.cached
+
+    def table(self) -> pa.Table:
+        """(i, pos) of the ``cached`` files' positions (i: the index ``cached`` gives a file)."""
+        i = np.repeat(np.arange(len(self.arrays), dtype=np.int64), [len(a) for a in self.arrays])
+        return pa.table({"i": i, "pos": np.concatenate(self.arrays).astype(np.int64, copy=False)})
+
+
+def range_predicate(positions: np.ndarray) -> str | None:
+    """A filter on ``d.file_row_number`` keeping every row but ``positions`` (int64, any order,
+    repeats allowed): ``""`` for none, None when they form more than ``_RANGE_FILTER_RUNS`` runs."""
+    if not len(positions):
+        return ""
+    pos = np.unique(positions)
+    breaks = np.flatnonzero(np.diff(pos) != 1)
+    if len(breaks) + 1 > _RANGE_FILTER_RUNS:
+        return None
+    starts = np.concatenate((pos[:1], pos[breaks + 1]))
+    ends = np.concatenate((pos[breaks], pos[-1:]))
+    return " AND ".join(
+        f"d.{ROW_COLUMN} <> {int(a)}" if a == b else f"d.{ROW_COLUMN} NOT BETWEEN {int(a)} AND {int(b)}"
+        for a, b in zip(starts, ends, strict=True)
+    )
 
 
 def field_id_read(schema: Schema) -> tuple[list[tuple[int, str, str]], str, str]:
