@@ -15,15 +15,18 @@ Iceberg's rules, in SQL DuckDB runs:
   read schema to the table column's current name and type, so renamed columns keep their
   values, added ones read as NULL and dropped ones are not read; the types given there are
   Iceberg's promotions (int -> long, float -> double, wider decimals), cast by the reader;
-- **position deletes**: files sharing delete files are read together and anti-joined on
-  (``file_index``, ``file_row_number``) against the delete files' ``file_path`` mapped to the
-  file's index in the list (integers are cheaper to hash than paths) and ``pos``; a data file
-  whose delete files name no other file (file-scoped deletes) is a ``read_parquet`` of its own,
-  joined on ``file_row_number`` alone; the files without deletes are one plain read, no join;
+- **position deletes**: each data file with deletes is a ``read_parquet`` of its own, its
+  positions applied on ``file_row_number`` alone (``_PositionPlan``): a few runs of positions
+  as a filter DuckDB pushes into the scan; else an anti-join against its own delete files
+  (file-scoped, as Iceberg 1.8+ and icefloe write them) or against its slice of the positions
+  of a shared delete file, parsed once by the engine's delete cache and registered as an Arrow
+  table. The files without deletes are one plain read, no join. Past the bounds of that plan
+  (many files, many positions), files sharing delete files are read together and anti-joined
+  on (``file_index``, ``file_row_number``) against the delete files' ``file_path`` mapped to
+  the file's index in the list (integers are cheaper to hash than paths) and ``pos``;
 - **equality deletes**: an anti-join on the key columns with ``IS NOT DISTINCT FROM`` (Iceberg
   matches NULL to NULL), for the data files the sequence-number and partition rules say;
-  both joins are DuckDB hash joins, which spill past the memory limit instead of holding the
-  delete set in Python.
+  DuckDB's hash joins spill past the memory limit instead of holding the delete set in Python.
 
 Data files with the same applicable delete files form one ``read_parquet`` (which data file a
 delete file applies to is planned by ``catalog.deletes.plan_files``, as on every other path).
@@ -37,6 +40,7 @@ every shape: see ``refusal`` for the list.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -347,11 +351,11 @@ class _PositionPlan:
         for p in with_deletes:
             for f in deletes[p].positions:
                 _check_delete_file(f)
-        names = [f.file_path for p in with_deletes for f in deletes[p].positions]
-        shared = {name for name in names if names.count(name) > 1} if len(names) != len(set(names)) else set()
-        distinct = {f.file_path: f for p in with_deletes for f in deletes[p].positions}
         if len(with_deletes) > _PER_FILE_POSITION_READS:
             return plan
+        named = Counter(f.file_path for p in with_deletes for f in deletes[p].positions)
+        shared = {name for name, n in named.items() if n > 1}
+        distinct = {f.file_path: f for p in with_deletes for f in deletes[p].positions}
         cacheable = sum(int(f.record_count) for f in distinct.values()) <= _CACHED_POSITIONS
         for p in with_deletes:
             applied = deletes[p]
