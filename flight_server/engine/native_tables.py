@@ -15,15 +15,15 @@ Iceberg's rules, in SQL DuckDB runs:
   read schema to the table column's current name and type, so renamed columns keep their
   values, added ones read as NULL and dropped ones are not read; the types given there are
   Iceberg's promotions (int -> long, float -> double, wider decimals), cast by the reader;
-- **position deletes**: each data file with deletes is a ``read_parquet`` of its own, its
-  positions applied on ``file_row_number`` alone (``_PositionPlan``): a few runs of positions
-  as a filter DuckDB pushes into the scan; else an anti-join against its own delete files
-  (file-scoped, as Iceberg 1.8+ and icefloe write them) or against its slice of the positions
-  of a shared delete file, parsed once by the engine's delete cache and registered as an Arrow
-  table. The files without deletes are one plain read, no join. Past the bounds of that plan
-  (many files, many positions), files sharing delete files are read together and anti-joined
-  on (``file_index``, ``file_row_number``) against the delete files' ``file_path`` mapped to
-  the file's index in the list (integers are cheaper to hash than paths) and ``pos``;
+- **position deletes**: taken from the engine's cache of parsed delete files, which knows
+  each position's data file whatever the delete file's scope (``_PositionPlan``): a data file
+  whose positions form a few runs is a ``read_parquet`` of its own with a filter DuckDB pushes
+  into the scan (no join); the other files with deletes are one ``read_parquet``, anti-joined
+  on (``file_index``, ``file_row_number``) against one registered Arrow table of the positions
+  that apply to each. Past the bounds of that plan (many files, many positions), files sharing
+  delete files are read together and anti-joined on (``file_index``, ``file_row_number``)
+  against the delete files' ``file_path`` mapped to the file's index in the list (integers are
+  cheaper to hash than paths) and ``pos``. The files without deletes are one plain read, no join;
 - **equality deletes**: an anti-join on the key columns with ``IS NOT DISTINCT FROM`` (Iceberg
   matches NULL to NULL), for the data files the sequence-number and partition rules say;
   DuckDB's hash joins spill past the memory limit instead of holding the delete set in Python.
@@ -40,7 +40,6 @@ every shape: see ``refusal`` for the list.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -81,9 +80,9 @@ logger = logging.getLogger("icefloe.engine.native")
 FILE_COLUMN = "file_index"
 ROW_COLUMN = "file_row_number"
 _POS_PATH_ID, _POS_ID = 2147483546, 2147483545  # position delete files' file_path and pos
-# Scans read each data file with position deletes on its own (a filter or an anti-join on the
-# row number alone, see _PositionPlan) for at most this many data files; past it, binding a
-# UNION ALL that long costs more than the wider join, and the files are read together again.
+# Scans plan position deletes from the cache of parsed delete files (_PositionPlan) for at most
+# this many data files with deletes; past it, binding a UNION ALL of that many filtered reads
+# costs more than it saves.
 _PER_FILE_POSITION_READS = 64
 # A data file's deleted positions that form at most this many runs of consecutive rows are a
 # filter DuckDB pushes into its scan (NOT BETWEEN per run): no join, no delete file read.
@@ -195,10 +194,15 @@ class NativeTables:
         groups: dict[tuple[Any, ...], list[int]] = {}
         for i, path in enumerate(paths):
             file_deletes = deletes.get(path, FileDeletes())
-            key: tuple[Any, ...] = (path,) if plan.on_its_own(path) else file_deletes.key
+            if path in plan.ranges:
+                key: tuple[Any, ...] = ("ranges", path)
+            elif path in plan.cached:
+                key = ("cached", tuple(sorted(f.file_path for f in file_deletes.equality)))
+            else:
+                key = file_deletes.key
             groups.setdefault(key, []).append(i)
-        selects, allowed = [], [real[p] for p in paths]
-        for indexes in groups.values():
+        selects, allowed, registered = [], [real[p] for p in paths], []
+        for key, indexes in groups.items():
             group = [paths[i] for i in indexes]
             applied = deletes.get(group[0], FileDeletes())
             listed = _file_list([real[p] for p in group])
@@ -207,20 +211,20 @@ class NativeTables:
             numbered = ", file_row_number = true" if applied and filtered else ""
             read = f"SELECT {outer} FROM read_parquet({listed}, schema = {schema_map}{numbered}) AS d"
             where = ""
-            if len(group) == 1 and group[0] in plan.ranges:
+            if key[:1] == ("ranges",):
                 joins = []  # the positions are a filter DuckDB pushes into the scan
                 where = f" WHERE {plan.ranges[group[0]]}" if plan.ranges[group[0]] else ""
-            elif len(group) == 1 and group[0] in plan.cached:
-                joins = [f"ANTI JOIN (SELECT pos FROM {registered_name} WHERE i = {plan.cached[group[0]]}) AS pd "
-                         f"ON d.{ROW_COLUMN} = pd.pos"]
+            elif key[:1] == ("cached",):
+                name = f"{registered_name}_{len(registered)}"
+                registered.append((name, plan.table(group)))
+                joins = [f"ANTI JOIN {name} AS pd ON d.{FILE_COLUMN} = pd.i AND d.{ROW_COLUMN} = pd.pos"]
             else:
                 joins = self._position_join(io, applied.positions, group, allowed)
             for f in applied.positions:
                 _check_delete_file(f)
             joins += self.equality_joins(io, applied.equality, schema, allowed)
             selects.append(" ".join([read, *joins]) + where)
-        registered = ((registered_name, plan.table()),) if plan.cached else ()
-        return selects, allowed, registered
+        return selects, allowed, tuple(registered)
 
     def _position_join(
         self, io: ConfinedFileIO, delete_files: Sequence[DataFile], paths: list[str], allowed: list[str],
@@ -322,63 +326,49 @@ class _PositionPlan:
     Taken from the engine's cache of parsed delete files, which knows each position's data file
     whatever the delete file's scope (one delete file per data file, as Iceberg 1.8+ and icefloe
     write them, or one per partition, as older writers and ``write.delete.granularity =
-    partition`` do), so every data file with deletes is read on its own:
+    partition`` do):
 
-    - ``ranges``: positions forming few runs (a clustered DELETE) -> a ``WHERE`` on
-      ``file_row_number`` that DuckDB pushes into its Parquet scan; no join at all;
-    - ``scoped``: delete files that name only this data file -> an anti-join on the row number
-      against them (read by DuckDB, so the view's text stays the same and the slot keeps it);
-    - ``cached``: positions of a shared delete file -> an anti-join on the row number against
-      this file's slice of one registered Arrow table (i, pos), so no query reads a shared
-      delete file once per data file it names.
+    - ``ranges``: positions forming few runs (a clustered DELETE) -> that file read on its own
+      with a ``WHERE`` on ``file_row_number`` that DuckDB pushes into its Parquet scan: no join;
+    - ``cached``: the other files' positions -> those files read together (one ``read_parquet``,
+      which DuckDB parallelizes over their row groups; a read per file measured 2-3x slower on
+      two cores) and anti-joined on (file index, row number) against one registered Arrow table
+      of exactly the positions that apply to each, so no query reads a delete file, shared or not.
 
-    Past ``_PER_FILE_POSITION_READS`` files or ``_CACHED_POSITIONS`` positions, files sharing
-    delete files are read together and joined on (file index, row number), which DuckDB spills.
+    Past ``_PER_FILE_POSITION_READS`` files or ``_CACHED_POSITIONS`` positions, neither: files
+    with the same delete files are read together and joined against the delete files read by
+    DuckDB, which spills a join larger than its memory limit.
     """
 
     ranges: dict[str, str]
-    scoped: set[str]
-    cached: dict[str, int]
-    arrays: list[np.ndarray]
+    cached: dict[str, np.ndarray]
 
     @classmethod
     def make(cls, natives: NativeTables, io: ConfinedFileIO, paths: Sequence[str],
              deletes: dict[str, FileDeletes]) -> _PositionPlan:
-        plan = cls({}, set(), {}, [])
+        plan = cls({}, {})
         with_deletes = [p for p in paths if deletes.get(p, FileDeletes()).positions]
-        if not with_deletes:
-            return plan
         for p in with_deletes:
             for f in deletes[p].positions:
                 _check_delete_file(f)
-        if len(with_deletes) > _PER_FILE_POSITION_READS:
+        if not with_deletes or len(with_deletes) > _PER_FILE_POSITION_READS:
             return plan
-        named = Counter(f.file_path for p in with_deletes for f in deletes[p].positions)
-        shared = {name for name, n in named.items() if n > 1}
         distinct = {f.file_path: f for p in with_deletes for f in deletes[p].positions}
-        cacheable = sum(int(f.record_count) for f in distinct.values()) <= _CACHED_POSITIONS
+        if sum(int(f.record_count) for f in distinct.values()) > _CACHED_POSITIONS:
+            return plan
         for p in with_deletes:
-            applied = deletes[p]
-            scoped = not any(f.file_path in shared for f in applied.positions)
-            if cacheable:
-                found = natives.range_filter(io, applied, p)
-                if found is not None:
-                    plan.ranges[p] = found
-                    continue
-            if scoped:
-                plan.scoped.add(p)
-            elif cacheable:
-                plan.cached[p] = len(plan.arrays)
-                plan.arrays.append(natives.positions_of(io, applied, p))
+            found = natives.range_filter(io, deletes[p], p)
+            if found is not None:
+                plan.ranges[p] = found
+            else:
+                plan.cached[p] = natives.positions_of(io, deletes[p], p)
         return plan
 
-    def on_its_own(self, path: str) -> bool:
-        return path in self.ranges or path in self.scoped or path in self.cached
-
-    def table(self) -> pa.Table:
-        """(i, pos) of the ``cached`` files' positions (i: the index ``cached`` gives a file)."""
-        i = np.repeat(np.arange(len(self.arrays), dtype=np.int64), [len(a) for a in self.arrays])
-        return pa.table({"i": i, "pos": np.concatenate(self.arrays).astype(np.int64, copy=False)})
+    def table(self, group: Sequence[str]) -> pa.Table:
+        """(i, pos) of the positions of ``group``'s files (i: the file's index in ``group``)."""
+        arrays = [self.cached[p] for p in group]
+        i = np.repeat(np.arange(len(arrays), dtype=np.int64), [len(a) for a in arrays])
+        return pa.table({"i": i, "pos": np.concatenate(arrays).astype(np.int64, copy=False)})
 
 
 def range_predicate(positions: np.ndarray) -> str | None:

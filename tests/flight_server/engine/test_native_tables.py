@@ -173,23 +173,21 @@ def test_position_delete_files_over_several_data_files(lake: tuple[RocksCatalog,
     view = engine.natives.native_table(t, t.current_snapshot().snapshot_id, t.schema())
     assert view is not None
     reads = view.select.split(" UNION ALL ")
-    with_deletes = [r for r in reads if "file_row_number" in r]
     plain = [r for r in reads if "file_row_number" not in r]
     # The files no delete applies to (the second, whose rows a shared file's bounds take in but
-    # which it names none of; the newest): no join, no filter. The others each read on their own.
-    assert len(plain) == (1 if file_scoped else 2) and len(with_deletes) == 2
-    assert all("file_index" not in r for r in reads)
-    if not scattered:  # the runs are a filter in the scan: no join, no delete file read
-        assert all("ANTI JOIN" not in r for r in reads)
+    # which it names none of; the newest): no join, no filter.
+    assert len(plain) == (1 if file_scoped else 2)
+    if not scattered:  # each file's runs are a filter in its scan: no join, no delete file read
+        assert len(reads) - len(plain) == 2 and all("ANTI JOIN" not in r for r in reads)
         assert "WHERE d.file_row_number <> 5 AND d.file_row_number NOT BETWEEN 98 AND 99" in view.select
         assert not view.registered
-    elif file_scoped:  # joined on the row number against its own delete file, read by DuckDB
-        assert all("ANTI JOIN (SELECT pos FROM read_parquet(" in r for r in with_deletes)
-        assert not view.registered
-    else:  # the shared file's positions, parsed once, per data file from one registered table
-        assert all("ANTI JOIN (SELECT pos FROM __icefloe_positions WHERE i = " in r for r in with_deletes)
+    else:  # one read of both, joined against the positions parsed once, whatever the scope
+        [joined] = [r for r in reads if "file_row_number" in r]
+        assert "ANTI JOIN __icefloe_positions_0 AS pd ON d.file_index = pd.i" in joined
+        assert "deletes" not in joined  # no delete file is read by the query
         [(name, positions)] = view.registered
-        assert name == "__icefloe_positions" and positions.num_rows == 100
+        assert name == "__icefloe_positions_0" and positions.num_rows == 100
+        assert sorted(positions.column("i").to_pylist()) == [0] * 50 + [1] * 50
 
 
 def _delete_files(table: Any, content: int | None = None) -> list[str]:
