@@ -201,7 +201,8 @@ class NativeTables:
             else:
                 key = file_deletes.key
             groups.setdefault(key, []).append(i)
-        selects, allowed, registered = [], [real[p] for p in paths], []
+        selects, allowed = [], [real[p] for p in paths]
+        registered: list[tuple[str, Any]] = []
         for key, indexes in groups.items():
             group = [paths[i] for i in indexes]
             applied = deletes.get(group[0], FileDeletes())
