@@ -4,11 +4,14 @@ that commits them.
 pyiceberg 0.12 reads delete files but cannot write them, so this module does what Iceberg's
 ``RowDelta`` does for a position delete:
 
-- ``write_position_deletes``: one Parquet file per partition (per spec id and partition
-  value) of the data files that lose rows, with the spec's ``file_path`` / ``pos`` columns
+- ``write_position_deletes``: one Parquet file per data file that loses rows (file-scoped,
+  the table property ``write.delete.granularity`` = ``file``, Iceberg's default since 1.8), or
+  one per partition (per spec id and partition value, ``partition``), with the spec's
+  ``file_path`` / ``pos`` columns
   (reserved field ids 2147483546 / 2147483545), sorted by (file_path, pos) as the spec
   requires, and column bounds (readers use the ``file_path`` bounds to skip files a delete
-  file cannot name).
+  file cannot name; a file-scoped one has equal bounds, which readers take as "names only
+  this file", so a scan reads each data file with its own positions and nothing else).
 - ``row_delta``: a snapshot that adds those delete files (manifests of content DELETES, one
   per spec) and optionally new data files (an UPDATE's new rows), carrying every live
   manifest of the parent. Entries are ADDED with no sequence number, so they inherit the new
@@ -76,6 +79,23 @@ DELETE_SCHEMA = pa.schema([
 ])
 
 
+# Iceberg's table property for how position deletes are grouped into files, and its values.
+GRANULARITY_PROPERTY = "write.delete.granularity"
+FILE_GRANULARITY = "file"
+PARTITION_GRANULARITY = "partition"
+GRANULARITIES = (FILE_GRANULARITY, PARTITION_GRANULARITY)
+
+
+def delete_granularity(properties: dict[str, str]) -> str:
+    """The table's ``write.delete.granularity`` (``file`` unless set; Iceberg reads the value
+    without regard to case); raises ValueError for a value Iceberg does not know."""
+    raw = properties.get(GRANULARITY_PROPERTY)
+    value = FILE_GRANULARITY if raw is None else str(raw).strip().lower()
+    if value not in GRANULARITIES:
+        raise ValueError(f"table property {GRANULARITY_PROPERTY} is {raw!r}; expected 'file' or 'partition'")
+    return value
+
+
 @dataclass(frozen=True)
 class RowDelta:
     """The catalog change of one row delta (updates and the requirement to commit them)."""
@@ -89,12 +109,16 @@ def write_position_deletes(
     table: Table, data_files: Sequence[DataFile], positions: Sequence[np.ndarray], commit_uuid: uuid.UUID,
 ) -> list[DataFile]:
     """Write the position delete files that delete ``positions[i]`` (sorted, distinct int64
-    row positions) of ``data_files[i]``: one file per (spec id, partition); returns their
-    manifest entries' ``DataFile``s (content POSITION_DELETES, the data files' partition)."""
-    groups: dict[tuple[int, Any], list[int]] = {}
+    row positions) of ``data_files[i]``: one file per data file, or per (spec id, partition)
+    when the table's ``write.delete.granularity`` is ``partition``; returns their manifest
+    entries' ``DataFile``s (content POSITION_DELETES, the data files' partition). Raises
+    ValueError for an unknown granularity (before any file is written)."""
+    per_file = delete_granularity(table.metadata.properties) == FILE_GRANULARITY
+    groups: dict[tuple[Any, ...], list[int]] = {}
     for i, data_file in enumerate(data_files):
         if len(positions[i]):
-            groups.setdefault((int(data_file.spec_id), _partition_key(data_file)), []).append(i)
+            key: tuple[Any, ...] = (int(data_file.spec_id), _partition_key(data_file))
+            groups.setdefault(key + (data_file.file_path,) if per_file else key, []).append(i)
     written = []
     for n, members in enumerate(groups.values()):
         # Sorted by file_path, then pos (the spec's order): sort the members by path; each

@@ -171,7 +171,8 @@ class Engine:
             schema = table.schemas().get(pin.schema_id) or table.schema()
             # The same pruning as _data_parts, so planning and execution bind the same files.
             prune = row_filter(sql, schema) if sql is not None and len(pins) == 1 else None
-            native = self.natives.native_table(table, pin.snapshot_id, schema, prune, pin.split)
+            native = self.natives.native_table(table, pin.snapshot_id, schema, prune, pin.split,
+                                               f"__icefloe_positions_{i}")
             if native is not None:
                 found[i] = native
         return found
@@ -396,7 +397,8 @@ class Engine:
 
         ``native``: the pins (by index) read by DuckDB's own Parquet reader: their view is a
         ``read_parquet`` of the files the slot was made for (``native_tables``); only a SQL
-        write's read registers something (its earlier positions, ``NativeTable.registered``).
+        write's read, or a scan applying a shared delete file's cached positions, registers
+        something (``NativeTable.registered``).
 
         ``file_tags`` (SQL writes): for those tables, read exactly the given data files, each
         through its own source, with an extra column ``__icefloe_file`` = the file's index in
@@ -412,7 +414,8 @@ class Engine:
             if native and i in native:
                 if native[i].registered:
                     # A view over Arrow tables registered on this cursor (a SQL write's earlier
-                    # positions, ``native_writes``) lives only as long as this query.
+                    # positions, ``native_writes``; a shared delete file's positions per data
+                    # file, ``native_tables``) lives only as long as this query.
                     run.slot.forget_view(namespace, pin.view_name)
                     for name, data in native[i].registered:
                         cur.register(name, data)

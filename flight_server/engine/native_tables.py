@@ -15,15 +15,18 @@ Iceberg's rules, in SQL DuckDB runs:
   read schema to the table column's current name and type, so renamed columns keep their
   values, added ones read as NULL and dropped ones are not read; the types given there are
   Iceberg's promotions (int -> long, float -> double, wider decimals), cast by the reader;
-- **position deletes**: files sharing delete files are read together and anti-joined on
-  (``file_index``, ``file_row_number``) against the delete files' ``file_path`` mapped to the
-  file's index in the list (integers are cheaper to hash than paths) and ``pos``; a data file
-  whose delete files name no other file (file-scoped deletes) is a ``read_parquet`` of its own,
-  joined on ``file_row_number`` alone; the files without deletes are one plain read, no join;
+- **position deletes**: taken from the engine's cache of parsed delete files, which knows
+  each position's data file whatever the delete file's scope (``_PositionPlan``): a data file
+  whose positions form a few runs is a ``read_parquet`` of its own with a filter DuckDB pushes
+  into the scan (no join); the other files with deletes are one ``read_parquet``, anti-joined
+  on (``file_index``, ``file_row_number``) against one registered Arrow table of the positions
+  that apply to each. Past the bounds of that plan (many files, many positions), files sharing
+  delete files are read together and anti-joined on (``file_index``, ``file_row_number``)
+  against the delete files' ``file_path`` mapped to the file's index in the list (integers are
+  cheaper to hash than paths) and ``pos``. The files without deletes are one plain read, no join;
 - **equality deletes**: an anti-join on the key columns with ``IS NOT DISTINCT FROM`` (Iceberg
   matches NULL to NULL), for the data files the sequence-number and partition rules say;
-  both joins are DuckDB hash joins, which spill past the memory limit instead of holding the
-  delete set in Python.
+  DuckDB's hash joins spill past the memory limit instead of holding the delete set in Python.
 
 Data files with the same applicable delete files form one ``read_parquet`` (which data file a
 delete file applies to is planned by ``catalog.deletes.plan_files``, as on every other path).
@@ -41,6 +44,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.manifest import DataFile, FileFormat
@@ -76,9 +81,9 @@ logger = logging.getLogger("icefloe.engine.native")
 FILE_COLUMN = "file_index"
 ROW_COLUMN = "file_row_number"
 _POS_PATH_ID, _POS_ID = 2147483546, 2147483545  # position delete files' file_path and pos
-# Scans read each data file with file-scoped position deletes on its own (the anti-join on the
-# row number alone, see NativeTables.reads) for at most this many delete files; past it, binding
-# a UNION ALL that long costs more than the wider join, and the files are read together again.
+# Scans plan position deletes from the cache of parsed delete files (_PositionPlan) for at most
+# this many data files with deletes; past it, binding a UNION ALL of that many filtered reads
+# costs more than it saves.
 _PER_FILE_POSITION_READS = 64
 # The types the ``read_parquet`` field-id mapping reads as the Arrow path does; the others
 # (nested, uuid, fixed, nanosecond timestamps) keep the Arrow path.
@@ -86,6 +91,12 @@ _FIELD_ID_TYPES = (
     BooleanType, IntegerType, LongType, FloatType, DoubleType, DecimalType, DateType, TimeType,
     TimestampType, TimestamptzType, StringType, BinaryType,
 )
+# A data file's deleted positions that form at most this many runs of consecutive rows are a
+# filter DuckDB pushes into its scan (NOT BETWEEN per run): no join, no delete file read.
+_RANGE_FILTER_RUNS = 32
+# At most this many positions (delete files' record counts) are taken from the cache of parsed
+# delete files for one scan; past it, DuckDB reads the delete files and joins (and spills).
+_CACHED_POSITIONS = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -120,6 +131,9 @@ class NativeTables:
         self.sources = sources
         # delete file path -> field id -> column name in its footer (delete files never change)
         self._delete_ids: LockedLRU[str, dict[int, str]] = LockedLRU(4096)
+        # (delete files' key, data file path) -> the pushed filter of its deleted positions, or
+        # None where they are too many runs for one (see _PositionPlan); delete files never change.
+        self._range_filters: LockedLRU[tuple[Any, str], tuple[str | None]] = LockedLRU(16384)
         # (table folder, manifest path) -> the real path the sandbox approved. A path approved
         # once stays inside its table: resolving it again per query would only cost syscalls.
         self._approved: LockedLRU[tuple[str | None, str], str] = LockedLRU(65536)
@@ -131,12 +145,14 @@ class NativeTables:
     def native_table(
         self, table: Table, snapshot_id: int | None, schema: Schema,
         row_filter: BooleanExpression | None = None, split: tuple[int, int] | None = None,
+        registered_name: str = "__icefloe_positions",
     ) -> NativeTable | None:
-        """The table at ``snapshot_id`` as a ``read_parquet`` view, or None (Arrow path)."""
+        """The table at ``snapshot_id`` as a ``read_parquet`` view, or None (Arrow path);
+        ``registered_name``: the name of its table of cached positions, if it needs one."""
         reason = refusal(table, schema)
         if reason is None:
             try:
-                return self._build(table, snapshot_id, schema, row_filter, split)
+                return self._build(table, snapshot_id, schema, row_filter, split, registered_name)
             except NotNative as exc:
                 reason = str(exc)
         logger.debug("%s reads through Arrow datasets: %s", table.name(), reason)
@@ -144,7 +160,7 @@ class NativeTables:
 
     def _build(
         self, table: Table, snapshot_id: int | None, schema: Schema,
-        row_filter: BooleanExpression | None, split: tuple[int, int] | None,
+        row_filter: BooleanExpression | None, split: tuple[int, int] | None, registered_name: str,
     ) -> NativeTable:
         io = table.io
         assert isinstance(io, ConfinedFileIO)  # refusal checked
@@ -164,47 +180,64 @@ class NativeTables:
         if built is not None:
             return built
         deletes = self.sources.file_deletes(table, snapshot_id)
-        selects, allowed = self.reads(io, [p for p, _, _ in files], deletes, schema)
-        built = NativeTable(" UNION ALL ".join(selects), tuple(dict.fromkeys(allowed)))
-        self._built.put(key, built)
+        selects, allowed, registered = self.reads(io, [p for p, _, _ in files], deletes, schema, registered_name)
+        built = NativeTable(" UNION ALL ".join(selects), tuple(dict.fromkeys(allowed)), registered)
+        if not registered:  # a view with its own Arrow positions (up to millions) is not kept
+            self._built.put(key, built)
         return built
 
     def reads(
         self, io: ConfinedFileIO, paths: Sequence[str], deletes: dict[str, FileDeletes], schema: Schema,
-    ) -> tuple[list[str], list[str]]:
+        registered_name: str = "__icefloe_positions",
+    ) -> tuple[list[str], list[str], tuple[tuple[str, Any], ...]]:
         """The SELECTs (to UNION ALL) of ``paths`` read as ``schema``, each file's deletes applied,
-        and the real paths they read (for the slot's allow-list); raises ``NotNative``."""
+        the real paths they read (for the slot's allow-list) and the Arrow tables the SELECTs
+        name (registered under ``registered_name``: a shared delete file's positions, see
+        ``_PositionPlan``); raises ``NotNative``."""
         columns, schema_map, outer = field_id_read(schema)
         real: dict[str, str] = {}  # manifest path -> the real local path the sandbox approved
-        groups: dict[tuple[Any, ...], list[int]] = {}
-        # One read per data file with position deletes: its anti-join is then on the row number
-        # alone against that file's positions (a small hash table probed by one integer), not
-        # on (file index, row number). Only when no delete file is shared by two data files
-        # (file-scoped deletes, as Iceberg 1.6+ engines write them): a shared one would be read
-        # again by each file's read, which measured no faster than the wider join (at 10%
-        # deleted it was slower, see docs/deletes.md), and only for a UNION ALL of few reads.
-        reads = [f.file_path for p in paths for f in deletes.get(p, FileDeletes()).positions]
-        per_file = len(reads) == len(set(reads)) and len(reads) <= _PER_FILE_POSITION_READS
-        for i, path in enumerate(paths):
-            real[path] = self._local(io, path)
+        for path in paths:
+            real[path] = self.local_path(io, path)
             if not self.sources.footer_has_ids(path, real[path], schema):
                 raise NotNative(f"{path} has no Parquet field ids (name-mapped files)")
-            file_deletes = deletes.get(path, FileDeletes())
-            key: tuple[Any, ...] = (path,) if per_file and file_deletes.positions else file_deletes.key
-            groups.setdefault(key, []).append(i)
         if any(deletes.get(p) for p in paths):
             refuse_position_names(columns)
+        plan = _PositionPlan.make(self, io, paths, deletes)
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for i, path in enumerate(paths):
+            file_deletes = deletes.get(path, FileDeletes())
+            if path in plan.ranges:
+                key: tuple[Any, ...] = ("ranges", path)
+            elif path in plan.cached:
+                key = ("cached", tuple(sorted(f.file_path for f in file_deletes.equality)))
+            else:
+                key = file_deletes.key
+            groups.setdefault(key, []).append(i)
         selects, allowed = [], [real[p] for p in paths]
-        for indexes in groups.values():
+        registered: list[tuple[str, Any]] = []
+        for key, indexes in groups.items():
             group = [paths[i] for i in indexes]
             applied = deletes.get(group[0], FileDeletes())
             listed = _file_list([real[p] for p in group])
-            numbered = ", file_row_number = true" if applied else ""
+            # A delete file whose bounds take in a file but names none of its rows leaves no filter.
+            filtered = applied.equality or plan.ranges.get(group[0]) != ""
+            numbered = ", file_row_number = true" if applied and filtered else ""
             read = f"SELECT {outer} FROM read_parquet({listed}, schema = {schema_map}{numbered}) AS d"
-            joins = self._position_join(io, applied.positions, group, allowed)
-            joins += self._equality_joins(io, applied.equality, schema, allowed)
-            selects.append(" ".join([read, *joins]))
-        return selects, allowed
+            where = ""
+            if key[:1] == ("ranges",):
+                joins = []  # the positions are a filter DuckDB pushes into the scan
+                where = f" WHERE {plan.ranges[group[0]]}" if plan.ranges[group[0]] else ""
+            elif key[:1] == ("cached",):
+                name = f"{registered_name}_{len(registered)}"
+                registered.append((name, plan.table(group)))
+                joins = [f"ANTI JOIN {name} AS pd ON d.{FILE_COLUMN} = pd.i AND d.{ROW_COLUMN} = pd.pos"]
+            else:
+                joins = self._position_join(io, applied.positions, group, allowed)
+            for f in applied.positions:
+                _check_delete_file(f)
+            joins += self.equality_joins(io, applied.equality, schema, allowed)
+            selects.append(" ".join([read, *joins]) + where)
+        return selects, allowed, tuple(registered)
 
     def _position_join(
         self, io: ConfinedFileIO, delete_files: Sequence[DataFile], paths: list[str], allowed: list[str],
@@ -214,7 +247,7 @@ class NativeTables:
         delete_paths = []
         for f in delete_files:
             _check_delete_file(f)
-            delete_paths.append(self._local(io, f.file_path))
+            delete_paths.append(self.local_path(io, f.file_path))
         allowed.extend(delete_paths)
         deleted = f"read_parquet({_file_list(delete_paths)})"
         if len(paths) == 1:  # one file per read: the position alone (see reads)
@@ -228,16 +261,33 @@ class NativeTables:
             f"ON p.file_path = m.manifest_path) AS pd ON d.{FILE_COLUMN} = pd.i AND d.{ROW_COLUMN} = pd.pos"
         ]
 
-    def _equality_joins(
+    def range_filter(self, io: ConfinedFileIO, deletes: FileDeletes, path: str) -> str | None:
+        """``range_predicate`` of the positions ``deletes`` delete from ``path`` (cached)."""
+        key = (deletes.key, path)
+        found = self._range_filters.get(key)
+        if found is None:  # not cached (a cached "too many runs" is the tuple (None,))
+            found = (range_predicate(self.positions_of(io, deletes, path)),)
+            self._range_filters.put(key, found)
+        return found[0]
+
+    def positions_of(self, io: ConfinedFileIO, deletes: FileDeletes, path: str) -> np.ndarray:
+        """The positions of data file ``path`` its position delete files (and deletion vectors)
+        delete, from the engine's cache of parsed delete files: each file's positions one after
+        the other, not sorted across files (for an anti-join, which needs neither)."""
+        return self.sources.delete_sets.positions(io, deletes, path, distinct=False)
+
+    def equality_joins(
         self, io: ConfinedFileIO, delete_files: Sequence[DataFile], schema: Schema, allowed: list[str]
     ) -> list[str]:
+        """The anti-joins of a read (alias ``d``) against ``delete_files`` (equality deletes),
+        appending the delete files' real paths to ``allowed``; raises ``NotNative``."""
         by_ids: dict[tuple[int, ...], list[str]] = {}
         for f in delete_files:
             _check_delete_file(f)
             ids = tuple(int(i) for i in (f.equality_ids or ()))
             if not ids:
                 raise NotNative(f"equality delete file {f.file_path} has no equality_ids")
-            local = self._local(io, f.file_path)
+            local = self.local_path(io, f.file_path)
             # A key column missing from the file would read as NULL and delete every NULL row.
             missing = set(ids) - set(self._footer_ids(f.file_path, local))
             if missing:
@@ -262,7 +312,7 @@ class NativeTables:
             joins.append(f"ANTI JOIN read_parquet({_file_list(locals_)}, schema = {key_map}) AS {alias} ON {condition}")
         return joins
 
-    def _local(self, io: ConfinedFileIO, path: str) -> str:
+    def local_path(self, io: ConfinedFileIO, path: str) -> str:
         """The real local path of a table file, as the warehouse sandbox approves it: DuckDB gets
         this path (symlinks resolved), never the manifest's text."""
         key = (io.root, path)
@@ -280,6 +330,75 @@ class NativeTables:
                       if f.metadata and b"PARQUET:field_id" in f.metadata}
             self._delete_ids.put(path, cached)
         return cached
+
+
+@dataclass
+class _PositionPlan:
+    """How a scan applies each data file's position deletes (``NativeTables.reads``).
+
+    Taken from the engine's cache of parsed delete files, which knows each position's data file
+    whatever the delete file's scope (one delete file per data file, as Iceberg 1.8+ and icefloe
+    write them, or one per partition, as older writers and ``write.delete.granularity =
+    partition`` do):
+
+    - ``ranges``: positions forming few runs (a clustered DELETE) -> that file read on its own
+      with a ``WHERE`` on ``file_row_number`` that DuckDB pushes into its Parquet scan: no join;
+    - ``cached``: the other files' positions -> those files read together (one ``read_parquet``,
+      which DuckDB parallelizes over their row groups; a read per file measured 2-3x slower on
+      two cores) and anti-joined on (file index, row number) against one registered Arrow table
+      of exactly the positions that apply to each, so no query reads a delete file, shared or not.
+
+    Past ``_PER_FILE_POSITION_READS`` files or ``_CACHED_POSITIONS`` positions, neither: files
+    with the same delete files are read together and joined against the delete files read by
+    DuckDB, which spills a join larger than its memory limit.
+    """
+
+    ranges: dict[str, str]
+    cached: dict[str, np.ndarray]
+
+    @classmethod
+    def make(cls, natives: NativeTables, io: ConfinedFileIO, paths: Sequence[str],
+             deletes: dict[str, FileDeletes]) -> _PositionPlan:
+        plan = cls({}, {})
+        with_deletes = [p for p in paths if deletes.get(p, FileDeletes()).positions]
+        for p in with_deletes:
+            for f in deletes[p].positions:
+                _check_delete_file(f)
+        if not with_deletes or len(with_deletes) > _PER_FILE_POSITION_READS:
+            return plan
+        distinct = {f.file_path: f for p in with_deletes for f in deletes[p].positions}
+        if sum(int(f.record_count) for f in distinct.values()) > _CACHED_POSITIONS:
+            return plan
+        for p in with_deletes:
+            found = natives.range_filter(io, deletes[p], p)
+            if found is not None:
+                plan.ranges[p] = found
+            else:
+                plan.cached[p] = natives.positions_of(io, deletes[p], p)
+        return plan
+
+    def table(self, group: Sequence[str]) -> pa.Table:
+        """(i, pos) of the positions of ``group``'s files (i: the file's index in ``group``)."""
+        arrays = [self.cached[p] for p in group]
+        i = np.repeat(np.arange(len(arrays), dtype=np.int64), [len(a) for a in arrays])
+        return pa.table({"i": i, "pos": np.concatenate(arrays).astype(np.int64, copy=False)})
+
+
+def range_predicate(positions: np.ndarray) -> str | None:
+    """A filter on ``d.file_row_number`` keeping every row but ``positions`` (int64, any order,
+    repeats allowed): ``""`` for none, None when they form more than ``_RANGE_FILTER_RUNS`` runs."""
+    if not len(positions):
+        return ""
+    pos = np.unique(positions)
+    breaks = np.flatnonzero(np.diff(pos) != 1)
+    if len(breaks) + 1 > _RANGE_FILTER_RUNS:
+        return None
+    starts = np.concatenate((pos[:1], pos[breaks + 1]))
+    ends = np.concatenate((pos[breaks], pos[-1:]))
+    return " AND ".join(
+        f"d.{ROW_COLUMN} <> {int(a)}" if a == b else f"d.{ROW_COLUMN} NOT BETWEEN {int(a)} AND {int(b)}"
+        for a, b in zip(starts, ends, strict=True)
+    )
 
 
 def field_id_read(schema: Schema) -> tuple[list[tuple[int, str, str]], str, str]:

@@ -102,7 +102,7 @@ def _tagged(
     refuse_position_names(columns)
     real = []
     for path in paths:
-        local = natives._local(io, path)  # the warehouse sandbox's check, cached
+        local = natives.local_path(io, path)  # the warehouse sandbox's check, cached
         if not natives.sources.footer_has_ids(path, local, schema):
             raise NotNative(f"{path} has no Parquet field ids (name-mapped files)")
         real.append(local)
@@ -128,7 +128,7 @@ def _tagged(
         if deleted is not None and any(deletes.get(paths[i], FileDeletes()).positions for i in indexes):
             joins.append(f"ANTI JOIN {deleted_name} AS pd ON pd.i = {tag} AND pd.pos = d.{ROW_COLUMN}")
         equality = deletes.get(paths[indexes[0]], FileDeletes()).equality
-        joins += natives._equality_joins(io, equality, schema, allowed)
+        joins += natives.equality_joins(io, equality, schema, allowed)
         selects.append(" ".join([read, *joins]))
     # The slot may read every data file of the snapshot, not only the ones this statement
     # reads: the next statement on other files of the table (a clustered DELETE steps through
@@ -150,7 +150,7 @@ def _snapshot_data_files(natives: NativeTables, table: Table, io: ConfinedFileIO
     key = (str(table.metadata.table_uuid), tuple(m.manifest_path for m in manifests))
     cached = _SNAPSHOT_FILES.get(key)
     if cached is None:
-        cached = tuple(natives._local(io, entry.data_file.file_path) for m in manifests
+        cached = tuple(natives.local_path(io, entry.data_file.file_path) for m in manifests
                        for entry in m.fetch_manifest_entry(io, discard_deleted=True))
         _SNAPSHOT_FILES.put(key, cached)
     return cached
@@ -170,7 +170,7 @@ def _deleted_positions(
         applied = deletes.get(path, FileDeletes())
         if applied.positions:
             # Cached per delete file (deletion vectors as well); not merged into one sorted set.
-            gone = natives.sources.delete_sets.positions(io, applied, path, distinct=False)
+            gone = natives.positions_of(io, applied, path)
             indexes.append(np.full(len(gone), i, dtype=np.int64))
             found.append(gone)
     return pa.table({"i": np.concatenate(indexes), "pos": np.concatenate(found).astype(np.int64, copy=False)})

@@ -63,6 +63,11 @@ def write_mode(table: Any, prop: str, what: str) -> str:
             f"{what}: {prop} is merge-on-read but the table is Iceberg format v1, which has no delete "
             "files; upgrade it to v2 (format-version = 2) or use copy-on-write"
         )
+    if mode == MERGE_ON_READ:
+        try:
+            delete_writer.delete_granularity(table.metadata.properties)
+        except ValueError as exc:
+            raise errors.InvalidArgument(f"{what}: {exc}") from None
     return mode
 
 
@@ -74,6 +79,10 @@ def check_properties(props: dict[str, str], what: str) -> None:
             raise errors.InvalidArgument(
                 f"{what}: {prop} must be 'copy-on-write' or 'merge-on-read', not {props[prop]!r}"
             )
+    try:
+        delete_writer.delete_granularity(props)
+    except ValueError as exc:
+        raise errors.InvalidArgument(f"{what}: {exc}") from None
 
 
 def _positions(w: Write, files: TargetFiles, ref: str, cond: str | None, extra: str = "") -> pa.Table:

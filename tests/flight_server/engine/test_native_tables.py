@@ -134,54 +134,72 @@ def test_position_and_equality_deletes_are_anti_joins(lake: tuple[RocksCatalog, 
     assert got.column("id").to_pylist() == [1, 4, 6, 7, 8, 20, 21]
     earlier = _run(engine, f"SELECT id FROM ns.del AT (VERSION => {before_eq}) WHERE id >= 0 ORDER BY id")
     assert earlier.column("id").to_pylist() == [1, 2, 3, 4, 5, 6, 7, 8]
-    delete_paths = {os.path.realpath(p) for p in _delete_files(t)}
-    assert delete_paths and delete_paths <= _slot_files(engine)
+    equality_paths = {os.path.realpath(p) for p in _delete_files(t, content=2)}
+    position_paths = {os.path.realpath(p) for p in _delete_files(t, content=1)}
+    assert equality_paths and equality_paths <= _slot_files(engine)
+    # Positions 0 and 9 are a filter pushed into the scan: the slot never reads their file.
+    assert position_paths and not position_paths & _slot_files(engine)
+    view = engine.natives.native_table(t, t.current_snapshot().snapshot_id, t.schema())
+    assert view is not None and "WHERE d.file_row_number <> 0 AND d.file_row_number <> 9" in view.select
 
 
-@pytest.mark.parametrize("file_scoped", [False, True])
-def test_position_delete_files_over_several_data_files(lake: tuple[RocksCatalog, Engine], file_scoped: bool) -> None:
+@pytest.mark.parametrize("scattered", [False, True], ids=["few-runs", "scattered"])
+@pytest.mark.parametrize("file_scoped", [False, True], ids=["shared", "file-scoped"])
+def test_position_delete_files_over_several_data_files(lake: tuple[RocksCatalog, Engine], file_scoped: bool,
+                                                       scattered: bool) -> None:
     catalog, engine = lake
     t = catalog.create_table("ns.multi", schema=pa.schema([("id", pa.int64())]))
     for start in (0, 100, 200):
         t.append(pa.table({"id": pa.array(range(start, start + 100), pa.int64())}))
     files = [p for p, _ in data_files(catalog.load_table("ns.multi"))]
     by_start = {pq.read_table(p.removeprefix("file://")).column("id")[0].as_py(): p for p in files}
-    # positions 5 and 7 of the first file, 5 and 99 of the third; none of the second
+    # Of the first and third files (none of the second): two runs each (5, 7 / 5, 98-99), or
+    # every other row (50 runs each: too many for a filter, an anti-join on the row number).
+    first, third = ([5, 7], [5, 98, 99]) if not scattered else (list(range(0, 100, 2)), list(range(1, 100, 2)))
     if file_scoped:  # one delete file per data file, each naming only its own
-        position_delete(catalog.load_table("ns.multi"), {by_start[0]: [5, 7]}, file_scoped=True)
-        position_delete(catalog.load_table("ns.multi"), {by_start[200]: [5, 99]}, file_scoped=True)
+        position_delete(catalog.load_table("ns.multi"), {by_start[0]: first}, file_scoped=True)
+        position_delete(catalog.load_table("ns.multi"), {by_start[200]: third}, file_scoped=True)
     else:  # one delete file over the partition: it applies to all three files
-        position_delete(catalog.load_table("ns.multi"), {by_start[0]: [5, 7], by_start[200]: [5, 99]})
+        position_delete(catalog.load_table("ns.multi"), {by_start[0]: first, by_start[200]: third})
+    gone = len(first) + len(third), sum(first) + sum(200 + p for p in third)
     got = _run(engine, "SELECT count(*) AS n, sum(id) AS s FROM ns.multi WHERE id >= 0")
-    assert got.to_pylist() == [{"n": 296, "s": sum(range(300)) - 5 - 7 - 205 - 299}]
+    assert got.to_pylist() == [{"n": 300 - gone[0], "s": sum(range(300)) - gone[1]}]
     assert _slot_files(engine) >= _real_files(catalog.load_table("ns.multi"))
     # Written after the delete (a larger sequence number): no delete file applies to it.
     catalog.load_table("ns.multi").append(pa.table({"id": pa.array(range(300, 310), pa.int64())}))
     got = _run(engine, "SELECT count(*) AS n, sum(id) AS s FROM ns.multi WHERE id >= 0")
-    assert got.to_pylist() == [{"n": 306, "s": sum(range(310)) - 5 - 7 - 205 - 299}]
+    assert got.to_pylist() == [{"n": 310 - gone[0], "s": sum(range(310)) - gone[1]}]
     t = catalog.load_table("ns.multi")
     view = engine.natives.native_table(t, t.current_snapshot().snapshot_id, t.schema())
     assert view is not None
     reads = view.select.split(" UNION ALL ")
-    joined = [r for r in reads if "ANTI JOIN" in r]
-    plain = [r for r in reads if "ANTI JOIN" not in r]
-    # The files no delete file applies to (the second when file-scoped, the newest): no join.
-    assert len(plain) == 1 and "file_row_number" not in plain[0]
-    if file_scoped:
-        # Each file with deletes joined on its row number alone.
-        assert len(joined) == 2 and all("file_index" not in r for r in joined)
-    else:
-        assert len(joined) == 1 and "file_index" in joined[0]
+    plain = [r for r in reads if "file_row_number" not in r]
+    # The files no delete applies to (the second, whose rows a shared file's bounds take in but
+    # which it names none of; the newest): no join, no filter.
+    assert len(plain) == (1 if file_scoped else 2)
+    if not scattered:  # each file's runs are a filter in its scan: no join, no delete file read
+        assert len(reads) - len(plain) == 2 and all("ANTI JOIN" not in r for r in reads)
+        assert "WHERE d.file_row_number <> 5 AND d.file_row_number NOT BETWEEN 98 AND 99" in view.select
+        assert not view.registered
+    else:  # one read of both, joined against the positions parsed once, whatever the scope
+        [joined] = [r for r in reads if "file_row_number" in r]
+        assert "ANTI JOIN __icefloe_positions_0 AS pd ON d.file_index = pd.i" in joined
+        assert "deletes" not in joined  # no delete file is read by the query
+        [(name, positions)] = view.registered
+        assert name == "__icefloe_positions_0" and positions.num_rows == 100
+        assert sorted(positions.column("i").to_pylist()) == [0] * 50 + [1] * 50
 
 
-def _delete_files(table: Any) -> list[str]:
+def _delete_files(table: Any, content: int | None = None) -> list[str]:
+    """The delete files of the current snapshot (``content``: 1 position, 2 equality; None: all)."""
     from pyiceberg.manifest import ManifestContent
 
     found = []
     for manifest in table.current_snapshot().manifests(table.io):
         if manifest.content == ManifestContent.DELETES:
             found += [e.data_file.file_path.removeprefix("file://")
-                      for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True)]
+                      for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+                      if content is None or e.data_file.content.value == content]
     return found
 
 

@@ -74,7 +74,9 @@ def test_merge_on_read_delete_and_update(conn: Any, reader_catalog: Any, write_s
     assert snap.summary["added-position-deletes"] == "118"
     assert snap.summary["added-delete-files"] == str(len(deletes))
     assert snap.summary["total-records"] == "1000" and snap.summary["total-position-deletes"] == "118"
-    assert len(deletes) == (3 if partitioned else 1)  # one delete file per partition
+    # File-scoped (write.delete.granularity = file, the default): one delete file per data file
+    # that lost rows (all of them: two per partition), each naming only its own data file.
+    assert len(deletes) == len(data) == (6 if partitioned else 2)
     for entry, manifest in deletes:
         assert entry.data_file.content.value == 1 and entry.sequence_number == snap.sequence_number
         assert manifest.sequence_number == snap.sequence_number
@@ -84,6 +86,9 @@ def test_merge_on_read_delete_and_update(conn: Any, reader_catalog: Any, write_s
         assert [f.metadata[b"PARQUET:field_id"] for f in written.schema] == [b"2147483546", b"2147483545"]
         pairs = list(zip(written.column(0).to_pylist(), written.column(1).to_pylist(), strict=True))
         assert pairs == sorted(pairs) and len(set(pairs)) == len(pairs)
+        assert len({path for path, _ in pairs}) == 1
+        bounds = entry.data_file.lower_bounds[2147483546], entry.data_file.upper_bounds[2147483546]
+        assert bounds == (pairs[0][0].encode(), pairs[0][0].encode())
     if partitioned:
         assert {tuple(e.data_file.partition) for e, _ in deletes} == {(0,), (1,), (2,)}
 
@@ -123,6 +128,38 @@ def test_merge_on_read_delete_and_update(conn: Any, reader_catalog: Any, write_s
     assert scalar(conn, f"SELECT count(*) FROM {name} AT (VERSION => {delete_id})") == len(expected)
 
 
+def test_partition_granularity_writes_one_delete_file_per_partition(conn: Any, reader_catalog: Any) -> None:
+    """``write.delete.granularity`` = ``partition`` (Iceberg's property, any case): one delete
+    file for the data files of a partition; scans apply it to each file it names."""
+    name = _make(conn, "mor_gran", partitioned=True)
+    update(conn, f"ALTER TABLE {name} SET ('write.delete.granularity' = 'Partition')")
+    assert update(conn, f"DELETE FROM {name} WHERE id % 7 = 0") == 143
+    _, data, deletes = _snapshot_files(reader_catalog, name)
+    assert len(data) == 6 and len(deletes) == 3
+    assert {tuple(e.data_file.partition) for e, _ in deletes} == {(0,), (1,), (2,)}
+    expected = [i for i in range(1000) if i % 7 != 0]
+    assert [r["id"] for r in rows(conn, f"SELECT id FROM {name} ORDER BY id")] == expected
+    assert sorted(reader_catalog.load_table(name).scan().to_arrow().column("id").to_pylist()) == expected
+    # Back to file-scoped: the next DELETE adds one file per data file it touches.
+    update(conn, f"ALTER TABLE {name} SET ('write.delete.granularity' = 'file')")
+    assert update(conn, f"DELETE FROM {name} WHERE id = 1 OR id = 999") == 2
+    _, _, after = _snapshot_files(reader_catalog, name)
+    assert len(after) == 5
+    assert scalar(conn, f"SELECT count(*) FROM {name}") == len(expected) - 2
+
+
+def test_unknown_granularity_is_invalid_argument(conn: Any, reader_catalog: Any) -> None:
+    update(conn, "CREATE SCHEMA mor_badg")
+    update(conn, "CREATE TABLE mor_badg.t (id BIGINT)")
+    update(conn, "INSERT INTO mor_badg.t VALUES (1), (2)")
+    head = log_head(reader_catalog)
+    with pytest.raises(adbc_driver_manager.ProgrammingError) as info:
+        update(conn, "ALTER TABLE mor_badg.t SET ('write.delete.granularity' = 'row')")
+    assert "INVALID_ARGUMENT" in str(info.value)
+    assert "write.delete.granularity is 'row'; expected 'file' or 'partition'" in str(info.value)
+    assert log_head(reader_catalog) == head
+
+
 def test_unknown_mode_is_invalid_argument(conn: Any, reader_catalog: Any) -> None:
     update(conn, "CREATE SCHEMA mor_bad")
     update(conn, "CREATE TABLE mor_bad.t (id BIGINT)")
@@ -155,6 +192,8 @@ def test_modes_set_by_other_clients_are_checked_at_write_time(tmp_path: Path) ->
         rest = RestCatalog("icefloe", uri=rest_url(server))
         table = rest.load_table("r.t")
         table.transaction().set_properties({"write.update.mode": "merge_on_read"}).commit_transaction()
+        rest.create_table("r.g", schema=table.schema(), properties={"write.delete.mode": "merge-on-read",
+                                                                    "write.delete.granularity": "files"})
         rest.create_table("r.v1", schema=table.schema(), properties={"format-version": "1",
                                                                      "write.delete.mode": "merge-on-read"})
         with fsql.connect(server.location, autocommit=True) as c:
@@ -168,7 +207,14 @@ def test_modes_set_by_other_clients_are_checked_at_write_time(tmp_path: Path) ->
             with pytest.raises(adbc_driver_manager.ProgrammingError) as info:
                 update(c, "DELETE FROM r.v1 WHERE id = 1")
             assert "INVALID_ARGUMENT" in str(info.value) and "format v1" in str(info.value)
+            update(c, "INSERT INTO r.g VALUES (1)")
+            seq = head_seq(server.warehouse)
+            with pytest.raises(adbc_driver_manager.ProgrammingError) as info:
+                update(c, "DELETE FROM r.g WHERE id = 1")
+            assert "INVALID_ARGUMENT" in str(info.value)
+            assert "write.delete.granularity is 'files'; expected 'file' or 'partition'" in str(info.value)
             assert head_seq(server.warehouse) == seq
+            assert rows(c, "SELECT id FROM r.g") == [{"id": 1}]
             assert rows(c, "SELECT id FROM r.t ORDER BY id") == [{"id": 1}, {"id": 2}]
 
 
