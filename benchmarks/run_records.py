@@ -153,6 +153,12 @@ FIGURES = (
     Figure("ingest_cdc", "ingest_cdc.p99", "the same: p99", "median_p99_ms", "report", "ms"),
     Figure("ingest_cdc", "ingest_cdc.source_rate", "the same: the rate the source writers reached (changes/s)",
            "median_achieved_rate", "report", "/s"),
+    Figure("ingest_cdc_two_tables", "ingest_cdc_two_tables.p50", "Postgres CDC lag, one connector over two tables, "
+           "every source transaction touching both (one catalog commit), at 1k changes/s: p50", "median_p50_ms",
+           "report", "ms"),
+    Figure("ingest_cdc_two_tables", "ingest_cdc_two_tables.p99", "the same: p99", "median_p99_ms", "report", "ms"),
+    Figure("ingest_cdc_two_tables", "ingest_cdc_two_tables.source_rate", "the same: the rate the source writers "
+           "reached (row changes/s)", "median_achieved_rate", "report", "/s"),
 )
 
 
