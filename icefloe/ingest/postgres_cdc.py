@@ -48,7 +48,7 @@ from icefloe.ingest.contract import (
 )
 from icefloe.ingest.pg_backfill import KeyRangeBackfill, close_quietly
 from icefloe.ingest.pg_batch import TRUNCATED, TransactionBatch
-from icefloe.ingest.pg_stream import ReplicationStream, StreamLost, StreamRefused
+from icefloe.ingest.pg_stream import ExportedSnapshot, ReplicationStream, StreamLost, StreamRefused
 from icefloe.ingest.pg_tables import describe, source_tables
 from icefloe.ingest.pgoutput import (
     Begin,
@@ -129,6 +129,7 @@ class PostgresCdcConnector(Connector):
         # and replays converge by key instead.
         self._seen: dict[str, Any] | None = None
         self._snap_conn: Any = None  # holds the snapshot's REPEATABLE READ transaction
+        self._exported: ExportedSnapshot | None = None  # the new slot's snapshot, until imported
         self._stream: ReplicationStream | None = None
         self._stream_relations: dict[int, Relation] = {}  # the stream sends each relation once
         # The stream's position after the last unit it gave with rows: a checkpoint anywhere from
@@ -166,9 +167,9 @@ class PostgresCdcConnector(Connector):
         self._close_stream()
         with self._errors():
             self._describe()
-            confirmed = self._ensure_slot()
+            confirmed = self._ensure_slot(export=position is None and self.snapshot)
             if position is None:
-                self._close_snapshot()
+                self._close_snapshot(keep_exported=True)
                 self._phase, self._after_key, self._pos, self._seen = ("snapshot", None, 0, None) if self.snapshot \
                     else ("stream", None, confirmed, None)
                 self._snap_index = 0
@@ -281,14 +282,27 @@ class PostgresCdcConnector(Connector):
                 self._conn.execute(f"SET {setting}")
         return self._conn
 
-    def _close_snapshot(self) -> None:
+    def _close_snapshot(self, keep_exported: bool = False) -> None:
         close_quietly(self._snap_conn)  # a read-only transaction: nothing to keep
         self._snap_conn = None
+        if not keep_exported:
+            self._close_exported()
+
+    def _close_exported(self) -> None:
+        if self._exported is not None:
+            self._exported.close()
+            self._exported = None
 
     def _snapshot_connection(self) -> Any:
         """The connection holding the snapshot's transaction (taking the snapshot if new)."""
         if self._snap_conn is None or self._snap_conn.closed:
             conn = self._repeatable_read("icefloe-ingest-snapshot")
+            if self._exported is not None and self._after_key is None and self._snap_index == 0:
+                # The slot's own snapshot: it sees exactly what the slot will not stream.
+                from psycopg import sql
+
+                conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(self._exported.name)))
+            self._close_exported()  # imported (or of no use now): the replication connection goes
             # The first statement of the transaction takes its snapshot.
             taken = conn.execute("SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text").fetchone()
             assert taken is not None
@@ -339,13 +353,19 @@ class PostgresCdcConnector(Connector):
         for table in self.tables:
             describe(conn, table, self.options["publication"])
 
-    def _ensure_slot(self) -> int:
-        """The slot's confirmed LSN, creating the slot (pgoutput) when it does not exist."""
+    def _ensure_slot(self, export: bool = False) -> int:
+        """The slot's confirmed LSN, creating the slot (pgoutput) when it does not exist; with
+        ``export``, over the replication protocol, keeping its exported snapshot for the initial
+        snapshot to import (``_snapshot_connection``)."""
         conn, slot = self._connection(), self.options["slot"]
         found = conn.execute("SELECT plugin, database, confirmed_flush_lsn::text FROM pg_replication_slots "
                              "WHERE slot_name = %s", (slot,)).fetchone()
         if found is None:
-            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+            if export:
+                self._close_exported()
+                self._exported = ExportedSnapshot(self.options["dsn"], slot, self.connect_timeout)
+            else:
+                conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
             logger.info("created replication slot %s for %s.%s", slot, self.schema_name, self.table_name)
             found = conn.execute("SELECT plugin, database, confirmed_flush_lsn::text FROM pg_replication_slots "
                                  "WHERE slot_name = %s", (slot,)).fetchone()
