@@ -9,7 +9,7 @@ key, goes to ``RocksCatalog.commit_tables``: one fsync'd RocksDB batch, the mult
 Flight SQL transactions use. A reader sees every table with the batch or every table without
 it, never one of each.
 
-The commit slots (``catalog.append.TableCommitter``) of every table are held, in name order,
+The commit slots (``catalog.commit_requests.TableCommitter``) of every table are held, in name order,
 from finding the rows to delete until the batch landed, so no append can slip in between
 (writers that take no slot, a Flight SQL transaction or a REST commit, lose to the
 compare-and-swap and the whole batch is rebuilt).
@@ -28,8 +28,10 @@ import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException
 
 from catalog import delete_writer
-from catalog.append import COMMIT_ATTEMPTS, AppendResult, ConcurrentSchemaChangeError, _key_writes
+from catalog.append import COMMIT_ATTEMPTS
+from catalog.append_schema import ConcurrentSchemaChangeError, StagedSchema, restage_schema, stage_schema
 from catalog.commit_log import CommitRecord
+from catalog.commit_requests import AppendResult, key_writes
 from catalog.context import commit_context, current_commit_context
 from catalog.deletes import plan_files
 from catalog.durable_io import DurableFileIO, deferred_fsync, fsync_all, local_paths
@@ -44,7 +46,7 @@ if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
 
-    from catalog.append import Appender, _StagedSchema
+    from catalog.append import Appender
 
 logger = logging.getLogger("icefloe.catalog.keyed_tables")
 
@@ -71,7 +73,7 @@ class _Prepared:
     io: Any
     key: list[str]
     touched: pa.Table
-    staged: _StagedSchema | None
+    staged: StagedSchema | None
     files: list[DataFile]
     rows: int
     deleted: int = 0
@@ -160,7 +162,7 @@ def _prepare(appender: Appender, change: TableChanges, schema_policy: str | None
     policy_plan = plan(table.schema(), change.upserts.schema, policy, table.metadata.format_version)
     schema, batches = renamed(change.upserts.schema, change.upserts.to_batches(), policy_plan.renames)
     key = [policy_plan.renames.get(k, k) for k in change.key]
-    staged = appender._stage_schema(table, policy_plan) if policy_plan.changes_table else None
+    staged = stage_schema(table, policy_plan) if policy_plan.changes_table else None
     metadata = staged.metadata if staged is not None else table.metadata
     missing = [k for k in key if k not in metadata.schema().column_names]
     if missing:
@@ -169,7 +171,7 @@ def _prepare(appender: Appender, change: TableChanges, schema_policy: str | None
     writer = DataFileWriter(metadata, table.io, schema, policy_plan.required_columns)
     appender.track_writer(writer)
     writers.append(writer)
-    files = appender._write_all(writer, schema, batches)
+    files = appender.write_all(writer, schema, batches)
     return _Prepared(change, table.io, key, touched, staged, list(files), writer.rows)
 
 
@@ -226,7 +228,7 @@ def _land(appender: Appender, prepared: list[_Prepared]) -> list[AppendResult]:
         if part is None:
             return {}
         landed[ident] = record
-        return _key_writes(ident[0], ident[1], record, [(part.change.idempotency_key, part.rows)])
+        return key_writes(ident[0], ident[1], record, [(part.change.idempotency_key, part.rows)])
 
     with deferred_fsync() as metadata_files, extra_batch_writes(durable_then_keys):
         catalog.commit_tables(changes, record_fields=fields)
@@ -270,7 +272,7 @@ def _build(appender: Appender, current: Table, part: _Prepared) -> tuple[Any, li
             producer = lambda update, _loaded: _overwrite(update, removed_files)  # noqa: E731
     tx = current.transaction()
     if part.staged is not None:
-        appender._restage_schema(current, tx, part.staged)
+        restage_schema(current, tx, part.staged)
     update = tx.update_snapshot(snapshot_properties=dict(part.change.snapshot_properties))
     with (producer(update, current) if producer is not None else update.fast_append()) as append:
         for data_file in data_files:
