@@ -18,6 +18,7 @@ import pytest
 from ingest_sources import PostgresSource
 from servers import ServerProcess
 from test_ingest_conformance import action, sql, wait_for
+from test_ingest_server import cli
 
 PASSWORD = "pw-that-must-never-show-9f3k"
 
@@ -454,10 +455,24 @@ def test_two_tables_one_slot_source_transactions_stay_atomic_through_kill_9_and_
             "ALTER TABLE ns.a SET (\"write.delete.mode\" = 'merge-on-read')",
             "ALTER TABLE ns.b SET (\"icefloe.schema-policy\" = 'evolve')")
         options = {"dsn": postgres.dsn, "tables": {f"public.{a}": "ns.a", f"public.{b}": "ns.b"},
-                   "publication": publication, "slot": slot, "snapshot_batch": 7, "idle_confirm_ms": 100}
-        added = action(proc, "add", {"name": "pg2", "source": "postgres", "options": options, "poll_s": 0.05,
-                                     "max_rows": 50})
+                   "publication": publication, "slot": slot}
+        # Refused: a target that does not exist, a `table` not among the targets (nothing added).
+        with pytest.raises(pa.ArrowKeyError, match="table ns.c does not exist"):  # NOT_FOUND
+            action(proc, "add", {"name": "bad", "source": "postgres",
+                                 "options": {**options, "tables": {f"public.{a}": "ns.c"}}})
+        with pytest.raises(pa.ArrowInvalid, match="not one of the targets"):
+            action(proc, "add", {"name": "bad", "table": "ns.t", "source": "postgres", "options": options})
+        # The CLI's form: --pg-table SOURCE=TARGET, repeated (no --table needed).
+        run = cli(proc, "add", "pg2", "--source", "postgres", "--pg-table", f"public.{a}=ns.a", "--pg-table",
+                  f"public.{b}=ns.b", "--publication", publication, "--slot", slot, "--dsn", postgres.dsn,
+                  "--option", "snapshot_batch=7", "--option", "idle_confirm_ms=100", "--poll-s", "0.05",
+                  "--max-rows", "50")
+        assert run.returncode == 0, run.stderr
+        added = json.loads(run.stdout)
         assert added["tables"] == ["ns.a", "ns.b"] and added["table"] == "ns.a"
+        mixed = cli(proc, "add", "x", "--source", "postgres", "--pg-table", f"public.{a}", "--pg-table",
+                    f"public.{b}=ns.b", "--publication", publication, "--slot", slot)
+        assert mixed.returncode != 0 and "SOURCE=TARGET" in mixed.stderr
         # The initial snapshot: both tables read in one source snapshot, a page per commit (a
         # reader sees the tables fill page by page, as for one table); then the stream, whose
         # source transactions the reader must only ever see whole.
