@@ -554,3 +554,30 @@ def test_two_tables_one_slot_source_transactions_stay_atomic_through_kill_9_and_
         postgres.drop_slot(slot)
         postgres.execute(f"DROP PUBLICATION {publication}", f"DROP TABLE {a}", f"DROP TABLE {b}",
                          f"DROP TABLE {unrelated}")
+
+
+def test_a_config_file_declares_a_connector_over_several_tables(tmp_path: Path) -> None:
+    """The TOML form of the multi-table mapping, and precise refusals of malformed ones (no
+    server needed: definitions are checked without touching the source)."""
+    pytest.importorskip("psycopg", reason="the postgres source needs psycopg (pip install 'icefloe[postgres]')")
+    from flight_server.ingest.specs import InvalidSpec, load_config
+
+    config = tmp_path / "connectors.toml"
+    base = ('[connectors.shop]\nsource = "postgres"\n[connectors.shop.options]\ndsn = "postgresql://u@h/db"\n'
+            'publication = "p"\nslot = "s"\n')
+    config.write_text(base + '[connectors.shop.options.tables]\n"public.orders" = "sales.orders"\n'
+                      '"public.items" = "sales.items"\n')
+    (spec,) = load_config(str(config))
+    assert spec.table == "sales.orders" and spec.targets == ("sales.orders", "sales.items")
+    assert spec.connector().table_sources() == {"sales.orders": "postgres://h:5432/db/public.orders",
+                                                "sales.items": "postgres://h:5432/db/public.items"}
+    for tables, message in ((('"public.orders" = "orders"',), "table must be a table name ns.t"),
+                            (('"public.orders" = "s.o"', '"orders" = "s.p"'), "names a source or target table twice"),
+                            (('"public.orders" = "s.o"', '"public.items" = "s.o"'), "twice")):
+        config.write_text(base + "[connectors.shop.options.tables]\n" + "\n".join(tables) + "\n")
+        with pytest.raises(InvalidSpec, match=message):
+            load_config(str(config))
+    config.write_text(base.replace('source = "postgres"', 'source = "postgres"\ntable = "sales.x"')
+                      + '[connectors.shop.options.tables]\n"public.orders" = "sales.orders"\n')
+    with pytest.raises(InvalidSpec, match="not one of the targets"):
+        load_config(str(config))
