@@ -104,6 +104,7 @@ def commit_keyed_tables(appender: Appender, changes: list[TableChanges],
         return first
     prepared: list[_Prepared] = []
     writers: list[DataFileWriter] = []
+    landing: list[bool] = []  # set once the catalog write was tried: whether it landed may be unknown
     try:
         for change in changes:
             prepared.append(_prepare(appender, change, schema_policy, writers))
@@ -112,8 +113,10 @@ def commit_keyed_tables(appender: Appender, changes: list[TableChanges],
             for part in order:
                 slots.enter_context(appender.committer(tuple(part.change.identifier[:-1]),
                                                        part.change.identifier[-1]).exclusive())
-            results = _land_with_retries(appender, prepared)
-    except BaseException:
+            results = _land_with_retries(appender, prepared, landing)
+    except BaseException as exc:
+        if landing and not isinstance(exc, CommitFailedException):
+            raise  # the batch may have landed: its files are left to orphan removal, never deleted
         for writer in writers:
             writer.abort()
         for part in prepared:
@@ -175,7 +178,7 @@ def _prepare(appender: Appender, change: TableChanges, schema_policy: str | None
     return _Prepared(change, table.io, key, touched, staged, list(files), writer.rows)
 
 
-def _land_with_retries(appender: Appender, prepared: list[_Prepared]) -> list[AppendResult]:
+def _land_with_retries(appender: Appender, prepared: list[_Prepared], landing: list[bool]) -> list[AppendResult]:
     """Build every table's snapshot on its current metadata and land them in one batch;
     rebuild all after a lost race (the caller holds every table's slot)."""
     delay = 0.005
@@ -186,7 +189,7 @@ def _land_with_retries(appender: Appender, prepared: list[_Prepared]) -> list[Ap
             return stored
         try:
             with commit_context(principal=principal):
-                return _land(appender, prepared)
+                return _land(appender, prepared, landing)
         except ConcurrentSchemaChangeError:
             raise
         except CommitFailedException:
@@ -201,7 +204,7 @@ def _land_with_retries(appender: Appender, prepared: list[_Prepared]) -> list[Ap
     raise AssertionError("unreachable")
 
 
-def _land(appender: Appender, prepared: list[_Prepared]) -> list[AppendResult]:
+def _land(appender: Appender, prepared: list[_Prepared], landing: list[bool]) -> list[AppendResult]:
     catalog = appender.catalog
     changes: list[Any] = []
     fields: list[dict[str, Any]] = []
@@ -231,6 +234,7 @@ def _land(appender: Appender, prepared: list[_Prepared]) -> list[AppendResult]:
         return key_writes(ident[0], ident[1], record, [(part.change.idempotency_key, part.rows)])
 
     with deferred_fsync() as metadata_files, extra_batch_writes(durable_then_keys):
+        landing.append(True)
         catalog.commit_tables(changes, record_fields=fields)
     results = []
     for part in prepared:
