@@ -54,12 +54,13 @@ class CatalogSink:
         self.schema_policy = schema_policy
 
     def checkpoint(self, name: str) -> StoredCheckpoint:
-        found = [table_checkpoint(self.appender.catalog.load_table(tuple(t.split("."))).metadata, name)
-                 for t in self.tables]
-        best = max(found, key=lambda c: c.step)
+        metadata = {t: self.appender.catalog.load_table(tuple(t.split("."))).metadata for t in self.tables}
+        best = max((table_checkpoint(m, name) for m in metadata.values()), key=lambda c: c.step)
+        raw = self.appender.catalog.store.get(keys.INGEST_IDLE + name.encode())
+        if raw is None:
+            return best
         # Positions the source moved on by without data for us (stored by ``note_idle``).
-        idle = idle_positions(self.appender.catalog.store.get(keys.INGEST_IDLE + name.encode()), best.step,
-                              self._uuids())
+        idle = idle_positions(raw, best.step, {t: str(m.table_uuid) for t, m in metadata.items()})
         return StoredCheckpoint(best.step, idle, best.snapshot_id) if idle is not None else best
 
     def note_idle(self, name: str, step: int, positions: dict[str, str]) -> None:
