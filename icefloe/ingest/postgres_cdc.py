@@ -48,6 +48,7 @@ from icefloe.ingest.contract import (
 )
 from icefloe.ingest.pg_backfill import KeyRangeBackfill, close_quietly
 from icefloe.ingest.pg_batch import TRUNCATED, TransactionBatch
+from icefloe.ingest.pg_positions import decode_wal, encode_wal, visible
 from icefloe.ingest.pg_stream import ExportedSnapshot, ReplicationStream, StreamLost, StreamRefused
 from icefloe.ingest.pg_tables import describe, source_tables
 from icefloe.ingest.pgoutput import (
@@ -158,7 +159,7 @@ class PostgresCdcConnector(Connector):
             self._backfill.close()
             self._backfill = None
         if position is not None and position.startswith("wal:") and self._stream is not None:
-            lsn, _ = _decode_wal(position)
+            lsn, _ = decode_wal(position)
             if self._data_pos <= lsn <= self._pos:
                 # The stream is where the runner is (what lies between held nothing for the
                 # table): go on reading it, nothing is decoded twice.
@@ -184,7 +185,7 @@ class PostgresCdcConnector(Connector):
             elif position.startswith("wal:"):
                 self._close_snapshot()
                 self._phase = "stream"
-                self._pos, self._seen = _decode_wal(position)
+                self._pos, self._seen = decode_wal(position)
                 if confirmed > self._pos:
                     raise SourceDataError(
                         f"replication slot {self.options['slot']} is at {format_lsn(confirmed)}, past this connector's "
@@ -222,7 +223,7 @@ class PostgresCdcConnector(Connector):
         position = checkpoint.get(PARTITION) or ""
         if not position.startswith("wal:"):
             return  # the snapshot's pages: the slot stays at its start until the snapshot is done
-        lsn = _decode_wal(position)[0]
+        lsn = decode_wal(position)[0]
         with self._errors():
             if self._stream is not None:
                 self._stream.confirm(lsn)  # a standby status update: the slot's confirmed_flush_lsn
@@ -415,7 +416,7 @@ class PostgresCdcConnector(Connector):
         self._close_snapshot()
         confirmed = self._ensure_slot()
         self._phase, self._pos = "stream", confirmed
-        yield Envelope(table, PARTITION, _encode_wal(confirmed, self._seen), **labelled)
+        yield Envelope(table, PARTITION, encode_wal(confirmed, self._seen), **labelled)
 
     def _read_stream(self, max_rows: int) -> Iterator[Envelope]:
         """Transactions from the open replication stream, as one unit of whole transactions
@@ -472,7 +473,7 @@ class PostgresCdcConnector(Connector):
                     self._seen = None  # past every transaction the snapshot saw
                 if begin.final_lsn < self._pos:
                     continue  # at or before the checkpoint: committed already
-                if self._seen is not None and _visible(begin.xid, self._seen):
+                if self._seen is not None and visible(begin.xid, self._seen):
                     changes = {}  # the snapshot holds its changes already
                 if not batch.fits(changes):
                     yield from self._emit(batch)
@@ -481,7 +482,7 @@ class PostgresCdcConnector(Connector):
                     unit_ends = time.monotonic() + self.batch_ms / 1000
                 self._pos = message.end_lsn
                 batch.add(begin.xid, message.commit_lsn, message.end_lsn, message.commit_time_us,
-                          _encode_wal(message.end_lsn, self._seen), changes)
+                          encode_wal(message.end_lsn, self._seen), changes)
                 # Not cut by time here: while messages keep coming without a pause the
                 # connector is behind, and one larger commit catches up sooner than many small
                 # ones (a commit's cost is mostly fixed). The time cut is taken above, when the
@@ -496,7 +497,7 @@ class PostgresCdcConnector(Connector):
             # is waiting for a commit: the position may move on without data.
             self._pos = stream.decoded
             self._idle_at = time.monotonic()
-            yield Envelope(pa.table({}), PARTITION, _encode_wal(self._pos, self._seen))
+            yield Envelope(pa.table({}), PARTITION, encode_wal(self._pos, self._seen))
         stream.report_received()
 
     def _idle_due(self) -> bool:
@@ -507,7 +508,7 @@ class PostgresCdcConnector(Connector):
                                  for t in self.tables})
 
     def _emit(self, batch: TransactionBatch) -> Iterator[Envelope]:
-        envelopes = batch.envelopes(lambda n: _encode_wal(batch.end_lsn, self._seen, n))
+        envelopes = batch.envelopes(lambda n: encode_wal(batch.end_lsn, self._seen, n))
         if any(e.rows.num_rows or e.op is Op.TRUNCATE for e in envelopes):
             self._data_pos = batch.end_lsn
         elif not self._idle_due():
@@ -576,33 +577,6 @@ class _Errors:
         if isinstance(exc, SourceDataError):
             self.connector._health.set(Health(State.FAILED, self.connector.scrub(str(exc))))
         return False
-
-
-def _encode_wal(lsn: int, seen: dict[str, Any] | None, inside: int | None = None) -> str:
-    """A stream position: ``wal:<end LSN, hex>`` (``.n``: inside a transaction, never a
-    checkpoint), and while it matters, `` `` + the snapshot's visibility as JSON."""
-    text = f"wal:{lsn:016X}" + (f".{inside}" if inside is not None else "")
-    return text + (" " + json.dumps(seen, separators=(",", ":")) if seen is not None else "")
-
-
-def _decode_wal(position: str) -> tuple[int, dict[str, Any] | None]:
-    head, _, seen = position[4:].partition(" ")
-    return int(head.split(".")[0], 16), (json.loads(seen) if seen else None)
-
-
-def _visible(xid: int, seen: dict[str, Any]) -> bool:
-    """Whether transaction ``xid`` (32 bits, as the stream gives it) committed before the snapshot
-    ``seen`` was taken (its xmin / xmax / in-progress list are 64-bit: compared modulo 2^32)."""
-
-    def precedes(a: int, b: int) -> bool:
-        return ((a - b) & 0xFFFFFFFF) >= 0x80000000
-
-    xmin, xmax = seen["xmin"] & 0xFFFFFFFF, seen["xmax"] & 0xFFFFFFFF
-    if precedes(xid, xmin):
-        return True
-    if not precedes(xid, xmax):
-        return False
-    return xid not in {x & 0xFFFFFFFF for x in seen["xip"]}
 
 
 def _first_line(exc: BaseException) -> str:
