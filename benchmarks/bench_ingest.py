@@ -96,6 +96,8 @@ def main() -> None:
     parser.add_argument("--cdc", action="store_true", help="Postgres CDC lag instead of files throughput")
     parser.add_argument("--cdc-rate", type=float, default=1000.0)
     parser.add_argument("--cdc-seconds", type=float, default=20.0)
+    parser.add_argument("--cdc-tables", type=int, choices=(1, 2), default=1,
+                        help="2: one connector, two tables, every source transaction touching both")
     args = parser.parse_args()
     if args.cdc:
         main_cdc(args)
@@ -150,13 +152,14 @@ def main_cdc(args: argparse.Namespace) -> None:
 
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-ingest-cdc-") as tmp:
-        summary = run(Path(tmp), args.rounds, args.cdc_rate, args.cdc_seconds)
+        summary = run(Path(tmp), args.rounds, args.cdc_rate, args.cdc_seconds, args.cdc_tables)
     load_after = os.getloadavg()
     summary.update(load_average_before=load_before, load_average_after=load_after)
-    print(f"postgres CDC lag at {args.cdc_rate:.0f} changes/s (median of {args.rounds}): p50 "
+    print(f"postgres CDC lag at {args.cdc_rate:.0f} changes/s over {args.cdc_tables} table(s) (median of "
+          f"{args.rounds}): p50 "
           f"{summary['median_p50_ms']:.0f} ms, p99 {summary['median_p99_ms']:.0f} ms; load average "
           f"{load_before[0]:.1f} -> {load_after[0]:.1f}")
-    save_run("ingest_cdc", summary)
+    save_run("ingest_cdc" if args.cdc_tables == 1 else "ingest_cdc_two_tables", summary)
 
 
 if __name__ == "__main__":

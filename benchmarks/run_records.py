@@ -157,6 +157,12 @@ FIGURES = (
            "select1_p50_ratio", "<= 1.3", "x"),
     Figure("rpc_latency", "rpc_latency.point", "one ADBC client's point lookup on a 1M-row table, p50: icefloe / the "
            "peer", "point_p50_ratio", "report", "x"),
+    Figure("ingest_cdc_two_tables", "ingest_cdc_two_tables.p50", "Postgres CDC lag, one connector over two tables, "
+           "every source transaction touching both (one catalog commit), at 1k changes/s: p50", "median_p50_ms",
+           "report", "ms"),
+    Figure("ingest_cdc_two_tables", "ingest_cdc_two_tables.p99", "the same: p99", "median_p99_ms", "report", "ms"),
+    Figure("ingest_cdc_two_tables", "ingest_cdc_two_tables.source_rate", "the same: the rate the source writers "
+           "reached (row changes/s)", "median_achieved_rate", "report", "/s"),
 )
 
 

@@ -18,22 +18,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
 from pyiceberg.manifest import DataFile
-from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.types import NestedField
 
 from catalog import fast_append
+from catalog.append_schema import ConcurrentSchemaChangeError as ConcurrentSchemaChangeError
+from catalog.append_schema import StagedSchema, apply_plan, restage_schema, stage_schema
 from catalog.arrow_types import plain_schema
 from catalog.commit_log import CommitRecord
+from catalog.commit_requests import AppendResult as AppendResult
+from catalog.commit_requests import CommitRequest, TableCommitter, key_writes
 from catalog.context import commit_context, current_commit_context
 from catalog.durable_io import DurableFileIO, PendingSync, deferred_fsync, fsync_all, local_paths
 from catalog.expectations import (
@@ -41,12 +40,11 @@ from catalog.expectations import (
     merge_summaries,
 )
 from catalog.fast_append import FastAppend
-from catalog.idempotency import IdempotencyStore, check_key, encode_result, extra_batch_writes, idempotency_key
+from catalog.idempotency import IdempotencyStore, check_key, extra_batch_writes
 from catalog.metadata_json import write_metadata
 from catalog.quarantine import AppendGate, QuarantineFiles, with_quarantine
 from catalog.schema_policy import (
     SchemaMismatchError,
-    SchemaPlan,
     check_unique_names,
     plan,
     policy_of,
@@ -65,119 +63,6 @@ logger = logging.getLogger("icefloe.catalog.append")
 
 COMMIT_ATTEMPTS = 8
 T = TypeVar("T")
-
-
-@dataclass
-class AppendResult:
-    """What a writer is told once its rows are durable."""
-
-    table: str
-    commit_seq: int
-    snapshot_id: int | None
-    rows: int
-    duplicate: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "commit_seq": self.commit_seq,
-            "snapshot_id": self.snapshot_id,
-            "rows": self.rows,
-            "duplicate": self.duplicate,
-        }
-
-
-class ConcurrentSchemaChangeError(CommitFailedException):
-    """The table's schema changed while an append that evolves it was being written."""
-
-
-@dataclass(frozen=True)
-class _StagedSchema:
-    """A schema evolution an append will commit together with its rows.
-
-    The files are written with the field ids this change assigns on top of the base schema;
-    the commit re-applies it only if the table is still at that base (same ids result).
-    """
-
-    plan: SchemaPlan
-    base_schema_id: int
-    base_last_column_id: int
-    metadata: TableMetadata  # the table metadata with the change applied (not committed)
-
-
-@dataclass
-class _Request:
-    data_files: list[DataFile]
-    rows: int
-    key: str | None
-    principal: str | None
-    staged_schema: _StagedSchema | None = None
-    # Set by pipes (catalog.pipes): summary properties of the new snapshot; such a request
-    # lands in a commit of its own, never coalesced.
-    snapshot_properties: dict[str, str] = field(default_factory=dict)
-    # A commit of staged appends (two_phase.py) lands alone: ``prepare`` runs in the table's
-    # commit slot first (it checks the stagings and fills ``data_files``), ``batch_writes``
-    # adds its records to the commit's RocksDB batch, ``extra`` to its commit-log record.
-    prepare: Callable[[], None] | None = None
-    batch_writes: Callable[[CommitRecord], dict[bytes, bytes]] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    # The data files' fsyncs, started as soon as the files are written (they run while the
-    # request waits for its group and the commit builds its metadata); the commit waits.
-    syncing: PendingSync | None = None
-    # Set by two_phase.py's overwrite: makes the snapshot producer from ``tx.update_snapshot(...)``
-    # and the table as loaded for this attempt (default ``fast_append()``); such a request lands alone.
-    producer: Callable[[Any, Table], Any] | None = None
-    # Rows the quality gate quarantined: their table's snapshot lands in this commit's batch.
-    quarantine: QuarantineFiles | None = None
-    result: AppendResult | None = None
-    error: BaseException | None = None
-    done: bool = False
-
-    @property
-    def alone(self) -> bool:
-        return (self.staged_schema is not None or self.prepare is not None or self.producer is not None
-                or bool(self.snapshot_properties) or self.quarantine is not None)
-
-
-@dataclass
-class _Pending:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    requests: list[_Request] = field(default_factory=list)
-
-
-class TableCommitter:
-    """Serialises commits to one table and coalesces queued appends (leader/follower)."""
-
-    def __init__(self, appender: Appender, namespace: tuple[str, ...], table: str) -> None:
-        self._appender = appender
-        self.namespace = namespace
-        self.table = table
-        self._leader = threading.Lock()
-        self._pending = _Pending()
-
-    def submit(self, request: _Request) -> AppendResult:
-        with self._pending.lock:
-            self._pending.requests.append(request)
-        with self._leader:
-            if not request.done:
-                with self._pending.lock:
-                    group, self._pending.requests = self._pending.requests, []
-                try:
-                    self._appender._commit_group(self.namespace, self.table, group)
-                except BaseException as exc:
-                    for req in group:
-                        if not req.done:
-                            req.error, req.done = exc, True
-        if request.error is not None:
-            raise request.error
-        assert request.result is not None
-        return request.result
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """Hold the table's commit slot (schema changes, maintenance commits)."""
-        with self._leader:
-            yield
 
 
 class Appender:
@@ -289,7 +174,7 @@ class Appender:
         policy = policy_of(table.properties, schema_policy)
         policy_plan = plan(table.schema(), schema, policy, table.metadata.format_version)
         schema, batches = renamed(schema, batches, policy_plan.renames)
-        staged = self._stage_schema(table, policy_plan) if policy_plan.changes_table else None
+        staged = stage_schema(table, policy_plan) if policy_plan.changes_table else None
         metadata = staged.metadata if staged is not None else table.metadata
         gate = AppendGate(self.catalog, tuple(identifier), table.properties, self.quality_gate, source_position,
                           self.on_quality)
@@ -297,7 +182,7 @@ class Appender:
         writer = DataFileWriter(metadata, table.io, schema, policy_plan.required_columns)
         self.track_writer(writer)
         try:
-            files = self._write_all(writer, schema, batches)  # not yet fsync'd: see _land_append
+            files = self.write_all(writer, schema, batches)  # not yet fsync'd: see _land_append
             quarantined, extra = gate.finish(extra)
             return self._commit_files(table, identifier, files, writer.rows, idempotency_key, staged,
                                       snapshot_properties, extra, quarantined)
@@ -339,7 +224,7 @@ class Appender:
         writer = DataFileWriter(staged.metadata, staged.io, schema)
         self.track_writer(writer)
         try:
-            files = self._write_all(writer, schema, batches)
+            files = self.write_all(writer, schema, batches)
             try:
                 with self.committer(namespace, name).exclusive():
                     if idempotency_key is not None:
@@ -377,7 +262,7 @@ class Appender:
 
         def idempotency_writes(record: CommitRecord) -> dict[bytes, bytes]:
             landed.append(record)
-            return _key_writes(namespace, name, record, [(key, rows)])
+            return key_writes(namespace, name, record, [(key, rows)])
 
         counts = {"added_rows": rows, "added_files": len(files), "deleted_rows": 0}
         with extra_batch_writes(idempotency_writes):
@@ -388,7 +273,7 @@ class Appender:
         return landed[-1]
 
     @staticmethod
-    def _write_all(writer: DataFileWriter, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> list[DataFile]:
+    def write_all(writer: DataFileWriter, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> list[DataFile]:
         try:
             for batch in batches:
                 if batch.schema.names != schema.names:
@@ -406,7 +291,7 @@ class Appender:
         files: list[DataFile],
         rows: int,
         idempotency_key: str | None,
-        staged: _StagedSchema | None,
+        staged: StagedSchema | None,
         snapshot_properties: dict[str, str] | None = None,
         extra: dict[str, Any] | None = None,
         quarantined: QuarantineFiles | None = None,
@@ -419,14 +304,14 @@ class Appender:
             # A distributed writer (Spark) evolves the table this way before its staged writes,
             # which cannot change the schema themselves.
             with table.update_schema() as update:
-                self._apply_plan(update, staged.plan)
+                apply_plan(update, staged.plan)
             snapshot = table.current_snapshot()
             return AppendResult(qualified, self.catalog.log.head(), snapshot.snapshot_id if snapshot else None, 0)
         if not files and quarantined is None:
             # Nothing to commit: answer with the table's current state.
             snapshot = table.current_snapshot()
             return AppendResult(qualified, self.catalog.log.head(), snapshot.snapshot_id if snapshot else None, 0)
-        request = _Request(files, rows, idempotency_key, current_commit_context().principal, staged,
+        request = CommitRequest(files, rows, idempotency_key, current_commit_context().principal, staged,
                            snapshot_properties=dict(snapshot_properties or {}), extra=dict(extra or {}),
                            syncing=PendingSync(local_paths(f.file_path for f in files)), quarantine=quarantined)
         try:
@@ -440,33 +325,12 @@ class Appender:
             self.mark_dirty(tuple(identifier), len(files))
         return result
 
-    # -- schema ---------------------------------------------------------------------------
-
-    @staticmethod
-    def _apply_plan(update: Any, schema_plan: SchemaPlan) -> None:
-        for column, column_type in schema_plan.add_columns:
-            update.add_column(column, column_type)
-        for column, column_type in schema_plan.widen_columns:
-            update.update_column(column, field_type=column_type)
-
-    def _stage_schema(self, table: Table, schema_plan: SchemaPlan) -> _StagedSchema:
-        """Apply the evolution to a transaction that is never committed, to learn field ids."""
-        tx = table.transaction()
-        with tx.update_schema() as update:
-            self._apply_plan(update, schema_plan)
-        return _StagedSchema(
-            plan=schema_plan,
-            base_schema_id=table.metadata.current_schema_id,
-            base_last_column_id=table.metadata.last_column_id,
-            metadata=tx.table_metadata,
-        )
-
     # -- group commit (called by the leader, holding the table's commit slot) -------------
 
-    def _commit_group(self, namespace: tuple[str, ...], name: str, group: list[_Request]) -> None:
-        to_commit: list[_Request] = []
-        first_by_key: dict[str, _Request] = {}
-        replays: list[tuple[_Request, _Request]] = []
+    def commit_group(self, namespace: tuple[str, ...], name: str, group: list[CommitRequest]) -> None:
+        to_commit: list[CommitRequest] = []
+        first_by_key: dict[str, CommitRequest] = {}
+        replays: list[tuple[CommitRequest, CommitRequest]] = []
         for req in group:
             if req.key is not None:
                 stored = self.idempotency.get(namespace, name, req.key)
@@ -500,14 +364,14 @@ class Appender:
             assert first.result is not None
             req.result, req.done = AppendResult(**{**first.result.to_json(), "duplicate": True}), True
 
-    def _commit_batch(self, namespace: tuple[str, ...], name: str, to_commit: list[_Request]) -> None:
+    def _commit_batch(self, namespace: tuple[str, ...], name: str, to_commit: list[CommitRequest]) -> None:
         """Land ``to_commit`` as one snapshot in one catalog commit (with their keys)."""
         qualified = ".".join((*namespace, name))
         landed: list[CommitRecord] = []
 
         def idempotency_writes(record: CommitRecord) -> dict[bytes, bytes]:
             landed.append(record)
-            writes = _key_writes(namespace, name, record, [(req.key, req.rows) for req in to_commit])
+            writes = key_writes(namespace, name, record, [(req.key, req.rows) for req in to_commit])
             for req in to_commit:
                 if req.batch_writes is not None:
                     writes.update(req.batch_writes(record))
@@ -533,7 +397,7 @@ class Appender:
         self,
         namespace: tuple[str, ...],
         name: str,
-        requests: list[_Request],
+        requests: list[CommitRequest],
         extras: Callable[[CommitRecord], dict[bytes, bytes]],
     ) -> None:
         table = self.catalog.load_table((*namespace, name))
@@ -543,7 +407,7 @@ class Appender:
         tx = table.transaction()
         staged = requests[0].staged_schema if len(requests) == 1 else None
         if staged is not None:
-            self._restage_schema(table, tx, staged)
+            restage_schema(table, tx, staged)
         properties = requests[0].snapshot_properties if len(requests) == 1 else {}
         make = requests[0].producer if len(requests) == 1 else None
         data_files = [data_file for req in requests for data_file in req.data_files]
@@ -585,21 +449,6 @@ class Appender:
                 fast_append.discard(io, fast)
             raise
 
-    def _restage_schema(self, table: Table, tx: Any, staged: _StagedSchema) -> None:
-        """Put the append's schema change into ``tx`` if its field ids still come out the same."""
-        current = table.metadata
-        wanted = staged.metadata.schema()
-        if current.current_schema_id == staged.base_schema_id and current.last_column_id == staged.base_last_column_id:
-            with tx.update_schema() as update:
-                self._apply_plan(update, staged.plan)
-            if tx.table_metadata.schema().as_struct() == wanted.as_struct():
-                return
-        elif all(_has_field(current.schema(), f) for f in wanted.fields):
-            return  # someone made the very same change already: the files fit as they are
-        raise ConcurrentSchemaChangeError(
-            f"the schema of {table.name()[-1]} changed while this append was evolving it; nothing was committed, retry"
-        )
-
     @staticmethod
     def _retry(fn: Callable[[], T], principal: str | None, extra: dict[str, Any]) -> T:
         delay = 0.005
@@ -618,23 +467,3 @@ class Appender:
         raise AssertionError("unreachable")
 
 
-def _has_field(schema: Schema, wanted: NestedField) -> bool:
-    try:
-        found = schema.find_field(wanted.field_id)
-    except ValueError:
-        return False
-    return found.name == wanted.name and found.field_type == wanted.field_type
-
-
-def _key_writes(
-    namespace: tuple[str, ...], name: str, record: CommitRecord, writers: list[tuple[str | None, int]]
-) -> dict[bytes, bytes]:
-    """Idempotency records (key -> this writer's result) to land in ``record``'s commit batch."""
-    qualified = ".".join((*namespace, name))
-    return {
-        idempotency_key(namespace, name, key): encode_result(
-            AppendResult(qualified, record.seq, record.snapshot_id, rows).to_json()
-        )
-        for key, rows in writers
-        if key is not None
-    }

@@ -177,3 +177,31 @@ def backfill_name(name: str, start: str | None, end: str | None) -> str:
     (and re-runs) under the same name, so a backfill is idempotent across crashes and repeats."""
     digest = hashlib.sha256(json.dumps([start, end]).encode("utf-8")).hexdigest()[:12]
     return f"{name}{BACKFILL_INFIX}{digest}"
+
+
+def encode_idle(step: int, tables: Mapping[str, str], positions: Mapping[str, str]) -> bytes:
+    """An idle position record (``keys.INGEST_IDLE``): the connector's positions moved past
+    checkpoint ``step`` through source data that held nothing for its tables (a stream's
+    keepalives, other tables' transactions), so the source may let go of it (a replication slot
+    may recycle its WAL) without a commit. ``tables``: target ``ns.t`` -> table uuid, so a
+    table dropped and created again (step 0 again) never resumes from it."""
+    body = {"step": step, "tables": dict(sorted(tables.items())), "positions": json.loads(encode_positions(positions))}
+    return json.dumps(body, separators=(",", ":")).encode("utf-8")
+
+
+def idle_positions(raw: bytes | None, step: int, tables: Mapping[str, str]) -> dict[str, str] | None:
+    """The positions of idle record ``raw`` if it extends checkpoint ``step`` of exactly these
+    ``tables`` (a later commit, or a table created again, makes it stale: None)."""
+    if raw is None:
+        return None
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or body.get("step") != step or body.get("tables") != dict(sorted(tables.items())):
+        return None
+    positions = body.get("positions")
+    if not isinstance(positions, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                  for k, v in positions.items()):
+        return None
+    return positions

@@ -31,7 +31,8 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.types import DecimalType, IntegerType, LongType, StringType
 
 from catalog import delete_writer
-from catalog.append import AppendResult, _Request
+from catalog.append_schema import stage_schema
+from catalog.commit_requests import AppendResult, CommitRequest
 from catalog.context import current_commit_context
 from catalog.deletes import DeleteSets, FileDeletes, bind, file_batches, plan_files
 from catalog.idempotency import check_key
@@ -91,7 +92,7 @@ def commit_keyed(
     policy_plan = plan(table.schema(), upserts.schema, policy, table.metadata.format_version)
     schema, batches = renamed(upserts.schema, upserts.to_batches(), policy_plan.renames)
     key = [policy_plan.renames.get(k, k) for k in key]
-    staged = appender._stage_schema(table, policy_plan) if policy_plan.changes_table else None
+    staged = stage_schema(table, policy_plan) if policy_plan.changes_table else None
     metadata = staged.metadata if staged is not None else table.metadata
     missing = [k for k in key if k not in metadata.schema().column_names]
     if missing:
@@ -101,9 +102,9 @@ def commit_keyed(
     appender.track_writer(writer)
     written: list[str] = []
     try:
-        files = appender._write_all(writer, schema, batches)
+        files = appender.write_all(writer, schema, batches)
         written += [f.file_path for f in files]
-        request = _Request(list(files), writer.rows, idempotency_key, current_commit_context().principal,
+        request = CommitRequest(list(files), writer.rows, idempotency_key, current_commit_context().principal,
                            staged_schema=staged, snapshot_properties=dict(snapshot_properties or {}),
                            extra=dict(extra or {}))
         counts = {"added": writer.rows, "deleted": 0}

@@ -23,6 +23,9 @@ STAGED = b"stg/"
 # live in the target table's snapshots (catalog.ingest_checkpoints).
 INGEST_DEFINITION = b"ing/def/"
 INGEST_PAUSED = b"ing/paused/"
+# A connector's position moved past its last commit through source data that held nothing for
+# its tables (catalog.ingest_checkpoints.IdlePosition): name -> JSON, valid only on that commit.
+INGEST_IDLE = b"ing/idle/"
 HOLD = b"hold/"  # commit-log holds: name -> last processed seq (trim keeps everything after)
 # Lineage outbox: built OpenLineage events waiting for delivery (commit runs and failed
 # writes), keyed by runId (UUIDv7, so time ordered) + event index; undeliverable ones move to

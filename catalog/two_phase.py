@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from catalog.append import Appender, AppendResult, _Request
+from catalog.append import Appender, AppendResult
 from catalog.commit_log import CommitRecord
+from catalog.commit_requests import CommitRequest
 from catalog.context import current_commit_context
 from catalog.durable_io import fsync_all, local_paths
 from catalog.idempotency import check_key
@@ -98,7 +99,7 @@ class TwoPhaseAppends:
         manifest: str | None = None
         self._appender.track_writer(writer)
         try:
-            files = Appender._write_all(writer, schema, batches)
+            files = Appender.write_all(writer, schema, batches)
             try:
                 fsync_all(local_paths(f.file_path for f in files))
                 staged = StagedAppend(
@@ -163,7 +164,7 @@ class TwoPhaseAppends:
             if first is not None:
                 return AppendResult(**{**first, "duplicate": True})
         records: dict[str, dict[str, Any]] = {}
-        request = _Request(
+        request = CommitRequest(
             [], sum(s.rows for s in stagings), idempotency_key, current_commit_context().principal,
             extra={"staged": {"stagings": len(stagings), "jobs": sorted({s.job for s in stagings}),
                               **({"mode": "overwrite"} if overwrite else {})}},

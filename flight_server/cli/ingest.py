@@ -38,7 +38,8 @@ def ingest() -> None:
 
 @ingest.command()
 @click.argument("name")
-@click.option("--table", required=True, help="Target table ns.t (it must exist).")
+@click.option("--table", default=None, help="Target table ns.t (it must exist); postgres with --pg-table "
+              "SOURCE=TARGET: not needed.")
 @click.option("--source", required=True, type=click.Choice(["files", "http", "postgres"]),
               help="The source kind.")
 @click.option("--path", default=None, help="files: the folder (or s3://bucket/prefix).")
@@ -57,7 +58,10 @@ def ingest() -> None:
 @click.option("--timeout", default=None, type=float, help="http: seconds per request (default 30).")
 @click.option("--dsn", default=None, envvar="ICEFLOE_POSTGRES_DSN",
               help="postgres: libpq connection string or URI (or $ICEFLOE_POSTGRES_DSN, kept off the command line).")
-@click.option("--pg-table", default=None, help="postgres: the source table, schema.name (default schema public).")
+@click.option("--pg-table", default=None, multiple=True,
+              help="postgres: the source table, schema.name (default schema public); repeat as SOURCE=TARGET "
+                   "(public.orders=sales.orders) to replicate several tables through one slot, each source "
+                   "transaction in one commit.")
 @click.option("--publication", default=None, help="postgres: the publication that publishes the table.")
 @click.option("--slot", default=None, help="postgres: the logical replication slot (created when missing).")
 @click.option("--option", "extra", multiple=True, help="Any source option as KEY=VALUE (repeatable).")
@@ -67,11 +71,25 @@ def ingest() -> None:
 @click.option("--poll-s", default=None, type=float, help="Seconds between passes when idle (default 1).")
 @click.option("--paused", is_flag=True, default=False, help="Add it paused (start it with `run`).")
 @server_options()
-def add(name: str, table: str, source: str, conn: Connection, extra: tuple[str, ...], schema_policy: str | None,
+def add(name: str, table: str | None, source: str, conn: Connection, extra: tuple[str, ...], schema_policy: str | None,
         max_rows: int | None, poll_s: float | None, paused: bool, **flags: Any) -> None:
     """Add connector NAME feeding TABLE; it starts running in the server (role admin)."""
     options: dict[str, Any] = {}
     allowed = FLAGS[source]
+    pg_tables = flags.pop("pg_table", ())
+    if pg_tables:
+        if source != "postgres":
+            raise click.UsageError(f"--pg-table is not an option of --source {source}")
+        mapped = [item.partition("=") for item in pg_tables]
+        if all(sep for _, sep, _ in mapped):
+            options["tables"] = {src.strip(): dst.strip() for src, _, dst in mapped}
+        elif len(pg_tables) == 1:
+            options["table"] = pg_tables[0]
+        else:
+            raise click.BadParameter("give one source table, or SOURCE=TARGET for each of several",
+                                     param_hint="--pg-table")
+    if table is None and "tables" not in options:
+        raise click.UsageError("Missing option '--table'.")
     for flag, value in flags.items():
         key = flag.rstrip("_")
         if value is None:
@@ -86,7 +104,9 @@ def add(name: str, table: str, source: str, conn: Connection, extra: tuple[str, 
         if not sep or not key:
             raise click.BadParameter("must be KEY=VALUE", param_hint="--option")
         options[key] = value
-    body: dict[str, Any] = {"name": name, "table": table, "source": source, "options": options}
+    body: dict[str, Any] = {"name": name, "source": source, "options": options}
+    if table is not None:
+        body["table"] = table
     if schema_policy:
         body["schema_policy"] = schema_policy
     if max_rows is not None:

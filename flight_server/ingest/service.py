@@ -182,8 +182,9 @@ class IngestService:
         except InvalidSpec as exc:
             raise errors.InvalidArgument(str(exc)) from None
         self._check_source(spec)
-        if not self._catalog.table_exists(tuple(spec.table.split("."))):
-            raise errors.NotFound(f"table {spec.table} does not exist; create it first")
+        for table in spec.targets:
+            if not self._catalog.table_exists(tuple(table.split("."))):
+                raise errors.NotFound(f"table {table} does not exist; create it first")
         with self._lock:
             if spec.name in self._running:
                 raise errors.AlreadyExists(f"ingest connector {spec.name} already exists")
@@ -225,7 +226,7 @@ class IngestService:
                                             "committed") from None
 
     def _new_running(self, spec: ConnectorSpec) -> _Running:
-        sink = CatalogSink(self._appender, spec.table, spec.principal, spec.schema_policy)
+        sink = CatalogSink(self._appender, spec.table, spec.principal, spec.schema_policy, spec.tables)
         runner = IngestRunner(spec.name, spec.connector(), sink, spec.max_rows)
         return _Running(spec, runner, threading.Event())
 
@@ -289,8 +290,9 @@ class IngestService:
     def _status(self, item: _Running) -> dict[str, Any]:
         status = item.runner.status()
         paused = self._paused(item.spec.name)
-        return {"name": item.spec.name, "table": item.spec.table, "source": item.spec.source,
-                "source_uri": item.runner.connector.source_uri(), "origin": item.spec.origin,
+        return {"name": item.spec.name, "table": item.spec.table, "tables": list(item.spec.targets),
+                "source": item.spec.source, "source_uri": item.runner.connector.source_uri(),
+                "origin": item.spec.origin,
                 "state": State.PAUSED.value if paused else status.state.value, "message": status.message,
                 "paused": paused, "checkpoint": {"step": status.step, "positions": status.positions},
                 "rows": status.rows, "commits": status.commits, "lag_seconds": round(status.lag_seconds, 3),

@@ -29,6 +29,8 @@ BUILT_IN: dict[str, type[Connector]] = {"files": FilesConnector, "http": HttpJso
                                          "postgres": PostgresCdcConnector}
 MAX_NAME = 100
 SPEC_FIELDS = {"name", "table", "source", "options", "schema_policy", "max_rows", "poll_s", "paused"}
+# A connector that feeds several tables (postgres ``tables``) names them in this option.
+TABLES_OPTION = "tables"
 
 
 class InvalidSpec(ValueError):
@@ -49,6 +51,8 @@ class ConnectorSpec:
         poll_s: Seconds between passes when the source has nothing new.
         origin: ``api`` (added over Flight, kept in RocksDB) or ``config`` (the config file).
         principal: Who added it (recorded on its commits).
+        tables: Every target of a connector feeding several tables (``options.tables``, source ->
+            target); ``table`` is then the first of them. Empty: the one ``table``.
     """
 
     name: str
@@ -60,11 +64,16 @@ class ConnectorSpec:
     poll_s: float = 1.0
     origin: str = "api"
     principal: str | None = None
+    tables: tuple[str, ...] = ()
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return self.tables or (self.table,)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "table": self.table, "source": self.source, "options": dict(self.options),
                 "schema_policy": self.schema_policy, "max_rows": self.max_rows, "poll_s": self.poll_s,
-                "origin": self.origin, "principal": self.principal}
+                "origin": self.origin, "principal": self.principal, "tables": list(self.tables)}
 
     def connector(self) -> Connector:
         """A new connector for this definition.
@@ -103,21 +112,23 @@ def parse_spec(raw: Any, origin: str = "api", principal: str | None = None) -> C
                           "(not starting with -)") from None
     if isinstance(name, str) and BACKFILL_INFIX in name:  # backfills' checkpoint names are made that way
         raise InvalidSpec(f"a connector name may not contain {BACKFILL_INFIX!r}")
-    if not isinstance(table, str):
-        raise InvalidSpec(f"table must be a table name ns.t; {usage}")
-    parts = table.split(".")
-    try:
-        if len(parts) < 2:
-            raise InvalidNameError("table must be a table name ns.t")
-        check_namespace(tuple(parts[:-1]))
-        check_name(parts[-1], "table")
-    except InvalidNameError as exc:
-        raise InvalidSpec(f"table: {exc}") from None
-    if not isinstance(source, str) or not source:
-        raise InvalidSpec(f"source must be one of {', '.join(sorted(BUILT_IN))}")
     options = raw.get("options", {})
     if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
         raise InvalidSpec("options must be an object of option name -> value")
+    mapping = options.get(TABLES_OPTION)
+    targets: tuple[str, ...] = ()
+    if isinstance(mapping, Mapping) and mapping:
+        targets = tuple(str(t) for t in mapping.values())
+        if table is None:
+            table = targets[0]
+        elif table not in targets:
+            raise InvalidSpec(f"table {table!r} is not one of the targets in options.{TABLES_OPTION}")
+    if not isinstance(table, str):
+        raise InvalidSpec(f"table must be a table name ns.t; {usage}")
+    for name_ in (table, *targets):
+        _check_table_name(name_)
+    if not isinstance(source, str) or not source:
+        raise InvalidSpec(f"source must be one of {', '.join(sorted(BUILT_IN))}")
     policy = raw.get("schema_policy")
     if policy is not None:
         try:
@@ -130,9 +141,21 @@ def parse_spec(raw: Any, origin: str = "api", principal: str | None = None) -> C
     if isinstance(poll_s, bool) or not isinstance(poll_s, int | float) or not 0.01 <= poll_s <= 86400:
         raise InvalidSpec("poll_s must be a number of seconds from 0.01 to 86400")
     assert isinstance(name, str)
-    spec = ConnectorSpec(name, table, source, dict(options), policy, max_rows, float(poll_s), origin, principal)
+    spec = ConnectorSpec(name, table, source, dict(options), policy, max_rows, float(poll_s), origin, principal,
+                         targets)
     spec.connector().close()  # options checked now, not when it first runs
     return spec
+
+
+def _check_table_name(table: str) -> None:
+    parts = table.split(".")
+    try:
+        if len(parts) < 2:
+            raise InvalidNameError("table must be a table name ns.t")
+        check_namespace(tuple(parts[:-1]))
+        check_name(parts[-1], "table")
+    except InvalidNameError as exc:
+        raise InvalidSpec(f"table: {exc}") from None
 
 
 def load_config(path: str) -> list[ConnectorSpec]:
@@ -171,7 +194,8 @@ def decode(raw: bytes) -> ConnectorSpec:
     body = json.loads(raw)
     return ConnectorSpec(body["name"], body["table"], body["source"], body.get("options") or {},
                          body.get("schema_policy"), int(body.get("max_rows", 1_000_000)),
-                         float(body.get("poll_s", 1.0)), body.get("origin", "api"), body.get("principal"))
+                         float(body.get("poll_s", 1.0)), body.get("origin", "api"), body.get("principal"),
+                         tuple(body.get("tables") or ()))
 
 
 def source_path_inside(spec: ConnectorSpec, forbidden: list[str]) -> bool:

@@ -97,6 +97,9 @@ class Envelope:
             from a genuine change. None: the position says it all.
         retired: Partitions this envelope's position now covers, to be dropped from the
             checkpoint (e.g. files folded into a watermark), so that checkpoints stay bounded.
+        table: For a connector feeding several tables (``Connector.table_sources``): the target
+            table ``ns.t`` these rows go to; the runner commits every table a commit touches in
+            ONE catalog commit. None: the connector's one table.
     """
 
     rows: pa.Table
@@ -109,6 +112,7 @@ class Envelope:
     source_time_us: int | None = None
     version: str | None = None
     retired: tuple[str, ...] = ()
+    table: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.rows, pa.Table):
@@ -228,6 +232,10 @@ class Connector(ABC):
     kind: ClassVar[str]
     #: The option names the connector takes; None: it checks its options itself.
     known_options: ClassVar[frozenset[str] | None] = None
+    #: True: positions that moved without data (envelopes with no rows) are stored durably
+    #: beside the last commit and then passed to ``committed``, so that a source holding data
+    #: until it is confirmed (a replication slot keeping WAL) can let go while idle.
+    confirms_idle: ClassVar[bool] = False
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         """Check the options; do no I/O.
@@ -331,3 +339,8 @@ class Connector(ABC):
             A URI naming the source (no credentials in it).
         """
         return f"{self.kind}://unknown"
+
+    def table_sources(self) -> dict[str, str]:
+        """For a connector feeding several tables: target ``ns.t`` -> the ``source_uri`` of
+        what feeds it (lineage). Default: none (one table)."""
+        return {}

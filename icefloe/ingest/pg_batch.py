@@ -16,7 +16,7 @@ exact because PostgreSQL prints one value one way.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -136,3 +136,68 @@ class ChangeBatch:
                 segment.final[old_key] = (True, change.old)
         segment.final[new_key] = (False, new)
 
+
+
+class TransactionBatch:
+    """Whole source transactions over one or more tables of one stream: a ``ChangeBatch`` per
+    table touched, and one unit for the runner holding every table's envelopes (labelled with
+    the target table when the connector feeds several), so the runner lands a source
+    transaction in every table at once (``catalog.keyed_tables``)."""
+
+    def __init__(self, tables: dict[int, tuple[tuple[str, ...], str, str | None, Relation]]) -> None:
+        # relation oid -> (key, "schema.table", target label or None, the table as described)
+        self._tables = tables
+        self._batches: dict[int, ChangeBatch] = {}
+        self.transactions = 0
+        self.end_lsn = 0
+        self.position = ""
+        self.first_xid: int | None = None
+        self.last_xid = 0
+        self.commit_lsn = 0
+        self.earliest_us: int | None = None
+
+    def fits(self, changes: dict[int, list[tuple[Relation | None, Any]]]) -> bool:
+        """Whether every table's first change of a transaction has the shape that table's batch
+        holds (a column added at the source starts a new batch, as for one table)."""
+        for oid, items in changes.items():
+            batch = self._batches.get(oid)
+            first = next((r for r, _ in items if r is not None), None)
+            if batch is not None and not batch.fits(first):
+                return False
+        return True
+
+    def add(self, xid: int, commit_lsn: int, end_lsn: int, commit_time_us: int, position: str,
+            changes: dict[int, list[tuple[Relation | None, Any]]]) -> None:
+        for oid, items in changes.items():
+            if not items:
+                continue
+            batch = self._batches.get(oid)
+            if batch is None:
+                key, qualified, _label, _relation = self._tables[oid]
+                batch = self._batches[oid] = ChangeBatch(key, qualified)
+            batch.add(xid, commit_lsn, end_lsn, commit_time_us, position, items)
+        self.transactions += 1
+        if self.first_xid is None:
+            self.first_xid = xid
+        self.last_xid, self.commit_lsn, self.end_lsn, self.position = xid, commit_lsn, end_lsn, position
+        if self.earliest_us is None:
+            self.earliest_us = commit_time_us
+
+    def rows(self) -> int:
+        return sum(b.rows() for b in self._batches.values())
+
+    def envelopes(self, inside: Callable[[int], str]) -> list[Envelope]:
+        """The unit: each touched table's envelopes (``ChangeBatch.envelopes``), table after
+        table; only the last ends the unit and carries ``position``."""
+        txn = f"{self.first_xid}..{self.last_xid}@{self.commit_lsn:X}"
+        parts: list[Envelope] = []
+        for oid, batch in self._batches.items():
+            if not batch.segments and not batch.truncated:
+                continue
+            _key, _qualified, label, relation = self._tables[oid]
+            parts.extend(replace(e, table=label) for e in batch.envelopes(lambda _n: "-", relation))
+        if not parts:  # nothing for our tables (transactions skipped or of other tables)
+            return [Envelope(pa.table({}), "", self.position, transaction=txn, source_time_us=self.earliest_us)]
+        last = len(parts) - 1
+        return [replace(e, position=self.position if n == last else inside(n), transaction=txn,
+                        transaction_end=n == last, source_time_us=self.earliest_us) for n, e in enumerate(parts)]

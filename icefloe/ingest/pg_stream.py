@@ -202,3 +202,44 @@ class ReplicationStream:
 def _text(raw: Any) -> str:
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes | bytearray) else str(raw or "")
     return text.strip().splitlines()[0] if text.strip() else ""
+
+
+class ExportedSnapshot:
+    """A logical slot created over the replication protocol with ``EXPORT_SNAPSHOT``: the
+    snapshot ``name`` sees exactly the transactions committed before the slot's consistent
+    point, and the slot streams exactly those after it. The snapshot lives while this
+    connection stays open and idle: import it (``SET TRANSACTION SNAPSHOT``) first, then
+    ``close``.
+
+    Raises:
+        StreamLost: The server could not be reached.
+        StreamRefused: The server refused (the slot exists, no permission, ...).
+    """
+
+    def __init__(self, dsn: str, slot: str, connect_timeout: int) -> None:
+        import psycopg.conninfo
+        from psycopg import pq
+
+        info = psycopg.conninfo.make_conninfo(dsn, replication="database", connect_timeout=str(connect_timeout),
+                                              application_name="icefloe-ingest-slot")
+        self._conn = pq.PGconn.connect(info.encode())
+        if self._conn.status != pq.ConnStatus.OK:
+            message = _text(self._conn.error_message)
+            self._conn.finish()
+            raise StreamLost(message)
+        result = self._conn.exec_(f'CREATE_REPLICATION_SLOT "{slot}" LOGICAL pgoutput EXPORT_SNAPSHOT'.encode())
+        if result.status != pq.ExecStatus.TUPLES_OK:
+            sqlstate = _text(result.error_field(pq.DiagnosticField.SQLSTATE) or b"")
+            message = _text(result.error_message or self._conn.error_message)
+            self._conn.finish()
+            if not sqlstate or sqlstate.startswith("08"):
+                raise StreamLost(message)
+            raise StreamRefused(message, sqlstate)
+        self.name = _text(result.get_value(0, 2))
+        self.consistent_point = _text(result.get_value(0, 1))
+
+    def close(self) -> None:
+        try:
+            self._conn.finish()
+        except Exception:  # noqa: S110 - closing a broken connection
+            pass

@@ -47,12 +47,13 @@ from icefloe.ingest.contract import (
     State,
 )
 from icefloe.ingest.pg_backfill import KeyRangeBackfill, close_quietly
-from icefloe.ingest.pg_batch import TRUNCATED, ChangeBatch
-from icefloe.ingest.pg_stream import ReplicationStream, StreamLost, StreamRefused
+from icefloe.ingest.pg_batch import TRUNCATED, TransactionBatch
+from icefloe.ingest.pg_positions import decode_wal, encode_wal, visible
+from icefloe.ingest.pg_stream import ExportedSnapshot, ReplicationStream, StreamLost, StreamRefused
+from icefloe.ingest.pg_tables import describe, source_tables
 from icefloe.ingest.pgoutput import (
     Begin,
     Change,
-    Column,
     Commit,
     DecodeError,
     Relation,
@@ -71,8 +72,8 @@ SESSION_SETTINGS = ("TimeZone = 'UTC'", "DateStyle = 'ISO, YMD'", "bytea_output 
 _IDENT = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 # peek_changes: the window of the SQL-function reader that streaming replaced; still accepted
 # (ignored) so that connectors stored with it keep loading.
-OPTIONS = {"dsn", "table", "publication", "slot", "snapshot", "snapshot_batch", "batch_ms", "connect_timeout",
-           "peek_changes"}
+OPTIONS = {"dsn", "table", "tables", "publication", "slot", "snapshot", "snapshot_batch", "batch_ms",
+           "connect_timeout", "idle_confirm_ms", "peek_changes"}
 PARTITION = ""
 CATCH_UP_S = 10.0  # a read waits this long at most for the walsender to reach the flush LSN
 ASK_EVERY_S = 0.01  # while waiting for that, how often to ask where it is
@@ -85,9 +86,12 @@ class PostgresCdcConnector(Connector):
 
     kind = "postgres"
     known_options = frozenset(OPTIONS)
+    confirms_idle = True  # the slot may recycle WAL that held nothing for our tables
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)
+        if "tables" in self.options and "table" not in self.options:
+            self.options["table"] = "-"  # checked below, with the mapping
         for required in ("dsn", "table", "publication", "slot"):
             if not isinstance(self.options.get(required), str) or not self.options[required]:
                 raise InvalidOptions(f"the postgres source needs option {required!r} (a string)")
@@ -101,10 +105,10 @@ class PostgresCdcConnector(Connector):
             raise InvalidOptions("option 'dsn' is not a valid libpq connection string or URI") from None
         self._password = str(params.get("password") or "")
         self._where = f"{params.get('host') or 'localhost'}:{params.get('port') or 5432}/{params.get('dbname') or ''}"
-        schema, _, name = self.options["table"].rpartition(".")
-        self.schema_name, self.table_name = schema or "public", name
-        for label, value in (("table", self.schema_name), ("table", self.table_name),
-                             ("publication", self.options["publication"]), ("slot", self.options["slot"])):
+        self.tables = source_tables(self.options)
+        self.schema_name, self.table_name = self.tables[0].schema_name, self.tables[0].table_name
+        names = [("table", v) for t in self.tables for v in (t.schema_name, t.table_name)]
+        for label, value in (*names, ("publication", self.options["publication"]), ("slot", self.options["slot"])):
             if not _IDENT.fullmatch(value):
                 raise InvalidOptions(f"option {label!r}: {value!r} must be a lower-case identifier "
                                      "(a-z, 0-9, _; 63 characters at most)")
@@ -112,10 +116,11 @@ class PostgresCdcConnector(Connector):
         self.snapshot_batch = _int(self.options.get("snapshot_batch", 50_000), "snapshot_batch", 1, 10_000_000)
         self.batch_ms = _int(self.options.get("batch_ms", 200), "batch_ms", 1, 3_600_000)
         self.connect_timeout = _int(self.options.get("connect_timeout", 10), "connect_timeout", 1, 3600)
+        self.idle_confirm_ms = _int(self.options.get("idle_confirm_ms", 10_000), "idle_confirm_ms", 0, 86_400_000)
+        self._idle_at = 0.0  # when the last idle position was given (monotonic)
+        self._snap_index = 0  # snapshot: which of ``tables`` is being read
         self._health = ReportedHealth()
         self._conn: Any = None
-        self._relation: Relation | None = None  # the table as the catalog describes it now
-        self._key: tuple[str, ...] = ()
         self._phase = "snapshot"
         self._after_key: list[str] | None = None  # snapshot: the last key taken
         self._pos = 0  # stream: the end LSN of the last transaction yielded
@@ -125,6 +130,7 @@ class PostgresCdcConnector(Connector):
         # and replays converge by key instead.
         self._seen: dict[str, Any] | None = None
         self._snap_conn: Any = None  # holds the snapshot's REPEATABLE READ transaction
+        self._exported: ExportedSnapshot | None = None  # the new slot's snapshot, until imported
         self._stream: ReplicationStream | None = None
         self._stream_relations: dict[int, Relation] = {}  # the stream sends each relation once
         # The stream's position after the last unit it gave with rows: a checkpoint anywhere from
@@ -135,10 +141,14 @@ class PostgresCdcConnector(Connector):
     # -- the contract ---------------------------------------------------------------------------
 
     def discover(self) -> pa.Schema:
+        """The (first) table's schema; ``discover_tables`` gives every target's."""
+        return self.discover_tables()[self.tables[0].target or ""]
+
+    def discover_tables(self) -> dict[str, pa.Schema]:
+        """Target -> the schema of the source table feeding it (``""``: the one table)."""
         with self._errors():
             self._describe()
-        assert self._relation is not None
-        return relation_schema(self._relation)
+        return {t.target or "": relation_schema(t.described()) for t in self.tables}
 
     def open(self, checkpoint: Checkpoint, backfill: BackfillRange | None = None) -> None:
         position = checkpoint.get(PARTITION)
@@ -149,7 +159,7 @@ class PostgresCdcConnector(Connector):
             self._backfill.close()
             self._backfill = None
         if position is not None and position.startswith("wal:") and self._stream is not None:
-            lsn, _ = _decode_wal(position)
+            lsn, _ = decode_wal(position)
             if self._data_pos <= lsn <= self._pos:
                 # The stream is where the runner is (what lies between held nothing for the
                 # table): go on reading it, nothing is decoded twice.
@@ -158,14 +168,16 @@ class PostgresCdcConnector(Connector):
         self._close_stream()
         with self._errors():
             self._describe()
-            confirmed = self._ensure_slot()
+            confirmed = self._ensure_slot(export=position is None and self.snapshot)
             if position is None:
-                self._close_snapshot()
+                self._close_snapshot(keep_exported=True)
                 self._phase, self._after_key, self._pos, self._seen = ("snapshot", None, 0, None) if self.snapshot \
                     else ("stream", None, confirmed, None)
+                self._snap_index = 0
             elif position.startswith("snap:"):
                 state = json.loads(position[5:])
                 self._phase, self._after_key = "snapshot", state["after"]
+                self._snap_index = int(state.get("t", 0))
                 if self._snap_conn is None or state["seen"] is None or state["seen"] != self._seen:
                     # The snapshot these pages came from is gone: the rest comes from another.
                     self._close_snapshot()
@@ -173,7 +185,7 @@ class PostgresCdcConnector(Connector):
             elif position.startswith("wal:"):
                 self._close_snapshot()
                 self._phase = "stream"
-                self._pos, self._seen = _decode_wal(position)
+                self._pos, self._seen = decode_wal(position)
                 if confirmed > self._pos:
                     raise SourceDataError(
                         f"replication slot {self.options['slot']} is at {format_lsn(confirmed)}, past this connector's "
@@ -211,7 +223,7 @@ class PostgresCdcConnector(Connector):
         position = checkpoint.get(PARTITION) or ""
         if not position.startswith("wal:"):
             return  # the snapshot's pages: the slot stays at its start until the snapshot is done
-        lsn = _decode_wal(position)[0]
+        lsn = decode_wal(position)[0]
         with self._errors():
             if self._stream is not None:
                 self._stream.confirm(lsn)  # a standby status update: the slot's confirmed_flush_lsn
@@ -256,6 +268,9 @@ class PostgresCdcConnector(Connector):
     def source_uri(self) -> str:
         return f"postgres://{self._where}/{self.schema_name}.{self.table_name}"
 
+    def table_sources(self) -> dict[str, str]:
+        return {t.target: f"postgres://{self._where}/{t.qualified}" for t in self.tables if t.target is not None}
+
     # -- the source ------------------------------------------------------------------------------
 
     def _connection(self) -> Any:
@@ -268,20 +283,33 @@ class PostgresCdcConnector(Connector):
                 self._conn.execute(f"SET {setting}")
         return self._conn
 
-    def _close_snapshot(self) -> None:
+    def _close_snapshot(self, keep_exported: bool = False) -> None:
         close_quietly(self._snap_conn)  # a read-only transaction: nothing to keep
         self._snap_conn = None
+        if not keep_exported:
+            self._close_exported()
+
+    def _close_exported(self) -> None:
+        if self._exported is not None:
+            self._exported.close()
+            self._exported = None
 
     def _snapshot_connection(self) -> Any:
         """The connection holding the snapshot's transaction (taking the snapshot if new)."""
         if self._snap_conn is None or self._snap_conn.closed:
             conn = self._repeatable_read("icefloe-ingest-snapshot")
+            if self._exported is not None and self._after_key is None and self._snap_index == 0:
+                # The slot's own snapshot: it sees exactly what the slot will not stream.
+                from psycopg import sql
+
+                conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(self._exported.name)))
+            self._close_exported()  # imported (or of no use now): the replication connection goes
             # The first statement of the transaction takes its snapshot.
             taken = conn.execute("SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn()::text").fetchone()
             assert taken is not None
             snapshot, insert_lsn = taken
             self._snap_conn = conn
-            if self._after_key is None:
+            if self._after_key is None and self._snap_index == 0:
                 xmin, xmax, xip = snapshot.split(":")
                 self._seen = {"xmin": int(xmin), "xmax": int(xmax),
                               "xip": sorted(int(x) for x in xip.split(",") if x), "until": parse_lsn(insert_lsn)}
@@ -306,61 +334,39 @@ class PostgresCdcConnector(Connector):
         if self._backfill is not None:
             self._backfill.close()
             self._backfill = None
+        if len(self.tables) > 1:
+            raise InvalidOptions("a backfill of a connector feeding several tables is not supported; add a "
+                                 "single-table connector for the table to backfill")
         with self._errors():
             self._describe()
-        assert self._relation is not None
-        self._backfill = KeyRangeBackfill(self._relation, self.schema_name, self._key, self._types, span, position,
+        first = self.tables[0]
+        self._backfill = KeyRangeBackfill(first.described(), self.schema_name, first.key, first.types, span, position,
                                           self.snapshot_batch)
         self._health.set(Health(State.UP))
 
     def _describe(self) -> None:
-        """Check the server, the table, its key and the publication; remember the table."""
+        """Check the server, each table, its key and the publication; remember the tables."""
         conn = self._connection()
-        qualified = f"{self.schema_name}.{self.table_name}"
         wal_level = conn.execute("SHOW wal_level").fetchone()[0]
         if wal_level != "logical":
             raise SourceDataError(f"the source server's wal_level is {wal_level}; logical replication needs "
                                   "wal_level = logical (postgresql.conf, then restart the server)")
-        found = conn.execute(
-            "SELECT c.oid, c.relreplident FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
-            (self.schema_name, self.table_name)).fetchone()
-        if found is None:
-            raise SourceDataError(f"the source has no table {qualified}")
-        oid, identity = int(found[0]), str(found[1])
-        columns = conn.execute(
-            "SELECT a.attname, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
-            "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", (oid,)).fetchall()
-        index_kind = "indisprimary" if identity != "i" else "indisreplident"
-        key = [r[0] for r in conn.execute(
-            f"SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "  # noqa: S608
-            f"AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.{index_kind} "
-            "ORDER BY array_position(i.indkey::int2[], a.attnum)", (oid,)).fetchall()]
-        if identity == "n" or (not key and identity != "f"):
-            shown = {"d": "default", "n": "nothing", "i": "index"}.get(identity, identity)
-            raise SourceDataError(
-                f"table {qualified} has no primary key (replica identity {shown}), so its updates and deletes "
-                f"cannot be applied by key; add a primary key or run ALTER TABLE {qualified} REPLICA IDENTITY FULL")
-        self._key = tuple(key) if key else tuple(r[0] for r in columns)
-        self._types = {r[0]: r[3] for r in columns}
-        self._relation = Relation(oid, self.schema_name, self.table_name, identity,
-                                  tuple(Column(r[0], int(r[1]), int(r[2]), r[0] in self._key) for r in columns))
-        publication = self.options["publication"]
-        if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)).fetchone() is None:
-            raise SourceDataError(f"publication {publication} does not exist at the source; create it: "
-                                  f"CREATE PUBLICATION {publication} FOR TABLE {qualified}")
-        if conn.execute("SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s AND tablename = %s",
-                        (publication, self.schema_name, self.table_name)).fetchone() is None:
-            raise SourceDataError(f"publication {publication} does not publish {qualified}; "
-                                  f"ALTER PUBLICATION {publication} ADD TABLE {qualified}")
+        for table in self.tables:
+            describe(conn, table, self.options["publication"])
 
-    def _ensure_slot(self) -> int:
-        """The slot's confirmed LSN, creating the slot (pgoutput) when it does not exist."""
+    def _ensure_slot(self, export: bool = False) -> int:
+        """The slot's confirmed LSN, creating the slot (pgoutput) when it does not exist; with
+        ``export``, over the replication protocol, keeping its exported snapshot for the initial
+        snapshot to import (``_snapshot_connection``)."""
         conn, slot = self._connection(), self.options["slot"]
         found = conn.execute("SELECT plugin, database, confirmed_flush_lsn::text FROM pg_replication_slots "
                              "WHERE slot_name = %s", (slot,)).fetchone()
         if found is None:
-            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+            if export:
+                self._close_exported()
+                self._exported = ExportedSnapshot(self.options["dsn"], slot, self.connect_timeout)
+            else:
+                conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
             logger.info("created replication slot %s for %s.%s", slot, self.schema_name, self.table_name)
             found = conn.execute("SELECT plugin, database, confirmed_flush_lsn::text FROM pg_replication_slots "
                                  "WHERE slot_name = %s", (slot,)).fetchone()
@@ -370,51 +376,65 @@ class PostgresCdcConnector(Connector):
         return parse_lsn(found[2])
 
     def _read_snapshot(self, max_rows: int) -> Iterator[Envelope]:
+        """One page of the table being read (``_snap_index``), all tables from one REPEATABLE
+        READ snapshot; after the last page of the last table, the stream from the slot's start."""
         from psycopg import sql
 
-        assert self._relation is not None
-        relation, conn = self._relation, self._snapshot_connection()
+        source = self.tables[self._snap_index]
+        relation, conn = source.described(), self._snapshot_connection()
         limit = max(1, min(max_rows, self.snapshot_batch))
         # Qualified by the alias: ORDER BY a bare name would sort by the text output column.
         texts = sql.SQL(", ").join(sql.SQL("src.{}::text").format(sql.Identifier(c.name)) for c in relation.columns)
-        keys = sql.SQL(", ").join(sql.SQL("src.{}").format(sql.Identifier(k)) for k in self._key)
-        query = sql.SQL("SELECT {} FROM {}.{} AS src").format(texts, sql.Identifier(self.schema_name),
-                                                             sql.Identifier(self.table_name))
+        keys = sql.SQL(", ").join(sql.SQL("src.{}").format(sql.Identifier(k)) for k in source.key)
+        query = sql.SQL("SELECT {} FROM {}.{} AS src").format(texts, sql.Identifier(source.schema_name),
+                                                             sql.Identifier(source.table_name))
         params: list[Any] = []
         if self._after_key is not None:
-            bound = sql.SQL(", ").join(sql.SQL("%s::{}").format(sql.SQL(self._types[k])) for k in self._key)
+            bound = sql.SQL(", ").join(sql.SQL("%s::{}").format(sql.SQL(source.types[k])) for k in source.key)
             query += sql.SQL(" WHERE ({}) > ({})").format(keys, bound)
             params = list(self._after_key)
         query += sql.SQL(" ORDER BY {} LIMIT {}").format(keys, sql.Literal(limit))
         rows = conn.execute(query, params).fetchall()
         table = rows_table(relation, rows)
-        if len(rows) == limit:
-            last = rows[-1]
-            index = {c.name: i for i, c in enumerate(relation.columns)}
-            self._after_key = [last[index[k]] for k in self._key]
-            state = {"after": self._after_key, "seen": self._seen}
-            yield Envelope(table, PARTITION, "snap:" + json.dumps(state, separators=(",", ":")))
+        # Several tables: pages are applied by key (a snapshot taken again converges) into
+        # their own target; one table: appended, as before.
+        labelled: dict[str, Any] = {"op": Op.UPDATE, "key": source.key, "table": source.target} \
+            if source.target is not None else {}
+        if len(rows) == limit or self._snap_index + 1 < len(self.tables):
+            if len(rows) == limit:
+                last = rows[-1]
+                index = {c.name: i for i, c in enumerate(relation.columns)}
+                self._after_key = [last[index[k]] for k in source.key]
+            else:  # this table is done: the next one, from its start, in the same snapshot
+                self._snap_index, self._after_key = self._snap_index + 1, None
+            state: dict[str, Any] = {"after": self._after_key, "seen": self._seen}
+            if self._snap_index:
+                state["t"] = self._snap_index
+            yield Envelope(table, PARTITION, "snap:" + json.dumps(state, separators=(",", ":")), **labelled)
             return
         # The last page: from here on, the stream from the slot's start (never advanced so far).
         self._close_snapshot()
         confirmed = self._ensure_slot()
         self._phase, self._pos = "stream", confirmed
-        yield Envelope(table, PARTITION, _encode_wal(confirmed, self._seen))
+        yield Envelope(table, PARTITION, encode_wal(confirmed, self._seen), **labelled)
 
     def _read_stream(self, max_rows: int) -> Iterator[Envelope]:
         """Transactions from the open replication stream, as one unit of whole transactions
-        (``ChangeBatch``). The read ends when the walsender has sent everything committed before
-        the read began (its keepalive says how far it decoded: a pass takes what the source had
-        when it started), at ``max_rows`` changed keys, or when the stream pauses ``batch_ms``
-        after the unit's first transaction."""
+        (``TransactionBatch``: every table they touched). The read ends when the walsender has
+        sent everything committed before the read began (its keepalive says how far it decoded:
+        a pass takes what the source had when it started), at ``max_rows`` changed keys, or when
+        the stream pauses ``batch_ms`` after the unit's first transaction. When the read found
+        nothing for our tables, an envelope without rows moves the position to where the
+        walsender has decoded (at most every ``idle_confirm_ms``): the runner stores it and
+        confirms the slot, so an idle table's slot does not hold WAL."""
         stream = self._stream_now()
         target = self._flush_lsn()
         batch = self._new_batch()
         relations: dict[int, Relation] = {}
         relations.update(self._stream_relations)
-        txn: tuple[Begin, list[tuple[Relation | None, Any]]] | None = None
+        txn: tuple[Begin, dict[int, list[tuple[Relation | None, Any]]]] | None = None
         give_up, unit_ends, asked = time.monotonic() + CATCH_UP_S, 0.0, 0.0
-        oid = self._oid()
+        ours = {t.described().oid for t in self.tables}
         while True:
             data = stream.next(0)  # what has arrived (keepalives are taken, and answered, here)
             if data is None:
@@ -436,13 +456,15 @@ class PostgresCdcConnector(Connector):
                 relations[message.oid] = message
                 self._stream_relations[message.oid] = message
             elif isinstance(message, Begin):
-                txn = (message, [])
+                txn = (message, {})
             elif isinstance(message, Change) and txn is not None:
                 relation = relations.get(message.relation_oid)
-                if relation is not None and relation.oid == oid:
-                    txn[1].append((relation, message))
-            elif isinstance(message, Truncate) and txn is not None and oid in message.relation_oids:
-                txn[1].append((None, TRUNCATED))
+                if relation is not None and relation.oid in ours:
+                    txn[1].setdefault(relation.oid, []).append((relation, message))
+            elif isinstance(message, Truncate) and txn is not None:
+                for oid in message.relation_oids:  # TRUNCATE a, b: each of ours, in this transaction
+                    if oid in ours:
+                        txn[1].setdefault(oid, []).append((None, TRUNCATED))
             elif isinstance(message, Commit) and txn is not None:
                 begin, changes = txn
                 txn = None
@@ -451,17 +473,16 @@ class PostgresCdcConnector(Connector):
                     self._seen = None  # past every transaction the snapshot saw
                 if begin.final_lsn < self._pos:
                     continue  # at or before the checkpoint: committed already
-                if self._seen is not None and _visible(begin.xid, self._seen):
-                    changes = []  # the snapshot holds its changes already
-                first = next((r for r, _ in changes if r is not None), None)
-                if not batch.fits(first):
+                if self._seen is not None and visible(begin.xid, self._seen):
+                    changes = {}  # the snapshot holds its changes already
+                if not batch.fits(changes):
                     yield from self._emit(batch)
                     batch = self._new_batch()
                 if not batch.transactions:
                     unit_ends = time.monotonic() + self.batch_ms / 1000
                 self._pos = message.end_lsn
                 batch.add(begin.xid, message.commit_lsn, message.end_lsn, message.commit_time_us,
-                          _encode_wal(message.end_lsn, self._seen), changes)
+                          encode_wal(message.end_lsn, self._seen), changes)
                 # Not cut by time here: while messages keep coming without a pause the
                 # connector is behind, and one larger commit catches up sooner than many small
                 # ones (a commit's cost is mostly fixed). The time cut is taken above, when the
@@ -470,16 +491,30 @@ class PostgresCdcConnector(Connector):
                     break
         if batch.transactions:
             yield from self._emit(batch)
+        elif stream.decoded > self._pos and self._idle_due():
+            # Every transaction before ``decoded`` has been read (the walsender sends a
+            # transaction when it decodes its commit, before it moves past it) and none of it
+            # is waiting for a commit: the position may move on without data.
+            self._pos = stream.decoded
+            self._idle_at = time.monotonic()
+            yield Envelope(pa.table({}), PARTITION, encode_wal(self._pos, self._seen))
         stream.report_received()
 
-    def _new_batch(self) -> ChangeBatch:
-        return ChangeBatch(self._key, f"{self.schema_name}.{self.table_name}")
+    def _idle_due(self) -> bool:
+        return time.monotonic() - self._idle_at >= self.idle_confirm_ms / 1000
 
-    def _emit(self, batch: ChangeBatch) -> Iterator[Envelope]:
-        assert self._relation is not None
-        envelopes = batch.envelopes(lambda n: _encode_wal(batch.end_lsn, self._seen, n), self._relation)
+    def _new_batch(self) -> TransactionBatch:
+        return TransactionBatch({t.described().oid: (t.key, t.qualified, t.target, t.described())
+                                 for t in self.tables})
+
+    def _emit(self, batch: TransactionBatch) -> Iterator[Envelope]:
+        envelopes = batch.envelopes(lambda n: encode_wal(batch.end_lsn, self._seen, n))
         if any(e.rows.num_rows or e.op is Op.TRUNCATE for e in envelopes):
             self._data_pos = batch.end_lsn
+        elif not self._idle_due():
+            return  # transactions of no interest: the position moves with the next data or idle turn
+        else:
+            self._idle_at = time.monotonic()
         yield from envelopes
 
     def _stream_now(self) -> ReplicationStream:
@@ -502,10 +537,6 @@ class PostgresCdcConnector(Connector):
         row = self._connection().execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
         assert row is not None
         return parse_lsn(row[0])
-
-    def _oid(self) -> int:
-        assert self._relation is not None
-        return self._relation.oid
 
     # -- errors ----------------------------------------------------------------------------------
 
@@ -546,33 +577,6 @@ class _Errors:
         if isinstance(exc, SourceDataError):
             self.connector._health.set(Health(State.FAILED, self.connector.scrub(str(exc))))
         return False
-
-
-def _encode_wal(lsn: int, seen: dict[str, Any] | None, inside: int | None = None) -> str:
-    """A stream position: ``wal:<end LSN, hex>`` (``.n``: inside a transaction, never a
-    checkpoint), and while it matters, `` `` + the snapshot's visibility as JSON."""
-    text = f"wal:{lsn:016X}" + (f".{inside}" if inside is not None else "")
-    return text + (" " + json.dumps(seen, separators=(",", ":")) if seen is not None else "")
-
-
-def _decode_wal(position: str) -> tuple[int, dict[str, Any] | None]:
-    head, _, seen = position[4:].partition(" ")
-    return int(head.split(".")[0], 16), (json.loads(seen) if seen else None)
-
-
-def _visible(xid: int, seen: dict[str, Any]) -> bool:
-    """Whether transaction ``xid`` (32 bits, as the stream gives it) committed before the snapshot
-    ``seen`` was taken (its xmin / xmax / in-progress list are 64-bit: compared modulo 2^32)."""
-
-    def precedes(a: int, b: int) -> bool:
-        return ((a - b) & 0xFFFFFFFF) >= 0x80000000
-
-    xmin, xmax = seen["xmin"] & 0xFFFFFFFF, seen["xmax"] & 0xFFFFFFFF
-    if precedes(xid, xmin):
-        return True
-    if not precedes(xid, xmax):
-        return False
-    return xid not in {x & 0xFFFFFFFF for x in seen["xip"]}
 
 
 def _first_line(exc: BaseException) -> str:

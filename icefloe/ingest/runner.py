@@ -51,6 +51,17 @@ class CommitOutcome:
     duplicate: bool
 
 
+@dataclass(frozen=True)
+class TableChange:
+    """One target table's part of a commit of a connector that feeds several tables."""
+
+    table: str
+    upserts: pa.Table
+    removed: pa.Table
+    key: tuple[str, ...]
+    truncate: bool = False
+
+
 class Sink(Protocol):
     """Where a runner commits: the target table (``icefloe.ingest.sink.CatalogSink``)."""
 
@@ -71,6 +82,11 @@ class Sink(Protocol):
         """Delete the rows of every key in ``upserts`` and ``removed`` (``truncate``: every
         row), append ``upserts``, with ``commit``'s checkpoint: one durable catalog commit (a
         CDC connector's changes)."""
+
+    def commit_tables(self, parts: list[TableChange], commit: IngestCommit,
+                      sources: dict[str, tuple[str, str]]) -> CommitOutcome:
+        """Every table's changes (as ``commit_changes``) and the checkpoint in ONE durable
+        catalog commit (a connector feeding several tables: envelopes name their ``table``)."""
 
 
 @dataclass
@@ -198,7 +214,7 @@ class IngestRunner:
         pending: list[Envelope] = []  # read, not committed; pending[:boundary] are whole transactions
         boundary = 0
         pending_rows = 0  # rows in pending
-        schemas: list[pa.Schema] = []  # the distinct schemas of pending's rows
+        schemas: list[tuple[str | None, pa.Schema]] = []  # the distinct schemas of pending's rows, per table
         checkpoint = durable  # durable advanced by everything pending
         while True:
             got, stop = 0, ""
@@ -217,8 +233,7 @@ class IngestRunner:
                     # Kept as we go: recounting ``pending`` per envelope is quadratic for a CDC
                     # stream of many one-row transactions.
                     pending_rows += envelope.rows.num_rows
-                    if envelope.rows.num_rows and not any(envelope.rows.schema.equals(x) for x in schemas):
-                        schemas.append(envelope.rows.schema)
+                    _add_schema(schemas, envelope)
                     checkpoint = checkpoint.advanced(envelope)
                     stats.envelopes += 1
                     if envelope.transaction_end:
@@ -240,8 +255,7 @@ class IngestRunner:
                 pending_rows = sum(e.rows.num_rows for e in pending)
                 schemas = []
                 for envelope in pending:
-                    if envelope.rows.num_rows and not any(envelope.rows.schema.equals(x) for x in schemas):
-                        schemas.append(envelope.rows.schema)
+                    _add_schema(schemas, envelope)
                 checkpoint = durable
                 for envelope in pending:
                     checkpoint = checkpoint.advanced(envelope)
@@ -279,11 +293,30 @@ class IngestRunner:
         if not tables and not truncate:
             # Positions moved without data (empty files or pages): nothing to commit now; the
             # next commit carries them, and a restart before it reads them again, finding
-            # nothing again.
+            # nothing again. A source that holds data for us until told (a replication slot
+            # keeping WAL) is told once the positions are durable beside the last commit.
+            note = getattr(self.sink, "note_idle", None)
+            if (backfill is None and self.connector.confirms_idle and note is not None
+                    and checkpoint.positions != durable.positions):
+                note(checkpoint_name, step, dict(checkpoint.positions))
+                self._remember(step, checkpoint.positions)
+                try:
+                    self.connector.committed(checkpoint)
+                except Exception:
+                    logger.warning("ingest %s: the connector's committed() hook failed", self.name, exc_info=True)
             return step, checkpoint
-        if keyed(envelopes):  # CDC: row-level changes by key (updates, deletes) in one commit
+        if any(e.table is not None for e in envelopes):  # a connector feeding several tables
+            parts = _table_changes(envelopes)
+            count = sum(p.upserts.num_rows for p in parts)
+            commit = IngestCommit(checkpoint_name, step, checkpoint.positions, _dataset(self.connector.source_uri()),
+                                  backfill=backfill is not None,
+                                  stats={"rows": count, "deleted_keys": sum(p.removed.num_rows for p in parts),
+                                         "tables": len(parts)})
+            sources = {t: _dataset(uri) for t, uri in self.connector.table_sources().items()}
+            outcome = self.sink.commit_tables(parts, commit, sources)
+        elif keyed(envelopes):  # CDC: row-level changes by key (updates, deletes) in one commit
             upserts, removed, key = fold(envelopes)
-            rows = upserts
+            count = upserts.num_rows
             commit = IngestCommit(checkpoint_name, step, checkpoint.positions, _dataset(self.connector.source_uri()),
                                   backfill=backfill is not None,
                                   stats={"rows": upserts.num_rows, "deleted_keys": removed.num_rows,
@@ -291,22 +324,23 @@ class IngestRunner:
             outcome = self.sink.commit_changes(upserts, removed, key, commit, truncate)
         else:
             rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+            count = rows.num_rows
             commit = IngestCommit(checkpoint_name, step, checkpoint.positions, _dataset(self.connector.source_uri()),
-                                  backfill=backfill is not None, stats={"rows": rows.num_rows})
+                                  backfill=backfill is not None, stats={"rows": count})
             outcome = self.sink.commit(rows, commit)
         if outcome.duplicate:
             stats.duplicates += 1
             logger.info("ingest %s: another runner committed from step %d first", self.name, step)
             return step, durable
         lag = _lag(envelopes)
-        stats.rows += rows.num_rows
+        stats.rows += count
         stats.commits += 1
         try:
             self.connector.committed(checkpoint)
         except Exception:  # the commit landed: a failing hook must not undo the bookkeeping
             logger.warning("ingest %s: the connector's committed() hook failed", self.name, exc_info=True)
         with self._status_lock:
-            self._status.rows += rows.num_rows
+            self._status.rows += count
             self._status.commits += 1
             self._status.last_commit_seq = outcome.seq
             self._status.last_commit_at = time.time()
@@ -314,7 +348,7 @@ class IngestRunner:
         if backfill is None:
             self._remember(step + 1, checkpoint.positions)
         if self._on_commit is not None:
-            self._on_commit(rows.num_rows, lag)
+            self._on_commit(count, lag)
         return step + 1, checkpoint
 
     def _remember(self, step: int, positions: dict[str, str] | Any) -> None:
@@ -365,12 +399,36 @@ class CheckpointLost(ConnectorError):
     """The target no longer holds the checkpoint a commit was judged a duplicate of."""
 
 
-def _fits(schemas: list[pa.Schema], envelope: Envelope) -> bool:
-    """Whether ``envelope`` can share a commit with pending envelopes of ``schemas``: the same
-    schema (rows of another schema go through the table's schema policy in a commit of their own)."""
+def _fits(schemas: list[tuple[str | None, pa.Schema]], envelope: Envelope) -> bool:
+    """Whether ``envelope`` can share a commit with pending envelopes of ``schemas`` (per target
+    table): the same schema (rows of another schema go through the table's schema policy in a
+    commit of their own)."""
     if not envelope.rows.num_rows:
         return True
-    return all(x.equals(envelope.rows.schema) for x in schemas)
+    return all(x.equals(envelope.rows.schema) for t, x in schemas if t == envelope.table)
+
+
+def _add_schema(schemas: list[tuple[str | None, pa.Schema]], envelope: Envelope) -> None:
+    if envelope.rows.num_rows and not any(t == envelope.table and x.equals(envelope.rows.schema)
+                                          for t, x in schemas):
+        schemas.append((envelope.table, envelope.rows.schema))
+
+
+def _table_changes(envelopes: list[Envelope]) -> list[TableChange]:
+    """Per target table named by ``envelopes`` (in first-seen order), its folded changes."""
+    labels: list[str] = []
+    for envelope in envelopes:
+        if envelope.table is not None and envelope.table not in labels:
+            labels.append(envelope.table)
+    parts = []
+    for label in labels:
+        group = [e for e in envelopes if e.table == label]
+        cut = truncated(group)
+        if not cut and not any(e.rows.num_rows for e in group):
+            continue
+        upserts, removed, key = fold(group)
+        parts.append(TableChange(label, upserts, removed, key, cut))
+    return parts
 
 
 def _lag(envelopes: list[Envelope]) -> float:

@@ -257,12 +257,13 @@ def test_failed_evolving_append_leaves_the_schema_alone(catalog: RocksCatalog) -
 
 def test_concurrent_evolutions_same_change_both_land_different_change_one_aborts(catalog: RocksCatalog) -> None:
     from catalog.append import ConcurrentSchemaChangeError
+    from catalog.append_schema import stage_schema
 
     catalog.create_table("ns.t", _data(1).schema)
     appender = Appender(catalog)
     base = catalog.load_table("ns.t")
-    plan_x = appender._stage_schema(base, _plan_for(base, "x"))
-    plan_y = appender._stage_schema(base, _plan_for(base, "y"))
+    plan_x = stage_schema(base, _plan_for(base, "x"))
+    plan_y = stage_schema(base, _plan_for(base, "y"))
     first = appender.append_table(("ns", "t"), _data(2).append_column("x", pa.array(["a", "b"])),
                                   schema_policy="evolve")
     assert first.rows == 2

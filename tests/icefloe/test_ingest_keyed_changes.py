@@ -188,3 +188,54 @@ def test_a_change_reads_only_the_files_whose_key_range_may_hold_its_keys(appende
         assert ids == sorted([*range(0, 10), *range(100, 105), *range(106, 110), 150])
     else:  # merge-on-read: the deletes are in delete files, the data files stay as written
         assert set(ids) >= {5, 105, 150}
+
+
+class TwoTables(Scripted):
+    """Source transactions over two tables: each change is (table, op, id, name)."""
+
+    def read(self, max_rows: int) -> Iterator[Envelope]:
+        while self.at < len(self.transactions):
+            changes = self.transactions[self.at]
+            self.at += 1
+            for n, (table, op, key, name) in enumerate(changes):  # type: ignore[misc]
+                rows = pa.table({"id": pa.array([key], pa.int64()), "name": pa.array([name], pa.string())})
+                last = n == len(changes) - 1
+                yield Envelope(rows, "", str(self.at) if last else f"{self.at}.{n}", op=Op(op), key=("id",),
+                               transaction=str(self.at), transaction_end=last, table=table)
+
+
+def test_a_source_transaction_over_two_tables_is_one_catalog_commit(appender: Appender) -> None:
+    """Envelopes naming their target table: every table a commit touches lands in ONE catalog
+    batch (consecutive seqs, the checkpoint in each); a change one table's quality gate refuses
+    lands in neither, and the checkpoint stays."""
+    from catalog.expectations import QualityBlocked
+    from flight_server.engine.quality import DuckDBQualityGate
+
+    catalog = appender.catalog
+    mode = catalog.load_table(("ns", "t")).metadata.properties["write.delete.mode"]
+    catalog.create_table(("ns", "u"), schema=SCHEMA, properties={"write.delete.mode": mode, "format-version": "2"})
+    script = [[("ns.t", "insert", 1, "a"), ("ns.u", "insert", 1, "a")],
+              [("ns.t", "update", 1, "b"), ("ns.u", "delete", 1, None), ("ns.u", "insert", 2, "c")],
+              [("ns.u", "update", 2, "d")]]
+    sink = CatalogSink(appender, "ns.t", tables=("ns.t", "ns.u"))
+    runner = IngestRunner("two", TwoTables({"transactions": script}), sink, max_rows=1)
+    head = catalog.log.head()
+    runner.run_once()
+    assert rows(appender) == [(1, "b")]
+    u = catalog.load_table(("ns", "u")).scan().to_arrow()
+    assert list(zip(u.column("id").to_pylist(), u.column("name").to_pylist(), strict=True)) == [(2, "d")]
+    records = list(catalog.log.read(head))
+    assert [(r.table, r.extra["ingest"]["step"]) for r in records] == [("t", 1), ("u", 1), ("t", 2), ("u", 2),
+                                                                       ("u", 3)]
+    assert sink.checkpoint("two").step == 3 and sink.checkpoint("two").positions == {"": "3"}
+    # One table's gate refuses the new row: neither table changes, the checkpoint stays.
+    appender.quality_gate = DuckDBQualityGate()
+    with catalog.load_table(("ns", "u")).transaction() as tx:
+        tx.set_properties({"icefloe.expect.named": "name <> 'bad'"})
+    head = catalog.log.head()
+    more = IngestRunner("two", TwoTables({"transactions": [*script, [("ns.t", "insert", 5, "ok"),
+                                                                      ("ns.u", "insert", 5, "bad")]]}), sink)
+    with pytest.raises(QualityBlocked, match="named"):
+        more.run_once()
+    assert catalog.log.head() == head and rows(appender) == [(1, "b")]
+    assert sink.checkpoint("two").step == 3

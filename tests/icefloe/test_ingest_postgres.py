@@ -18,6 +18,7 @@ import pytest
 from ingest_sources import PostgresSource
 from servers import ServerProcess
 from test_ingest_conformance import action, sql, wait_for
+from test_ingest_server import cli
 
 PASSWORD = "pw-that-must-never-show-9f3k"
 
@@ -354,3 +355,229 @@ def test_backfill_of_a_key_range_restores_lost_rows_without_moving_the_live_chec
         catalog.close()
         postgres.drop_slot(slot)
         postgres.execute(f"DROP PUBLICATION {publication}", f"DROP TABLE {table}")
+
+
+def _lsn(text: str) -> int:
+    high, low = text.split("/")
+    return int(high, 16) << 32 | int(low, 16)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # cursors of a killed server
+def test_two_tables_one_slot_source_transactions_stay_atomic_through_kill_9_and_the_idle_slot_moves(
+        tmp_path: Path, postgres: Any) -> None:
+    """One connector, one publication of two tables, one slot: every source transaction
+    touches both tables the same way (an id and an amount moved together), so a reader that
+    ever sees the two targets differ saw one table with a transaction and the other without.
+    A concurrent reader (Flight SQL transactions: both tables at one catalog state) checks that
+    all along, through an initial snapshot of both tables, a TRUNCATE of both in one statement,
+    a column added to one (its own schema policy), and kill -9 of the server mid-stream; then
+    source and target agree row for row. Last, WAL written for an unrelated table moves the
+    slot's confirmed_flush_lsn (an idle slot does not hold WAL), but never past a change of
+    ours that is not committed (the connector paused)."""
+    import threading
+    import warnings
+
+    import adbc_driver_flightsql.dbapi as fsql
+
+    a, publication, slot = postgres.names()
+    b, unrelated = a + "_b", a + "_x"
+    postgres.execute(f"CREATE TABLE {a} (id BIGINT PRIMARY KEY, v BIGINT)",
+                     f"CREATE TABLE {b} (id BIGINT PRIMARY KEY, v BIGINT)",
+                     f"CREATE TABLE {unrelated} (x BIGINT)",
+                     f"CREATE PUBLICATION {publication} FOR TABLE {a}, {b}",
+                     f"INSERT INTO {a} SELECT g, g FROM generate_series(1, 30) g",
+                     f"INSERT INTO {b} SELECT g, g FROM generate_series(1, 30) g")
+
+    def both(conn: Any, statement: str, params: Any = None) -> None:
+        for table in (a, b):
+            conn.execute(statement.format(t=table), params)
+
+    def workload(rng: random.Random, next_id: int, rounds: int) -> int:
+        with postgres.connect() as conn:
+            for _ in range(rounds):
+                with conn.transaction():  # one source transaction, the same change in both tables
+                    both(conn, "INSERT INTO {t} SELECT g, g FROM generate_series(%s::bigint, %s::bigint) g",
+                         (next_id, next_id + 2))
+                    both(conn, "UPDATE {t} SET v = v + 1 WHERE id %% 5 = %s::int", (rng.randrange(5),))
+                    both(conn, "DELETE FROM {t} WHERE id = (SELECT min(id) FROM {t})")
+                next_id += 3
+        return next_id
+
+    def source_rows() -> tuple[list[Any], list[Any]]:
+        return tuple(postgres.execute(f"SELECT id, v FROM {t} ORDER BY id") for t in (a, b))  # type: ignore[return-value]
+
+    def target_rows(proc: ServerProcess) -> tuple[list[Any], list[Any]]:
+        return (sql(proc, "SELECT id, v FROM ns.a ORDER BY id"), sql(proc, "SELECT id, v FROM ns.b ORDER BY id"))
+
+    proc = ServerProcess(tmp_path / "warehouse").start()
+    stop = threading.Event()
+    seen: list[tuple[Any, ...]] = []
+    torn: list[tuple[Any, ...]] = []
+
+    def reader() -> None:
+        query = ("SELECT (SELECT count(*) FROM ns.a), (SELECT coalesce(sum(v), 0) FROM ns.a), "
+                 "(SELECT count(*) FROM ns.b), (SELECT coalesce(sum(v), 0) FROM ns.b)")
+        while not stop.is_set():
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    conn = fsql.connect(proc.location, autocommit=False)
+                if caught:  # the server did not answer BEGIN (restarting): reads would not be one state
+                    conn.close()
+                    raise ConnectionError(str(caught[0].message))
+            except Exception:
+                time.sleep(0.1)  # the server is down (kill -9) or restarting
+                continue
+            try:
+                while not stop.is_set():
+                    with conn.cursor() as cur:
+                        cur.execute(query)
+                        row = cur.fetchone()
+                        if (row[0], row[1]) != (row[2], row[3]):
+                            cur.execute("SELECT 'a', id, v FROM ns.a UNION ALL SELECT 'b', id, v FROM ns.b")
+                            row = (*row, cur.fetchall()[:20])
+                    conn.rollback()  # the next read: a new transaction, at the catalog's newest state
+                    seen.append(row)
+                    if len(row) > 4:
+                        torn.append(row)
+            except Exception:  # noqa: S112 - the server went away mid-read
+                continue
+            finally:
+                try:
+                    conn.close()
+                except Exception:  # noqa: S110
+                    pass
+
+    thread = threading.Thread(target=reader, daemon=True)
+    try:
+        sql(proc, "CREATE SCHEMA IF NOT EXISTS ns", "CREATE TABLE ns.a (id BIGINT, v BIGINT)",
+            "CREATE TABLE ns.b (id BIGINT, v BIGINT)",
+            "ALTER TABLE ns.a SET (\"write.delete.mode\" = 'merge-on-read')",
+            "ALTER TABLE ns.b SET (\"icefloe.schema-policy\" = 'evolve')")
+        options = {"dsn": postgres.dsn, "tables": {f"public.{a}": "ns.a", f"public.{b}": "ns.b"},
+                   "publication": publication, "slot": slot}
+        # Refused: a target that does not exist, a `table` not among the targets (nothing added).
+        with pytest.raises(pa.ArrowKeyError, match="table ns.c does not exist"):  # NOT_FOUND
+            action(proc, "add", {"name": "bad", "source": "postgres",
+                                 "options": {**options, "tables": {f"public.{a}": "ns.c"}}})
+        with pytest.raises(pa.ArrowInvalid, match="not one of the targets"):
+            action(proc, "add", {"name": "bad", "table": "ns.t", "source": "postgres", "options": options})
+        # The CLI's form: --pg-table SOURCE=TARGET, repeated (no --table needed).
+        run = cli(proc, "add", "pg2", "--source", "postgres", "--pg-table", f"public.{a}=ns.a", "--pg-table",
+                  f"public.{b}=ns.b", "--publication", publication, "--slot", slot, "--dsn", postgres.dsn,
+                  "--option", "snapshot_batch=7", "--option", "idle_confirm_ms=100", "--poll-s", "0.05",
+                  "--max-rows", "50")
+        assert run.returncode == 0, run.stderr
+        added = json.loads(run.stdout)
+        assert added["tables"] == ["ns.a", "ns.b"] and added["table"] == "ns.a"
+        mixed = cli(proc, "add", "x", "--source", "postgres", "--pg-table", f"public.{a}", "--pg-table",
+                    f"public.{b}=ns.b", "--publication", publication, "--slot", slot)
+        assert mixed.returncode != 0 and "SOURCE=TARGET" in mixed.stderr
+        # The initial snapshot: both tables read in one source snapshot, a page per commit (a
+        # reader sees the tables fill page by page, as for one table); then the stream, whose
+        # source transactions the reader must only ever see whole.
+        wait_for(lambda: target_rows(proc) == source_rows(), timeout=60)
+        thread.start()
+        rng = random.Random(7)
+        next_id = workload(rng, 1000, 5)
+        with postgres.connect() as conn, conn.transaction():
+            conn.execute(f"TRUNCATE {a}, {b}")  # both tables in one statement, then new rows in both
+            both(conn, "INSERT INTO {t} SELECT g, 1 FROM generate_series(1, 12) g")
+        next_id = workload(rng, next_id, 5)
+        for _round in range(2):
+            next_id = workload(rng, next_id, 10)
+            time.sleep(rng.uniform(0.05, 0.4))
+            proc.kill()
+            next_id = workload(rng, next_id, 5)  # the source goes on while the server is down
+            proc.start()
+        wait_for(lambda: target_rows(proc) == source_rows(), timeout=90)
+        # A column added to one table at the source: through that table's policy (evolve).
+        with postgres.connect() as conn, conn.transaction():
+            conn.execute(f"ALTER TABLE {b} ADD COLUMN note TEXT")
+            conn.execute(f"UPDATE {b} SET note = 'n' || id WHERE id % 2 = 0")
+            conn.execute(f"UPDATE {a} SET v = v WHERE id % 2 = 0")
+        next_id = workload(rng, next_id, 3)
+        def notes_agree() -> bool:
+            try:  # the column arrives with the commit of that transaction
+                return sql(proc, "SELECT id, note FROM ns.b ORDER BY id") == postgres.execute(
+                    f"SELECT id, note FROM {b} ORDER BY id")
+            except Exception:
+                return False
+
+        wait_for(notes_agree, timeout=60)
+        wait_for(lambda: target_rows(proc) == source_rows(), timeout=60)
+        stop.set()
+        thread.join(30)
+        assert len(seen) > 20, "the reader hardly read"
+        assert torn == [], f"a reader saw one table with a source transaction and the other without: {torn[:3]}"
+        # Commits of both tables carry one checkpoint; each lands in ONE catalog batch: one
+        # connector commit that touched both gave consecutive seqs with the same checkpoint step.
+        steps = sql(proc, "SELECT count(*) FROM ns.a")  # the tables are readable after all of it
+        assert steps[0][0] == len(source_rows()[0])
+
+        # -- the idle slot ---------------------------------------------------------------------
+        def confirmed() -> int:
+            return _lsn(postgres.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                                         "WHERE slot_name = %s", params=(slot,))[0][0])
+
+        postgres.execute(f"INSERT INTO {unrelated} SELECT g FROM generate_series(1, 20000) g")
+        written = _lsn(postgres.execute("SELECT pg_current_wal_lsn()::text")[0][0])
+        wait_for(lambda: confirmed() >= written, timeout=30)  # WAL of other tables only: let go of it
+        # Never past a change of ours that is not committed: the connector paused, our change
+        # then more unrelated WAL; the slot stays before our change.
+        action(proc, "pause", {"name": "pg2"})
+        time.sleep(0.5)  # a pass in flight finishes
+        before = confirmed()
+        postgres.execute(f"INSERT INTO {a} VALUES (-1, -1)")
+        ours = _lsn(postgres.execute("SELECT pg_current_wal_lsn()::text")[0][0])
+        postgres.execute(f"INSERT INTO {unrelated} SELECT g FROM generate_series(1, 20000) g")
+        time.sleep(1.5)
+        assert before <= confirmed() < ours
+        action(proc, "resume", {"name": "pg2"})
+        wait_for(lambda: target_rows(proc) == source_rows(), timeout=60)
+        wait_for(lambda: confirmed() >= ours, timeout=30)
+        # A restart after idle confirmations resumes from the stored idle position (the slot
+        # is past the last commit's checkpoint, by WAL that held nothing for us): no refusal.
+        postgres.execute(f"INSERT INTO {unrelated} SELECT g FROM generate_series(1, 1000) g")
+        idle_at = _lsn(postgres.execute("SELECT pg_current_wal_lsn()::text")[0][0])
+        wait_for(lambda: confirmed() >= idle_at, timeout=30)
+        proc.kill()
+        proc.start()
+        postgres.execute(f"INSERT INTO {b} VALUES (-1, -1, 'after')")
+        wait_for(lambda: target_rows(proc) == source_rows(), timeout=60)
+        assert action(proc, "status", {"name": "pg2"})["state"] == "up"
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join(30)
+        proc.stop()
+        postgres.drop_slot(slot)
+        postgres.execute(f"DROP PUBLICATION {publication}", f"DROP TABLE {a}", f"DROP TABLE {b}",
+                         f"DROP TABLE {unrelated}")
+
+
+def test_a_config_file_declares_a_connector_over_several_tables(tmp_path: Path) -> None:
+    """The TOML form of the multi-table mapping, and precise refusals of malformed ones (no
+    server needed: definitions are checked without touching the source)."""
+    pytest.importorskip("psycopg", reason="the postgres source needs psycopg (pip install 'icefloe[postgres]')")
+    from flight_server.ingest.specs import InvalidSpec, load_config
+
+    config = tmp_path / "connectors.toml"
+    base = ('[connectors.shop]\nsource = "postgres"\n[connectors.shop.options]\ndsn = "postgresql://u@h/db"\n'
+            'publication = "p"\nslot = "s"\n')
+    config.write_text(base + '[connectors.shop.options.tables]\n"public.orders" = "sales.orders"\n'
+                      '"public.items" = "sales.items"\n')
+    (spec,) = load_config(str(config))
+    assert spec.table == "sales.orders" and spec.targets == ("sales.orders", "sales.items")
+    assert spec.connector().table_sources() == {"sales.orders": "postgres://h:5432/db/public.orders",
+                                                "sales.items": "postgres://h:5432/db/public.items"}
+    for tables, message in ((('"public.orders" = "orders"',), "table must be a table name ns.t"),
+                            (('"public.orders" = "s.o"', '"orders" = "s.p"'), "names a source or target table twice"),
+                            (('"public.orders" = "s.o"', '"public.items" = "s.o"'), "twice")):
+        config.write_text(base + "[connectors.shop.options.tables]\n" + "\n".join(tables) + "\n")
+        with pytest.raises(InvalidSpec, match=message):
+            load_config(str(config))
+    config.write_text(base.replace('source = "postgres"', 'source = "postgres"\ntable = "sales.x"')
+                      + '[connectors.shop.options.tables]\n"public.orders" = "sales.orders"\n')
+    with pytest.raises(InvalidSpec, match="not one of the targets"):
+        load_config(str(config))
