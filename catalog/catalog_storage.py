@@ -127,6 +127,12 @@ class CatalogStorage(MetastoreCatalog):
         skip their own catch-up (see ``RocksStore.caught_up``). A no-op for the writer."""
         return self._store.caught_up()
 
+    def consistent_reads(self) -> AbstractContextManager[None]:
+        """Table pointers read in the block (this thread) come from one moment of the catalog,
+        so several tables loaded in it are never torn by a multi-table commit landing between
+        two loads (see ``RocksStore.consistent_reads``)."""
+        return self._store.consistent_reads()
+
     def _pointer(self, ns: tuple[str, ...], table: str) -> TablePointer | None:
         raw = self._store.get(keys.table_key(ns, table))
         if raw is None:

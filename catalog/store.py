@@ -115,7 +115,29 @@ class RocksStore:
         finally:
             self._local.caught_up = False
 
+    @contextlib.contextmanager
+    def consistent_reads(self) -> Iterator[None]:
+        """Point reads (``get``) in the block, on this thread, see the database at one moment.
+
+        A statement that names several tables pins each by reading its pointer; a multi-table
+        commit (a transaction, a multi-table CDC batch) lands all its pointers in one batch, so
+        reading them from one RocksDB snapshot never shows one table with that commit and
+        another without it. A read-only (secondary) instance has no snapshots: its reads are
+        as fresh as its last catch-up. Nested blocks share the outer block's snapshot.
+        """
+        if self.read_only or getattr(self._local, "view", None) is not None:
+            yield
+            return
+        self._local.view = self.snapshot()
+        try:
+            yield
+        finally:
+            self._local.view = None
+
     def get(self, key: bytes) -> bytes | None:
+        view: StoreSnapshot | None = getattr(self._local, "view", None)
+        if view is not None:
+            return view.get(key)
         return cast("bytes | None", self._db.get(key))
 
     def scan(self, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:

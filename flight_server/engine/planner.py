@@ -220,33 +220,36 @@ class QueryPlanner:
             errors.NotFound: A table it names does not exist.
             errors.DeadlineExceeded: Planning took longer than the query timeout.
         """
-        sql = view_expansion.expand(self.catalog, sql, default_schema)  # Iceberg views: their SQL, inline
-        kind = self._statement_type(sql)
-        if kind not in _READ_TYPES:
-            raise errors.InvalidArgument("this statement writes; send it as an update")
-        tree = self._checked_tree(sql, kind, context)
-        refs: list[history.AtReference] = []
-        if any(ref.at_unit is not None for ref in tree.tables):
-            with self._planning(context) as cur:  # AT values are evaluated at each planning
-                refs = history.resolve_at_references(cur, self.catalog, tree.tables, default_schema)
-        rewritten = history.rewrite(sql, refs, quote, CATALOG_NAME) if refs else sql
-        pins = {(r.namespace, history.at_view_name(r.name, r.snapshot_id)):
-                PinnedTable(r.namespace, r.name, r.snapshot_id, r.schema_id,
-                            view=history.at_view_name(r.name, r.snapshot_id)) for r in refs}
-        for ref in tree.tables:
-            if ref.at_unit is not None:
-                continue
-            for ns, table in name_candidates(ref.parts, default_schema):
-                if (ns, table) in pins:
-                    break
-                pin = self._pin_one(ns, table)
-                if pin is not None:
-                    pins[(ns, table)] = pin
-                    break
-            else:
-                raise self._missing_table(ref.parts, default_schema)
-        # Inside a transaction: its snapshots at BEGIN, and its own staged writes.
-        planned = read_pins(self.catalog, list(pins.values()))
+        # Every table this statement names is pinned from one moment of the catalog: a
+        # multi-table commit is seen whole or not at all (never one table with it, one without).
+        with consistent_reads(self.catalog):
+            sql = view_expansion.expand(self.catalog, sql, default_schema)  # Iceberg views: their SQL, inline
+            kind = self._statement_type(sql)
+            if kind not in _READ_TYPES:
+                raise errors.InvalidArgument("this statement writes; send it as an update")
+            tree = self._checked_tree(sql, kind, context)
+            refs: list[history.AtReference] = []
+            if any(ref.at_unit is not None for ref in tree.tables):
+                with self._planning(context) as cur:  # AT values are evaluated at each planning
+                    refs = history.resolve_at_references(cur, self.catalog, tree.tables, default_schema)
+            rewritten = history.rewrite(sql, refs, quote, CATALOG_NAME) if refs else sql
+            pins = {(r.namespace, history.at_view_name(r.name, r.snapshot_id)):
+                    PinnedTable(r.namespace, r.name, r.snapshot_id, r.schema_id,
+                                view=history.at_view_name(r.name, r.snapshot_id)) for r in refs}
+            for ref in tree.tables:
+                if ref.at_unit is not None:
+                    continue
+                for ns, table in name_candidates(ref.parts, default_schema):
+                    if (ns, table) in pins:
+                        break
+                    pin = self._pin_one(ns, table)
+                    if pin is not None:
+                        pins[(ns, table)] = pin
+                        break
+                else:
+                    raise self._missing_table(ref.parts, default_schema)
+            # Inside a transaction: its snapshots at BEGIN, and its own staged writes.
+            planned = read_pins(self.catalog, list(pins.values()))
         registry = getattr(self.catalog, "pins", None)
         if registry is not None:
             # The ticket's DoGet must still find these snapshots, whatever commits meanwhile.
@@ -335,6 +338,12 @@ class QueryPlanner:
             kind, view, table = meta[1], table, meta[0]
         snap = tbl.metadata.current_snapshot()
         return PinnedTable(ns, table, snap.snapshot_id if snap else None, tbl.metadata.current_schema_id, view, kind)
+
+
+def consistent_reads(catalog: Any) -> contextlib.AbstractContextManager[None]:
+    """The catalog's consistent-read block, where it has one (``RocksCatalog``)."""
+    block = getattr(catalog, "consistent_reads", None)
+    return block() if block is not None else contextlib.nullcontext()
 
 
 def _check_key(sql: str, default_schema: tuple[str, ...] | None, pins: list[PinnedTable]) -> bytes:

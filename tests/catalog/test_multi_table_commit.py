@@ -121,3 +121,21 @@ def test_bad_transactions_are_refused_before_anything_is_written(rocks: RocksCat
     assert rocks.store.get(keys.table_key(("ns",), "missing")) is None
     assert rocks.load_table("ns.a").scan().to_arrow().num_rows == 0
     assert os.path.isdir(tmp_path / "warehouse")
+
+
+def test_tables_loaded_in_one_consistent_read_are_never_torn_by_a_commit(rocks: RocksCatalog) -> None:
+    """Inside ``consistent_reads`` every load reads the pointers of one moment: a multi-table
+    commit landing between two loads shows in neither (how a statement pins its tables)."""
+    rocks.create_namespace("ns")
+    a = rocks.create_table("ns.a", SCHEMA)
+    b = rocks.create_table("ns.b", SCHEMA)
+    with rocks.consistent_reads():
+        before_a = rocks.load_table("ns.a")
+        rocks.commit_tables([_append_change(a, rows(0, 3)), _append_change(b, rows(10, 5))])
+        before_b = rocks.load_table("ns.b")
+        assert rocks.metadata_location_of("ns.a") == before_a.metadata_location
+        with rocks.consistent_reads():  # a nested block reads the outer block's moment
+            assert rocks.load_table("ns.b").metadata_location == before_b.metadata_location
+    assert before_a.current_snapshot() is None and before_b.current_snapshot() is None
+    assert rocks.load_table("ns.a").scan().to_arrow().num_rows == 3  # after the block: the commit
+    assert rocks.load_table("ns.b").scan().to_arrow().num_rows == 5

@@ -176,3 +176,45 @@ def test_a_ticket_of_own_writes_reads_them_then_the_catalog(server: ServerProces
         assert str(gone.value).startswith("FAILED_PRECONDITION: snapshot") and "no longer exists" in str(gone.value)
     finally:
         client.close()
+
+
+def test_a_statement_outside_a_transaction_sees_a_multi_table_commit_whole(server: ServerProcess, other: Any) -> None:
+    """One statement naming two tables pins both from one moment of the catalog: while a
+    writer commits transactions that insert one row into each of three tables, a reader with no transaction
+    never counts a commit in one table and not in another."""
+    import threading
+
+    COUNTS = "SELECT (SELECT count(*) FROM torn.a), (SELECT count(*) FROM torn.b), (SELECT count(*) FROM torn.c)"
+    update(other, "CREATE SCHEMA IF NOT EXISTS torn")
+    update(other, "CREATE TABLE torn.a (id BIGINT)")
+    update(other, "CREATE TABLE torn.b (id BIGINT)")
+    update(other, "CREATE TABLE torn.c (id BIGINT)")
+    done = threading.Event()
+    failures: list[BaseException] = []
+
+    def write() -> None:
+        conn = fsql.connect(server.location, autocommit=False)
+        try:
+            for k in range(30):
+                for name in "abc":
+                    _exec(conn, f"INSERT INTO torn.{name} VALUES ({k})")
+                conn.commit()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            failures.append(exc)
+        finally:
+            conn.close()
+            done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    seen = []
+    try:
+        while not done.is_set():
+            seen.append(_rows(other, COUNTS)[0])
+    finally:
+        writer.join()
+    assert not failures, failures
+    torn = [counts for counts in seen if len(set(counts)) > 1]
+    assert not torn, f"{len(torn)} of {len(seen)} reads saw one table's commit without the other's: {torn[:5]}"
+    assert len({counts[0] for counts in seen}) > 3  # the reads did run while the commits landed
+    assert _rows(other, COUNTS) == [(30, 30, 30)]
