@@ -9,6 +9,9 @@ local[2] Spark session with the connector's jar and the Python data source both 
   ``scan_ratio`` = parquet time / JVM scan time (target >= 0.8).
 - Write: ``df.write.format("icefloe-flight")`` of ``--write-rows`` rows (staged per task, one
   commit) vs one client's DoPut of the same rows; ``write_ratio`` = DoPut time / Spark time.
+  The write runs with the connector's flat converter (the default) and with Spark's
+  ArrowWriter (``writeConverter=spark``), interleaved with the DoPut; each also reports the CPU
+  seconds it cost Spark's JVM and the server (``cpu_*``), steadier than wall time under load.
 - Stream latency: DoPut start -> the row in a running stream's ``foreachBatch`` (median of
   ``--latency-commits``), triggered by the commit feed vs a 1 s processing-time trigger (what a
   polling source gives); ``latency_ratio`` = feed p50 / 1 s-trigger p50 (target <= 0.2).
@@ -17,6 +20,7 @@ local[2] Spark session with the connector's jar and the Python data source both 
 median of the runs. Results go to a run file benchmarks/results/spark_jvm-<UTC time>.json.
 
 Usage: python benchmarks/bench_spark_jvm.py [--rows 10000000] [--files 8] [--rounds 1] [--runs 3]
+       [--no-reads] [--no-writes] [--no-stream]
 """
 
 from __future__ import annotations
