@@ -9,6 +9,9 @@ local[2] Spark session with the connector's jar and the Python data source both 
   ``scan_ratio`` = parquet time / JVM scan time (target >= 0.8).
 - Write: ``df.write.format("icefloe-flight")`` of ``--write-rows`` rows (staged per task, one
   commit) vs one client's DoPut of the same rows; ``write_ratio`` = DoPut time / Spark time.
+  The write runs with the connector's flat converter (the default) and with Spark's
+  ArrowWriter (``writeConverter=spark``), interleaved with the DoPut; each also reports the CPU
+  seconds it cost Spark's JVM and the server (``cpu_*``), steadier than wall time under load.
 - Stream latency: DoPut start -> the row in a running stream's ``foreachBatch`` (median of
   ``--latency-commits``), triggered by the commit feed vs a 1 s processing-time trigger (what a
   polling source gives); ``latency_ratio`` = feed p50 / 1 s-trigger p50 (target <= 0.2).
@@ -17,6 +20,7 @@ local[2] Spark session with the connector's jar and the Python data source both 
 median of the runs. Results go to a run file benchmarks/results/spark_jvm-<UTC time>.json.
 
 Usage: python benchmarks/bench_spark_jvm.py [--rows 10000000] [--files 8] [--rounds 1] [--runs 3]
+       [--no-reads] [--no-writes] [--no-stream]
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ from servers import ServerProcess  # noqa: E402
 from spark_support import do_put, make_session  # noqa: E402
 
 READS = ("parquet", "jvm_scan", "jvm_pushed", "python")
+CPU_KEYS = ("spark_jvm_cpu", "spark_server_cpu", "spark_arrowwriter_jvm_cpu", "spark_arrowwriter_server_cpu",
+            "doput_jvm_cpu", "doput_server_cpu")
 
 
 def connector_jar() -> str:
@@ -88,22 +94,50 @@ def read_times(spark: Any, location: str, files: list[str], rounds: int) -> dict
     return {name: statistics.median(v) for name, v in times.items()}
 
 
-def write_times(spark: Any, location: str, source: pa.Table, run: int) -> dict[str, float]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc), all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def write_times(spark: Any, server: ServerProcess, source: pa.Table, run: int) -> dict[str, float]:
+    """One DoPut of ``source`` and the same rows written by Spark, with the connector's flat
+    converter (the default) and with Spark's ArrowWriter (``writeConverter=spark``, the A/B):
+    wall seconds, and the CPU seconds each took in Spark's JVM (driver and executors: local mode)
+    and in the server, which under load are steadier than wall time."""
+    location = server.location
     path = Path(tempfile.mkdtemp(prefix="icefloe-bench-jvm-write-")) / "rows.parquet"
     pq.write_table(source, path)
     frame = spark.read.parquet(str(path)).repartition(2).cache()
     frame.count()
+    jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+    assert server.proc is not None
+    server_pid = server.proc.pid
 
-    def spark_write() -> None:
-        frame.write.format("icefloe-flight").option("uri", location).option("table", f"bench.jw_{run}").mode(
-            "append").save()
+    def spark_write(converter: str) -> None:
+        frame.write.format("icefloe-flight").option("uri", location).option("table", f"bench.jw_{run}").option(
+            "writeConverter", converter).mode("append").save()
 
     def one_put() -> None:
         do_put(location, f"bench.jp_{run}", source)
 
-    result = {"spark": timed(spark_write), "doput": timed(one_put)}
+    # Alternating within the run: A, B, C, then reversed, so a load change hits all three.
+    actions = {"spark": lambda: spark_write("flat"), "spark_arrowwriter": lambda: spark_write("spark"),
+               "doput": one_put}
+    times: dict[str, list[tuple[float, float, float]]] = {name: [] for name in actions}
+    for k in range(2):
+        order = list(actions.items())
+        for name, action in order if k % 2 == 0 else reversed(order):
+            jvm0, server0 = cpu_seconds(jvm_pid), cpu_seconds(server_pid)
+            wall = timed(action)
+            times[name].append((wall, cpu_seconds(jvm_pid) - jvm0, cpu_seconds(server_pid) - server0))
     frame.unpersist()
-    return result
+    out: dict[str, float] = {}
+    for name, samples in times.items():
+        out[name] = statistics.median(t[0] for t in samples)
+        out[name + "_jvm_cpu"] = statistics.median(t[1] for t in samples)
+        out[name + "_server_cpu"] = statistics.median(t[2] for t in samples)
+    return out
 
 
 def stream_latency(spark: Any, location: str, table: str, interval: str, commits: int) -> float:
@@ -149,6 +183,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--latency-commits", type=int, default=8)
     parser.add_argument("--no-reads", action="store_true", help="only the write and the stream latency")
+    parser.add_argument("--no-writes", action="store_true", help="skip the write")
+    parser.add_argument("--no-stream", action="store_true", help="skip the stream latency")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="icefloe-bench-spark-jvm-"))
     warehouse = work / "warehouse"
@@ -163,9 +199,14 @@ def main() -> None:
         for run in range(args.runs):
             reads = (dict.fromkeys(READS, float("nan")) if args.no_reads
                      else read_times(spark, server.location, files, args.rounds))
-            writes = write_times(spark, server.location, source, run)
-            feed_p50 = stream_latency(spark, server.location, f"bench.lf_{run}", "0 seconds", args.latency_commits)
-            poll_p50 = stream_latency(spark, server.location, f"bench.lp_{run}", "1 second", args.latency_commits)
+            writes = (dict.fromkeys(("spark", "spark_arrowwriter", "doput"), float("nan")) if args.no_writes
+                      else write_times(spark, server, source, run))
+            feed_p50 = poll_p50 = float("nan")
+            if not args.no_stream:
+                feed_p50 = stream_latency(spark, server.location, f"bench.lf_{run}", "0 seconds",
+                                          args.latency_commits)
+                poll_p50 = stream_latency(spark, server.location, f"bench.lp_{run}", "1 second",
+                                          args.latency_commits)
             runs.append({
                 "reads": reads, "writes": writes,
                 "scan_ratio": reads["parquet"] / reads["jvm_scan"],
@@ -173,6 +214,8 @@ def main() -> None:
                 "python_ratio": reads["parquet"] / reads["python"],
                 "jvm_vs_python": reads["python"] / reads["jvm_scan"],
                 "write_ratio": writes["doput"] / writes["spark"],
+                "write_ratio_arrowwriter": writes["doput"] / writes["spark_arrowwriter"],
+                **{f"cpu_{key}": writes.get(key, float("nan")) for key in CPU_KEYS},
                 "feed_p50_s": feed_p50, "poll_p50_s": poll_p50, "latency_ratio": feed_p50 / poll_p50,
                 "load_average": os.getloadavg()[0],
             })
@@ -180,8 +223,9 @@ def main() -> None:
     finally:
         spark.stop()
         server.stop()
-    keys = ("scan_ratio", "pushed_ratio", "python_ratio", "jvm_vs_python", "write_ratio", "feed_p50_s", "poll_p50_s",
-            "latency_ratio", "load_average")
+    keys = ("scan_ratio", "pushed_ratio", "python_ratio", "jvm_vs_python", "write_ratio", "write_ratio_arrowwriter",
+            "feed_p50_s", "poll_p50_s",
+            "latency_ratio", "load_average", *(f"cpu_{key}" for key in CPU_KEYS))
     # Only what was measured: a --no-reads run holds no read figures (not NaN ones).
     median = {key: statistics.median(float(r[key]) for r in runs) for key in keys
               if not any(math.isnan(float(r[key])) for r in runs)}
@@ -198,9 +242,14 @@ def main() -> None:
     print(f"median: JVM scan {m['scan_ratio']:.2f}x parquet (target >= 0.8), pushed aggregate "
           f"{m['pushed_ratio']:.2f}x, Python source {m['python_ratio']:.2f}x parquet "
           f"(JVM {m['jvm_vs_python']:.2f}x faster than Python); write {m['write_ratio']:.2f}x one DoPut "
-          f"(target >= 0.7); commit -> foreachBatch row p50 {m['feed_p50_s'] * 1000:.0f} ms on the feed vs "
+          f"(target >= 0.7; {m['write_ratio_arrowwriter']:.2f}x with Spark's ArrowWriter); "
+          f"commit -> foreachBatch row p50 {m['feed_p50_s'] * 1000:.0f} ms on the feed vs "
           f"{m['poll_p50_s'] * 1000:.0f} ms with a 1 s trigger = {m['latency_ratio']:.2f}x (target <= 0.2); "
           f"load {m['load_average']:.1f}")
+    print("CPU seconds of a write (median), Spark's JVM / the server: flat converter "
+          f"{m['cpu_spark_jvm_cpu']:.2f} / {m['cpu_spark_server_cpu']:.2f}, Spark's ArrowWriter "
+          f"{m['cpu_spark_arrowwriter_jvm_cpu']:.2f} / {m['cpu_spark_arrowwriter_server_cpu']:.2f}, "
+          f"one DoPut - / {m['cpu_doput_server_cpu']:.2f}")
 
 
 def make_write_tables(warehouse: Path, runs: int, schema: pa.Schema) -> None:

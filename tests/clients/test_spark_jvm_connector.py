@@ -235,6 +235,51 @@ def test_append_and_overwrite_commit_once_per_job(spark: Any, server: ServerProc
     assert [r.s for r in back[:3]] == ["r0", "r1", "r2"] and back[-1].d == 2999 / 4
 
 
+# Every flat Spark type the connector writes, with nulls in every column (each at its own rows)
+# and strings from empty to 70 KB (past the converter's first guess of a column's bytes).
+FLAT_TYPES = """SELECT id AS l, id % 2 = 0 AS b, CAST(id % 100 AS TINYINT) AS i8, CAST(id AS SMALLINT) AS i16,
+  CAST(id AS INT) AS i32, CAST(id AS FLOAT) / 3 AS f, id / 7.0D AS d, CAST(id / 8 AS DECIMAL(10, 3)) AS dec,
+  CAST(-id * 1000000007 AS DECIMAL(18, 0)) AS dec18, date_add(DATE'2024-01-01', CAST(id AS INT)) AS dt,
+  TIMESTAMP'2024-01-01 00:00:00' + make_interval(0, 0, 0, 0, 0, 0, id) AS ts,
+  TIMESTAMP_NTZ'2024-01-01 00:00:00' + make_interval(0, 0, 0, 0, 0, 0, id) AS tsn,
+  CASE WHEN id % 5 = 0 THEN '' WHEN id % 97 = 1 THEN repeat('w', 70000)
+       ELSE repeat(concat('é', id), CAST(id % 50 AS INT)) END AS s,
+  CAST(concat('x', id) AS BINARY) AS bin FROM range(0, 600, 1, 3)"""
+
+
+def _server_rows(server: ServerProcess, table: str) -> list[dict[str, Any]]:
+    return _sql(server, f"SELECT * FROM {table} ORDER BY l").to_pylist()
+
+
+def test_the_flat_write_converter_lands_what_sparks_own_writer_lands(spark: Any, server: ServerProcess) -> None:
+    """Option writeConverter: "flat" (the connector's own, the default) and "spark" (Spark's
+    ArrowWriter, the reference) write the same rows, created on write, to two tables; the server
+    answers them equal, and the connector reads back what Spark wrote. Batches of 37 rows: many
+    batches per task, validity bytes reused across them; empty tasks stage nothing."""
+    source = spark.sql(FLAT_TYPES)
+    columns = source.columns
+    nulled = source.selectExpr("l", *[f"CASE WHEN l % 17 = {k} THEN NULL ELSE {c} END AS {c}"
+                                      for k, c in enumerate(columns) if c != "l"])
+    nulled = nulled.repartition(5, "b")  # b is true, false or null: two of five tasks get no rows
+    for converter in ("flat", "spark"):
+        _write(nulled, server, f"ns.conv_{converter}", mode="errorifexists", writeConverter=converter,
+               writeBatchRows="37")
+    flat, reference = _server_rows(server, "ns.conv_flat"), _server_rows(server, "ns.conv_spark")
+    assert len(flat) == 600 and flat == reference
+    assert any(r["s"] is not None and len(r["s"]) == 70000 for r in flat) and any(r["s"] == "" for r in flat)
+    assert all(sum(r[c] is None for r in flat) > 0 for c in columns if c != "l"), "every column has nulls"
+    back = _read(spark, server, table="ns.conv_flat").select(*columns).orderBy("l").collect()
+    assert back == nulled.select(*columns).orderBy("l").collect()
+
+
+def test_a_schema_the_flat_converter_does_not_take_goes_through_sparks(spark: Any, server: ServerProcess) -> None:
+    """Wide decimals and nested columns: the write falls back to Spark's ArrowWriter, same rows."""
+    frame = spark.sql("SELECT id AS l, CAST(id * 1000000000000 AS DECIMAL(30, 2)) AS wide, array(id, NULL) AS a "
+                      "FROM range(0, 50, 1, 2)")
+    _write(frame, server, "ns.conv_wide", mode="errorifexists")
+    assert _read(spark, server, table="ns.conv_wide").orderBy("l").collect() == frame.orderBy("l").collect()
+
+
 def _fail_first_attempt_midway(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
@@ -288,6 +333,7 @@ def test_bad_options_fail_precisely_and_the_server_lives(spark: Any, server: Ser
         ({"uri": server.location, "table": "ns.big", "targetPartitionBytes": "lots"}, "must be a whole number"),
         ({"uri": server.location, "table": "ns.big", "user": "wendy"}, "option user needs password"),
         ({"uri": server.location, "table": "ns.big", "startingOffsets": "soon"}, "option startingOffsets must be"),
+        ({"uri": server.location, "table": "ns.big", "writeConverter": "fast"}, "option writeConverter must be"),
         ({"uri": server.location, "table": "ns.nope"}, "NOT_FOUND"),
         ({"uri": server.location, "query": "SELEC 1"}, "INVALID_ARGUMENT"),
     ]

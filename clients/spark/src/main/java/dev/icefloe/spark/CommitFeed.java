@@ -134,6 +134,7 @@ final class CommitFeed implements AutoCloseable {
           BigIntVector seq = (BigIntVector) root.getVector("seq");
           for (int i = 0; i < root.getRowCount(); i++) {
             long s = seq.get(i);
+            LatencyTrace.mark("feed-event", table, s);
             seqs.add(s);
             lastSeen = Math.max(lastSeen, s);
           }

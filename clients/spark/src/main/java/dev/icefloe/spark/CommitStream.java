@@ -33,6 +33,15 @@ final class CommitStream implements MicroBatchStream, SupportsAdmissionControl {
   private final FlightOptions options;
   private final StructType readSchema;
   private CommitFeed feed;
+  /** The last planned range and its partitions: Spark plans a micro-batch's scan more than once
+   * (the batch's own plan, and again for each action a foreachBatch sink runs on it: four
+   * GetFlightInfo calls per batch in a trace), and a range's change scan is deterministic. */
+  private long plannedAfter = -1;
+  private long plannedUntil = -1;
+  private InputPartition[] planned;
+  /** The driver's connection for planning, kept across batches (a connection per batch cost a
+   * TCP and HTTP/2 set-up on the commit-to-row path). */
+  private FlightConnection planning;
 
   CommitStream(FlightOptions options, StructType readSchema) {
     this.options = options;
@@ -96,32 +105,48 @@ final class CommitStream implements MicroBatchStream, SupportsAdmissionControl {
       feed.awaitCaughtUp();
     }
     Integer most = limit instanceof ReadMaxFiles ? ((ReadMaxFiles) limit).maxFiles() : null;
-    return new SeqOffset(feed.latest(start, most));
+    long latest = feed.latest(start, most);
+    if (latest > start) {
+      LatencyTrace.mark("offset-seen", options.table, latest);
+    }
+    return new SeqOffset(latest);
   }
 
   @Override
-  public InputPartition[] planInputPartitions(Offset start, Offset end) {
+  public synchronized InputPartition[] planInputPartitions(Offset start, Offset end) {
     long after = ((SeqOffset) start).seq;
     long until = ((SeqOffset) end).seq;
     if (until <= after) {
       return new InputPartition[0];
     }
+    if (after == plannedAfter && until == plannedUntil) {
+      return planned.clone();
+    }
+    LatencyTrace.mark("plan-start", options.table, until);
     ObjectNode command = JSON.createObjectNode();
     command.put("changes", options.table);
     command.put("after", after);
     command.put("until", until);
     command.put("include", options.include == null ? "appends" : options.include);
-    try (FlightConnection connection = FlightConnection.open(options)) {
-      FlightInfo info = connection.client.getInfo(
-          FlightDescriptor.command(command.toString().getBytes(StandardCharsets.UTF_8)), connection.callOptions());
+    try {
+      if (planning == null) {
+        planning = FlightConnection.open(options);
+      }
+      FlightInfo info = planning.client.getInfo(
+          FlightDescriptor.command(command.toString().getBytes(StandardCharsets.UTF_8)), planning.callOptions());
       List<InputPartition> out = new ArrayList<>();
       for (FlightEndpoint endpoint : info.getEndpoints()) {
         List<Location> locations = endpoint.getLocations();
         out.add(new EndpointPartition(endpoint.getTicket().getBytes(),
             locations.isEmpty() ? null : locations.get(0).getUri().toString()));
       }
-      return out.toArray(new InputPartition[0]);
+      LatencyTrace.mark("plan-end", options.table, until);
+      planned = out.toArray(new InputPartition[0]);
+      plannedAfter = after;
+      plannedUntil = until;
+      return planned.clone();
     } catch (FlightRuntimeException e) {
+      closePlanning(); // the next batch connects afresh (the server may have restarted)
       throw IcefloeFlightException.from("the change scan (" + after + ", " + until + "] of " + options.table
           + " failed", e);
     }
@@ -145,6 +170,14 @@ final class CommitStream implements MicroBatchStream, SupportsAdmissionControl {
     if (feed != null) {
       feed.close();
       feed = null;
+    }
+    closePlanning();
+  }
+
+  private void closePlanning() {
+    if (planning != null) {
+      planning.close();
+      planning = null;
     }
   }
 }

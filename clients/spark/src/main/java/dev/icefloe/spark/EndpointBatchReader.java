@@ -24,9 +24,11 @@ final class EndpointBatchReader implements PartitionReader<ColumnarBatch> {
   private ColumnarBatch current;
   private VectorSchemaRoot checkedRoot;
   private ArrowColumnVector[] columns;
+  private boolean traceFirst = LatencyTrace.on();
 
   EndpointBatchReader(FlightOptions options, EndpointPartition partition, StructType readSchema) {
     this.readSchema = readSchema;
+    LatencyTrace.mark("reader-open", options.table == null ? "query" : options.table, partition.ticket.length);
     String uri = partition.location != null ? partition.location : options.uri;
     connection = FlightConnection.open(options, uri);
     try {
@@ -50,6 +52,10 @@ final class EndpointBatchReader implements PartitionReader<ColumnarBatch> {
           checkedRoot = root;
         }
         current = new ColumnarBatch(columns, root.getRowCount());
+        if (traceFirst) {
+          traceFirst = false;
+          LatencyTrace.mark("reader-first-batch", "rows", root.getRowCount());
+        }
         return true;
       }
       return false;

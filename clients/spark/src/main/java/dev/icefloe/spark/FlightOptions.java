@@ -44,6 +44,9 @@ public final class FlightOptions implements Serializable {
   final int maxPartitions;
   final Integer minPartitions;
   final int writeBatchRows;
+  /** Writes convert flat rows with {@link FlatArrowWriter} (option writeConverter "flat", the
+   * default) or with Spark's ArrowWriter ("spark": the reference it is tested against). */
+  final boolean flatWriteConverter;
   final boolean pushDownAggregate;
   final String startingOffsets;
   final Integer maxCommitsPerTrigger;
@@ -117,6 +120,11 @@ public final class FlightOptions implements Serializable {
     Long min = longOption(options, "minPartitions", null, 1);
     minPartitions = min == null ? null : min.intValue();
     writeBatchRows = longOption(options, "writeBatchRows", (long) DEFAULT_WRITE_BATCH_ROWS, 1).intValue();
+    String converter = options.getOrDefault("writeConverter", "flat").strip().toLowerCase(Locale.ROOT);
+    if (!converter.equals("flat") && !converter.equals("spark")) {
+      throw new IllegalArgumentException("option writeConverter must be flat or spark, got '" + cut(converter) + "'");
+    }
+    flatWriteConverter = converter.equals("flat");
     pushDownAggregate = boolOption(options, "pushDownAggregate", true);
     startingOffsets = options.getOrDefault("startingOffsets", "latest").strip();
     if (!startingOffsets.equalsIgnoreCase("latest") && !startingOffsets.equalsIgnoreCase("earliest")

@@ -43,12 +43,14 @@ final class StagingWriterFactory implements DataWriterFactory, StreamingDataWrit
     return new StagingWriter(job + "-" + epochId);
   }
 
-  /** Rows go into Arrow vectors (Spark's own ArrowWriter) and out as DoPut batches of
-   * writeBatchRows; commit() ends the stream and answers the staging token. */
+  /** Rows go into Arrow vectors and out as DoPut batches of writeBatchRows; commit() ends the
+   * stream and answers the staging token. Flat schemas go through {@link FlatArrowWriter}
+   * (unless option writeConverter is "spark"); others through Spark's own ArrowWriter. */
   private final class StagingWriter implements DataWriter<InternalRow> {
     private FlightConnection connection;
     private VectorSchemaRoot root;
     private ArrowWriter arrow;
+    private FlatArrowWriter flat;
     private FlightClient.ClientStreamListener put;
     private SyncPutListener answers;
     private long rows;
@@ -63,7 +65,12 @@ final class StagingWriterFactory implements DataWriterFactory, StreamingDataWrit
       connection = FlightConnection.open(options);
       root = VectorSchemaRoot.create(
           ArrowUtils.toArrowSchema(schema, "UTC", true, false), connection.allocator);
-      arrow = ArrowWriter.create(root);
+      if (options.flatWriteConverter) {
+        flat = FlatArrowWriter.create(root, schema, options.writeBatchRows);
+      }
+      if (flat == null) {
+        arrow = ArrowWriter.create(root);
+      }
       answers = new SyncPutListener();
       CallOption[] call = connection.callOptions(Map.of(STAGE_HEADER, stageJob));
       CallOption[] withThreshold = java.util.Arrays.copyOf(call, call.length + 1);
@@ -76,7 +83,11 @@ final class StagingWriterFactory implements DataWriterFactory, StreamingDataWrit
       if (connection == null) {
         start();
       }
-      arrow.write(row);
+      if (flat != null) {
+        flat.write(row);
+      } else {
+        arrow.write(row);
+      }
       rows++;
       if (++pending >= options.writeBatchRows) {
         flush();
@@ -87,10 +98,18 @@ final class StagingWriterFactory implements DataWriterFactory, StreamingDataWrit
       if (pending == 0) {
         return;
       }
-      arrow.finish();
+      if (flat != null) {
+        flat.finish();
+      } else {
+        arrow.finish();
+      }
       PutBackpressure.awaitReady(put, answers); // (putNext itself would spin until then)
       put.putNext();
-      arrow.reset();
+      if (flat != null) {
+        flat.reset();
+      } else {
+        arrow.reset();
+      }
       pending = 0;
     }
 
