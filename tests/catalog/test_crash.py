@@ -84,9 +84,7 @@ def _check(warehouse: Path, acknowledged: dict[int, int]) -> int:
 
 
 def test_sigkill_while_appending(tmp_path: Path) -> None:
-    # pytest too: each child re-runs the main module (pytest's) before its target, cheap once
-    # the fork server has pytest imported.
-    FORKS.set_forkserver_preload(["crash_child", "pytest"])
+    FORKS.set_forkserver_preload(["crash_child"])
     warehouse = tmp_path / "warehouse"
     rng = random.Random(int(os.environ.get("ICEFLOE_CRASH_SEED", "20261129")))
     acknowledged: dict[int, int] = {}
