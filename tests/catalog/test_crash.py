@@ -9,14 +9,14 @@ append records in the log.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import random
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-import crash_child
 from catalog_testlib import missing_files
 from crash_child import ROWS
 
@@ -24,38 +24,33 @@ from catalog import RocksCatalog, keys
 
 ITERATIONS = 30
 TIME_BUDGET_S = 50.0
-FORKS = multiprocessing.get_context("forkserver")
+ROOT = Path(__file__).resolve().parents[2]
+CHILD = Path(__file__).with_name("crash_child.py")
 
 
 def _run_and_kill(warehouse: Path, rng: random.Random) -> list[dict[str, int]]:
-    # Each child is forked from a fork server that imported the catalog and pyarrow once: a
-    # fresh process per kill as before, without paying the imports 30 times over.
-    reader, writer = FORKS.Pipe(duplex=False)
-    proc = FORKS.Process(target=crash_child.append_forever, args=(str(warehouse), writer), daemon=True)
-    proc.start()
-    writer.close()  # the child holds the only writing end: a dead child reads as EOF
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), str(warehouse)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    assert proc.stdout is not None
     acks: list[bytes] = []
     try:
-        if not reader.poll(60) or reader.recv_bytes() != b"ready":
-            raise AssertionError("child did not start (its stderr is in the captured output)")
+        ready = proc.stdout.readline()
+        if ready.strip() != b"ready":
+            raise AssertionError(f"child did not start: {ready!r}")
         # Let it land a random number of commits (0: kill inside the first append), then
         # kill at a random point of the next one.
         for _ in range(rng.randint(0, 6)):
-            acks.append(reader.recv_bytes())
+            acks.append(proc.stdout.readline())
         time.sleep(rng.uniform(0.0, 0.012))
     finally:
-        if proc.pid is not None:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.join(30)
-    assert proc.exitcode == -signal.SIGKILL, f"the child exited with {proc.exitcode} before the kill"
-    # Only whole messages were acknowledged; a torn last one is not an acknowledgement.
-    try:
-        while reader.poll(0):
-            acks.append(reader.recv_bytes())
-    except (EOFError, OSError):
-        pass
-    reader.close()
-    return [json.loads(ack) for ack in acks if ack.strip().endswith(b"}")]
+        proc.send_signal(signal.SIGKILL)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, err.decode(errors="replace")
+    # Only complete lines were acknowledged; a torn last line is not an acknowledgement.
+    lines = [*acks, *out.split(b"\n")]
+    return [json.loads(line) for line in lines if line.strip().endswith(b"}")]
 
 
 def _check(warehouse: Path, acknowledged: dict[int, int]) -> int:
@@ -84,7 +79,6 @@ def _check(warehouse: Path, acknowledged: dict[int, int]) -> int:
 
 
 def test_sigkill_while_appending(tmp_path: Path) -> None:
-    FORKS.set_forkserver_preload(["crash_child"])
     warehouse = tmp_path / "warehouse"
     rng = random.Random(int(os.environ.get("ICEFLOE_CRASH_SEED", "20261129")))
     acknowledged: dict[int, int] = {}
