@@ -369,8 +369,13 @@ def serve(config: Config) -> None:
         pass
     clean = server.shutdown_and_close(seconds_from_env(SHUTDOWN_GRACE_ENV, SHUTDOWN_GRACE_S))
     logger.info("icefloe stopped")
+    # Everything that holds data is closed above and every commit is durable, so leave without
+    # the interpreter's exit: a call may still be stuck inside gRPC (``clean`` False), and after
+    # an object-store upload abandoned on a stall, garbage collection at exit blocked forever in
+    # pyarrow's S3 client (SIGTERM then needed a SIGKILL).
     if not clean:
-        # A call is still stuck inside gRPC (see shutdown_and_close); commits are already
-        # durable, so leave without waiting for it at interpreter exit.
-        logging.shutdown()
-        os._exit(0)
+        logger.info("leaving with a call still inside gRPC")
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
