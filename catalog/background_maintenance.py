@@ -40,7 +40,7 @@ EXPIRY_PERIOD_ENV = "ICEFLOE_EXPIRY_PERIOD_S"
 SWEEP_PERIOD_ENV = "ICEFLOE_SWEEP_PERIOD_S"
 
 
-def _period(env: str, default: float) -> float:
+def seconds_from_env(env: str, default: float) -> float:
     """``env`` as a positive number of seconds; ``default`` when unset or not such a number
     (logged: a typo must not stop the server, and background work must not spin)."""
     raw = os.environ.get(env, "").strip()
@@ -82,8 +82,8 @@ class BackgroundMaintainer:
         # means nobody committed since, and the table is left alone (see ``_expire_if_written``).
         self._expiry_checked_at: dict[tuple[str, ...], str] = {}
         self._last_key_expiry = time.monotonic()
-        self.expiry_period_s = _period(EXPIRY_PERIOD_ENV, EXPIRY_PERIOD_S)
-        self.sweep_period_s = _period(SWEEP_PERIOD_ENV, SWEEP_PERIOD_S)
+        self.expiry_period_s = seconds_from_env(EXPIRY_PERIOD_ENV, EXPIRY_PERIOD_S)
+        self.sweep_period_s = seconds_from_env(SWEEP_PERIOD_ENV, SWEEP_PERIOD_S)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="icefloe-maintenance", daemon=True)

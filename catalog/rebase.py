@@ -23,9 +23,8 @@ import time
 import uuid
 from copy import copy
 
-from pyiceberg.catalog.rest import CommitTableRequest  # type: ignore[attr-defined]
 from pyiceberg.manifest import UNASSIGNED_SEQ, ManifestFile, write_manifest_list
-from pyiceberg.table import Table, TableProperties
+from pyiceberg.table import CommitTableRequest, Table, TableProperties
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot, Summary
 from pyiceberg.table.update import (

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from catalog import RocksCatalog
+from catalog.background_maintenance import seconds_from_env
 from catalog.lineage import LineageExporter
 from catalog.lineage.index import LineageIndex
 from flight_server import errors
@@ -42,6 +43,11 @@ from flight_server.security.tokens import load_or_create_keys
 from flight_server.workers.pool import ReadWorkerPool
 
 logger = logging.getLogger("icefloe.server")
+# How long SIGTERM waits for running calls before closing anyway (a feed stream blocked on a
+# client that stopped reading never ends by itself); the variable lets a test or an operator
+# change it.
+SHUTDOWN_GRACE_S = 10.0
+SHUTDOWN_GRACE_ENV = "ICEFLOE_SHUTDOWN_GRACE_S"
 
 
 class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow ships no type stubs
@@ -219,7 +225,7 @@ class IcefloeServer(flight.FlightServerBase):  # type: ignore[misc]  # pyarrow s
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    def shutdown_and_close(self, grace_s: float = 10.0) -> bool:
+    def shutdown_and_close(self, grace_s: float = SHUTDOWN_GRACE_S) -> bool:
         """Stop serving and close the catalog; return False if some call outlived ``grace_s``.
 
         A feed stream blocked writing to a client that stopped reading cannot notice
@@ -359,10 +365,15 @@ def serve(config: Config) -> None:
     # own signal handlers over ours, so the main thread just waits for a signal instead.
     while not stop.wait(1.0):
         pass
-    clean = server.shutdown_and_close()
+    clean = server.shutdown_and_close(seconds_from_env(SHUTDOWN_GRACE_ENV, SHUTDOWN_GRACE_S))
     logger.info("icefloe stopped")
+    # Everything that holds data is closed above and every commit is durable, so leave without
+    # the interpreter's exit: a call may still be stuck inside gRPC (``clean`` False), and after
+    # an object-store upload abandoned on a stall, garbage collection at exit blocked forever in
+    # pyarrow's S3 client (SIGTERM then needed a SIGKILL).
     if not clean:
-        # A call is still stuck inside gRPC (see shutdown_and_close); commits are already
-        # durable, so leave without waiting for it at interpreter exit.
-        logging.shutdown()
-        os._exit(0)
+        logger.info("leaving with a call still inside gRPC")
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

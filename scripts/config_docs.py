@@ -30,6 +30,8 @@ SERVER_VARIABLES = {
                                            "`bench_ops_overhead`); default `on`."),
     "ICEFLOE_EXPIRY_PERIOD_S": ("`serve`", "Seconds between background snapshot-expiry passes (default 30)."),
     "ICEFLOE_SWEEP_PERIOD_S": ("`serve`", "Seconds between background orphan sweeps (default 900)."),
+    "ICEFLOE_SHUTDOWN_GRACE_S": ("`serve`", "Seconds a stop (SIGTERM) waits for running calls, such as a feed stream "
+                                            "to a client that stopped reading, before closing anyway (default 10)."),
     "ICEFLOE_DELETE_CACHE_BYTES": ("`serve`", "Bytes of decoded delete sets (position and equality deletes) kept "
                                               "between reads (default 256 MiB); a larger set is used once and dropped."),
     "ICEFLOE_METADATA_CACHE_BYTES": ("`serve`", "Bytes of an object-store warehouse's manifests, manifest lists and "

@@ -2,7 +2,8 @@
 
 Every request is passed to the real store byte for byte (headers, ``Host`` included, so the
 client's SigV4 signature still verifies) unless a rule picks it: then the relay answers an S3
-error status itself (``fail``), or waits before passing it on (``delay``). It also records each
+error status itself (``fail``), or waits before passing it on (``delay``; ``release_held`` ends
+the waits early, so a test need not sleep out a stall its client already gave up on). It also records each
 request (method, key, status, when its answer went back), so a test can tell which objects were
 PUT and whether that happened before a commit was acknowledged. The store itself is never
 imitated: with no rule active the relay is transparent.
@@ -34,6 +35,7 @@ class Rule:
     delay_s: float = 0.0  # wait this long first
     remaining: int = -1  # how many more requests it applies to (-1: all)
     hits: int = 0
+    released: threading.Event = field(default_factory=threading.Event)  # set: held requests go on now
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,13 @@ class FaultRelay:
     log: list[Request] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
+    # Requests a delay rule holds, counted until their answer is sent (or the relay gives up).
+    _holding: int = 0
+    _delay_rules: list[Rule] = field(default_factory=list)
+    _idle: threading.Condition = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._idle = threading.Condition(self._lock)
 
     @property
     def endpoint(self) -> str:
@@ -81,7 +90,28 @@ class FaultRelay:
         return self._add(Rule(method, re.compile(pattern), status=status, remaining=times))
 
     def delay(self, method: str, pattern: str, seconds: float, times: int = -1) -> Rule:
-        return self._add(Rule(method, re.compile(pattern), delay_s=seconds, remaining=times))
+        rule = self._add(Rule(method, re.compile(pattern), delay_s=seconds, remaining=times))
+        with self._lock:
+            self._delay_rules.append(rule)
+        return rule
+
+    def release_held(self, timeout: float = 120.0) -> None:
+        """End the wait of every request a delay rule holds (the store answers late, now rather
+        than after the whole delay) and return once each has been passed on and answered."""
+        with self._idle:
+            for rule in self._delay_rules:
+                rule.released.set()
+            if not self._idle.wait_for(lambda: self._holding == 0, timeout):
+                raise TimeoutError(f"{self._holding} held requests still in flight after {timeout} s")
+
+    def hold(self, rule: Rule) -> None:
+        with self._lock:
+            self._holding += 1
+
+    def let_go(self) -> None:
+        with self._idle:
+            self._holding -= 1
+            self._idle.notify_all()
 
     def clear(self) -> None:
         with self._lock:
@@ -152,8 +182,17 @@ class _RelayHandler(BaseHTTPRequestHandler):
     def _relay(self) -> None:
         body = self._body()
         rule = self.owner.pick(self.command, self.path)
-        if rule is not None and rule.delay_s:
-            time.sleep(rule.delay_s)
+        if rule is None or not rule.delay_s:
+            self._pass_on(rule, body)
+            return
+        self.owner.hold(rule)
+        try:
+            rule.released.wait(rule.delay_s)
+            self._pass_on(rule, body)
+        finally:
+            self.owner.let_go()
+
+    def _pass_on(self, rule: Rule | None, body: bytes) -> None:
         if rule is not None and rule.status:
             self._answer(rule.status, [("Content-Type", "application/xml")], _ERROR_BODY)
             return

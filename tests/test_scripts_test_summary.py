@@ -14,7 +14,7 @@ source scripts/_parts.sh
 pytest_like() { echo "....sF"; echo "==== 12 passed, 1 failed, 3 skipped, 2 errors in 4.20s ===="; return 1; }
 cargo_like() { echo "running 5 tests"; echo "test result: ok. 5 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out"
                echo "test result: ok. 18 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out"; }
-skipping() { echo "java not found: the pyspark 4.3.0 tests (.venv-spark-latest) are skipped"; }
+skipping() { echo "java not found: the pyspark 4.3.0 tests are skipped"; }
 quiet_pytest() { echo "7 passed in 0.50s"; }
 part pytest pytest_like
 part rust cargo_like

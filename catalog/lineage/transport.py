@@ -16,8 +16,6 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 logger = logging.getLogger("icefloe.lineage")
 
 # HTTP defaults used unless the user's config names its own: a collector that does not answer
@@ -80,6 +78,8 @@ def _check_config_file() -> str | None:
                 break
     if path is None:
         return None
+    import yaml  # here: a server with no OpenLineage config file never needs it (~2% of a start)
+
     try:
         with open(path, encoding="utf-8") as fh:
             content = yaml.safe_load(fh)

@@ -100,7 +100,8 @@ def test_raw_resume_after_restart_from_last_seq(tmp_path: Path) -> None:
 def test_sigterm_with_a_stalled_subscriber_still_exits(tmp_path: Path) -> None:
     warehouse = tmp_path / "wh"
     write_offline(warehouse, appends=40, create=True)
-    server = ServerProcess(warehouse).start()
+    # A short grace: the stop must still wait it out (the log says so), just not for 10 s.
+    server = ServerProcess(warehouse, env={"ICEFLOE_SHUTDOWN_GRACE_S": "2"}).start()
     request = {"feed": "commits.v1", "after": "earliest"}
     stalled = FeedReader(server.location, request, generic_options=STALLING_CLIENT_OPTIONS, read=False)
     try:
@@ -110,6 +111,7 @@ def test_sigterm_with_a_stalled_subscriber_still_exits(tmp_path: Path) -> None:
         assert time.monotonic() - started < 30
         # The blocked call was really stuck (this exercised the bounded wait), yet it exited.
         assert "did not finish" in server.log and "icefloe stopped" in server.log
+        assert "within 2 s of shutdown" in server.log, "ICEFLOE_SHUTDOWN_GRACE_S set the wait"
     finally:
         stalled.close()
         server.kill()
