@@ -23,7 +23,8 @@ from crash_child import ROWS
 from catalog import RocksCatalog, keys
 
 ITERATIONS = 30
-TIME_BUDGET_S = 50.0
+MIN_ITERATIONS = 10  # always run, however loaded the machine
+TIME_BUDGET_S = 30.0  # more cycles, up to ITERATIONS, while within it
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("crash_child.py")
 
@@ -84,10 +85,9 @@ def test_sigkill_while_appending(tmp_path: Path) -> None:
     acknowledged: dict[int, int] = {}
     started = time.monotonic()
     iterations = 0
-    while iterations < ITERATIONS and time.monotonic() - started < TIME_BUDGET_S:
+    while iterations < MIN_ITERATIONS or (iterations < ITERATIONS and time.monotonic() - started < TIME_BUDGET_S):
         for ack in _run_and_kill(warehouse, rng):
             acknowledged[ack["seq"]] = ack["snapshot_id"]
         _check(warehouse, acknowledged)
         iterations += 1
-    assert iterations >= 10, f"only {iterations} kill/reopen cycles fit in the time budget"
     assert len(acknowledged) >= iterations, "the child acknowledged too few commits to mean anything"
