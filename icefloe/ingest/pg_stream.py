@@ -26,7 +26,10 @@ from __future__ import annotations
 import select
 import struct
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from psycopg.pq.abc import PGconn
 
 PG_EPOCH_US = 946_684_800_000_000
 STATUS_EVERY_S = 10.0  # well inside wal_sender_timeout (60 s by default)
@@ -64,13 +67,7 @@ class ReplicationStream:
         from psycopg import pq
 
         self._error = psycopg.Error
-        info = psycopg.conninfo.make_conninfo(dsn, replication="database", connect_timeout=str(connect_timeout),
-                                              application_name="icefloe-ingest-stream")
-        self._conn = pq.PGconn.connect(info.encode())
-        if self._conn.status != pq.ConnStatus.OK:
-            message = _text(self._conn.error_message)
-            self._conn.finish()
-            raise StreamLost(message)
+        self._conn = _replication_connection(dsn, connect_timeout, "icefloe-ingest-stream")
         command = (f'START_REPLICATION SLOT "{slot}" LOGICAL {start_lsn >> 32:X}/{start_lsn & 0xFFFFFFFF:X} '
                    f"(proto_version '1', publication_names '{publication}')")
         result = self._conn.exec_(command.encode())
@@ -217,16 +214,9 @@ class ExportedSnapshot:
     """
 
     def __init__(self, dsn: str, slot: str, connect_timeout: int) -> None:
-        import psycopg.conninfo
         from psycopg import pq
 
-        info = psycopg.conninfo.make_conninfo(dsn, replication="database", connect_timeout=str(connect_timeout),
-                                              application_name="icefloe-ingest-slot")
-        self._conn = pq.PGconn.connect(info.encode())
-        if self._conn.status != pq.ConnStatus.OK:
-            message = _text(self._conn.error_message)
-            self._conn.finish()
-            raise StreamLost(message)
+        self._conn = _replication_connection(dsn, connect_timeout, "icefloe-ingest-slot")
         result = self._conn.exec_(f'CREATE_REPLICATION_SLOT "{slot}" LOGICAL pgoutput EXPORT_SNAPSHOT'.encode())
         if result.status != pq.ExecStatus.TUPLES_OK:
             sqlstate = _text(result.error_field(pq.DiagnosticField.SQLSTATE) or b"")
@@ -243,3 +233,18 @@ class ExportedSnapshot:
             self._conn.finish()
         except Exception:  # noqa: S110 - closing a broken connection
             pass
+
+
+def _replication_connection(dsn: str, connect_timeout: int, application_name: str) -> PGconn:
+    """A libpq connection in logical replication mode, or ``StreamLost`` with the server's reason."""
+    import psycopg.conninfo
+    from psycopg import pq
+
+    info = psycopg.conninfo.make_conninfo(dsn, replication="database", connect_timeout=str(connect_timeout),
+                                          application_name=application_name)
+    conn: PGconn = pq.PGconn.connect(info.encode())
+    if conn.status != pq.ConnStatus.OK:
+        message = _text(conn.error_message)
+        conn.finish()
+        raise StreamLost(message)
+    return conn
