@@ -86,10 +86,15 @@ def test_long_stream_is_encoded_by_lanes_row_groups_in_turn(catalog: RocksCatalo
     tasks = list(catalog.load_table("ns.t").scan().plan_files())
     assert len(tasks) == lanes  # one file per lane (far below the target size)
     starts: list[int] = []
-    for lane, task in enumerate(tasks):  # the commit lists the files in the order opened
+    seen_lanes: list[int] = []
+    for task in tasks:
         meta = pq.read_metadata(local_path(task.file.file_path))
         assert meta.num_rows == task.file.record_count
         ids = pq.read_table(local_path(task.file.file_path)).column("id").to_pylist()
+        # Lanes open their files from their own threads, so the files' order in the commit
+        # follows the threads' scheduling: a file's lane is told by its first row group.
+        lane = ids[0] // 10_000
+        seen_lanes.append(lane)
         groups = [ids[i : i + 10_000] for i in range(0, len(ids), 10_000)]
         assert [meta.row_group(k).num_rows for k in range(meta.num_row_groups)] == [10_000] * len(groups)
         for k, group in enumerate(groups):
@@ -97,6 +102,7 @@ def test_long_stream_is_encoded_by_lanes_row_groups_in_turn(catalog: RocksCatalo
             assert group == list(range(group[0], group[0] + 10_000))
             assert group[0] == (k * lanes + lane) * 10_000
             starts.append(group[0])
+    assert sorted(seen_lanes) == list(range(lanes))
     assert sorted(starts) == list(range(0, 100_000, 10_000))
 
 
