@@ -35,22 +35,43 @@ class _Segment:
     final: dict[tuple[Any, ...], tuple[bool, tuple[Any, ...]]] = field(default_factory=dict)  # key -> (gone, row)
 
 
-class ChangeBatch:
-    """Transactions added in commit order; ``envelopes`` gives the unit the runner commits."""
+class _Transactions:
+    """What a batch knows of the whole source transactions it holds, in commit order: how many,
+    the first and last xid, the last one's commit and end LSN, the checkpoint after it, and the
+    earliest commit time (the unit's source time)."""
 
-    def __init__(self, key: tuple[str, ...], table: str) -> None:
-        self.key = key
-        self.table = table
-        self.segments: list[_Segment] = []
-        self.truncated = False
+    def __init__(self) -> None:
         self.transactions = 0
-        self.changes = 0
         self.first_xid: int | None = None
         self.last_xid = 0
         self.commit_lsn = 0
         self.end_lsn = 0
         self.position = ""  # the checkpoint position after the last transaction added
         self.earliest_us: int | None = None
+
+    def _note(self, xid: int, commit_lsn: int, end_lsn: int, commit_time_us: int, position: str) -> None:
+        self.transactions += 1
+        if self.first_xid is None:
+            self.first_xid = xid
+        self.last_xid, self.commit_lsn, self.end_lsn, self.position = xid, commit_lsn, end_lsn, position
+        if self.earliest_us is None:
+            self.earliest_us = commit_time_us
+
+    def _label(self) -> str:
+        """The unit's ``transaction``: first and last xid, and the last commit's LSN."""
+        return f"{self.first_xid}..{self.last_xid}@{self.commit_lsn:X}"
+
+
+class ChangeBatch(_Transactions):
+    """Transactions added in commit order; ``envelopes`` gives the unit the runner commits."""
+
+    def __init__(self, key: tuple[str, ...], table: str) -> None:
+        super().__init__()
+        self.key = key
+        self.table = table
+        self.segments: list[_Segment] = []
+        self.truncated = False
+        self.changes = 0
 
     def fits(self, relation: Relation | None) -> bool:
         """Whether a transaction whose first change is of ``relation`` may join this batch:
@@ -71,12 +92,7 @@ class ChangeBatch:
                 self.segments.append(_Segment(relation))
             self._apply(self.segments[-1], relation, change)
         self.changes += len(changes)
-        self.transactions += 1
-        if self.first_xid is None:
-            self.first_xid = xid
-        self.last_xid, self.commit_lsn, self.end_lsn, self.position = xid, commit_lsn, end_lsn, position
-        if self.earliest_us is None:
-            self.earliest_us = commit_time_us
+        self._note(xid, commit_lsn, end_lsn, commit_time_us, position)
 
     def rows(self) -> int:
         return sum(len(s.final) for s in self.segments)
@@ -86,7 +102,7 @@ class ChangeBatch:
         (``Op.UPDATE``), after an ``Op.TRUNCATE`` when the batch truncated the table. Positions
         inside the unit come from ``inside(n)`` (never a checkpoint: the runner commits units
         whole); the last envelope carries ``position``."""
-        txn = f"{self.first_xid}..{self.last_xid}@{self.commit_lsn:X}"
+        txn = self._label()
         parts: list[tuple[Op, pa.Table]] = []
         if self.truncated:
             parts.append((Op.TRUNCATE, relation_schema(empty).empty_table()))
@@ -137,24 +153,17 @@ class ChangeBatch:
         segment.final[new_key] = (False, new)
 
 
-
-class TransactionBatch:
+class TransactionBatch(_Transactions):
     """Whole source transactions over one or more tables of one stream: a ``ChangeBatch`` per
     table touched, and one unit for the runner holding every table's envelopes (labelled with
     the target table when the connector feeds several), so the runner lands a source
     transaction in every table at once (``catalog.keyed_tables``)."""
 
     def __init__(self, tables: dict[int, tuple[tuple[str, ...], str, str | None, Relation]]) -> None:
+        super().__init__()
         # relation oid -> (key, "schema.table", target label or None, the table as described)
         self._tables = tables
         self._batches: dict[int, ChangeBatch] = {}
-        self.transactions = 0
-        self.end_lsn = 0
-        self.position = ""
-        self.first_xid: int | None = None
-        self.last_xid = 0
-        self.commit_lsn = 0
-        self.earliest_us: int | None = None
 
     def fits(self, changes: dict[int, list[tuple[Relation | None, Any]]]) -> bool:
         """Whether every table's first change of a transaction has the shape that table's batch
@@ -176,12 +185,7 @@ class TransactionBatch:
                 key, qualified, _label, _relation = self._tables[oid]
                 batch = self._batches[oid] = ChangeBatch(key, qualified)
             batch.add(xid, commit_lsn, end_lsn, commit_time_us, position, items)
-        self.transactions += 1
-        if self.first_xid is None:
-            self.first_xid = xid
-        self.last_xid, self.commit_lsn, self.end_lsn, self.position = xid, commit_lsn, end_lsn, position
-        if self.earliest_us is None:
-            self.earliest_us = commit_time_us
+        self._note(xid, commit_lsn, end_lsn, commit_time_us, position)
 
     def rows(self) -> int:
         return sum(b.rows() for b in self._batches.values())
@@ -189,7 +193,7 @@ class TransactionBatch:
     def envelopes(self, inside: Callable[[int], str]) -> list[Envelope]:
         """The unit: each touched table's envelopes (``ChangeBatch.envelopes``), table after
         table; only the last ends the unit and carries ``position``."""
-        txn = f"{self.first_xid}..{self.last_xid}@{self.commit_lsn:X}"
+        txn = self._label()
         parts: list[Envelope] = []
         for oid, batch in self._batches.items():
             if not batch.segments and not batch.truncated:
