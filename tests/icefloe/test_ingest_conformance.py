@@ -179,7 +179,11 @@ def test_schema_change_goes_through_the_tables_policy(lake: ServerProcess, sourc
     assert target(lake) == expected(source)[:3]
     # Once the table opts in, the same data goes in, with the new column.
     sql(lake, "ALTER TABLE ns.t SET (\"icefloe.schema-policy\" = 'evolve')")
-    assert action(lake, "run", {"name": "conn", "once": True})["run"]["rows"] == 1
+    landed = action(lake, "run", {"name": "conn", "once": True})
+    # A streaming source (postgres) retries in the background as well, so that retry may land
+    # the row just before this pass: then this pass finds nothing new. Either way the row lands
+    # once (the target below).
+    assert landed["run"]["rows"] in ((0, 1) if source.kind == "postgres" else (1,))
     assert target(lake, "id, name, extra") == [(1, "n1", None), (2, "n2", None), (3, "n3", None), (10, "n10", "x")]
 
 
