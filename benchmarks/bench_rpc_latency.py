@@ -41,7 +41,6 @@ from bench_flightsql_scan import BareProcess, cpu_seconds, peer_binary  # noqa: 
 from bench_tpch import CACHE, PEER, generate, scale_name  # noqa: E402
 from run_records import save_run  # noqa: E402
 from serve_process import ServeProcess  # noqa: E402
-from servers import ServerProcess  # noqa: E402
 
 # A pyarrow.flight server with no middleware and no work: the floor of one Python RPC here.
 BARE_SERVER = textwrap.dedent("""
@@ -126,8 +125,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="icefloe-rpc-") as tmp:
         kv = Path(tmp) / "kv.parquet"
         write_kv(kv)
-        server = ServerProcess(Path(tmp) / "warehouse", extra_args=args.extra_args.split()).start()
-        assert server.proc is not None
+        # Both checkouts start the same way (ServeProcess: same environment, same log draining),
+        # so a difference between them is the code's, not the launcher's.
+        server = ServeProcess(Path(tmp) / "warehouse", extra_args=args.extra_args.split())
         bare = BareProcess([sys.executable, "-c", BARE_SERVER])
         peer = None
         baseline = None

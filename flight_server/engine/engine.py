@@ -120,8 +120,8 @@ class Engine:
         self.watchdog.close()
         self.spill.remove()
 
-    def _new_slot(self, files: frozenset[str]) -> Slot:
-        return Slot(self._threads, self.spill.new_folder(), self._memory_limit, files)
+    def _new_slot(self, files: frozenset[str], single_thread: bool = False) -> Slot:
+        return Slot(self._threads, self.spill.new_folder(), self._memory_limit, files, single_thread)
 
     def _take_slot(
         self, pins: list[PinnedTable], sql: str | None,
@@ -135,7 +135,10 @@ class Engine:
         else:
             native = self._native_tables(pins, sql)
         files = frozenset(f for table in native.values() for f in table.files)
-        return self.slots.take(files=files), native
+        # A query of no table and no table function (SELECT 1, SELECT now()) has nothing to
+        # run in parallel: a one-thread slot answers it without a hand-off to DuckDB's workers.
+        single = not pins and sql is not None and self.planner.reads_nothing(sql)
+        return self.slots.take(files=files, single_thread=single), native
 
     def _native_writes(
         self, pins: list[PinnedTable], file_tags: dict[tuple[tuple[str, ...], str], list[str]],

@@ -76,6 +76,8 @@ class QueryPlanner:
         # Statement types by text: one ADBC query asks for its statement's type four times
         # (CreatePreparedStatement, GetFlightInfo twice, DoGet), each a DuckDB parse.
         self._types: LockedLRU[str, str] = LockedLRU(_TREE_CACHE)
+        # Whether a query reads nothing at all (no table, table function or CTE), by text.
+        self._reads_nothing: LockedLRU[str, bool] = LockedLRU(_TREE_CACHE)
 
     def classify(self, sql: str) -> str:
         return Kind.QUERY if self._statement_type(sql) in _READ_TYPES else Kind.WRITE
@@ -83,6 +85,22 @@ class QueryPlanner:
     def is_explain(self, sql: str) -> bool:
         """Whether ``sql`` is an ``EXPLAIN [ANALYZE]`` (DuckDB's parser decides, not the text)."""
         return "explain" in sql.lower() and self._statement_type(sql) == "EXPLAIN"
+
+    def reads_nothing(self, sql: str) -> bool:
+        """Whether a checked query reads no table, table function or CTE anywhere (``SELECT 1``,
+        ``SELECT now()``, ``VALUES (1)``): nothing DuckDB could run in parallel."""
+        known = self._reads_nothing.get(sql)
+        if known is not None:
+            return known
+        try:
+            kind = self._statement_type(sql)
+            tree = self._checked_tree(sql, kind, None) if kind == "SELECT" else None
+        except errors.IcefloeError:
+            return False  # the policy check that runs next says what is wrong with it
+        answer = tree is not None and tree.statement is not None and not tree.tables and _reads_nothing(tree.statement)
+        if len(sql) <= _TREE_CACHE_MAX_CHARS:
+            self._reads_nothing.put(sql, answer)
+        return answer
 
     def _statement_type(self, sql: str) -> str:
         """The DuckDB statement type of ``sql``, which must be exactly one read or write statement."""
@@ -344,6 +362,22 @@ def consistent_reads(catalog: Any) -> contextlib.AbstractContextManager[None]:
     """The catalog's consistent-read block, where it has one (``RocksCatalog``)."""
     block = getattr(catalog, "consistent_reads", None)
     return block() if block is not None else contextlib.nullcontext()
+
+
+# FROM clauses that read nothing: none at all, a VALUES list, a subquery (whose own FROM is looked at).
+_NOTHING_READ = frozenset({"EMPTY", "EXPRESSION_LIST", "SUBQUERY"})
+
+
+def _reads_nothing(node: Any) -> bool:
+    """No FROM clause anywhere in DuckDB's tree ``node`` reads a table, function or CTE."""
+    if isinstance(node, dict):
+        source = node.get("from_table")
+        if isinstance(source, dict) and source.get("type") not in _NOTHING_READ:
+            return False
+        return all(_reads_nothing(v) for v in node.values() if isinstance(v, (dict, list)))
+    if isinstance(node, list):
+        return all(_reads_nothing(v) for v in node if isinstance(v, (dict, list)))
+    return True
 
 
 def _check_key(sql: str, default_schema: tuple[str, ...] | None, pins: list[PinnedTable]) -> bytes:

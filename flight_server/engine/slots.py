@@ -111,9 +111,15 @@ class Slot:
     """One sandboxed in-memory DuckDB database; a query has it to itself from setup to the end."""
 
     def __init__(self, threads: int | None, spill_dir: str | None = None, memory_limit: str | None = None,
-                 files: frozenset[str] = frozenset()) -> None:
+                 files: frozenset[str] = frozenset(), single_thread: bool = False) -> None:
         config = dict(SANDBOX_SETTINGS)
-        if threads:
+        # A slot for queries that read nothing (``SlotPool.take``): one thread, so DuckDB runs
+        # the statement on the caller's thread instead of handing its one task to a worker
+        # and waiting for it (two thread wake-ups, dear on a loaded machine).
+        self.single_thread = single_thread
+        if single_thread:
+            config["threads"] = 1
+        elif threads:
             config["threads"] = threads
         if memory_limit:
             config["memory_limit"] = memory_limit
@@ -241,7 +247,7 @@ class SlotPool:
 
     AUDIT_EVERY = 64
 
-    def __init__(self, size: int, make: Callable[[frozenset[str]], Slot]) -> None:
+    def __init__(self, size: int, make: Callable[[frozenset[str], bool], Slot]) -> None:
         self.size = size
         self._make = make
         self._free: list[Slot] = []  # least recently returned first
@@ -250,9 +256,11 @@ class SlotPool:
         self._returned = threading.Condition(self._lock)
         self.waiting = 0  # queries queued for a slot (for metrics; updated under the lock)
 
-    def take(self, wait_s: float = 5.0, files: frozenset[str] = frozenset()) -> Slot:
+    def take(self, wait_s: float = 5.0, files: frozenset[str] = frozenset(), single_thread: bool = False) -> Slot:
         """A clean slot that may read exactly ``files``; a new one while fewer than ``size``
         exist (or in place of a free one made for other files), else wait for one.
+        ``single_thread``: a slot whose DuckDB runs one thread (for queries that read nothing);
+        such slots serve only such queries, and count against ``size`` like the others.
 
         Raises:
             errors.ResourceExhausted: None came free within ``wait_s``.
@@ -261,7 +269,7 @@ class SlotPool:
         with self._lock:
             while True:
                 for i in range(len(self._free) - 1, -1, -1):
-                    if self._free[i].files == files:
+                    if self._free[i].files == files and self._free[i].single_thread == single_thread:
                         return self._free.pop(i)
                 evicted = None
                 if self._made >= self.size and self._free:
@@ -284,7 +292,7 @@ class SlotPool:
         if evicted is not None:
             evicted.close()
         try:
-            return self._make(files)
+            return self._make(files, single_thread)
         except BaseException:
             with self._lock:
                 self._made -= 1

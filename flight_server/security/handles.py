@@ -63,7 +63,9 @@ class HandleSigner:
 
     @staticmethod
     def _mac(key: bytes, purpose: str, body: bytes) -> bytes:
-        digest = hmac.new(key, purpose.encode() + b"\x00" + body, hashlib.sha256).digest()
+        # hmac.digest: OpenSSL's one-shot HMAC, without building an HMAC object (five MACs
+        # per ADBC query: two seals, three opens).
+        digest = hmac.digest(key, purpose.encode() + b"\x00" + body, "sha256")
         return base64.urlsafe_b64encode(digest).rstrip(b"=")
 
 

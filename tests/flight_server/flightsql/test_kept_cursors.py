@@ -37,10 +37,10 @@ def _run(engine: Engine, sql: str, default_schema: tuple[str, ...] | None = None
 
 def test_a_query_without_tables_leaves_its_cursor_to_the_next(engine: Engine) -> None:
     assert _run(engine, "SELECT 1 AS x").column("x").to_pylist() == [1]
-    first = kept_cursor(engine)
+    first = kept_cursor(engine, single_thread=True)
     assert first is not None
     assert _run(engine, "SELECT 2 AS x").column("x").to_pylist() == [2]
-    assert kept_cursor(engine) is first
+    assert kept_cursor(engine, single_thread=True) is first
     # Its catalog is still icefloe's (the USE it was made with).
     assert _run(engine, "SELECT current_database() AS d").column("d").to_pylist() == ["icefloe"]
 
@@ -51,7 +51,40 @@ def test_a_query_over_a_table_or_a_failed_one_never_leaves_its_cursor(engine: En
     assert kept_cursor(engine) is None  # it registered the table's sources and set search_path: closed
     with pytest.raises(Exception, match="Could not convert"):
         _run(engine, "SELECT CAST('x' || random()::VARCHAR AS INTEGER)")
-    assert kept_cursor(engine) is None
+    assert kept_cursor(engine, single_thread=True) is None
+
+
+def _threads_of_last_slot(engine: Engine) -> tuple[bool, int]:
+    slot = engine.slots._free[-1]
+    return slot.single_thread, int(slot.admin.execute("SELECT current_setting('threads')").fetchall()[0][0])
+
+
+@pytest.mark.parametrize(("sql", "single"), [
+    ("SELECT 1 AS x", True),
+    ("SELECT now() IS NOT NULL AS x", True),
+    ("SELECT * FROM (VALUES (1), (2)) v(x) WHERE x = 1", True),
+    # A table function, a CTE or a table anywhere in the query: DuckDB may run it in parallel.
+    ("SELECT count(*) - 9 AS x FROM range(10)", False),
+    ("SELECT (SELECT max(i) FROM range(3) r(i)) - 1 AS x", False),
+    ("WITH c AS (SELECT 1 AS x) SELECT x FROM c", False),
+    ("SELECT count(*) - 2 AS x FROM ns.t", False),
+])
+def test_a_query_that_reads_nothing_runs_on_a_one_thread_slot(engine: Engine, sql: str, single: bool) -> None:
+    # One thread: DuckDB runs the statement on the calling thread, no hand-off to a worker.
+    assert _run(engine, sql).column("x").to_pylist() == [1]
+    one_thread, threads = _threads_of_last_slot(engine)
+    assert one_thread is single
+    if single:
+        assert threads == 1
+
+
+def test_one_thread_slots_count_against_the_limit(engine: Engine) -> None:
+    # max_concurrent=1: a held one-thread slot leaves no room for another query of any kind.
+    held = engine.execute("SELECT 1 AS x", [], None)
+    with pytest.raises(Exception, match="too many concurrent queries"):
+        engine.slots.take(wait_s=0.1)
+    del held
+    assert _run(engine, "SELECT count(*) AS x FROM range(1)").column("x").to_pylist() == [1]
 
 
 def _kept_of_last_slot(engine: Engine) -> Any:
