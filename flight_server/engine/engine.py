@@ -412,6 +412,8 @@ class Engine:
             schema_name = quote(".".join(pin.namespace))
             namespace = ".".join(pin.namespace)
             if native and i in native:
+                for kept in native[i].kept:  # position tables the slot keeps across queries
+                    run.slot.hold_table(kept)
                 if native[i].registered:
                     # A view over Arrow tables registered on this cursor (a SQL write's earlier
                     # positions, ``native_writes``; a shared delete file's positions per data

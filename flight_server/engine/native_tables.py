@@ -39,8 +39,9 @@ every shape: see ``refusal`` for the list.
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +98,12 @@ _RANGE_FILTER_RUNS = 32
 # At most this many positions (delete files' record counts) are taken from the cache of parsed
 # delete files for one scan; past it, DuckDB reads the delete files and joins (and spills).
 _CACHED_POSITIONS = 4_000_000
+# A group's positions up to this many bytes (16 per position) are a table the slot keeps across
+# queries (``KeptPositions``), so a warm scan registers nothing and its view is kept too; larger
+# ones are registered for one query only.
+KEPT_POSITION_BYTES = 16 << 20
+# Slot tables holding kept positions are named with this prefix in the slot's ``memory.main``.
+KEPT_PREFIX = "__icefloe_kept_"
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,19 @@ class NativeTable:
     # (name, Arrow table) registered on the query's cursor before the view is made (the
     # positions already deleted, for a SQL write's read: ``native_writes``).
     registered: tuple[tuple[str, Any], ...] = ()
+    # Position tables the view names as ``memory.main."<name>"``, which the slot keeps across
+    # queries (``Slot.hold_table``): named by content, so a slot already holding one uses it.
+    kept: tuple[KeptPositions, ...] = ()
+
+
+@dataclass(frozen=True)
+class KeptPositions:
+    """(i, pos) of a group of data files' deleted positions, as a table a slot keeps: ``name``
+    says what it holds (the files and their delete files), ``make`` builds it when a slot lacks it."""
+
+    name: str
+    nbytes: int
+    make: Callable[[], pa.Table]
 
 
 def duckdb_type(typ: IcebergType) -> str | None:
@@ -180,8 +200,9 @@ class NativeTables:
         if built is not None:
             return built
         deletes = self.sources.file_deletes(table, snapshot_id)
-        selects, allowed, registered = self.reads(io, [p for p, _, _ in files], deletes, schema, registered_name)
-        built = NativeTable(" UNION ALL ".join(selects), tuple(dict.fromkeys(allowed)), registered)
+        selects, allowed, registered, kept = self.reads(io, [p for p, _, _ in files], deletes, schema,
+                                                        registered_name)
+        built = NativeTable(" UNION ALL ".join(selects), tuple(dict.fromkeys(allowed)), registered, kept)
         if not registered:  # a view with its own Arrow positions (up to millions) is not kept
             self._built.put(key, built)
         return built
@@ -189,10 +210,11 @@ class NativeTables:
     def reads(
         self, io: ConfinedFileIO, paths: Sequence[str], deletes: dict[str, FileDeletes], schema: Schema,
         registered_name: str = "__icefloe_positions",
-    ) -> tuple[list[str], list[str], tuple[tuple[str, Any], ...]]:
+    ) -> tuple[list[str], list[str], tuple[tuple[str, Any], ...], tuple[KeptPositions, ...]]:
         """The SELECTs (to UNION ALL) of ``paths`` read as ``schema``, each file's deletes applied,
-        the real paths they read (for the slot's allow-list) and the Arrow tables the SELECTs
-        name (registered under ``registered_name``: a shared delete file's positions, see
+        the real paths they read (for the slot's allow-list), the Arrow tables the SELECTs name
+        (registered under ``registered_name`` for one query: positions past
+        ``KEPT_POSITION_BYTES``) and the position tables the slot keeps (``KeptPositions``; see
         ``_PositionPlan``); raises ``NotNative``."""
         columns, schema_map, outer = field_id_read(schema)
         real: dict[str, str] = {}  # manifest path -> the real local path the sandbox approved
@@ -215,6 +237,7 @@ class NativeTables:
             groups.setdefault(key, []).append(i)
         selects, allowed = [], [real[p] for p in paths]
         registered: list[tuple[str, Any]] = []
+        kept: list[KeptPositions] = []
         for key, indexes in groups.items():
             group = [paths[i] for i in indexes]
             applied = deletes.get(group[0], FileDeletes())
@@ -228,8 +251,13 @@ class NativeTables:
                 joins = []  # the positions are a filter DuckDB pushes into the scan
                 where = f" WHERE {plan.ranges[group[0]]}" if plan.ranges[group[0]] else ""
             elif key[:1] == ("cached",):
-                name = f"{registered_name}_{len(registered)}"
-                registered.append((name, plan.table(group)))
+                held = plan.kept(self, io, group, deletes)
+                if held is not None:
+                    kept.append(held)
+                    name = f'memory.main."{held.name}"'
+                else:
+                    name = f"{registered_name}_{len(registered)}"
+                    registered.append((name, plan.table(group)))
                 joins = [f"ANTI JOIN {name} AS pd ON d.{FILE_COLUMN} = pd.i AND d.{ROW_COLUMN} = pd.pos"]
             else:
                 joins = self._position_join(io, applied.positions, group, allowed)
@@ -237,7 +265,7 @@ class NativeTables:
                 _check_delete_file(f)
             joins += self.equality_joins(io, applied.equality, schema, allowed)
             selects.append(" ".join([read, *joins]) + where)
-        return selects, allowed, tuple(registered)
+        return selects, allowed, tuple(registered), tuple(kept)
 
     def _position_join(
         self, io: ConfinedFileIO, delete_files: Sequence[DataFile], paths: list[str], allowed: list[str],
@@ -379,9 +407,33 @@ class _PositionPlan:
 
     def table(self, group: Sequence[str]) -> pa.Table:
         """(i, pos) of the positions of ``group``'s files (i: the file's index in ``group``)."""
-        arrays = [self.cached[p] for p in group]
-        i = np.repeat(np.arange(len(arrays), dtype=np.int64), [len(a) for a in arrays])
-        return pa.table({"i": i, "pos": np.concatenate(arrays).astype(np.int64, copy=False)})
+        return positions_table([self.cached[p] for p in group])
+
+    def kept(self, natives: NativeTables, io: ConfinedFileIO, group: Sequence[str],
+             deletes: dict[str, FileDeletes]) -> KeptPositions | None:
+        """``group``'s positions as a table slots keep, or None past ``KEPT_POSITION_BYTES``.
+
+        Its name is a digest of the files and of each file's delete files (what decides the
+        positions), so two scans of the same files at the same deletes name the same table.
+        ``make`` runs only in a slot that lacks the table; it takes the positions from the cache
+        of parsed delete files again rather than holding them, so a kept view (``_built``) holds
+        no positions."""
+        nbytes = 16 * sum(len(self.cached[p]) for p in group)
+        if nbytes > KEPT_POSITION_BYTES:
+            return None
+        applied = {p: deletes[p] for p in group}
+        what = repr([(p, applied[p].key) for p in group]).encode()
+        return KeptPositions(KEPT_PREFIX + hashlib.sha256(what).hexdigest()[:32], nbytes,
+                             lambda: positions_table([natives.positions_of(io, applied[p], p) for p in group]))
+
+
+def positions_table(arrays: Sequence[np.ndarray]) -> pa.Table:
+    """(i, pos): each array's positions with its index. ``i`` is UBIGINT as DuckDB's
+    ``file_index`` is, so the join compares the columns as they are (a BIGINT ``i`` made DuckDB
+    cast both sides to HUGEINT)."""
+    i = np.repeat(np.arange(len(arrays), dtype=np.uint64), [len(a) for a in arrays])
+    pos = np.concatenate(arrays).astype(np.int64, copy=False) if arrays else np.empty(0, np.int64)
+    return pa.table({"i": i, "pos": pos})
 
 
 def range_predicate(positions: np.ndarray) -> str | None:
