@@ -19,8 +19,9 @@ Iceberg's rules, in SQL DuckDB runs:
   each position's data file whatever the delete file's scope (``_PositionPlan``): a data file
   whose positions form a few runs is a ``read_parquet`` of its own with a filter DuckDB pushes
   into the scan (no join); the other files with deletes are one ``read_parquet``, anti-joined
-  on (``file_index``, ``file_row_number``) against one registered Arrow table of the positions
-  that apply to each. Past the bounds of that plan (many files, many positions), files sharing
+  on (``file_index``, ``file_row_number``) against one table of the positions that apply to
+  each, which the slot keeps across queries (``KeptPositions``; past ``KEPT_POSITION_BYTES``, an
+  Arrow table registered for the one query). Past the bounds of that plan (many files, many positions), files sharing
   delete files are read together and anti-joined on (``file_index``, ``file_row_number``)
   against the delete files' ``file_path`` mapped to the file's index in the list (integers are
   cheaper to hash than paths) and ``pos``. The files without deletes are one plain read, no join;
