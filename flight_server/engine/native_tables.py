@@ -99,9 +99,9 @@ _RANGE_FILTER_RUNS = 32
 # At most this many positions (delete files' record counts) are taken from the cache of parsed
 # delete files for one scan; past it, DuckDB reads the delete files and joins (and spills).
 _CACHED_POSITIONS = 4_000_000
-# A group's positions up to this many bytes (16 per position) are a table the slot keeps across
-# queries (``KeptPositions``), so a warm scan registers nothing and its view is kept too; larger
-# ones are registered for one query only.
+# A group's deleted rows up to this many bytes (one bit per row of its files) are a table the slot
+# keeps across queries (``KeptPositions``), so a warm scan registers nothing and its view is kept
+# too; larger ones are positions registered for one query only.
 KEPT_POSITION_BYTES = 16 << 20
 # Slot tables holding kept positions are named with this prefix in the slot's ``memory.main``.
 KEPT_PREFIX = "__icefloe_kept_"
@@ -123,8 +123,9 @@ class NativeTable:
 
 @dataclass(frozen=True)
 class KeptPositions:
-    """(i, pos) of a group of data files' deleted positions, as a table a slot keeps: ``name``
-    says what it holds (the files and their delete files), ``make`` builds it when a slot lacks it."""
+    """A group of data files' deleted rows as a table a slot keeps (``_PositionPlan.kept``):
+    ``name`` says what it holds (the files and their delete files), ``nbytes`` about its size,
+    ``make`` builds it (as Arrow, ``deleted_bits``) when a slot lacks it."""
 
     name: str
     nbytes: int
@@ -162,6 +163,7 @@ class NativeTables:
         # something immutable, so a point lookup's new key that prunes to the same files (its
         # bind, then its DoGet) finds the view text already built.
         self._built: LockedLRU[tuple[Any, ...], NativeTable] = LockedLRU(1024)
+        self._rows: LockedLRU[str, int] = LockedLRU(65536)  # data file path -> its row count
 
     def native_table(
         self, table: Table, snapshot_id: int | None, schema: Schema,
@@ -252,14 +254,15 @@ class NativeTables:
                 joins = []  # the positions are a filter DuckDB pushes into the scan
                 where = f" WHERE {plan.ranges[group[0]]}" if plan.ranges[group[0]] else ""
             elif key[:1] == ("cached",):
-                held = plan.kept(self, io, group, deletes)
-                if held is not None:
+                held = plan.kept(self, io, group, real, deletes)
+                if held is not None:  # one bit per row, tested after a join on the file alone
                     kept.append(held)
-                    name = f'memory.main."{held.name}"'
+                    joins = [f'JOIN memory.main."{held.name}" AS pd ON d.{FILE_COLUMN} = pd.i']
+                    where = f" WHERE get_bit(pd.b, CAST(d.{ROW_COLUMN} AS INTEGER)) = 0"
                 else:
                     name = f"{registered_name}_{len(registered)}"
                     registered.append((name, plan.table(group)))
-                joins = [f"ANTI JOIN {name} AS pd ON d.{FILE_COLUMN} = pd.i AND d.{ROW_COLUMN} = pd.pos"]
+                    joins = [f"ANTI JOIN {name} AS pd ON d.{FILE_COLUMN} = pd.i AND d.{ROW_COLUMN} = pd.pos"]
             else:
                 joins = self._position_join(io, applied.positions, group, allowed)
             for f in applied.positions:
@@ -351,6 +354,14 @@ class NativeTables:
             self._approved.put(key, approved)
         return approved
 
+    def row_count(self, path: str, local: str) -> int:
+        """Rows of data file ``path`` (its footer's count, cached: data files never change)."""
+        found = self._rows.get(path)
+        if found is None:
+            found = int(pq.read_metadata(local).num_rows)
+            self._rows.put(path, found)
+        return found
+
     def _footer_ids(self, path: str, local: str) -> dict[int, str]:
         cached = self._delete_ids.get(path)
         if cached is None:
@@ -410,22 +421,39 @@ class _PositionPlan:
         """(i, pos) of the positions of ``group``'s files (i: the file's index in ``group``)."""
         return positions_table([self.cached[p] for p in group])
 
-    def kept(self, natives: NativeTables, io: ConfinedFileIO, group: Sequence[str],
+    def kept(self, natives: NativeTables, io: ConfinedFileIO, group: Sequence[str], real: dict[str, str],
              deletes: dict[str, FileDeletes]) -> KeptPositions | None:
-        """``group``'s positions as a table slots keep, or None past ``KEPT_POSITION_BYTES``.
+        """``group``'s deleted rows as a table slots keep, or None past ``KEPT_POSITION_BYTES``:
+        one row per file, ``(i, b)``, ``b`` a BIT string with bit ``r`` set when row ``r`` of file
+        ``i`` (its index in ``group``) is deleted, as long as the file has rows.
+
+        The read joins it on ``file_index`` alone (a handful of rows) and tests its row's bit
+        (``get_bit``): in plain DuckDB on 5M rows with 1% deleted this took 20% less CPU than the
+        hash anti-join on (file, position) (``docs/deletes.md``). Its size is one bit per row of
+        the files, whatever the share deleted.
 
         Its name is a digest of the files and of each file's delete files (what decides the
-        positions), so two scans of the same files at the same deletes name the same table.
-        ``make`` runs only in a slot that lacks the table; it takes the positions from the cache
-        of parsed delete files again rather than holding them, so a kept view (``_built``) holds
-        no positions."""
-        nbytes = 16 * sum(len(self.cached[p]) for p in group)
-        if nbytes > KEPT_POSITION_BYTES:
-            return None
+        rows), so two scans of the same files at the same deletes name the same table. ``make``
+        runs only in a slot that lacks the table; it takes the positions from the cache of parsed
+        delete files again rather than holding them, so a kept view (``_built``) holds none."""
+        rows = [natives.row_count(p, real[p]) for p in group]
+        if max(rows) >= 2**31 or sum(rows) // 8 > KEPT_POSITION_BYTES:
+            return None  # get_bit takes an INTEGER bit index
         applied = {p: deletes[p] for p in group}
         what = repr([(p, applied[p].key) for p in group]).encode()
-        return KeptPositions(KEPT_PREFIX + hashlib.sha256(what).hexdigest()[:32], nbytes,
-                             lambda: positions_table([natives.positions_of(io, applied[p], p) for p in group]))
+        return KeptPositions(KEPT_PREFIX + hashlib.sha256(what).hexdigest()[:32], sum(rows) // 8 + 1,
+                             lambda: deleted_bits([natives.positions_of(io, applied[p], p) for p in group], rows))
+
+
+def deleted_bits(arrays: Sequence[np.ndarray], rows: Sequence[int]) -> pa.Table:
+    """(i UBIGINT as DuckDB's ``file_index``, b: '0'/'1' per row, '1' deleted), one row per file;
+    the slot casts ``b`` to BIT when it keeps the table."""
+    bits = []
+    for positions, n in zip(arrays, rows, strict=True):
+        chars = np.full(n, ord("0"), dtype=np.uint8)
+        chars[positions] = ord("1")
+        bits.append(chars.tobytes().decode("ascii"))
+    return pa.table({"i": pa.array(range(len(bits)), pa.uint64()), "b": pa.array(bits, pa.large_string())})
 
 
 def positions_table(arrays: Sequence[np.ndarray]) -> pa.Table:

@@ -185,13 +185,14 @@ def test_position_delete_files_over_several_data_files(lake: tuple[RocksCatalog,
     else:  # one read of both, joined against the positions parsed once, whatever the scope
         [joined] = [r for r in reads if "file_row_number" in r]
         [kept] = view.kept  # a table the slot keeps across queries; nothing registered per query
-        assert f'ANTI JOIN memory.main."{kept.name}" AS pd ON d.file_index = pd.i' in joined
+        assert f'JOIN memory.main."{kept.name}" AS pd ON d.file_index = pd.i' in joined
+        assert "WHERE get_bit(pd.b, CAST(d.file_row_number AS INTEGER)) = 0" in joined
         assert "deletes" not in joined  # no delete file is read by the query
         assert not view.registered
-        positions = kept.make()
-        assert kept.name.startswith(native_tables.KEPT_PREFIX) and positions.num_rows == 100
-        assert sorted(positions.column("i").to_pylist()) == [0] * 50 + [1] * 50
-        assert positions.schema.field("i").type == pa.uint64()  # as file_index: no cast in the join
+        bits = kept.make()  # one row per file: a bit per row, set where deleted
+        assert kept.name.startswith(native_tables.KEPT_PREFIX) and bits.num_rows == 2
+        assert bits.schema.field("i").type == pa.uint64()  # as file_index: no cast in the join
+        assert sorted(bits.column("b").to_pylist()) == ["01" * 50, "10" * 50]
 
 
 def _delete_files(table: Any, content: int | None = None) -> list[str]:
@@ -450,11 +451,11 @@ def test_a_new_filter_pruned_to_the_same_files_finds_its_view_built(lake: tuple[
 
 
 def _kept_tables(engine: Engine) -> dict[str, int]:
-    """Every position table some free slot keeps -> its row count."""
+    """Every table of deleted rows some free slot keeps -> the rows it deletes."""
     found = {}
     for slot in engine.slots._free:
         for name in slot.kept_tables:
-            found[name] = slot.admin.execute(f'SELECT count(*) FROM memory.main."{name}"').fetchall()[0][0]
+            found[name] = slot.admin.execute(f'SELECT sum(bit_count(b)) FROM memory.main."{name}"').fetchall()[0][0]
     return found
 
 
