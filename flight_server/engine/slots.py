@@ -175,7 +175,8 @@ class Slot:
         loading = "__icefloe_loading"
         self.admin.register(loading, kept.make())
         try:
-            self.admin.execute(f'CREATE TABLE memory.main."{kept.name}" AS SELECT i, CAST(b AS BIT) AS b FROM {loading}')
+            self.admin.execute(
+                f'CREATE TABLE memory.main."{kept.name}" AS SELECT i, CAST(b AS BIT) AS b FROM {loading}')
         finally:
             self.admin.unregister(loading)
         self.kept_tables[kept.name] = kept.nbytes
