@@ -18,10 +18,12 @@ Iceberg's rules, in SQL DuckDB runs:
 - **position deletes**: taken from the engine's cache of parsed delete files, which knows
   each position's data file whatever the delete file's scope (``_PositionPlan``): a data file
   whose positions form a few runs is a ``read_parquet`` of its own with a filter DuckDB pushes
-  into the scan (no join); the other files with deletes are one ``read_parquet``, anti-joined
-  on (``file_index``, ``file_row_number``) against one table of the positions that apply to
-  each, which the slot keeps across queries (``KeptPositions``; past ``KEPT_POSITION_BYTES``, an
-  Arrow table registered for the one query). Past the bounds of that plan (many files, many positions), files sharing
+  into the scan (no join); the other files with deletes are one ``read_parquet`` joined on
+  ``file_index`` against a table of one BIT string per file (a bit per row, set where deleted)
+  that the slot keeps across queries, each row kept where ``get_bit`` of its
+  ``file_row_number`` is 0 (``KeptPositions``; past ``KEPT_POSITION_BYTES``, an anti-join on
+  (``file_index``, ``file_row_number``) against an Arrow table of the positions registered for
+  the one query). Past the bounds of that plan (many files, many positions), files sharing
   delete files are read together and anti-joined on (``file_index``, ``file_row_number``)
   against the delete files' ``file_path`` mapped to the file's index in the list (integers are
   cheaper to hash than paths) and ``pos``. The files without deletes are one plain read, no join;
@@ -385,8 +387,9 @@ class _PositionPlan:
       with a ``WHERE`` on ``file_row_number`` that DuckDB pushes into its Parquet scan: no join;
     - ``cached``: the other files' positions -> those files read together (one ``read_parquet``,
       which DuckDB parallelizes over their row groups; a read per file measured 2-3x slower on
-      two cores) and anti-joined on (file index, row number) against one registered Arrow table
-      of exactly the positions that apply to each, so no query reads a delete file, shared or not.
+      two cores) and tested against a bit per row that the slot keeps (``kept``), or past its
+      bound anti-joined on (file index, row number) against a registered Arrow table of exactly
+      the positions that apply to each (``table``): no query reads a delete file, shared or not.
 
     Past ``_PER_FILE_POSITION_READS`` files or ``_CACHED_POSITIONS`` positions, neither: files
     with the same delete files are read together and joined against the delete files read by
