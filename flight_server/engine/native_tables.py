@@ -454,7 +454,8 @@ def deleted_bits(arrays: Sequence[np.ndarray], rows: Sequence[int]) -> pa.Table:
     bits = []
     for positions, n in zip(arrays, rows, strict=True):
         chars = np.full(n, ord("0"), dtype=np.uint8)
-        chars[positions] = ord("1")
+        # A position past the file's rows names no row (as the anti-join it replaces ignored it).
+        chars[positions[(positions >= 0) & (positions < n)]] = ord("1")
         bits.append(chars.tobytes().decode("ascii"))
     return pa.table({"i": pa.array(range(len(bits)), pa.uint64()), "b": pa.array(bits, pa.large_string())})
 

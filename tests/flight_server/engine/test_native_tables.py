@@ -15,6 +15,7 @@ from typing import Any
 
 import adbc_driver_flightsql.dbapi as fsql
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -193,6 +194,9 @@ def test_position_delete_files_over_several_data_files(lake: tuple[RocksCatalog,
         assert kept.name.startswith(native_tables.KEPT_PREFIX) and bits.num_rows == 2
         assert bits.schema.field("i").type == pa.uint64()  # as file_index: no cast in the join
         assert sorted(bits.column("b").to_pylist()) == ["01" * 50, "10" * 50]
+        # A position outside the file (a malformed delete file) deletes nothing, as in the join.
+        odd = native_tables.deleted_bits([np.array([1, 5, -1], np.int64)], [4])
+        assert odd.column("b").to_pylist() == ["0100"]
 
 
 def _delete_files(table: Any, content: int | None = None) -> list[str]:
