@@ -119,7 +119,7 @@ class NativeTable:
     # positions already deleted, for a SQL write's read: ``native_writes``).
     registered: tuple[tuple[str, Any], ...] = ()
     # Position tables the view names as ``memory.main."<name>"``, which the slot keeps across
-    # queries (``Slot.hold_table``): named by content, so a slot already holding one uses it.
+    # queries (``Slot.hold_tables``): named by content, so a slot already holding one uses it.
     kept: tuple[KeptPositions, ...] = ()
 
 

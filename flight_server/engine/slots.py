@@ -24,7 +24,7 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ _NO_VIEWS_SQL = _PRISTINE_SQL + " + (SELECT count(*) FROM duckdb_views() WHERE N
 # The views of the slot: only those it keeps (``Slot.kept_views``) may be there between queries.
 _VIEWS_SQL = "SELECT database_name, lower(schema_name), lower(view_name) FROM duckdb_views() WHERE NOT internal"
 _KEPT_TABLES_SQL = f"SELECT table_name FROM duckdb_tables() WHERE starts_with(table_name, '{KEPT_PREFIX}')"
-# The bytes of position tables one slot keeps (``Slot.hold_table``); past it the oldest go.
+# The bytes of deleted-row tables one slot keeps (``Slot.hold_tables``); past it the oldest go.
 SLOT_KEPT_BYTES = 32 << 20
 
 
@@ -152,34 +152,40 @@ class Slot:
         self.kept_views: dict[tuple[str, str], str] = {}
         self._kept_names: dict[tuple[str, str], str] = {}  # the same key -> the quoted name
         self.kept_schemas: set[str] = set()
-        # Position tables in memory.main that outlive their query (``hold_table``): name -> bytes,
-        # least recently used first.
+        # Tables of deleted rows in memory.main that outlive their query (``hold_tables``):
+        # name -> bytes, least recently used first.
         self.kept_tables: dict[str, int] = {}
 
-    def hold_table(self, kept: KeptPositions) -> None:
-        """Make sure table ``memory.main."<kept.name>"`` is here (``native_tables.KeptPositions``):
-        a warm scan of a table with deletes then registers nothing and keeps its view.
+    def hold_tables(self, needed: Sequence[KeptPositions]) -> None:
+        """Make sure each table ``memory.main."<name>"`` of ``needed`` is here
+        (``native_tables.KeptPositions``), before the query defines any view: a warm scan of a
+        table with deletes then registers nothing and keeps its view.
 
-        Its name says what it holds, so one found here is the right one. Past
-        ``SLOT_KEPT_BYTES`` the least recently used tables go, with every kept view (a view may
-        name one; views are cheap to make again).
+        A name says what its table holds, so one found here is the right one. Past
+        ``SLOT_KEPT_BYTES`` the least recently used tables the query does not need go, with
+        every kept view (a view may name one; views are cheap to make again).
         """
-        if kept.name in self.kept_tables:
-            self.kept_tables[kept.name] = self.kept_tables.pop(kept.name)
-            return
-        if self.kept_tables and sum(self.kept_tables.values()) + kept.nbytes > SLOT_KEPT_BYTES:
-            for view in self.unkeep_all():
-                self.admin.execute(f"DROP VIEW IF EXISTS {view}")
-            while self.kept_tables and sum(self.kept_tables.values()) + kept.nbytes > SLOT_KEPT_BYTES:
-                self.drop_table(next(iter(self.kept_tables)))
-        loading = "__icefloe_loading"
-        self.admin.register(loading, kept.make())
-        try:
-            self.admin.execute(
-                f'CREATE TABLE memory.main."{kept.name}" AS SELECT i, CAST(b AS BIT) AS b FROM {loading}')
-        finally:
-            self.admin.unregister(loading)
-        self.kept_tables[kept.name] = kept.nbytes
+        names = {kept.name for kept in needed}
+        for kept in needed:
+            if kept.name in self.kept_tables:
+                self.kept_tables[kept.name] = self.kept_tables.pop(kept.name)  # most recently used
+                continue
+            spare = [n for n in self.kept_tables if n not in names]
+            if spare and sum(self.kept_tables.values()) + kept.nbytes > SLOT_KEPT_BYTES:
+                for view in self.unkeep_all():
+                    self.admin.execute(f"DROP VIEW IF EXISTS {view}")
+                for name in spare:
+                    if sum(self.kept_tables.values()) + kept.nbytes <= SLOT_KEPT_BYTES:
+                        break
+                    self.drop_table(name)
+            loading = "__icefloe_loading"
+            self.admin.register(loading, kept.make())
+            try:
+                self.admin.execute(
+                    f'CREATE TABLE memory.main."{kept.name}" AS SELECT i, CAST(b AS BIT) AS b FROM {loading}')
+            finally:
+                self.admin.unregister(loading)
+            self.kept_tables[kept.name] = kept.nbytes
 
     def drop_table(self, name: str) -> None:
         self.kept_tables.pop(name, None)

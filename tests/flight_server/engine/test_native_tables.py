@@ -512,6 +512,11 @@ def test_a_warm_scan_keeps_its_positions_and_view_in_the_slot(lake: tuple[RocksC
     assert _run(engine, old).to_pylist() == first
     assert list(_kept_tables(engine).values()) == [100]
     assert engine.slots._free[0].pristine()
+    # One query needing two of them keeps both, over the budget, until the next needs room.
+    both = (f"SELECT (SELECT count(*) FROM ns.warm) AS now, "
+            f"(SELECT count(*) FROM ns.warm AT (VERSION => {before})) AS then")
+    assert _run(engine, both).to_pylist() == [{"now": third[0]["n"], "then": first[0]["n"]}]
+    assert sorted(_kept_tables(engine).values()) == [100, 103]
 
     # A suspect query drops them; past KEPT_POSITION_BYTES the positions are the query's own.
     with pytest.raises(Exception, match="no_such"):  # noqa: PT011  # the binder's error, whatever its class
