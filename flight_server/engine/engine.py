@@ -400,8 +400,9 @@ class Engine:
 
         ``native``: the pins (by index) read by DuckDB's own Parquet reader: their view is a
         ``read_parquet`` of the files the slot was made for (``native_tables``); only a SQL
-        write's read, or a scan applying a shared delete file's cached positions, registers
-        something (``NativeTable.registered``).
+        write's read, or a scan applying more cached positions than a slot keeps, registers
+        something (``NativeTable.registered``); smaller position tables are the slot's own,
+        kept across queries (``NativeTable.kept``, ``Slot.hold_tables``).
 
         ``file_tags`` (SQL writes): for those tables, read exactly the given data files, each
         through its own source, with an extra column ``__icefloe_file`` = the file's index in
@@ -410,6 +411,9 @@ class Engine:
         """
         cur = run.cursor
         run.parts = []
+        # Tables of deleted rows the slot keeps across queries: all in place before any view
+        # (making room may drop the slot's kept views).
+        run.slot.hold_tables([kept for table in (native or {}).values() for kept in table.kept])
         for i, pin in enumerate(pins):
             tagged = (file_tags or {}).get((pin.namespace, pin.name))
             schema_name = quote(".".join(pin.namespace))

@@ -24,13 +24,14 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
 from flight_server import errors
+from flight_server.engine.native_tables import KEPT_PREFIX, KeptPositions
 
 logger = logging.getLogger("icefloe.engine")
 
@@ -49,11 +50,15 @@ _PRISTINE_SQL = (
     "SELECT (SELECT count(*) FROM duckdb_databases() WHERE database_name NOT IN ("
     + ", ".join(f"'{d}'" for d in _BUILTIN_DATABASES)
     + ")) + (SELECT count(*) FROM duckdb_variables())"
-    " + (SELECT count(*) FROM duckdb_tables())"
+    " + (SELECT count(*) FROM duckdb_tables() WHERE NOT (database_name = 'memory' AND schema_name = 'main'"
+    f" AND starts_with(table_name, '{KEPT_PREFIX}')))"
 )
 _NO_VIEWS_SQL = _PRISTINE_SQL + " + (SELECT count(*) FROM duckdb_views() WHERE NOT internal)"
 # The views of the slot: only those it keeps (``Slot.kept_views``) may be there between queries.
 _VIEWS_SQL = "SELECT database_name, lower(schema_name), lower(view_name) FROM duckdb_views() WHERE NOT internal"
+_KEPT_TABLES_SQL = f"SELECT table_name FROM duckdb_tables() WHERE starts_with(table_name, '{KEPT_PREFIX}')"
+# The bytes of deleted-row tables one slot keeps (``Slot.hold_tables``); past it the oldest go.
+SLOT_KEPT_BYTES = 32 << 20
 
 
 class SpillFolder:
@@ -153,6 +158,44 @@ class Slot:
         self.kept_views: dict[tuple[str, str], str] = {}
         self._kept_names: dict[tuple[str, str], str] = {}  # the same key -> the quoted name
         self.kept_schemas: set[str] = set()
+        # Tables of deleted rows in memory.main that outlive their query (``hold_tables``):
+        # name -> bytes, least recently used first.
+        self.kept_tables: dict[str, int] = {}
+
+    def hold_tables(self, needed: Sequence[KeptPositions]) -> None:
+        """Make sure each table ``memory.main."<name>"`` of ``needed`` is here
+        (``native_tables.KeptPositions``), before the query defines any view: a warm scan of a
+        table with deletes then registers nothing and keeps its view.
+
+        A name says what its table holds, so one found here is the right one. Past
+        ``SLOT_KEPT_BYTES`` the least recently used tables the query does not need go, with
+        every kept view (a view may name one; views are cheap to make again).
+        """
+        names = {kept.name for kept in needed}
+        for kept in needed:
+            if kept.name in self.kept_tables:
+                self.kept_tables[kept.name] = self.kept_tables.pop(kept.name)  # most recently used
+                continue
+            spare = [n for n in self.kept_tables if n not in names]
+            if spare and sum(self.kept_tables.values()) + kept.nbytes > SLOT_KEPT_BYTES:
+                for view in self.unkeep_all():
+                    self.admin.execute(f"DROP VIEW IF EXISTS {view}")
+                for name in spare:
+                    if sum(self.kept_tables.values()) + kept.nbytes <= SLOT_KEPT_BYTES:
+                        break
+                    self.drop_table(name)
+            loading = "__icefloe_loading"
+            self.admin.register(loading, kept.make())
+            try:
+                self.admin.execute(
+                    f'CREATE TABLE memory.main."{kept.name}" AS SELECT i, CAST(b AS BIT) AS b FROM {loading}')
+            finally:
+                self.admin.unregister(loading)
+            self.kept_tables[kept.name] = kept.nbytes
+
+    def drop_table(self, name: str) -> None:
+        self.kept_tables.pop(name, None)
+        self.admin.execute(f'DROP TABLE IF EXISTS memory.main."{name}"')
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor in the icefloe catalog: the one the slot's previous query left as it found
@@ -209,17 +252,19 @@ class Slot:
 
     def pristine(self) -> bool:
         """Whether the database is as ``__init__`` left it (checked after every query), but
-        for the views it keeps."""
+        for the views and position tables it keeps."""
         try:
+            tables = {t for (t,) in self.admin.execute(_KEPT_TABLES_SQL).fetchall()} if self.kept_tables else set()
             if not self.kept_views:  # the common case: one statement
                 row = self.admin.execute(_NO_VIEWS_SQL).fetchall()[0]
-                return row is not None and int(row[0]) == 0
+                return row is not None and int(row[0]) == 0 and tables <= set(self.kept_tables)
             row = self.admin.execute(_PRISTINE_SQL).fetchall()[0]
             views = self.admin.execute(_VIEWS_SQL).fetchall()
         except duckdb.Error:
             return False
         kept = {(CATALOG_NAME, schema, name) for schema, name in self.kept_views}
-        return row is not None and int(row[0]) == 0 and {tuple(v) for v in views} <= kept
+        return (row is not None and int(row[0]) == 0 and {tuple(v) for v in views} <= kept
+                and tables <= set(self.kept_tables))
 
     def close(self) -> None:
         try:
@@ -311,6 +356,13 @@ class SlotPool:
             except duckdb.Error:
                 ok = False
                 logger.warning("could not drop %s; discarding the DuckDB slot", view, exc_info=True)
+        if suspect and ok:
+            try:
+                for name in list(slot.kept_tables):
+                    slot.drop_table(name)
+            except duckdb.Error:
+                ok = False
+                logger.warning("could not drop a kept table; discarding the DuckDB slot", exc_info=True)
         slot.uses += 1
         if ok and (suspect or slot.uses % self.AUDIT_EVERY == 0) and not slot.pristine():
             ok = False

@@ -15,6 +15,7 @@ from typing import Any
 
 import adbc_driver_flightsql.dbapi as fsql
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -23,8 +24,9 @@ from row_deletes_support import data_files, equality_delete, position_delete
 from servers import ServerProcess
 
 from catalog import RocksCatalog
+from catalog.lru import LockedLRU
 from catalog.sandbox import OutsideTableError
-from flight_server.engine import Engine, native_writes
+from flight_server.engine import Engine, native_tables, native_writes
 from flight_server.engine import engine as engine_module
 
 
@@ -183,11 +185,18 @@ def test_position_delete_files_over_several_data_files(lake: tuple[RocksCatalog,
         assert not view.registered
     else:  # one read of both, joined against the positions parsed once, whatever the scope
         [joined] = [r for r in reads if "file_row_number" in r]
-        assert "ANTI JOIN __icefloe_positions_0 AS pd ON d.file_index = pd.i" in joined
+        [kept] = view.kept  # a table the slot keeps across queries; nothing registered per query
+        assert f'JOIN memory.main."{kept.name}" AS pd ON d.file_index = pd.i' in joined
+        assert "WHERE get_bit(pd.b, CAST(d.file_row_number AS INTEGER)) = 0" in joined
         assert "deletes" not in joined  # no delete file is read by the query
-        [(name, positions)] = view.registered
-        assert name == "__icefloe_positions_0" and positions.num_rows == 100
-        assert sorted(positions.column("i").to_pylist()) == [0] * 50 + [1] * 50
+        assert not view.registered
+        bits = kept.make()  # one row per file: a bit per row, set where deleted
+        assert kept.name.startswith(native_tables.KEPT_PREFIX) and bits.num_rows == 2
+        assert bits.schema.field("i").type == pa.uint64()  # as file_index: no cast in the join
+        assert sorted(bits.column("b").to_pylist()) == ["01" * 50, "10" * 50]
+        # A position outside the file (a malformed delete file) deletes nothing, as in the join.
+        odd = native_tables.deleted_bits([np.array([1, 5, -1], np.int64)], [4])
+        assert odd.column("b").to_pylist() == ["0100"]
 
 
 def _delete_files(table: Any, content: int | None = None) -> list[str]:
@@ -443,3 +452,80 @@ def test_a_new_filter_pruned_to_the_same_files_finds_its_view_built(lake: tuple[
     widened = engine.natives.native_table(table, snapshot, table.schema(), EqualTo("id", 9))
     assert widened is not None and widened is not first and '"w"' in widened.select
     assert engine.natives.native_table(table, snapshot, table.schema(), EqualTo("id", 3)) is widened
+
+
+def _kept_tables(engine: Engine) -> dict[str, int]:
+    """Every table of deleted rows some free slot keeps -> the rows it deletes."""
+    found = {}
+    for slot in engine.slots._free:
+        for name in slot.kept_tables:
+            found[name] = slot.admin.execute(f'SELECT sum(bit_count(b)) FROM memory.main."{name}"').fetchall()[0][0]
+    return found
+
+
+def test_a_warm_scan_keeps_its_positions_and_view_in_the_slot(lake: tuple[RocksCatalog, Engine],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scattered positions are a table the slot keeps, named by what it holds: a warm scan
+    registers nothing, keeps its view and cursor, and a later delete of the same data files
+    (same slot) or a read of an older snapshot each name their own positions."""
+    from flight_server.engine import slots as slots_module
+
+    catalog, engine = lake
+    t = catalog.create_table("ns.warm", schema=pa.schema([("id", pa.int64())]))
+    for start in (0, 100, 200):
+        t.append(pa.table({"id": pa.array(range(start, start + 100), pa.int64())}))
+    by_start = {pq.read_table(p.removeprefix("file://")).column("id")[0].as_py(): p
+                for p, _ in data_files(catalog.load_table("ns.warm"))}
+    position_delete(catalog.load_table("ns.warm"), {by_start[0]: list(range(0, 100, 2))}, file_scoped=True)
+    position_delete(catalog.load_table("ns.warm"), {by_start[200]: list(range(1, 100, 2))}, file_scoped=True)
+    before = catalog.load_table("ns.warm").metadata.current_snapshot().snapshot_id
+    counted = "SELECT count(*) AS n, sum(id) AS s FROM ns.warm"
+    first = [{"n": 200, "s": sum(range(300)) - sum(range(0, 100, 2)) - sum(range(201, 300, 2))}]
+    for _ in range(2):
+        assert _run(engine, counted).to_pylist() == first
+    assert list(_kept_tables(engine).values()) == [100]
+    slot = next(s for s in engine.slots._free if s.kept_tables)
+    assert slot.kept_views and slot._kept is not None  # its view and cursor serve the next query
+    assert slot.pristine()
+
+    # Another delete of the first file: the same data files, so the same slot; new positions.
+    position_delete(catalog.load_table("ns.warm"), {by_start[0]: [1, 3]}, file_scoped=True)
+    second = [{"n": first[0]["n"] - 2, "s": first[0]["s"] - 4}]
+    assert _run(engine, counted).to_pylist() == second
+    assert sorted(_kept_tables(engine).values()) == [100, 102]
+    old = f"SELECT count(*) AS n, sum(id) AS s FROM ns.warm AT (VERSION => {before})"
+    assert _run(engine, old).to_pylist() == first
+    assert _run(engine, counted).to_pylist() == second
+    assert len(engine.slots._free) == 1 and engine.slots._free[0].pristine()
+
+    # Client SQL cannot name a kept table (only the tables it pins).
+    [name] = [n for n, rows in _kept_tables(engine).items() if rows == 102]
+    with pytest.raises(Exception):  # noqa: B017,PT011  # refused by the planner, whatever its class
+        _run(engine, f'SELECT count(*) FROM memory.main."{name}"')
+
+    # Past the slot's budget the least recently used table goes (with the kept views).
+    monkeypatch.setattr(slots_module, "SLOT_KEPT_BYTES", 1)
+    position_delete(catalog.load_table("ns.warm"), {by_start[0]: [5]}, file_scoped=True)
+    third = [{"n": second[0]["n"] - 1, "s": second[0]["s"] - 5}]
+    assert _run(engine, counted).to_pylist() == third
+    assert list(_kept_tables(engine).values()) == [103]
+    assert _run(engine, old).to_pylist() == first
+    assert list(_kept_tables(engine).values()) == [100]
+    assert engine.slots._free[0].pristine()
+    # One query needing two of them keeps both, over the budget, until the next needs room.
+    both = (f"SELECT (SELECT count(*) FROM ns.warm) AS now, "
+            f"(SELECT count(*) FROM ns.warm AT (VERSION => {before})) AS then")
+    assert _run(engine, both).to_pylist() == [{"now": third[0]["n"], "then": first[0]["n"]}]
+    assert sorted(_kept_tables(engine).values()) == [100, 103]
+
+    # A suspect query drops them; past KEPT_POSITION_BYTES the positions are the query's own.
+    with pytest.raises(Exception, match="no_such"):  # noqa: PT011  # the binder's error, whatever its class
+        _run(engine, "SELECT sum(no_such) AS s FROM ns.warm")
+    assert not _kept_tables(engine)
+    monkeypatch.setattr(native_tables, "KEPT_POSITION_BYTES", 0)
+    monkeypatch.setattr(engine.natives, "_built", LockedLRU(8))  # the views built so far kept theirs
+    t = catalog.load_table("ns.warm")
+    view = engine.natives.native_table(t, t.metadata.current_snapshot().snapshot_id, t.schema())
+    assert view is not None and not view.kept and [n for n, _ in view.registered] == ["__icefloe_positions_0"]
+    assert _run(engine, counted).to_pylist() == third
+    assert not _kept_tables(engine) and engine.slots._free[0].pristine()
