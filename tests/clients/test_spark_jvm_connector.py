@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import math
 import sys
 import uuid
 from collections.abc import Iterator
@@ -280,6 +281,46 @@ def test_a_schema_the_flat_converter_does_not_take_goes_through_sparks(spark: An
     assert _read(spark, server, table="ns.conv_wide").orderBy("l").collect() == frame.orderBy("l").collect()
 
 
+def _java_schema(spark: Any, ddl: str) -> Any:
+    from pyspark.sql.types import _parse_datatype_string
+
+    return spark._jsparkSession.parseDataType(_parse_datatype_string(ddl).json())
+
+
+def test_write_batch_rows_come_from_a_byte_cap_and_the_rows_width(spark: Any) -> None:
+    """The rows per write batch (WriteBatchSizing, the connector's own code through py4j): the
+    byte cap over the schema's estimated Arrow width, at most 131072; an explicit writeBatchRows
+    wins; a batch whose real bytes reach the cap is full."""
+    sizing = spark._jvm.dev.icefloe.spark.WriteBatchSizing
+    cap = 8 * 1024 * 1024
+    assert sizing.DEFAULT_BATCH_BYTES == cap
+    narrow = _java_schema(spark, "id bigint, u int, a double, k string, ts timestamp_ntz")
+    # 8 + 4 + 8 + (4 offset + 20 a string) + 8 and a validity bit each: 53 bytes, 158,275 rows under the cap.
+    assert sizing.estimatedRowBytes(narrow) == 53
+    assert sizing.rowsPerBatch(narrow, None, cap) == sizing.MAX_ROWS == 131_072
+    wide = _java_schema(spark, ", ".join(f"s{i} string" for i in range(50)) + ", b binary")
+    width = sizing.estimatedRowBytes(wide)
+    assert width == math.ceil(50 * (24 + 1 / 8) + 104 + 1 / 8)
+    rows = sizing.rowsPerBatch(wide, None, cap)
+    assert rows * width <= cap < (rows + 1) * width and rows < 131_072
+    assert sizing.rowsPerBatch(wide, 37, cap) == 37  # writeBatchRows given: it wins
+    assert sizing.rowsPerBatch(_java_schema(spark, "blob binary"), None, 1024) == 1024 // 105
+    assert sizing.rowsPerBatch(wide, None, 1024) == 1  # never 0
+    assert sizing.full(cap, cap) and not sizing.full(cap - 1, cap)
+
+
+def test_rows_wider_than_the_estimate_are_cut_at_the_byte_cap(spark: Any, server: ServerProcess) -> None:
+    """Strings far wider than the estimate (40 KB where 20 bytes are assumed): the flat converter
+    ends each batch at writeBatchBytes (1 MiB: about 26 rows), and every row lands once and
+    intact; under a row count alone, each task's 750 rows went as one 30 MB batch."""
+    frame = spark.range(0, 1500, 1, 2).selectExpr("id AS l", "repeat(CAST(id % 10 AS STRING), 40000) AS s")
+    _write(frame, server, "ns.wide_rows", mode="errorifexists", writeBatchBytes=str(1024 * 1024))
+    got = _sql(server, "SELECT count(*) AS n, sum(length(s)) AS chars, count(DISTINCT l) AS ls, "
+                       "bool_and(s = repeat(CAST(l % 10 AS VARCHAR), 40000)) AS intact FROM ns.wide_rows").to_pylist()
+    assert got == [{"n": 1500, "chars": 1500 * 40000, "ls": 1500, "intact": True}]
+    assert _commits(server, "ns.wide_rows") == 1
+
+
 def _fail_first_attempt_midway(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
@@ -334,6 +375,8 @@ def test_bad_options_fail_precisely_and_the_server_lives(spark: Any, server: Ser
         ({"uri": server.location, "table": "ns.big", "user": "wendy"}, "option user needs password"),
         ({"uri": server.location, "table": "ns.big", "startingOffsets": "soon"}, "option startingOffsets must be"),
         ({"uri": server.location, "table": "ns.big", "writeConverter": "fast"}, "option writeConverter must be"),
+        ({"uri": server.location, "table": "ns.big", "writeBatchBytes": "10"}, "writeBatchBytes must be >= 1024"),
+        ({"uri": server.location, "table": "ns.big", "writeBatchRows": "0"}, "option writeBatchRows must be >= 1"),
         ({"uri": server.location, "table": "ns.nope"}, "NOT_FOUND"),
         ({"uri": server.location, "query": "SELEC 1"}, "INVALID_ARGUMENT"),
     ]

@@ -50,6 +50,9 @@ final class FlatArrowWriter {
   private static final int DECIMAL64 = 7;
   private static final int STRING = 8;
   private static final int BINARY = 9;
+  /** Bytes per value in the fixed-width buffers, by kind (a boolean is a bit: counted 0;
+   * strings and binary: their offset). */
+  private static final int[] FIXED_BYTES = {0, 1, 2, 4, 8, 4, 8, 16, 4, 4};
   /** A first guess of a string column's bytes per value; the buffer doubles when it is short. */
   private static final int INITIAL_BYTES_PER_VALUE = 16;
   /** Up to this many bytes a value is copied in a loop rather than by Unsafe.copyMemory. */
@@ -68,6 +71,10 @@ final class FlatArrowWriter {
   /** Per variable-width column: bytes written and the data buffer's capacity. */
   private final long[] dataUsed;
   private final long[] dataCapacity;
+  /** Bytes a row takes in the fixed-width buffers (values and variable-width offsets). */
+  private final long fixedRowBytes;
+  /** Bytes of variable-width data in the batch, all columns. */
+  private long variableBytes;
   private int count;
 
   private FlatArrowWriter(VectorSchemaRoot root, int[] kinds, int[] precision, int[] scale, int capacity) {
@@ -84,6 +91,11 @@ final class FlatArrowWriter {
     offsets = new long[n];
     dataUsed = new long[n];
     dataCapacity = new long[n];
+    long fixed = 0;
+    for (int kind : kinds) {
+      fixed += FIXED_BYTES[kind];
+    }
+    fixedRowBytes = fixed;
     for (int c = 0; c < n; c++) {
       if (isVariable(c)) {
         ((BaseVariableWidthVector) vectors[c]).allocateNew((long) capacity * INITIAL_BYTES_PER_VALUE, capacity);
@@ -180,6 +192,11 @@ final class FlatArrowWriter {
     return count;
   }
 
+  /** Bytes of Arrow data the batch holds so far (validity bitmaps not counted). */
+  long bytes() {
+    return count * fixedRowBytes + variableBytes;
+  }
+
   void write(InternalRow row) {
     int i = count;
     if (i >= capacity) {
@@ -271,7 +288,8 @@ final class FlatArrowWriter {
     long at = dataUsed[c];
     long need = at + bytes;
     if (need > Integer.MAX_VALUE) {
-      throw new IcefloeFlightException("a write batch's column holds more than 2 GiB; lower option writeBatchRows");
+      throw new IcefloeFlightException(
+          "a write batch's column holds more than 2 GiB; lower option writeBatchRows or writeBatchBytes");
     }
     if (need > dataCapacity[c]) {
       BaseVariableWidthVector vector = (BaseVariableWidthVector) vectors[c];
@@ -279,6 +297,7 @@ final class FlatArrowWriter {
       addresses(c);
     }
     dataUsed[c] = need;
+    variableBytes += bytes;
     return at;
   }
 
@@ -309,6 +328,7 @@ final class FlatArrowWriter {
         dataUsed[c] = 0;
       }
     }
+    variableBytes = 0;
     count = 0;
   }
 }

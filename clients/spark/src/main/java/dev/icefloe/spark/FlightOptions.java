@@ -23,9 +23,6 @@ public final class FlightOptions implements Serializable {
 
   public static final long DEFAULT_TARGET_BYTES = 16L * 1024 * 1024;
   public static final int DEFAULT_MAX_PARTITIONS = 64;
-  /** Smaller batches keep the server writing while the task converts the next rows (16384
-   * beat 65536 and 262144 in a 1.25M-row write on 2 cores). */
-  public static final int DEFAULT_WRITE_BATCH_ROWS = 16_384;
 
   final String uri;
   final String table;
@@ -43,7 +40,11 @@ public final class FlightOptions implements Serializable {
   final Long targetPartitionBytes;
   final int maxPartitions;
   final Integer minPartitions;
-  final int writeBatchRows;
+  /** Rows per write batch when given (option writeBatchRows); null: sized from
+   * writeBatchBytes and the schema ({@link WriteBatchSizing}). */
+  final Integer writeBatchRows;
+  /** A write batch ends when its Arrow data reaches this many bytes (option writeBatchBytes). */
+  final long writeBatchBytes;
   /** Writes convert flat rows with {@link FlatArrowWriter} (option writeConverter "flat", the
    * default) or with Spark's ArrowWriter ("spark": the reference it is tested against). */
   final boolean flatWriteConverter;
@@ -119,7 +120,12 @@ public final class FlightOptions implements Serializable {
     maxPartitions = longOption(options, "maxPartitions", (long) DEFAULT_MAX_PARTITIONS, 1).intValue();
     Long min = longOption(options, "minPartitions", null, 1);
     minPartitions = min == null ? null : min.intValue();
-    writeBatchRows = longOption(options, "writeBatchRows", (long) DEFAULT_WRITE_BATCH_ROWS, 1).intValue();
+    Long batchRows = longOption(options, "writeBatchRows", null, 1);
+    if (batchRows != null && batchRows > Integer.MAX_VALUE) {
+      throw new IllegalArgumentException("option writeBatchRows must be <= " + Integer.MAX_VALUE + ", got " + batchRows);
+    }
+    writeBatchRows = batchRows == null ? null : batchRows.intValue();
+    writeBatchBytes = longOption(options, "writeBatchBytes", WriteBatchSizing.DEFAULT_BATCH_BYTES, 1024);
     String converter = options.getOrDefault("writeConverter", "flat").strip().toLowerCase(Locale.ROOT);
     if (!converter.equals("flat") && !converter.equals("spark")) {
       throw new IllegalArgumentException("option writeConverter must be flat or spark, got '" + cut(converter) + "'");

@@ -17,7 +17,9 @@ import org.apache.arrow.flight.SyncPutListener;
  * next batch is converted while the previous one is still on the wire.
  */
 final class PutBackpressure {
-  /** About two default batches of a few columns: one on the wire, one queued. */
+  /** Below one default batch of a few columns (131072 rows, about 5 MB): a task converts its
+   * next batch while the last one is still queued, and queues it once the last is mostly sent,
+   * so at most about two batches (WriteBatchSizing's cap each) wait per task. */
   static final int READY_THRESHOLD_BYTES = 4 * 1024 * 1024;
   private static final long FIRST_PARK_NS = 20_000;
   private static final long MAX_PARK_NS = 1_000_000;

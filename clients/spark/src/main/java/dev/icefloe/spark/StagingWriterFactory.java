@@ -43,7 +43,9 @@ final class StagingWriterFactory implements DataWriterFactory, StreamingDataWrit
     return new StagingWriter(job + "-" + epochId);
   }
 
-  /** Rows go into Arrow vectors and out as DoPut batches of writeBatchRows; commit() ends the
+  /** Rows go into Arrow vectors and out as DoPut batches ({@link WriteBatchSizing}: rows per
+   * batch from writeBatchRows or the byte cap and the schema; the flat converter also ends a
+   * batch whose real bytes reach the cap); commit() ends the
    * stream and answers the staging token. Flat schemas go through {@link FlatArrowWriter}
    * (unless option writeConverter is "spark"); others through Spark's own ArrowWriter. */
   private final class StagingWriter implements DataWriter<InternalRow> {
@@ -55,6 +57,7 @@ final class StagingWriterFactory implements DataWriterFactory, StreamingDataWrit
     private SyncPutListener answers;
     private long rows;
     private int pending;
+    private int batchRows;
     private final String stageJob;
 
     StagingWriter(String stageJob) {
@@ -63,10 +66,11 @@ final class StagingWriterFactory implements DataWriterFactory, StreamingDataWrit
 
     private void start() {
       connection = FlightConnection.open(options);
+      batchRows = WriteBatchSizing.rowsPerBatch(schema, options.writeBatchRows, options.writeBatchBytes);
       root = VectorSchemaRoot.create(
           ArrowUtils.toArrowSchema(schema, "UTC", true, false), connection.allocator);
       if (options.flatWriteConverter) {
-        flat = FlatArrowWriter.create(root, schema, options.writeBatchRows);
+        flat = FlatArrowWriter.create(root, schema, batchRows);
       }
       if (flat == null) {
         arrow = ArrowWriter.create(root);
@@ -89,7 +93,8 @@ final class StagingWriterFactory implements DataWriterFactory, StreamingDataWrit
         arrow.write(row);
       }
       rows++;
-      if (++pending >= options.writeBatchRows) {
+      if (++pending >= batchRows
+          || (flat != null && WriteBatchSizing.full(flat.bytes(), options.writeBatchBytes))) {
         flush();
       }
     }
