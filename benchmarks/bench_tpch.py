@@ -292,7 +292,7 @@ def main() -> None:
             measured = measure(targets, numbers, args.runs)
             peak_rss["server"] = peak_rss_mib(server.proc.pid)
             peak_rss["peer"] = peak_rss_mib(peer.proc.pid) if peer is not None else None
-            peak_rss["bench_process"] = peak_rss_mib(os.getpid())  # the three in-process DuckDB targets
+            peak_rss["bench_process"] = peak_rss_mib(os.getpid())  # the in-process DuckDB targets
         finally:
             for conn in connections:
                 conn.close()
