@@ -23,7 +23,13 @@ each round; the median per target. Every target's answer is checked against Duck
 to 1e-9 relative). Prints a table per query and the geometric means of the ratios; writes
 a run file ``benchmarks/results/tpch_sf<SCALE>-<UTC time>.json``.
 
+At scale factor 10 the Arrow-dataset target (no longer icefloe's read path for local tables,
+and the slowest of the five) can be left out with ``--no-arrow-datasets``; a warehouse loaded
+once with ``--keep-warehouse DIR`` is served again, without loading, with ``--reuse-warehouse
+DIR``. The run file also records each process's peak resident memory (``peak_rss_mib``).
+
 Usage: python benchmarks/bench_tpch.py [--scale 1] [--runs 3] [--queries 1,6,18] [--no-peer]
+       [--no-arrow-datasets] [--keep-warehouse DIR | --reuse-warehouse DIR]
 """
 
 from __future__ import annotations
@@ -167,12 +173,25 @@ def measure(targets: list[Target], numbers: list[int], runs: int) -> dict[str, A
     return {"times": times, "mismatches": mismatches}
 
 
+def peak_rss_mib(pid: int) -> float | None:
+    """A live process's peak resident set so far (Linux ``VmHWM``), in MiB; None elsewhere."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
 def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def report(args: argparse.Namespace, numbers: list[int], measured: dict[str, Any], load_s: dict[str, float],
-           peer_note: str, load_before: tuple[float, float, float]) -> dict[str, Any]:
+           peer_note: str, load_before: tuple[float, float, float],
+           peak_rss: dict[str, float | None]) -> dict[str, Any]:
     times = measured["times"]
     median = {name: {n: statistics.median(v) for n, v in per.items()} for name, per in times.items()}
     base = median["duckdb"]
@@ -184,12 +203,13 @@ def report(args: argparse.Namespace, numbers: list[int], measured: dict[str, Any
     # icefloe over DuckDB on icefloe's own files: the server path alone, files held equal
     ratios["icefloe_vs_duckdb_on_its_files"] = {
         n: median["icefloe"][n] / median["duckdb_on_icefloe_files"][n] for n in numbers}
-    # the sandbox's Arrow dataset scan alone, files held equal
-    ratios["arrow_datasets_vs_duckdb_reader"] = {
-        n: median["duckdb_arrow_on_icefloe_files"][n] / median["duckdb_on_icefloe_files"][n] for n in numbers}
-    # icefloe over the same Arrow datasets in process: Flight SQL, planning, the sandbox
-    ratios["icefloe_vs_duckdb_arrow_on_its_files"] = {
-        n: median["icefloe"][n] / median["duckdb_arrow_on_icefloe_files"][n] for n in numbers}
+    if "duckdb_arrow_on_icefloe_files" in median:
+        # the sandbox's Arrow dataset scan alone, files held equal
+        ratios["arrow_datasets_vs_duckdb_reader"] = {
+            n: median["duckdb_arrow_on_icefloe_files"][n] / median["duckdb_on_icefloe_files"][n] for n in numbers}
+        # icefloe over the same Arrow datasets in process: Flight SQL, planning, the sandbox
+        ratios["icefloe_vs_duckdb_arrow_on_its_files"] = {
+            n: median["icefloe"][n] / median["duckdb_arrow_on_icefloe_files"][n] for n in numbers}
     geo = {name: geomean(list(per.values())) for name, per in ratios.items()}
     result = {
         "scale": args.scale,
@@ -200,6 +220,7 @@ def report(args: argparse.Namespace, numbers: list[int], measured: dict[str, Any
         "cpu_count": os.cpu_count(),
         "peer": PEER if "peer" in median else f"skipped: {peer_note}",
         "load_seconds": load_s,
+        "peak_rss_mib": peak_rss,
         "median_ms": {name: {str(n): v * 1e3 for n, v in per.items()} for name, per in median.items()},
         "ratio_to_duckdb": {name: {str(n): v for n, v in per.items()} for name, per in ratios.items()},
         "geomean": geo,
@@ -219,6 +240,7 @@ def report(args: argparse.Namespace, numbers: list[int], measured: dict[str, Any
           + ("" if "peer" in median else f"; peer skipped: {peer_note}"))
     bad = {k: v for k, v in measured["mismatches"].items() if v}
     print("answers: " + ("all equal to DuckDB's" if not bad else f"DIFFER: {bad}"))
+    print("peak resident memory: " + ", ".join(f"{k} {v:.0f} MiB" for k, v in peak_rss.items() if v is not None))
     return result
 
 
@@ -228,7 +250,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--queries", default="", help="e.g. 1,6,18 (default: all 22)")
     parser.add_argument("--no-peer", action="store_true")
-    parser.add_argument("--keep-warehouse", default="", help="load into this folder and leave it there")
+    parser.add_argument("--no-arrow-datasets", action="store_true",
+                        help="leave out DuckDB over icefloe's files as Arrow datasets (the slowest target)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--keep-warehouse", default="", help="load into this folder and leave it there")
+    where.add_argument("--reuse-warehouse", default="", help="serve this folder, loaded by --keep-warehouse before")
     args = parser.parse_args()
     numbers = [int(q) for q in args.queries.split(",")] if args.queries else list(NUMBERS)
     data = generate(args.scale, CACHE / scale_name(args.scale))
@@ -236,23 +262,27 @@ def main() -> None:
     if peer_bin is None:
         print(f"peer skipped: {peer_note}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="icefloe-tpch-") as tmp:
-        warehouse = Path(args.keep_warehouse or Path(tmp) / "warehouse")
+        warehouse = Path(args.reuse_warehouse or args.keep_warehouse or Path(tmp) / "warehouse")
+        if args.reuse_warehouse and not icefloe_files(warehouse, "lineitem"):
+            raise SystemExit(f"{warehouse} holds no loaded TPC-H tables (load one with --keep-warehouse)")
         server = ServerProcess(warehouse).start()
         peer = None
         connections = []
+        peak_rss: dict[str, float | None] = {}
         try:
-            load_s = load(server, data)
+            load_s = {} if args.reuse_warehouse else load(server, data)
+            peak_rss["server_after_load"] = peak_rss_mib(server.proc.pid)
             print("loaded: " + ", ".join(f"{t} {s:.1f}s" for t, s in load_s.items()), file=sys.stderr)
             source = duckdb_over({t: [str(data / f"{t}.parquet")] for t in TABLES})
             own_files = {t: icefloe_files(warehouse, t) for t in TABLES}
             own = duckdb_over(own_files)
-            own_arrow = duckdb_over(own_files, arrow=True)
             targets = [inprocess_target("duckdb", source)]
             icefloe, conn = adbc_target("icefloe", server.location, "tpch.")
             targets.append(icefloe)
             connections.append(conn)
             targets.append(inprocess_target("duckdb_on_icefloe_files", own))
-            targets.append(inprocess_target("duckdb_arrow_on_icefloe_files", own_arrow))
+            if not args.no_arrow_datasets:
+                targets.append(inprocess_target("duckdb_arrow_on_icefloe_files", duckdb_over(own_files, arrow=True)))
             if peer_bin is not None:
                 peer = BareProcess([str(peer_bin), *(f"{t}={data / f'{t}.parquet'}" for t in TABLES)])
                 peer_target, conn = adbc_target("peer", peer.location, "")
@@ -260,13 +290,16 @@ def main() -> None:
                 connections.append(conn)
             load_before = os.getloadavg()
             measured = measure(targets, numbers, args.runs)
+            peak_rss["server"] = peak_rss_mib(server.proc.pid)
+            peak_rss["peer"] = peak_rss_mib(peer.proc.pid) if peer is not None else None
+            peak_rss["bench_process"] = peak_rss_mib(os.getpid())  # the in-process DuckDB targets
         finally:
             for conn in connections:
                 conn.close()
             server.stop()
             if peer is not None:
                 peer.stop()
-    result = report(args, numbers, measured, load_s, peer_note, load_before)
+    result = report(args, numbers, measured, load_s, peer_note, load_before, peak_rss)
     save_run(f"tpch_{scale_name(args.scale)}", result)
 
 

@@ -104,8 +104,18 @@ def _parquet(path: str, batch_rows: int) -> Source:
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(path)
-    return Source(pf.schema_arrow, pf.iter_batches(batch_size=batch_rows), pf.metadata.num_rows, "rows",
+    return Source(pf.schema_arrow, _row_group_batches(pf, batch_rows), pf.metadata.num_rows, "rows",
                   lambda rows: rows, pf.close)
+
+
+def _row_group_batches(pf: Any, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """The file's batches, one ``iter_batches`` call per row group. One call over the whole
+    file keeps, until it ends, every column chunk its read-ahead (``pre_buffer``) fetched: the
+    client grew by the file's compressed size (2.5 GB loading TPC-H SF10's lineitem). Per row
+    group, a group's chunks are freed when the next group starts, and each is still fetched
+    ahead in one read."""
+    for group in range(pf.metadata.num_row_groups):
+        yield from pf.iter_batches(batch_size=batch_rows, row_groups=[group])
 
 
 def _csv_types(path: str, delimiter: str, types: pa.Schema) -> dict[str, pa.DataType]:
