@@ -17,6 +17,8 @@ the statement run again on the new snapshot: ``SqlWriter._attempts``).
 
 from __future__ import annotations
 
+import logging
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +45,8 @@ COPY_ON_WRITE = "copy-on-write"
 MERGE_ON_READ = "merge-on-read"
 MODES = (COPY_ON_WRITE, MERGE_ON_READ)
 MODE_PROPERTIES = ("write.delete.mode", "write.update.mode", "write.merge.mode")
+
+logger = logging.getLogger("icefloe.sqlwrite.mor")
 
 
 def write_mode(table: Any, prop: str, what: str) -> str:
@@ -109,7 +113,7 @@ def _grouped(hits: pa.Table) -> tuple[list[int], list[np.ndarray]]:
 
 def commit_changes(
     w: Write, files: TargetFiles, target_name: str, operation: str, hits: pa.Table, rows: pa.Table | None,
-    counts: tuple[int, int],
+    counts: tuple[int, int], clock: _Clock | None = None,
 ) -> None:
     """One row-delta snapshot: the rows ``hits`` names (file index, position) deleted by
     position delete files, ``rows`` (if any) appended; ``counts``: rows truly (added, deleted)."""
@@ -117,10 +121,13 @@ def commit_changes(
     indexes, positions = _grouped(hits)
     commit_uuid = uuid.uuid4()
     written: list[str] = []
+    clock = clock or _Clock()
     try:
-        with deferred_fsync() as pending, extra_batch_writes(lambda _record: _durable(pending)):
+        with deferred_fsync() as pending, extra_batch_writes(lambda _record: _durable(pending, clock)):
             _write_and_commit(w, files, target_name, operation, indexes, positions, rows, counts, commit_uuid,
-                              written)
+                              written, clock)
+        clock.mark("landed")
+        logger.debug("merge-on-read %s of %d rows in %d files: %s", operation, hits.num_rows, len(indexes), clock)
     except Exception:
         # Nothing references these files unless the commit landed (and then it did not raise);
         # a failure whose outcome is unknown leaves them to orphan removal as well.
@@ -132,28 +139,50 @@ def commit_changes(
         raise
 
 
-def _durable(paths: list[str]) -> dict[bytes, bytes]:
+class _Clock:
+    """Milliseconds between the phases of one commit, for the debug log (where the fixed
+    cost of a statement goes: files, manifests, metadata, fsync wait, RocksDB batch)."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+        self._phases: list[tuple[str, float]] = []
+
+    def mark(self, phase: str) -> None:
+        now = time.perf_counter()
+        self._phases.append((phase, (now - self._last) * 1000))
+        self._last = now
+
+    def __str__(self) -> str:
+        return ", ".join(f"{phase} {ms:.1f} ms" for phase, ms in self._phases)
+
+
+def _durable(paths: list[str], clock: _Clock) -> dict[bytes, bytes]:
     """Called by the catalog right before its RocksDB batch: every file the new metadata
     references (delete and data files, manifests, manifest list, the metadata JSON) becomes
     durable in one concurrent fsync round, not one round per file as each is closed."""
+    clock.mark("metadata")
     fsync_all(local_paths(paths))
+    clock.mark("fsync wait")
     return {}
 
 
 def _write_and_commit(
     w: Write, files: TargetFiles, target_name: str, operation: str, indexes: list[int], positions: list[np.ndarray],
-    rows: pa.Table | None, counts: tuple[int, int], commit_uuid: uuid.UUID, written: list[str],
+    rows: pa.Table | None, counts: tuple[int, int], commit_uuid: uuid.UUID, written: list[str], clock: _Clock,
 ) -> None:
     table = files.table
     deletes = delete_writer.write_position_deletes(table, [files.files[i] for i in indexes], positions,
                                                    commit_uuid)
     written += [f.file_path for f in deletes]
+    clock.mark("delete files")
     added = []
     if rows is not None and rows.num_rows:
         added = list(_dataframe_to_data_files(table_metadata=table.metadata, write_uuid=commit_uuid, df=to_plain(rows),
                                               io=table.io))
         written += [f.file_path for f in added]
+        clock.mark("data files")
     delta = delete_writer.row_delta(table, deletes, added, commit_uuid)
+    clock.mark("manifests")
     inputs = [i for i in input_names(getattr(files, "pins", [])) if i != target_name]
     with w.committing(operation, inputs), commit_context(extra={"row_counts": {"added": counts[0],
                                                                                "deleted": counts[1]}}):
@@ -166,10 +195,12 @@ def delete(w: Write, files: TargetFiles, target_name: str, ref: str, cond: str |
     """A merge-on-read DELETE; returns the rows deleted."""
     if not files.files:
         return 0
+    clock = _Clock()
     hits = _positions(w, files, ref, cond)
+    clock.mark("read")
     if hits.num_rows == 0:
         return 0
-    commit_changes(w, files, target_name, "delete", hits, None, (0, hits.num_rows))
+    commit_changes(w, files, target_name, "delete", hits, None, (0, hits.num_rows), clock)
     return int(hits.num_rows)
 
 
@@ -179,9 +210,12 @@ def update(w: Write, files: TargetFiles, target_name: str, ref: str, cond: str |
     ``select``: the new row's select items (SET expressions cast to the column types)."""
     if not files.files:
         return 0
+    clock = _Clock()
     hits = _positions(w, files, ref, cond, ", " + ", ".join(select))
+    clock.mark("read")
     if hits.num_rows == 0:
         return 0
     new_rows = conform(hits.select(list(range(2, hits.num_columns))), files.table.schema(), names, what)
-    commit_changes(w, files, target_name, "overwrite", hits.select([0, 1]), new_rows, (hits.num_rows, hits.num_rows))
+    commit_changes(w, files, target_name, "overwrite", hits.select([0, 1]), new_rows, (hits.num_rows, hits.num_rows),
+                   clock)
     return int(hits.num_rows)
