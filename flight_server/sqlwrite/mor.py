@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
+from pyiceberg.manifest import DataFile
 
 from catalog import delete_writer
 from catalog.arrow_types import to_plain
@@ -124,10 +125,12 @@ def commit_changes(
     clock = clock or _Clock()
     try:
         with deferred_fsync() as pending, extra_batch_writes(lambda _record: _durable(pending, clock)):
-            _write_and_commit(w, files, target_name, operation, indexes, positions, rows, counts, commit_uuid,
-                              written, clock)
+            deletes = _write_and_commit(w, files, target_name, operation, indexes, positions, rows, counts,
+                                        commit_uuid, written, clock)
         clock.mark("landed")
         logger.debug("merge-on-read %s of %d rows in %d files: %s", operation, hits.num_rows, len(indexes), clock)
+        _remember_written(w, {files.files[i].file_path: p for i, p in zip(indexes, positions, strict=True)},
+                          deletes)
     except Exception:
         # Nothing references these files unless the commit landed (and then it did not raise);
         # a failure whose outcome is unknown leaves them to orphan removal as well.
@@ -137,6 +140,18 @@ def commit_changes(
             except Exception:  # noqa: S110 - best effort, orphan removal deletes what is left
                 pass
         raise
+
+
+def _remember_written(w: Write, positions: dict[str, np.ndarray], deletes: list[DataFile]) -> None:
+    """Hand the positions just committed to the engine's cache of parsed delete files, for
+    each file-scoped delete file written (the default granularity: its ``file_path`` bounds
+    are equal, naming one data file); the next statement then reads none of them back."""
+    delete_sets = w.engine.sources.delete_sets
+    for f in deletes:
+        low, high = f.lower_bounds.get(delete_writer.FILE_PATH_ID), f.upper_bounds.get(delete_writer.FILE_PATH_ID)
+        named = low.decode("utf-8") if low is not None and low == high else None
+        if named is not None and named in positions:
+            delete_sets.remember_positions(f.file_path, {named: positions[named]})
 
 
 class _Clock:
@@ -169,7 +184,8 @@ def _durable(paths: list[str], clock: _Clock) -> dict[bytes, bytes]:
 def _write_and_commit(
     w: Write, files: TargetFiles, target_name: str, operation: str, indexes: list[int], positions: list[np.ndarray],
     rows: pa.Table | None, counts: tuple[int, int], commit_uuid: uuid.UUID, written: list[str], clock: _Clock,
-) -> None:
+) -> list[DataFile]:
+    """Write the delete files (and new data files), commit; returns the delete files."""
     table = files.table
     deletes = delete_writer.write_position_deletes(table, [files.files[i] for i in indexes], positions,
                                                    commit_uuid)
@@ -189,6 +205,7 @@ def _write_and_commit(
         txn = table.transaction()
         txn._apply(delta.updates, delta.requirements)
         commit_once(txn)
+    return deletes
 
 
 def delete(w: Write, files: TargetFiles, target_name: str, ref: str, cond: str | None) -> int:
