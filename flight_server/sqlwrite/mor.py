@@ -104,10 +104,17 @@ def _positions(w: Write, files: TargetFiles, ref: str, cond: str | None, extra: 
 
 def _grouped(hits: pa.Table) -> tuple[list[int], list[np.ndarray]]:
     """The file indexes hit and, for each, its sorted positions (one sort for all rows)."""
-    tags = hits.column(0).to_numpy()
-    pos = hits.column(1).to_numpy()
-    order = np.lexsort((pos, tags))
-    tags, pos = tags[order], pos[order]
+    tags = hits.column(0).to_numpy().astype(np.int64, copy=False)
+    pos = hits.column(1).to_numpy().astype(np.int64, copy=False)
+    if len(pos) and tags.min() == tags.max():  # one file (a clustered statement)
+        return [int(tags[0])], [np.sort(pos)]
+    if len(pos) and 0 <= tags.min() and tags.max() < 1 << 23 and 0 <= pos.min() and pos.max() < 1 << 40:
+        # One sort of (file << 40 | position): ~3x faster than lexsort's two passes on 100k rows.
+        keys = np.sort((tags << 40) | pos)
+        tags, pos = keys >> 40, keys & ((1 << 40) - 1)
+    else:
+        order = np.lexsort((pos, tags))
+        tags, pos = tags[order], pos[order]
     uniq, starts = np.unique(tags, return_index=True)
     return [int(t) for t in uniq], np.split(pos, starts[1:])
 
