@@ -111,7 +111,9 @@ def one_run(rows: int, files: int, repeat: int, tables: tuple[str, ...] = TABLES
         duck_file = duckdb.connect(str(Path(tmp) / "baseline.duckdb"))
         duck_file.execute(f"CREATE TABLE t AS SELECT {COLUMNS} FROM range({rows})")
         duck_file.execute("CHECKPOINT")
-        server = ServerProcess(Path(tmp) / "warehouse").start()
+        # Run from this checkout: ``python -m`` puts the working folder first on sys.path, so a
+        # server started from another checkout's folder would run that checkout's code.
+        server = ServerProcess(Path(tmp) / "warehouse", cwd=ROOT).start()
         try:
             conn = fsql.connect(server.location, autocommit=True)
             execute_update(conn, "CREATE SCHEMA bench")
