@@ -15,7 +15,9 @@ slice every time, the same statement runs on all three:
   new (inserted); ``write.merge.mode`` as the table's other modes.
 
 icefloe's time is the client's round trip (ADBC ``execute_update``: plan, scan, write,
-fsync'd commit); DuckDB's is ``con.execute`` on its in-memory table. Per run: median times,
+fsync'd commit); DuckDB's is ``con.execute`` on its in-memory table (the baseline of the
+ratios: no durability to pay for), and on a table in a DuckDB database file (``duckdb_file``:
+each statement commits to DuckDB's write-ahead log, as informative second baseline). Per run: median times,
 the ratios merge-on-read / DuckDB and copy-on-write / DuckDB, the server's CPU seconds per
 statement (``/proc``: user + system of the server process), bytes written against the
 table's size, and a full scan (``count(*), sum(v)``) of each table afterwards (merge-on-read
@@ -24,6 +26,7 @@ report is the median over runs, with the load average before and after each run.
 
     python benchmarks/bench_sql_writes.py [--rows 10000000] [--files 20] [--repeat 3] [--runs 3]
     python benchmarks/bench_sql_writes.py --quick     # 1M rows, 10 files, one run
+    python benchmarks/bench_sql_writes.py --tables mor  # merge-on-read only (copy-on-write's rewrites are slow)
 """
 
 from __future__ import annotations
@@ -99,29 +102,35 @@ KINDS = ("delete clustered", "update clustered", "delete scattered", "update sca
 TABLES = ("mor", "cow")
 
 
-def one_run(rows: int, files: int, repeat: int) -> dict[str, Any]:
+def one_run(rows: int, files: int, repeat: int, tables: tuple[str, ...] = TABLES) -> dict[str, Any]:
     per_file = rows // files
     duck = duckdb.connect()
     duck.execute(f"CREATE TABLE t AS SELECT {COLUMNS} FROM range({rows})")
     result: dict[str, Any] = {"loadavg_before": list(os.getloadavg()), "operations": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        server = ServerProcess(Path(tmp) / "warehouse").start()
+        duck_file = duckdb.connect(str(Path(tmp) / "baseline.duckdb"))
+        duck_file.execute(f"CREATE TABLE t AS SELECT {COLUMNS} FROM range({rows})")
+        duck_file.execute("CHECKPOINT")
+        # Run from this checkout: ``python -m`` puts the working folder first on sys.path, so a
+        # server started from another checkout's folder would run that checkout's code.
+        server = ServerProcess(Path(tmp) / "warehouse", cwd=ROOT).start()
         try:
             conn = fsql.connect(server.location, autocommit=True)
             execute_update(conn, "CREATE SCHEMA bench")
-            for table in TABLES:
+            for table in tables:
                 execute_update(conn, f"CREATE TABLE bench.{table} (id BIGINT NOT NULL, k INTEGER, v DOUBLE, s VARCHAR)")
                 for f in range(files):
                     execute_update(conn, f"INSERT INTO bench.{table} SELECT {COLUMNS} FROM range({f * per_file}, "
                                          f"{(f + 1) * per_file})")
             execute_update(conn, "ALTER TABLE bench.mor SET ('write.delete.mode' = 'merge-on-read', "
                                  "'write.update.mode' = 'merge-on-read', 'write.merge.mode' = 'merge-on-read')")
-            result["table_bytes"] = int(last_summary(conn, "cow")["total-files-size"])
-            for table in TABLES:  # warm every side alike (file footers, DuckDB's buffers)
+            result["table_bytes"] = int(last_summary(conn, tables[0])["total-files-size"])
+            for table in tables:  # warm every side alike (file footers, DuckDB's buffers)
                 _scan(conn, table)
             duck.execute("SELECT count(*), sum(v) FROM t").fetchall()
+            duck_file.execute("SELECT count(*), sum(v) FROM t").fetchall()
             for kind in KINDS:
-                times: dict[str, list[float]] = {"mor": [], "cow": [], "duckdb": []}
+                times: dict[str, list[float]] = {"mor": [], "cow": [], "duckdb": [], "duckdb_file": []}
                 cpu: dict[str, list[float]] = {"mor": [], "cow": []}  # the server's CPU per statement
                 written: dict[str, list[float]] = {"mor": [], "cow": []}
                 counts = []
@@ -131,7 +140,10 @@ def one_run(rows: int, files: int, repeat: int) -> dict[str, Any]:
                     changed = duck.execute(sql.replace("bench.t", "t")).fetchone()
                     times["duckdb"].append(time.perf_counter() - start)
                     duck_count = changed[0] if changed else None
-                    for table in TABLES:
+                    start = time.perf_counter()
+                    duck_file.execute(sql.replace("bench.t", "t")).fetchone()
+                    times["duckdb_file"].append(time.perf_counter() - start)
+                    for table in tables:
                         size_before = int(last_summary(conn, table)["total-files-size"])
                         cpu_before = server_cpu(server)
                         count, seconds = execute_update(conn, sql.replace("bench.t", f"bench.{table}"))
@@ -142,24 +154,32 @@ def one_run(rows: int, files: int, repeat: int) -> dict[str, Any]:
                         times[table].append(seconds)
                         written[table].append(int(summary.get("added-files-size", 0)) / size_before)
                     counts.append(duck_count)
-                med = {k: statistics.median(v) for k, v in times.items()}
+                nan = float("nan")  # a table this run left out
+                med = {k: statistics.median(v) if v else nan for k, v in times.items()}
                 result["operations"][kind] = {
                     "rows_changed": counts,
                     "mor_median_s": med["mor"], "cow_median_s": med["cow"], "duckdb_median_s": med["duckdb"],
+                    "duckdb_file_median_s": med["duckdb_file"],
                     "mor_vs_duckdb": med["mor"] / med["duckdb"], "cow_vs_duckdb": med["cow"] / med["duckdb"],
+                    "mor_vs_duckdb_file": med["mor"] / med["duckdb_file"],
                     "cow_vs_mor": med["cow"] / med["mor"],
-                    "mor_server_cpu_median_s": statistics.median(cpu["mor"]),
-                    "cow_server_cpu_median_s": statistics.median(cpu["cow"]),
+                    "mor_server_cpu_median_s": statistics.median(cpu["mor"]) if cpu["mor"] else nan,
+                    "cow_server_cpu_median_s": statistics.median(cpu["cow"]) if cpu["cow"] else nan,
                     # Bytes of new files (data and delete files) as a fraction of the table's size.
-                    "mor_bytes_written_vs_table": statistics.median(written["mor"]),
-                    "cow_bytes_written_vs_table": statistics.median(written["cow"]),
+                    "mor_bytes_written_vs_table": statistics.median(written["mor"]) if written["mor"] else nan,
+                    "cow_bytes_written_vs_table": statistics.median(written["cow"]) if written["cow"] else nan,
                 }
             duck_check = duck.execute("SELECT count(*), sum(v) FROM t").fetchone()
-            for table in TABLES:
+            if duck_file.execute("SELECT count(*), sum(v) FROM t").fetchone() != duck_check:
+                raise AssertionError("DuckDB's file table differs from its in-memory one")
+            duck_file.close()
+            for table in tables:
                 check, seconds = _scan(conn, table)
                 if check != duck_check:
                     raise AssertionError(f"bench.{table} differs after the run: {check}, DuckDB {duck_check}")
                 result[f"{table}_scan_after_s"] = seconds
+            for table in set(TABLES) - set(tables):
+                result[f"{table}_scan_after_s"] = float("nan")
             conn.close()
         finally:
             server.stop()
@@ -186,6 +206,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--runs", type=int, default=3, help="full runs (fresh server and tables); median reported")
     parser.add_argument("--quick", action="store_true", help="1M rows in 10 files, one run")
+    parser.add_argument("--tables", choices=("both", "mor", "cow"), default="both",
+                        help="which icefloe tables to measure (default both)")
     parser.add_argument("--out", type=Path, default=None, help="write the result here instead of a run file")
     args = parser.parse_args()
     if args.quick:
@@ -193,30 +215,32 @@ def main() -> None:
     rows = args.rows // args.files * args.files
     runs = []
     for n in range(args.runs):
-        run = one_run(rows, args.files, args.repeat)
+        run = one_run(rows, args.files, args.repeat, TABLES if args.tables == "both" else (args.tables,))
         runs.append(run)
         print(f"run {n + 1}/{args.runs}: load average {run['loadavg_before'][0]:.2f} -> {run['loadavg_after'][0]:.2f}",
               flush=True)
-    keys = ("mor_median_s", "cow_median_s", "duckdb_median_s", "mor_vs_duckdb", "cow_vs_duckdb", "cow_vs_mor",
+    keys = ("mor_median_s", "cow_median_s", "duckdb_median_s", "duckdb_file_median_s", "mor_vs_duckdb",
+            "mor_vs_duckdb_file", "cow_vs_duckdb", "cow_vs_mor",
             "mor_bytes_written_vs_table", "cow_bytes_written_vs_table", "mor_server_cpu_median_s",
             "cow_server_cpu_median_s")
     summary = {kind: {k: statistics.median(r["operations"][kind][k] for r in runs) for k in keys} for kind in KINDS}
     for kind in KINDS:
         summary[kind]["rows_changed"] = runs[0]["operations"][kind]["rows_changed"][0]
     scans = {f"{t}_scan_after_s": statistics.median(r[f"{t}_scan_after_s"] for r in runs) for t in TABLES}
-    results = {"rows": rows, "files": args.files, "repeat": args.repeat, "runs": args.runs,
+    results = {"rows": rows, "files": args.files, "repeat": args.repeat, "runs": args.runs, "tables": args.tables,
                "table_bytes": runs[0]["table_bytes"], "median_over_runs": summary, "scan_after": scans,
                "loadavg": [[r["loadavg_before"][0], r["loadavg_after"][0]] for r in runs],
                "cpus": os.cpu_count(), "per_run": runs}
     print(f"SQL writes on {rows:,} rows in {args.files} files ({results['table_bytes'] / 1e6:.1f} MB per table), "
           f"median of {args.repeat} statements, median of {args.runs} runs")
     print(f"{'operation':<18} {'rows':>8} {'MoR s':>8} {'CoW s':>8} {'DuckDB s':>9} {'MoR/duck':>9} {'CoW/duck':>9} "
-          f"{'CoW/MoR':>8} {'MoR bytes':>10} {'CoW bytes':>10} {'MoR cpu s':>10}")
+          f"{'CoW/MoR':>8} {'MoR bytes':>10} {'CoW bytes':>10} {'MoR cpu s':>10} {'duckfile s':>10} {'MoR/file':>9}")
     for kind, r in summary.items():
         print(f"{kind:<18} {r['rows_changed']:>8,} {r['mor_median_s']:>8.3f} {r['cow_median_s']:>8.3f} "
               f"{r['duckdb_median_s']:>9.4f} {r['mor_vs_duckdb']:>8.1f}x {r['cow_vs_duckdb']:>8.1f}x "
               f"{r['cow_vs_mor']:>7.1f}x {r['mor_bytes_written_vs_table']:>10.2%} "
-              f"{r['cow_bytes_written_vs_table']:>10.2%} {r['mor_server_cpu_median_s']:>10.3f}")
+              f"{r['cow_bytes_written_vs_table']:>10.2%} {r['mor_server_cpu_median_s']:>10.3f} "
+              f"{r['duckdb_file_median_s']:>10.4f} {r['mor_vs_duckdb_file']:>8.1f}x")
     print(f"full scan after: merge-on-read {scans['mor_scan_after_s']:.3f}s, "
           f"copy-on-write {scans['cow_scan_after_s']:.3f}s; "
           f"load averages (1 min, before -> after each run): {results['loadavg']}")

@@ -66,7 +66,8 @@ from pyiceberg.table.update import (
 )
 from pyiceberg.types import LongType, StringType
 
-from catalog.fast_append import _live_manifests
+from catalog.durable_io import write_new
+from catalog.fast_append import BufferedOutput, _live_manifests, land_encoded, remember_live
 from catalog.sandbox import confine
 
 FILE_PATH_ID = 2147483546
@@ -76,6 +77,13 @@ POS_ID = 2147483545
 DELETE_SCHEMA = pa.schema([
     pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": str(FILE_PATH_ID).encode()}),
     pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(POS_ID).encode()}),
+])
+
+# What is handed to the Parquet writer: file_path as a dictionary (one entry per data file).
+_ENCODED_SCHEMA = pa.schema([
+    pa.field("file_path", pa.dictionary(pa.int32(), pa.string()), nullable=False,
+             metadata={b"PARQUET:field_id": str(FILE_PATH_ID).encode()}),
+    DELETE_SCHEMA.field("pos"),
 ])
 
 
@@ -124,19 +132,28 @@ def write_position_deletes(
         # Sorted by file_path, then pos (the spec's order): sort the members by path; each
         # member's positions are sorted already.
         members.sort(key=lambda i: data_files[i].file_path)
-        paths = pa.array(np.repeat(np.arange(len(members)), [len(positions[i]) for i in members]))
+        # file_path stays dictionary-encoded from here into the Parquet file: materialised,
+        # 100k positions of one data file were 100k copies of its path (~10 MB) that the
+        # writer then hashed back into one dictionary entry (6x the whole file's write time).
+        paths = np.repeat(np.arange(len(members), dtype=np.int32), [len(positions[i]) for i in members])
         names = pa.array([data_files[i].file_path for i in members], pa.string())
-        file_path = pa.DictionaryArray.from_arrays(paths.cast(pa.int32()), names).cast(pa.string())
+        file_path = pa.DictionaryArray.from_arrays(pa.array(paths), names)
         pos = pa.array(np.concatenate([positions[i] for i in members]).astype(np.int64, copy=False))
-        rows = pa.Table.from_arrays([file_path, pos], schema=DELETE_SCHEMA)
+        rows = pa.Table.from_arrays([file_path, pos], schema=_ENCODED_SCHEMA)
         first = data_files[members[0]]
         # Next to the data files it names (their partition's folder, inside the table).
         location = posixpath.join(posixpath.dirname(first.file_path), f"{commit_uuid}-deletes-{n:05d}.parquet")
         confine(table.io, location)
-        output = table.io.new_output(location)
-        with output.create(overwrite=False) as stream, pq.ParquetWriter(stream, DELETE_SCHEMA) as writer:
-            writer.write_table(rows)
-        size = len(output)
+        # Encoded in memory and landed with one write (no filesystem stream set up for a
+        # file of a few KB); locally its fsync starts at once in the caller's deferral scope.
+        sink = pa.BufferOutputStream()
+        # The Parquet schema is the spec's (a required UTF8 file_path, field ids); no Arrow
+        # schema is stored, so Arrow readers see a plain string column, as before. Positions
+        # are distinct: no dictionary for them.
+        pq.write_table(rows, sink, use_dictionary=["file_path"], store_schema=False)
+        data = sink.getvalue().to_pybytes()
+        write_new(table.io, location, data)
+        size = len(data)
         lo_path, hi_path = data_files[members[0]].file_path, data_files[members[-1]].file_path
         lo_pos = int(min(positions[i][0] for i in members))
         hi_pos = int(max(positions[i][-1] for i in members))
@@ -205,30 +222,36 @@ def row_delta(
         return ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id,
                                        sequence_number=None, file_sequence_number=None, data_file=f)
 
+    # Every file is encoded in memory and landed with one write (``fast_append``'s way): a
+    # statement's manifests are a few KB, and pyarrow output streams cost more than their bytes.
     if data_files:
-        out = table.io.new_output(locations.new_metadata_location(f"{commit_uuid}-m{len(manifests)}.avro"))
+        out = BufferedOutput(locations.new_metadata_location(f"{commit_uuid}-m{len(manifests)}.avro"))
         with write_manifest(format_version=2, spec=metadata.spec(), schema=schema, output_file=out,
                             snapshot_id=snapshot_id, avro_compression=codec) as writer:
             for f in data_files:
                 writer.add_entry(entry(f))
                 collector.add_file(data_file=f, partition_spec=metadata.spec(), schema=schema)
+        land_encoded(table.io, out)
         manifests.append(writer.to_manifest_file())
     by_spec: dict[int, list[DataFile]] = {}
     for f in delete_files:
         by_spec.setdefault(int(f.spec_id), []).append(f)
     for spec_id, files in by_spec.items():
-        out = table.io.new_output(locations.new_metadata_location(f"{commit_uuid}-m{len(manifests)}.avro"))
+        out = BufferedOutput(locations.new_metadata_location(f"{commit_uuid}-m{len(manifests)}.avro"))
         with _DeleteManifestWriter(specs[spec_id], schema, out, snapshot_id, codec) as delete_writer:
             for f in files:
                 delete_writer.add_entry(entry(f))
                 collector.add_file(data_file=f, partition_spec=specs[spec_id], schema=schema)
+        land_encoded(table.io, out)
         manifests.append(delete_writer.to_manifest_file())
     manifests.extend(_live_manifests(parent, table.io))
-    list_out = table.io.new_output(locations.new_metadata_location(f"snap-{snapshot_id}-0-{commit_uuid}.avro"))
+    list_out = BufferedOutput(locations.new_metadata_location(f"snap-{snapshot_id}-0-{commit_uuid}.avro"))
     with write_manifest_list(format_version=2, output_file=list_out, snapshot_id=snapshot_id,
                              parent_snapshot_id=parent_id, sequence_number=sequence_number,
                              avro_compression=codec) as list_writer:
         list_writer.add_manifests(manifests)
+    land_encoded(table.io, list_out)
+    remember_live(list_out.location)  # the next statement's carried manifests, without reading it
     operation = Operation.OVERWRITE if data_files else Operation.DELETE
     summary = update_snapshot_summaries(
         summary=Summary(operation=operation, **collector.build(), **(snapshot_properties or {})),

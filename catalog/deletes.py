@@ -318,6 +318,14 @@ class DeleteSets:
             return arrays[0]
         return np.unique(np.concatenate(arrays)) if distinct else np.concatenate(arrays)
 
+    def remember_positions(self, delete_path: str, positions: dict[str, np.ndarray]) -> None:
+        """Hold the positions a writer has just written to a new position delete file (per data
+        file path: sorted, distinct int64, as a read of the file gives), so that the next read
+        of those data files does not read and sort the file back (a merge-on-read statement's
+        next one would otherwise do exactly that)."""
+        held = {path: np.array(values, dtype=np.int64) for path, values in positions.items()}  # own copies
+        self._cache.put(("positions", delete_path, None), held, sum(int(a.nbytes) + len(p) for p, a in held.items()))
+
     def _file_positions(self, io: FileIO, delete_file: DataFile) -> dict[str, np.ndarray]:
         referenced, offset, size = v3_fields(delete_file)
         key = ("positions", delete_file.file_path, offset)

@@ -101,7 +101,7 @@ def append(table: Table, data_files: Sequence[DataFile], snapshot_properties: di
         requirements=(AssertRefSnapshotId(snapshot_id=parent_id, ref=MAIN_BRANCH),),  # type: ignore[call-arg]
     )
     try:
-        manifest_out = _BufferedOutput(locations.new_metadata_location(f"{commit_uuid}-m0.avro"))
+        manifest_out = BufferedOutput(locations.new_metadata_location(f"{commit_uuid}-m0.avro"))
         with write_manifest(format_version=version, spec=spec, schema=schema, output_file=manifest_out,
                             snapshot_id=snapshot_id, avro_compression=codec) as manifest_writer:
             for data_file in data_files:
@@ -112,15 +112,13 @@ def append(table: Table, data_files: Sequence[DataFile], snapshot_properties: di
         table_files.remember_manifest(manifest_out.location, [f.file_path for f in data_files])
         manifests: list[ManifestFile] = [manifest_writer.to_manifest_file(), *_live_manifests(parent, table.io)]
 
-        list_out = _BufferedOutput(locations.new_metadata_location(f"snap-{snapshot_id}-0-{commit_uuid}.avro"))
+        list_out = BufferedOutput(locations.new_metadata_location(f"snap-{snapshot_id}-0-{commit_uuid}.avro"))
         with write_manifest_list(format_version=version, output_file=list_out, snapshot_id=snapshot_id,
                                  parent_snapshot_id=parent_id, sequence_number=sequence_number,
                                  avro_compression=codec) as list_writer:
             list_writer.add_manifests(manifests)
         _land(table.io, list_out, result)
-        written = manifest_list_cache.WRITTEN.get(list_out.location)  # v2: the entries as written
-        if written is not None:  # each holds files: the new one data_files, the others were live
-            _LIVE.put(list_out.location, written)
+        remember_live(list_out.location)  # each holds files: the new one data_files, the others were live
     except BaseException:
         discard(table.io, result)
         raise
@@ -168,6 +166,22 @@ def _live_manifests(parent: Snapshot | None, file_io: FileIO) -> tuple[ManifestF
     return found
 
 
+def remember_live(list_location: str) -> None:
+    """Keep the entries of a v2 list just written (every one of which holds live files) as
+    its successor's carried manifests."""
+    written = manifest_list_cache.WRITTEN.get(list_location)  # v2: the entries as written
+    if written is not None:
+        _LIVE.put(list_location, written)
+
+
+def land_encoded(file_io: FileIO, output: BufferedOutput, pending: list[str] | None = None) -> None:
+    """Write an in-memory encoded file to its location (``durable_io.write_new``: locally its
+    fsync starts at once when ``pending`` or the thread's ``deferred_fsync`` scope takes it)."""
+    data = output.data
+    assert data is not None, "the Avro writer did not close its stream"
+    write_new(file_io, output.location, data, pending)
+
+
 def discard(file_io: FileIO, written: FastAppend) -> None:
     """Remove the files of an append that will not be committed (best effort: orphan
     removal deletes what is left)."""
@@ -179,18 +193,16 @@ def discard(file_io: FileIO, written: FastAppend) -> None:
     written.written.clear()
 
 
-def _land(file_io: FileIO, output: _BufferedOutput, result: FastAppend) -> None:
+def _land(file_io: FileIO, output: BufferedOutput, result: FastAppend) -> None:
     """Write an encoded file to its location; locally, start its fsync at once."""
-    data = output.data
-    assert data is not None, "the Avro writer did not close its stream"
-    write_new(file_io, output.location, data, result.syncing)
+    land_encoded(file_io, output, result.syncing)
     result.written.append(output.location)
 
 
 class _Capture(io.BytesIO):
     """A stream that hands its bytes to its output file when closed."""
 
-    def __init__(self, owner: _BufferedOutput) -> None:
+    def __init__(self, owner: BufferedOutput) -> None:
         super().__init__()
         self._owner = owner
 
@@ -200,7 +212,7 @@ class _Capture(io.BytesIO):
         super().close()
 
 
-class _BufferedOutput(OutputFile):
+class BufferedOutput(OutputFile):
     """An ``OutputFile`` that keeps what is written in memory (``data`` once closed)."""
 
     def __init__(self, location: str) -> None:

@@ -344,6 +344,12 @@ class SlotPool:
                 self._returned.notify()
             raise
 
+    def has_free(self, files: frozenset[str]) -> bool:
+        """Whether a free slot may read exactly ``files`` (``take`` would make no new database,
+        unless another query takes it first)."""
+        with self._lock:
+            return any(slot.files == files for slot in self._free)
+
     def give_back(self, slot: Slot, views: list[str], suspect: bool) -> None:
         """Return a slot a query used (its cursors closed). ``suspect``: the query changed
         engine state or failed, so the slot is audited before anything else."""

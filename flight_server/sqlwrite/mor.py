@@ -17,18 +17,21 @@ the statement run again on the new snapshot: ``SqlWriter._attempts``).
 
 from __future__ import annotations
 
+import logging
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-from pyiceberg.io.pyarrow import _dataframe_to_data_files
+from pyiceberg.manifest import DataFile
 
 from catalog import delete_writer
 from catalog.arrow_types import to_plain
 from catalog.context import commit_context
 from catalog.durable_io import deferred_fsync, fsync_all, local_paths
 from catalog.idempotency import extra_batch_writes
+from catalog.writer import DataFileWriter
 from flight_server import errors
 from flight_server.engine.deletes import POSITION_COLUMN
 from flight_server.sqlwrite.commit import commit_once
@@ -43,6 +46,8 @@ COPY_ON_WRITE = "copy-on-write"
 MERGE_ON_READ = "merge-on-read"
 MODES = (COPY_ON_WRITE, MERGE_ON_READ)
 MODE_PROPERTIES = ("write.delete.mode", "write.update.mode", "write.merge.mode")
+
+logger = logging.getLogger("icefloe.sqlwrite.mor")
 
 
 def write_mode(table: Any, prop: str, what: str) -> str:
@@ -99,17 +104,24 @@ def _positions(w: Write, files: TargetFiles, ref: str, cond: str | None, extra: 
 
 def _grouped(hits: pa.Table) -> tuple[list[int], list[np.ndarray]]:
     """The file indexes hit and, for each, its sorted positions (one sort for all rows)."""
-    tags = hits.column(0).to_numpy()
-    pos = hits.column(1).to_numpy()
-    order = np.lexsort((pos, tags))
-    tags, pos = tags[order], pos[order]
+    tags = hits.column(0).to_numpy().astype(np.int64, copy=False)
+    pos = hits.column(1).to_numpy().astype(np.int64, copy=False)
+    if len(pos) and tags.min() == tags.max():  # one file (a clustered statement)
+        return [int(tags[0])], [np.sort(pos)]
+    if len(pos) and 0 <= tags.min() and tags.max() < 1 << 23 and 0 <= pos.min() and pos.max() < 1 << 40:
+        # One sort of (file << 40 | position): ~3x faster than lexsort's two passes on 100k rows.
+        keys = np.sort((tags << 40) | pos)
+        tags, pos = keys >> 40, keys & ((1 << 40) - 1)
+    else:
+        order = np.lexsort((pos, tags))
+        tags, pos = tags[order], pos[order]
     uniq, starts = np.unique(tags, return_index=True)
     return [int(t) for t in uniq], np.split(pos, starts[1:])
 
 
 def commit_changes(
     w: Write, files: TargetFiles, target_name: str, operation: str, hits: pa.Table, rows: pa.Table | None,
-    counts: tuple[int, int],
+    counts: tuple[int, int], clock: _Clock | None = None,
 ) -> None:
     """One row-delta snapshot: the rows ``hits`` names (file index, position) deleted by
     position delete files, ``rows`` (if any) appended; ``counts``: rows truly (added, deleted)."""
@@ -117,10 +129,15 @@ def commit_changes(
     indexes, positions = _grouped(hits)
     commit_uuid = uuid.uuid4()
     written: list[str] = []
+    clock = clock or _Clock()
     try:
-        with deferred_fsync() as pending, extra_batch_writes(lambda _record: _durable(pending)):
-            _write_and_commit(w, files, target_name, operation, indexes, positions, rows, counts, commit_uuid,
-                              written)
+        with deferred_fsync() as pending, extra_batch_writes(lambda _record: _durable(pending, clock)):
+            deletes = _write_and_commit(w, files, target_name, operation, indexes, positions, rows, counts,
+                                        commit_uuid, written, clock, pending)
+        clock.mark("landed")
+        logger.debug("merge-on-read %s of %d rows in %d files: %s", operation, hits.num_rows, len(indexes), clock)
+        _remember_written(w, {files.files[i].file_path: p for i, p in zip(indexes, positions, strict=True)},
+                          deletes)
     except Exception:
         # Nothing references these files unless the commit landed (and then it did not raise);
         # a failure whose outcome is unknown leaves them to orphan removal as well.
@@ -132,44 +149,94 @@ def commit_changes(
         raise
 
 
-def _durable(paths: list[str]) -> dict[bytes, bytes]:
+def _remember_written(w: Write, positions: dict[str, np.ndarray], deletes: list[DataFile]) -> None:
+    """Hand the positions just committed to the engine's cache of parsed delete files, for
+    each file-scoped delete file written (the default granularity: its ``file_path`` bounds
+    are equal, naming one data file); the next statement then reads none of them back."""
+    delete_sets = w.engine.sources.delete_sets
+    for f in deletes:
+        low, high = f.lower_bounds.get(delete_writer.FILE_PATH_ID), f.upper_bounds.get(delete_writer.FILE_PATH_ID)
+        named = low.decode("utf-8") if low is not None and low == high else None
+        if named is not None and named in positions:
+            delete_sets.remember_positions(f.file_path, {named: positions[named]})
+
+
+class _Clock:
+    """Milliseconds between the phases of one commit, for the debug log (where the fixed
+    cost of a statement goes: files, manifests, metadata, fsync wait, RocksDB batch)."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+        self._phases: list[tuple[str, float]] = []
+
+    def mark(self, phase: str) -> None:
+        now = time.perf_counter()
+        self._phases.append((phase, (now - self._last) * 1000))
+        self._last = now
+
+    def __str__(self) -> str:
+        return ", ".join(f"{phase} {ms:.1f} ms" for phase, ms in self._phases)
+
+
+def _durable(paths: list[str], clock: _Clock) -> dict[bytes, bytes]:
     """Called by the catalog right before its RocksDB batch: every file the new metadata
     references (delete and data files, manifests, manifest list, the metadata JSON) becomes
     durable in one concurrent fsync round, not one round per file as each is closed."""
+    clock.mark("metadata")
     fsync_all(local_paths(paths))
+    clock.mark("fsync wait")
     return {}
 
 
 def _write_and_commit(
     w: Write, files: TargetFiles, target_name: str, operation: str, indexes: list[int], positions: list[np.ndarray],
-    rows: pa.Table | None, counts: tuple[int, int], commit_uuid: uuid.UUID, written: list[str],
-) -> None:
+    rows: pa.Table | None, counts: tuple[int, int], commit_uuid: uuid.UUID, written: list[str], clock: _Clock,
+    pending: list[str],
+) -> list[DataFile]:
+    """Write the delete files (and new data files), commit; returns the delete files."""
     table = files.table
     deletes = delete_writer.write_position_deletes(table, [files.files[i] for i in indexes], positions,
                                                    commit_uuid)
     written += [f.file_path for f in deletes]
-    added = []
+    clock.mark("delete files")
+    added: list[DataFile] = []
     if rows is not None and rows.num_rows:
-        added = list(_dataframe_to_data_files(table_metadata=table.metadata, write_uuid=commit_uuid, df=to_plain(rows),
-                                              io=table.io))
+        # icefloe's append writer (its statistics plan and layout made once per schema, the
+        # page index), not pyiceberg's per-call one: 100k new rows of an UPDATE took pyiceberg
+        # 150-270 ms at load ~15. Its files are fsync'd in this statement's round (``pending``).
+        writer = DataFileWriter(table.metadata, table.io, rows.schema)
+        try:
+            for batch in to_plain(rows).to_batches():
+                writer.write(batch)
+            added = writer.finish(sync=False)
+        except BaseException:
+            writer.abort()
+            raise
         written += [f.file_path for f in added]
+        for path in local_paths(f.file_path for f in added):
+            pending.append(path)
+        clock.mark("data files")
     delta = delete_writer.row_delta(table, deletes, added, commit_uuid)
+    clock.mark("manifests")
     inputs = [i for i in input_names(getattr(files, "pins", [])) if i != target_name]
     with w.committing(operation, inputs), commit_context(extra={"row_counts": {"added": counts[0],
                                                                                "deleted": counts[1]}}):
         txn = table.transaction()
         txn._apply(delta.updates, delta.requirements)
         commit_once(txn)
+    return deletes
 
 
 def delete(w: Write, files: TargetFiles, target_name: str, ref: str, cond: str | None) -> int:
     """A merge-on-read DELETE; returns the rows deleted."""
     if not files.files:
         return 0
+    clock = _Clock()
     hits = _positions(w, files, ref, cond)
+    clock.mark("read")
     if hits.num_rows == 0:
         return 0
-    commit_changes(w, files, target_name, "delete", hits, None, (0, hits.num_rows))
+    commit_changes(w, files, target_name, "delete", hits, None, (0, hits.num_rows), clock)
     return int(hits.num_rows)
 
 
@@ -179,9 +246,12 @@ def update(w: Write, files: TargetFiles, target_name: str, ref: str, cond: str |
     ``select``: the new row's select items (SET expressions cast to the column types)."""
     if not files.files:
         return 0
+    clock = _Clock()
     hits = _positions(w, files, ref, cond, ", " + ", ".join(select))
+    clock.mark("read")
     if hits.num_rows == 0:
         return 0
     new_rows = conform(hits.select(list(range(2, hits.num_columns))), files.table.schema(), names, what)
-    commit_changes(w, files, target_name, "overwrite", hits.select([0, 1]), new_rows, (hits.num_rows, hits.num_rows))
+    commit_changes(w, files, target_name, "overwrite", hits.select([0, 1]), new_rows, (hits.num_rows, hits.num_rows),
+                   clock)
     return int(hits.num_rows)

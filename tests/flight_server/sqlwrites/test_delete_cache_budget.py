@@ -72,3 +72,27 @@ def test_the_cache_holds_at_most_its_budget(small_budget_server: ServerProcess) 
         assert unbounded.held_bytes > BUDGET  # what the budget saves
     finally:
         cat.close()
+
+
+def test_positions_a_writer_remembers_are_read_without_the_file(tmp_path: Any) -> None:
+    """A merge-on-read statement hands the positions it just committed to the cache, so the
+    next statement does not read its delete file back; within the budget only."""
+    import numpy as np
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    from catalog.deletes import FileDeletes
+
+    absent = str(tmp_path / "deletes.parquet")  # never written: a read of it would fail
+    delete_file = DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=absent,
+                                     file_format=FileFormat.PARQUET, record_count=3, file_size_in_bytes=1)
+    io = PyArrowFileIO()
+    sets = DeleteSets(1 << 20)
+    sets.remember_positions(absent, {"data.parquet": np.array([1, 5, 9])})
+    assert sets.positions(io, FileDeletes(positions=(delete_file,)), "data.parquet").tolist() == [1, 5, 9]
+    assert sets.positions(io, FileDeletes(positions=(delete_file,)), "other.parquet").tolist() == []
+    over_budget = DeleteSets(16)
+    over_budget.remember_positions(absent, {"data.parquet": np.array([1, 5, 9])})
+    assert over_budget.held_bytes == 0
+    with pytest.raises(FileNotFoundError):
+        over_budget.positions(io, FileDeletes(positions=(delete_file,)), "data.parquet")

@@ -81,9 +81,15 @@ def test_merge_on_read_delete_and_update(conn: Any, reader_catalog: Any, write_s
         assert entry.data_file.content.value == 1 and entry.sequence_number == snap.sequence_number
         assert manifest.sequence_number == snap.sequence_number
         with reader_catalog.load_table(name).io.new_input(entry.data_file.file_path).open() as stream:
-            written = pq.read_table(pa.BufferReader(stream.read()))
+            raw = stream.read()
+        written = pq.read_table(pa.BufferReader(raw))
         assert written.schema.names == ["file_path", "pos"]
         assert [f.metadata[b"PARQUET:field_id"] for f in written.schema] == [b"2147483546", b"2147483545"]
+        # The spec's types (a required string and long), whatever the writer handed Parquet.
+        assert [(f.type, f.nullable) for f in written.schema] == [(pa.string(), False), (pa.int64(), False)]
+        footer = pq.ParquetFile(pa.BufferReader(raw))
+        assert [str(footer.schema.column(i).logical_type) for i in range(2)] == ["String", "None"]
+        assert "RLE_DICTIONARY" in footer.metadata.row_group(0).column(0).encodings  # one entry per data file
         pairs = list(zip(written.column(0).to_pylist(), written.column(1).to_pylist(), strict=True))
         assert pairs == sorted(pairs) and len(set(pairs)) == len(pairs)
         assert len({path for path, _ in pairs}) == 1
