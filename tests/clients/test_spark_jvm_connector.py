@@ -289,7 +289,7 @@ def _java_schema(spark: Any, ddl: str) -> Any:
 
 def test_write_batch_rows_come_from_a_byte_cap_and_the_rows_width(spark: Any) -> None:
     """The rows per write batch (WriteBatchSizing, the connector's own code through py4j): the
-    byte cap over the schema's estimated Arrow width, at most 16384; an explicit writeBatchRows
+    byte cap over the schema's estimated Arrow width, at most 131072; an explicit writeBatchRows
     wins; a batch whose real bytes reach the cap is full."""
     sizing = spark._jvm.dev.icefloe.spark.WriteBatchSizing
     cap = 8 * 1024 * 1024
@@ -297,13 +297,12 @@ def test_write_batch_rows_come_from_a_byte_cap_and_the_rows_width(spark: Any) ->
     narrow = _java_schema(spark, "id bigint, u int, a double, k string, ts timestamp_ntz")
     # 8 + 4 + 8 + (4 offset + 20 a string) + 8 and a validity bit each: 53 bytes, 158,275 rows under the cap.
     assert sizing.estimatedRowBytes(narrow) == 53
-    assert sizing.rowsPerBatch(narrow, None, cap) == sizing.MAX_ROWS == 16_384
-    assert sizing.rowsPerBatch(narrow, None, 256 * 1024) == 256 * 1024 // 53  # the cap binds below the ceiling
+    assert sizing.rowsPerBatch(narrow, None, cap) == sizing.MAX_ROWS == 131_072
     wide = _java_schema(spark, ", ".join(f"s{i} string" for i in range(50)) + ", b binary")
     width = sizing.estimatedRowBytes(wide)
     assert width == math.ceil(50 * (24 + 1 / 8) + 104 + 1 / 8)
     rows = sizing.rowsPerBatch(wide, None, cap)
-    assert rows * width <= cap < (rows + 1) * width and rows < 16_384
+    assert rows * width <= cap < (rows + 1) * width and rows < 131_072
     assert sizing.rowsPerBatch(wide, 37, cap) == 37  # writeBatchRows given: it wins
     assert sizing.rowsPerBatch(_java_schema(spark, "blob binary"), None, 1024) == 1024 // 105
     assert sizing.rowsPerBatch(wide, None, 1024) == 1  # never 0
