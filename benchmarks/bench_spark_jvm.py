@@ -10,10 +10,10 @@ local[2] Spark session with the connector's jar and the Python data source both 
 - Write: ``df.write.format("icefloe-flight")`` of ``--write-rows`` rows (staged per task, one
   commit) vs one client's DoPut of the same rows; ``write_ratio`` = DoPut time / Spark time.
   The write runs with the connector's flat converter (the default), with Spark's ArrowWriter
-  (``writeConverter=spark``) and with the flat converter in 131072-row batches
-  (``write_ratio_128k``: less CPU, more wall time on 2 cores than the default's 16384), interleaved
-  with the DoPut, after one untimed write (the first write of a run paid the JVM's and the
-  table's cold start: the default and a variant set the same measured 0.67x and 0.77x);
+  (``writeConverter=spark``) and with the flat converter in the old fixed 16384-row batches
+  (``write_ratio_16k``: the baseline of the byte-capped batch size), interleaved with the DoPut,
+  after one untimed write (the first write of a run paid the JVM's and the table's cold start:
+  two identical settings once measured 0.67x and 0.77x);
   each also reports the CPU seconds it cost Spark's JVM and the server (``cpu_*``), steadier
   than wall time under load.
 - Stream latency: DoPut start -> the row in a running stream's ``foreachBatch`` (median of
@@ -56,7 +56,7 @@ from spark_support import do_put, make_session  # noqa: E402
 
 READS = ("parquet", "jvm_scan", "jvm_pushed", "python")
 CPU_KEYS = ("spark_jvm_cpu", "spark_server_cpu", "spark_arrowwriter_jvm_cpu", "spark_arrowwriter_server_cpu",
-            "spark_128k_jvm_cpu", "spark_128k_server_cpu", "doput_jvm_cpu", "doput_server_cpu")
+            "spark_16k_jvm_cpu", "spark_16k_server_cpu", "doput_jvm_cpu", "doput_server_cpu")
 
 
 def connector_jar() -> str:
@@ -128,9 +128,9 @@ def write_times(spark: Any, server: ServerProcess, source: pa.Table, run: int) -
         do_put(location, f"bench.jp_{run}", source)
 
     # Alternating within the run: A, B, C, D, then reversed, so a load change hits all of them.
-    # spark_128k: the flat converter in 131072-row batches (the alternative to the default's 16384).
+    # spark_16k: the flat converter in the old fixed 16384-row batches (the default's baseline).
     actions = {"spark": lambda: spark_write("flat"), "spark_arrowwriter": lambda: spark_write("spark"),
-               "spark_128k": lambda: spark_write("flat", 131072), "doput": one_put}
+               "spark_16k": lambda: spark_write("flat", 16384), "doput": one_put}
     spark_write("flat", table=f"bench.jwarm_{run}")  # untimed: the run's cold start
     times: dict[str, list[tuple[float, float, float]]] = {name: [] for name in actions}
     for k in range(2):
@@ -207,7 +207,7 @@ def main() -> None:
         for run in range(args.runs):
             reads = (dict.fromkeys(READS, float("nan")) if args.no_reads
                      else read_times(spark, server.location, files, args.rounds))
-            writes = (dict.fromkeys(("spark", "spark_arrowwriter", "spark_128k", "doput"), float("nan"))
+            writes = (dict.fromkeys(("spark", "spark_arrowwriter", "spark_16k", "doput"), float("nan"))
                       if args.no_writes else write_times(spark, server, source, run))
             feed_p50 = poll_p50 = float("nan")
             if not args.no_stream:
@@ -223,7 +223,7 @@ def main() -> None:
                 "jvm_vs_python": reads["python"] / reads["jvm_scan"],
                 "write_ratio": writes["doput"] / writes["spark"],
                 "write_ratio_arrowwriter": writes["doput"] / writes["spark_arrowwriter"],
-                "write_ratio_128k": writes["doput"] / writes["spark_128k"],
+                "write_ratio_16k": writes["doput"] / writes["spark_16k"],
                 **{f"cpu_{key}": writes.get(key, float("nan")) for key in CPU_KEYS},
                 "feed_p50_s": feed_p50, "poll_p50_s": poll_p50, "latency_ratio": feed_p50 / poll_p50,
                 "load_average": os.getloadavg()[0],
@@ -233,7 +233,7 @@ def main() -> None:
         spark.stop()
         server.stop()
     keys = ("scan_ratio", "pushed_ratio", "python_ratio", "jvm_vs_python", "write_ratio", "write_ratio_arrowwriter",
-            "write_ratio_128k",
+            "write_ratio_16k",
             "feed_p50_s", "poll_p50_s",
             "latency_ratio", "load_average", *(f"cpu_{key}" for key in CPU_KEYS))
     # Only what was measured: a --no-reads run holds no read figures (not NaN ones).
@@ -253,14 +253,14 @@ def main() -> None:
           f"{m['pushed_ratio']:.2f}x, Python source {m['python_ratio']:.2f}x parquet "
           f"(JVM {m['jvm_vs_python']:.2f}x faster than Python); write {m['write_ratio']:.2f}x one DoPut "
           f"(target >= 0.7; {m['write_ratio_arrowwriter']:.2f}x with Spark's ArrowWriter, "
-          f"{m['write_ratio_128k']:.2f}x with 131072-row batches); "
+          f"{m['write_ratio_16k']:.2f}x with the old fixed 16384-row batches); "
           f"commit -> foreachBatch row p50 {m['feed_p50_s'] * 1000:.0f} ms on the feed vs "
           f"{m['poll_p50_s'] * 1000:.0f} ms with a 1 s trigger = {m['latency_ratio']:.2f}x (target <= 0.2); "
           f"load {m['load_average']:.1f}")
     print("CPU seconds of a write (median), Spark's JVM / the server: flat converter "
           f"{m['cpu_spark_jvm_cpu']:.2f} / {m['cpu_spark_server_cpu']:.2f}, Spark's ArrowWriter "
-          f"{m['cpu_spark_arrowwriter_jvm_cpu']:.2f} / {m['cpu_spark_arrowwriter_server_cpu']:.2f}, 131072-row batches "
-          f"{m['cpu_spark_128k_jvm_cpu']:.2f} / {m['cpu_spark_128k_server_cpu']:.2f}, "
+          f"{m['cpu_spark_arrowwriter_jvm_cpu']:.2f} / {m['cpu_spark_arrowwriter_server_cpu']:.2f}, 16384-row batches "
+          f"{m['cpu_spark_16k_jvm_cpu']:.2f} / {m['cpu_spark_16k_server_cpu']:.2f}, "
           f"one DoPut - / {m['cpu_doput_server_cpu']:.2f}")
 
 
