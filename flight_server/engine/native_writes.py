@@ -117,13 +117,14 @@ def _tagged(
             raise NotNative(f"{path} has no Parquet field ids (name-mapped files)")
         real.append(local)
     size = sum(os.path.getsize(r) for r in real)
+    position_files = _position_files(paths, deletes)
     small = size < _MIN_NATIVE_BYTES
-    if small and sum(int(f.record_count) for f in _position_files(paths, deletes).values()) < _NATIVE_DELETED_POSITIONS:
+    if small and sum(int(f.record_count) for f in position_files.values()) < _NATIVE_DELETED_POSITIONS:
         # Unless a slot for these files is free already (known once the files are listed).
         small_reason = f"{size} bytes to read: less than a new slot costs (see _MIN_NATIVE_BYTES)"
     else:
         small_reason = None
-    deleted = _deleted_positions(natives, io, paths, deletes)
+    deleted = _deleted_positions(natives, io, paths, deletes, position_files)
     # Files with the same equality delete files are one read (most tables: all of them).
     groups: dict[tuple[str, ...], list[int]] = {}
     for i, path in enumerate(paths):
@@ -175,9 +176,10 @@ def _snapshot_data_files(natives: NativeTables, table: Table, io: ConfinedFileIO
 
 def _deleted_positions(
     natives: NativeTables, io: ConfinedFileIO, paths: list[str], deletes: dict[str, FileDeletes],
+    files: dict[str, DataFile],
 ) -> pa.Table | None:
-    """(i: file index, pos) of every position already deleted from the files, or None."""
-    files = _position_files(paths, deletes)
+    """(i: file index, pos) of every position already deleted from the files (``files``: the
+    position delete files that apply to them, ``_position_files``), or None."""
     if not files:
         return None
     if sum(int(f.record_count) for f in files.values()) > _REGISTERED_POSITIONS:

@@ -254,17 +254,20 @@ class Slot:
         """Whether the database is as ``__init__`` left it (checked after every query), but
         for the views and position tables it keeps."""
         try:
-            tables = {t for (t,) in self.admin.execute(_KEPT_TABLES_SQL).fetchall()} if self.kept_tables else set()
+            # Tables named like kept ones are left out of the counts below: each must be one
+            # this slot made.
+            tables = {t for (t,) in self.admin.execute(_KEPT_TABLES_SQL).fetchall()}
+            if not tables <= self.kept_tables.keys():
+                return False
             if not self.kept_views:  # the common case: one statement
                 row = self.admin.execute(_NO_VIEWS_SQL).fetchall()[0]
-                return row is not None and int(row[0]) == 0 and tables <= set(self.kept_tables)
+                return row is not None and int(row[0]) == 0
             row = self.admin.execute(_PRISTINE_SQL).fetchall()[0]
             views = self.admin.execute(_VIEWS_SQL).fetchall()
         except duckdb.Error:
             return False
         kept = {(CATALOG_NAME, schema, name) for schema, name in self.kept_views}
-        return (row is not None and int(row[0]) == 0 and {tuple(v) for v in views} <= kept
-                and tables <= set(self.kept_tables))
+        return row is not None and int(row[0]) == 0 and {tuple(v) for v in views} <= kept
 
     def close(self) -> None:
         try:

@@ -213,8 +213,7 @@ def _write_and_commit(
             writer.abort()
             raise
         written += [f.file_path for f in added]
-        for path in local_paths(f.file_path for f in added):
-            pending.append(path)
+        pending.extend(local_paths(f.file_path for f in added))
         clock.mark("data files")
     delta = delete_writer.row_delta(table, deletes, added, commit_uuid)
     clock.mark("manifests")
