@@ -125,8 +125,8 @@ FIGURES = (
            "process on the same Parquet (time)", "geomean.icefloe", "<= 1.3"),
     Figure("tpch_sf1", "tpch.arrow_scan", "the same queries: DuckDB over icefloe's files as Arrow datasets / DuckDB's "
            "own Parquet reader on them (time)", "geomean.arrow_datasets_vs_duckdb_reader", "report"),
-    Figure("tpch_sf10", "tpch_sf10.icefloe", "TPC-H SF10 over Flight SQL, each run's own queries (on 2026-12-05 two "
-           "runs of 8 and 7 of the 22, each query once after a warm-up): geometric mean of icefloe / DuckDB in "
+    Figure("tpch_sf10", "tpch_sf10.icefloe", "TPC-H SF10 over Flight SQL, each run's own queries (on 2026-12-05 three "
+           "runs of 8, 7 and 7 of the 22, each query once after a warm-up): geometric mean of icefloe / DuckDB in "
            "process on the same Parquet (time)", "geomean.icefloe", "report"),
     Figure("tpch_sf10", "tpch_sf10.peer", "the same: icefloe / the DataFusion Flight SQL peer on the same Parquet "
            "(time)", "geomean.icefloe_vs_peer", "report"),
