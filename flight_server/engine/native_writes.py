@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyiceberg.manifest import DataFile, ManifestContent
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -44,6 +45,7 @@ from catalog.deletes import FileDeletes
 from catalog.lru import LockedLRU
 from catalog.sandbox import ConfinedFileIO
 from flight_server.engine.deletes import POSITION_COLUMN
+from flight_server.engine.iceberg_source import quote
 from flight_server.engine.native_tables import (
     FILE_COLUMN,
     ROW_COLUMN,
@@ -74,6 +76,10 @@ _MIN_NATIVE_BYTES = 16 << 20
 # 10M rows (one 8 MB file, ~100k positions deleted before) 0.195 s of server CPU against
 # 0.090 s read here, new database included (py-spy: numpy's unique led the profile).
 _NATIVE_DELETED_POSITIONS = 65_536
+# A slot made for an earlier snapshot serves a statement whose files it lacks (an UPDATE's or
+# MERGE's new data files, ``_slot_for``) up to this many of them and bytes, read as Arrow tables.
+_UNLISTED_FILES = 16
+_UNLISTED_BYTES = 32 << 20
 # At most this many positions already deleted are held as the registered table (16 bytes each).
 _REGISTERED_POSITIONS = 8_000_000
 # (table uuid, data manifest paths) -> the real paths of the live data files they list.
@@ -82,20 +88,20 @@ _SNAPSHOT_FILES: LockedLRU[tuple[str, tuple[str, ...]], tuple[str, ...]] = Locke
 
 def tagged_table(
     natives: NativeTables, table: Table, snapshot_id: int | None, schema: Schema, paths: Sequence[str],
-    deletes: dict[str, FileDeletes], positions: bool, deleted_name: str,
-    warm: Callable[[frozenset[str]], bool] = lambda files: False,
+    deletes: dict[str, FileDeletes], positions: bool, names: str,
+    cover: Callable[[frozenset[str]], frozenset[str] | None] = lambda files: None,
 ) -> NativeTable | None:
     """The view of ``paths`` (data files of ``table`` at ``snapshot_id``) read as ``schema``
     with ``__icefloe_file`` (and, if ``positions``, ``__icefloe_pos``), the ``deletes`` of each
-    file applied; ``deleted_name``: the name its table of deleted positions is registered under;
-    ``warm``: whether a free slot may read exactly these files (``SlotPool.has_free``).
-    None: read through Arrow sources."""
+    file applied; ``names``: the prefix of the Arrow tables it registers (``<names>_deleted``,
+    ``<names>_file_<i>``); ``cover``: the file set of the free slot that may read the most of
+    a set of files and nothing outside it (``SlotPool.covering``). None: read through Arrow sources."""
     reason = refusal(table, schema)
     if reason is None and (not paths or snapshot_id is None):
         reason = "no files"  # the Arrow path's empty source has the columns' types
     if reason is None and snapshot_id is not None:
         try:
-            return _tagged(natives, table, snapshot_id, schema, list(paths), deletes, positions, deleted_name, warm)
+            return _tagged(natives, table, snapshot_id, schema, list(paths), deletes, positions, names, cover)
         except NotNative as exc:
             reason = str(exc)
     logger.debug("%s: the SQL write reads through Arrow sources: %s", table.name(), reason)
@@ -104,7 +110,8 @@ def tagged_table(
 
 def _tagged(
     natives: NativeTables, table: Table, snapshot_id: int, schema: Schema, paths: list[str],
-    deletes: dict[str, FileDeletes], positions: bool, deleted_name: str, warm: Callable[[frozenset[str]], bool],
+    deletes: dict[str, FileDeletes], positions: bool, names: str,
+    cover: Callable[[frozenset[str]], frozenset[str] | None],
 ) -> NativeTable:
     io = table.io
     assert isinstance(io, ConfinedFileIO)  # refusal checked
@@ -116,45 +123,102 @@ def _tagged(
         if not natives.sources.footer_has_ids(path, local, schema):
             raise NotNative(f"{path} has no Parquet field ids (name-mapped files)")
         real.append(local)
-    size = sum(os.path.getsize(r) for r in real)
+    sizes = [os.path.getsize(r) for r in real]
     position_files = _position_files(paths, deletes)
-    small = size < _MIN_NATIVE_BYTES
+    small = sum(sizes) < _MIN_NATIVE_BYTES
     if small and sum(int(f.record_count) for f in position_files.values()) < _NATIVE_DELETED_POSITIONS:
         # Unless a slot for these files is free already (known once the files are listed).
-        small_reason = f"{size} bytes to read: less than a new slot costs (see _MIN_NATIVE_BYTES)"
+        small_reason = f"{sum(sizes)} bytes to read: less than a new slot costs (see _MIN_NATIVE_BYTES)"
     else:
         small_reason = None
+    deleted_name = f"{names}_deleted"
     deleted = _deleted_positions(natives, io, paths, deletes, position_files)
     # Files with the same equality delete files are one read (most tables: all of them).
     groups: dict[tuple[str, ...], list[int]] = {}
     for i, path in enumerate(paths):
         equality = deletes.get(path, FileDeletes()).equality
         groups.setdefault(tuple(sorted(f.file_path for f in equality)), []).append(i)
-    selects, allowed = [], list(real)
-    for indexes in groups.values():
-        tag = _tag(indexes)
-        items = [outer, f"{tag} AS {TAG_COLUMN}"]
-        if positions:
-            items.append(f"d.{ROW_COLUMN} AS {POSITION_COLUMN}")
-        listed = "[" + ", ".join(literal(real[i]) for i in indexes) + "]"
-        read = (f"SELECT {', '.join(items)} FROM read_parquet({listed}, schema = {schema_map}, "
-                f"file_row_number = true) AS d")
-        joins = []
-        if deleted is not None and any(deletes.get(paths[i], FileDeletes()).positions for i in indexes):
-            joins.append(f"ANTI JOIN {deleted_name} AS pd ON pd.i = {tag} AND pd.pos = d.{ROW_COLUMN}")
-        equality = deletes.get(paths[indexes[0]], FileDeletes()).equality
-        joins += natives.equality_joins(io, equality, schema, allowed)
-        selects.append(" ".join([read, *joins]))
+    by_equality: list[str] = []  # the equality delete files' real paths
+    equality_joins = {key: natives.equality_joins(io, deletes.get(paths[indexes[0]], FileDeletes()).equality,
+                                                  schema, by_equality)
+                      for key, indexes in groups.items()}
     # The slot may read every data file of the snapshot, not only the ones this statement
     # reads: the next statement on other files of the table (a clustered DELETE steps through
     # them) then finds a slot made for the same set, its footers cached, instead of paying a
     # new DuckDB database. Each is a file of a snapshot the statement pins (sandbox-checked).
-    allowed.extend(_snapshot_data_files(natives, table, io, snapshot_id))
-    files = tuple(sorted(set(allowed)))
-    if small_reason is not None and not warm(frozenset(files)):
+    wanted = frozenset([*real, *by_equality, *_snapshot_data_files(natives, table, io, snapshot_id)])
+    found = cover(wanted)
+    files, unlisted = _slot_for(found, wanted, real, sizes, by_equality)
+    if small_reason is not None and files != found:  # no free slot serves it: a new one is dear
         raise NotNative(small_reason)
-    registered = ((deleted_name, deleted),) if deleted is not None else ()
-    return NativeTable(" UNION ALL ".join(selects), files, registered)
+    registered = [(deleted_name, deleted)] if deleted is not None else []
+    selects = []
+    for key, indexes in groups.items():
+        listed_here = [i for i in indexes if i not in unlisted]
+        reads = []
+        if listed_here:
+            listed = "[" + ", ".join(literal(real[i]) for i in listed_here) + "]"
+            reads.append((_tag(listed_here), f"read_parquet({listed}, schema = {schema_map}, file_row_number = true)",
+                          outer))
+        for i in indexes:
+            if i in unlisted:
+                name = f"{names}_file_{i}"
+                registered.append((name, _arrow_read(real[i], columns)))
+                reads.append((_tag([i]), name, _cast_outer(columns)))
+        for tag, source, select in reads:
+            items = [select, f"{tag} AS {TAG_COLUMN}"]
+            if positions:
+                items.append(f"d.{ROW_COLUMN} AS {POSITION_COLUMN}")
+            joins = []
+            if deleted is not None and any(deletes.get(paths[i], FileDeletes()).positions for i in indexes):
+                joins.append(f"ANTI JOIN {deleted_name} AS pd ON pd.i = {tag} AND pd.pos = d.{ROW_COLUMN}")
+            selects.append(" ".join([f"SELECT {', '.join(items)} FROM {source} AS d", *joins, *equality_joins[key]]))
+    return NativeTable(" UNION ALL ".join(selects), tuple(sorted(files)), tuple(registered))
+
+
+def _slot_for(
+    found: frozenset[str] | None, wanted: frozenset[str], real: list[str], sizes: list[int], by_equality: list[str],
+) -> tuple[frozenset[str], set[int]]:
+    """The files the read's slot may read, and the indexes of the files it reads through Arrow
+    tables instead (``_arrow_read``); ``found``: the files of the free slot that covers the
+    most of ``wanted`` (the snapshot's), if any.
+
+    A free slot made for an earlier snapshot of the table is reused when every file it may
+    read is still in this snapshot: an UPDATE or MERGE adds a data file, so the
+    next statement's snapshot is a superset of the slot's. DuckDB cannot widen a running
+    database's ``allowed_paths`` (it refuses once external access is off, and the configuration
+    is locked), so the data files the slot lacks are read here, sandbox-checked like every
+    other path, and registered as Arrow tables; only while they are few and small: past that a
+    new slot for the whole snapshot is cheaper, and becomes the one later statements reuse.
+    """
+    if found is None or found == wanted:
+        return wanted, set()
+    unlisted = {i for i, r in enumerate(real) if r not in found}
+    if (not set(by_equality) <= found or len(unlisted) > _UNLISTED_FILES
+            or sum(sizes[i] for i in unlisted) > _UNLISTED_BYTES):
+        return wanted, set()
+    return found, unlisted
+
+
+def _arrow_read(local: str, columns: list[tuple[int, str, str]]) -> pa.Table:
+    """A data file as the read schema's columns (matched by field id; a column the file lacks
+    is NULL) and its row positions (``file_row_number``, as ``read_parquet`` names them)."""
+    parquet = pq.ParquetFile(local)
+    by_id = {}
+    for field in parquet.schema_arrow:
+        fid = (field.metadata or {}).get(b"PARQUET:field_id")
+        if fid is not None:
+            by_id[int(fid)] = field.name
+    data = parquet.read(columns=[by_id[fid] for fid, _, _ in columns if fid in by_id], use_threads=False)
+    arrays = [data.column(by_id[fid]) if fid in by_id else pa.nulls(data.num_rows) for fid, _, _ in columns]
+    arrays.append(pa.array(np.arange(data.num_rows, dtype=np.int64)))
+    return pa.table(arrays, names=[*(name for _, name, _ in columns), ROW_COLUMN])
+
+
+def _cast_outer(columns: list[tuple[int, str, str]]) -> str:
+    """The select list of an Arrow-read file (alias ``d``): each column cast to the type
+    ``read_parquet``'s schema map gives it, so both kinds of read union to one type."""
+    return ", ".join(f"CAST(d.{quote(name)} AS {typ}) AS {quote(name)}" for _, name, typ in columns)
 
 
 def _snapshot_data_files(natives: NativeTables, table: Table, io: ConfinedFileIO, snapshot_id: int) -> tuple[str, ...]:

@@ -432,7 +432,7 @@ def test_sql_write_reads_name_each_row_by_file_and_position(lake: tuple[RocksCat
     assert read() == expected
     assert engine.slots._made == made and engine.slots._free[-1].files == frozenset(slot)
     # ... or when its files carry many deleted positions (the Arrow sources merge them per read).
-    monkeypatch.setattr(engine.slots, "has_free", lambda files: False)
+    monkeypatch.setattr(engine.slots, "covering", lambda files: None)
     monkeypatch.setattr(native_writes, "_NATIVE_DELETED_POSITIONS", 4)  # old[0] and old[200] lost 4
     assert read() == expected
     assert engine.slots._free[-1].files == frozenset(slot)
