@@ -71,7 +71,7 @@ from pyiceberg.types import (
     TimeType,
 )
 
-from catalog.deletes import FileDeletes, v3_fields
+from catalog.deletes import FileDeletes, distinct_sorted, v3_fields
 from catalog.lru import LockedLRU
 from catalog.sandbox import ConfinedFileIO
 from flight_server.engine.duckdb_types import duckdb_type as view_type
@@ -474,7 +474,7 @@ def range_predicate(positions: np.ndarray) -> str | None:
     repeats allowed): ``""`` for none, None when they form more than ``_RANGE_FILTER_RUNS`` runs."""
     if not len(positions):
         return ""
-    pos = np.unique(positions)
+    pos = distinct_sorted(positions)
     breaks = np.flatnonzero(np.diff(pos) != 1)
     if len(breaks) + 1 > _RANGE_FILTER_RUNS:
         return None

@@ -419,6 +419,25 @@ def test_sql_write_reads_name_each_row_by_file_and_position(lake: tuple[RocksCat
             if pos not in gone and (i >= 300 or i % 7 != 1):
                 expected.append({"f": index, "p": pos, "id": i})
     assert native == expected
+    # Positions deleted in a few runs of rows (a clustered DELETE's) are a filter in the scan,
+    # with no table registered; past _RANGE_FILTER_RUNS runs they are anti-joined: same rows.
+    snapshot = t.metadata.current_snapshot().snapshot_id
+    file_deletes = engine.sources.file_deletes(t, snapshot)
+
+    def built() -> Any:
+        return native_writes.tagged_table(engine.natives, t, snapshot, t.schema(), paths, file_deletes, True, "__w",
+                                          lambda files: files)
+
+    filtered = built()
+    assert filtered.registered == () and "NOT BETWEEN" not in filtered.select
+    assert "file_row_number <> 50" in filtered.select and "ANTI JOIN __w_deleted" not in filtered.select
+    monkeypatch.setattr(native_tables, "_RANGE_FILTER_RUNS", 0)
+    monkeypatch.setattr(engine.natives, "_range_filters", LockedLRU(16))
+    joined = built()
+    assert [name for name, _ in joined.registered] == ["__w_deleted"] and "ANTI JOIN __w_deleted" in joined.select
+    assert read() == expected
+    monkeypatch.undo()
+    monkeypatch.setattr(native_writes, "_MIN_NATIVE_BYTES", 0)
     # A statement reading other files of the same snapshot (a clustered DELETE) reuses the slot:
     # it was made for every data file of the snapshot, not only the ones read.
     made = engine.slots._made
