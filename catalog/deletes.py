@@ -322,13 +322,18 @@ class DeleteSets:
         """Sorted unique deleted positions of ``data_path`` (int64); ``distinct=False``: each
         delete file's positions one after the other, unsorted across files and possibly repeated
         (for an anti-join, which needs neither, and no sort of every earlier position)."""
-        found = [self._file_positions(io, f).get(data_path) for f in deletes.positions]
-        arrays = [a for a in found if a is not None and len(a)]
+        arrays = self.position_arrays(io, deletes, data_path)
         if not arrays:
             return np.empty(0, dtype=np.int64)
         if len(arrays) == 1:
             return arrays[0]
         return distinct_sorted(np.concatenate(arrays)) if distinct else np.concatenate(arrays)
+
+    def position_arrays(self, io: FileIO, deletes: FileDeletes, data_path: str) -> list[np.ndarray]:
+        """The deleted positions of ``data_path``, one sorted, distinct int64 array per delete
+        file that deletes some (as parsed or remembered; not to be changed)."""
+        found = [self._file_positions(io, f).get(data_path) for f in deletes.positions]
+        return [a for a in found if a is not None and len(a)]
 
     def remember_positions(self, delete_path: str, positions: dict[str, np.ndarray]) -> None:
         """Hold the positions a writer has just written to a new position delete file (per data

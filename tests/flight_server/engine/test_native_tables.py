@@ -30,18 +30,6 @@ from flight_server.engine import Engine, native_tables, native_writes
 from flight_server.engine import engine as engine_module
 
 
-@pytest.fixture
-def lake(tmp_path: Path) -> Iterator[tuple[RocksCatalog, Engine]]:
-    catalog = RocksCatalog("t", warehouse=str(tmp_path / "warehouse"))
-    catalog.create_namespace("ns")
-    engine = Engine(catalog, max_concurrent=2)
-    try:
-        yield catalog, engine
-    finally:
-        engine.close()
-        catalog.close()
-
-
 def _run(engine: Engine, sql: str) -> pa.Table:
     planned, pins = engine.plan(sql, None)
     return engine.query_table(planned, pins, None)
@@ -461,71 +449,6 @@ def test_sql_write_reads_name_each_row_by_file_and_position(lake: tuple[RocksCat
     assert engine.slots._free[-1].files == frozenset()
     monkeypatch.setattr(engine_module, "tagged_table", lambda *args: None)  # the Arrow sources
     assert read() == expected
-
-
-def test_a_slot_of_an_earlier_snapshot_serves_the_next_write_and_reads_nothing_else(
-        lake: tuple[RocksCatalog, Engine], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """An UPDATE or MERGE adds a data file, so the next statement's snapshot has a file the
-    last statement's slot may not read (DuckDB cannot widen a running database's allowed
-    paths). That slot is reused: the new file is read as an Arrow table (by field id, its
-    deletes applied, sandbox-checked), and the slot's own wall is unchanged."""
-    catalog, engine = lake
-    monkeypatch.setattr(native_writes, "_MIN_NATIVE_BYTES", 0)  # these files are small
-    schema = pa.schema([("id", pa.int64()), ("k", pa.string()), ("c", pa.decimal128(9, 2))])
-    t = catalog.create_table("ns.u", schema=schema)
-    for start in (0, 100):
-        t.append(pa.table({"id": pa.array(range(start, start + 100), pa.int64()),
-                           "k": [f"k{i}" for i in range(start, start + 100)],
-                           "c": pa.array([Decimal(i) / 4 for i in range(start, start + 100)], pa.decimal128(9, 2))}))
-    old = [p for p, _ in data_files(catalog.load_table("ns.u"))]
-
-    def read(paths: list[str], columns: str = "id, k") -> list[dict[str, Any]]:
-        sql, pins = engine.plan(f"SELECT __icefloe_file AS f, __icefloe_pos AS p, {columns} FROM ns.u", None)
-        got = engine.query_table(sql, pins, None, file_tags={(("ns",), "u"): paths}, file_positions=True)
-        return sorted(got.to_pylist(), key=lambda r: (r["f"], r["p"]))
-
-    assert len(read(old)) == 200
-    made, slot_files = engine.slots._made, _slot_files(engine)
-    assert slot_files == _real_files(catalog.load_table("ns.u"))
-    # The next snapshot: a renamed column (files match by field id) and a new file, one of its
-    # rows deleted by position.
-    with catalog.load_table("ns.u").update_schema() as update:
-        update.rename_column("k", "kk")
-    catalog.load_table("ns.u").append(pa.table({
-        "id": pa.array(range(200, 210), pa.int64()), "kk": [f"n{i}" for i in range(10)],
-        "c": pa.array([Decimal("0.25")] * 10, pa.decimal128(9, 2))}))
-    new = next(p for p, _ in data_files(catalog.load_table("ns.u")) if p not in old)
-    position_delete(catalog.load_table("ns.u"), {new: [3]})
-    expected = [{"f": 0, "p": p, "id": 200 + p, "kk": f"n{p}", "c": Decimal("0.25")} for p in range(10) if p != 3]
-    first = pq.read_table(old[1].removeprefix("file://")).column("id")[0].as_py()
-    expected += [{"f": 1, "p": p, "id": first + p, "kk": f"k{first + p}", "c": Decimal(first + p) / 4}
-                 for p in range(100)]
-    assert read([new, old[1]], "id, kk, c") == expected
-    assert engine.slots._made == made and _slot_files(engine) == slot_files  # the same slot, no new file in it
-    real_new = os.path.realpath(new.removeprefix("file://"))
-    assert real_new not in slot_files
-    # Its wall: the new file and a file outside the warehouse stay unreadable to DuckDB itself.
-    outside = tmp_path / "outside.parquet"
-    pq.write_table(pa.table({"x": [1]}), outside)
-    slot = next(s for s in engine.slots._free if s.files)
-    for path in (real_new, str(outside)):
-        with pytest.raises(duckdb.PermissionException):
-            slot.db.execute(f"SELECT * FROM read_parquet('{path}')")
-    # Past the bound on such files, a new slot for the whole snapshot, which later reads reuse.
-    monkeypatch.setattr(native_writes, "_UNLISTED_FILES", 0)
-    assert read([new, old[1]], "id, kk, c") == expected
-    assert engine.slots._made == made + 1 and real_new in engine.slots._free[-1].files
-    monkeypatch.setattr(native_writes, "_UNLISTED_FILES", 16)
-    # A later file that leads outside the warehouse is refused before any read.
-    catalog.load_table("ns.u").append(pa.table({"id": pa.array([300], pa.int64()), "kk": ["x"],
-                                                "c": pa.array([Decimal(1)], pa.decimal128(9, 2))}))
-    hostile = next(p for p, _ in data_files(catalog.load_table("ns.u")) if p not in (*old, new))
-    secret = tmp_path / "secret.parquet"
-    pq.write_table(pq.read_table(hostile.removeprefix("file://")), secret)
-    os.remove(hostile.removeprefix("file://"))
-    os.symlink(secret, hostile.removeprefix("file://"))
-    with pytest.raises(OutsideTableError):
-        read([hostile, old[0]], "id, kk")
 
 
 def test_a_new_filter_pruned_to_the_same_files_finds_its_view_built(lake: tuple[RocksCatalog, Engine]) -> None:
