@@ -13,17 +13,21 @@ row crosses into Python before it is a match.
 
 Positions already deleted are not read from their delete files by DuckDB: they come from the
 engine's cache of parsed delete files (``catalog.deletes.DeleteSets``, the one the Arrow path
-uses) as one registered Arrow table of (file index, position), which the view anti-joins.
-Every merge-on-read statement adds a delete file; were the delete files the slot's to read,
-its file set would differ on every statement, and each statement would pay a new DuckDB
-database (~15 ms of CPU) and read every footer and every earlier delete file again. The slot
-may read the snapshot's data files (and equality delete files) only, so consecutive statements
-reuse it, its footer cache warm (a merge-on-read DELETE leaves the data files as they were).
-Past ``_REGISTERED_POSITIONS`` deleted positions the Arrow path reads the target instead (its
-delete sets are bounded per file).
+uses): a file's positions that form a few runs of rows are a filter in its scan
+(``native_tables.range_predicate``), the others one registered Arrow table of (file index,
+position), which the view anti-joins. Every merge-on-read statement adds a delete file; were
+the delete files the slot's to read, its file set would differ on every statement, and each
+statement would pay a new DuckDB database (~15 ms of CPU) and read every footer and every
+earlier delete file again. The slot may read the snapshot's data files (and equality delete
+files) only, so consecutive statements reuse it, its footer cache warm (a merge-on-read
+DELETE leaves the data files as they were); a slot made for an earlier snapshot whose files
+are all still there serves an UPDATE's or MERGE's next statement too, the few new data files
+it may not read handed to it as Arrow tables (``_slot_for``). Past ``_REGISTERED_POSITIONS``
+deleted positions the Arrow path reads the target instead (its delete sets are bounded per
+file).
 
-Reads of less than ``_MIN_NATIVE_BYTES`` of data files, unless a free slot for the snapshot's
-files is there already or the files carry ``_NATIVE_DELETED_POSITIONS`` deleted positions, and
+Reads of less than ``_MIN_NATIVE_BYTES`` of data files, unless a free slot serves them
+already or the files carry ``_NATIVE_DELETED_POSITIONS`` deleted positions, and
 shapes the field-id mapping cannot express (and S3 tables), answer None: the caller reads
 through per-file Arrow sources (``IcebergSources.file_parts``), which handle every shape.
 """
