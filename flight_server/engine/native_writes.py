@@ -86,6 +86,10 @@ _UNLISTED_FILES = 16
 _UNLISTED_BYTES = 32 << 20
 # At most this many positions already deleted are held as the registered table (16 bytes each).
 _REGISTERED_POSITIONS = 8_000_000
+# (a slot's files, the files a read took as Arrow tables beside it) already served once: a
+# statement needing the same again (a scattered DELETE after an UPDATE reads the UPDATE's file
+# at every statement) gets a new slot for its whole snapshot instead, which the next reuse.
+_SERVED_UNLISTED: LockedLRU[tuple[frozenset[str], frozenset[str]], bool] = LockedLRU(256)
 # (table uuid, data manifest paths) -> the real paths of the live data files they list.
 _SNAPSHOT_FILES: LockedLRU[tuple[str, tuple[str, ...]], tuple[str, ...]] = LockedLRU(256)
 
@@ -216,8 +220,10 @@ def _slot_for(
     next statement's snapshot is a superset of the slot's. DuckDB cannot widen a running
     database's ``allowed_paths`` (it refuses once external access is off, and the configuration
     is locked), so the data files the slot lacks are read here, sandbox-checked like every
-    other path, and registered as Arrow tables; only while they are few and small: past that a
-    new slot for the whole snapshot is cheaper, and becomes the one later statements reuse.
+    other path, and registered as Arrow tables; only while they are few and small, and not
+    twice for the same slot and files (statements that read the same files again, such as
+    scattered DELETEs, are cheaper in a slot of their own): otherwise a new slot for the whole
+    snapshot is made, and becomes the one later statements reuse.
     """
     if found is None or found == wanted:
         return wanted, set()
@@ -225,6 +231,11 @@ def _slot_for(
     if (not set(by_equality) <= found or len(unlisted) > _UNLISTED_FILES
             or sum(sizes[i] for i in unlisted) > _UNLISTED_BYTES):
         return wanted, set()
+    if unlisted:
+        key = (found, frozenset(real[i] for i in unlisted))
+        if _SERVED_UNLISTED.get(key) is not None:  # the second time: a slot for all is cheaper
+            return wanted, set()
+        _SERVED_UNLISTED.put(key, True)
     return found, unlisted
 
 

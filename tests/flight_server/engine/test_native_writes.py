@@ -77,10 +77,20 @@ def test_a_slot_of_an_earlier_snapshot_serves_the_next_write_and_reads_nothing_e
     for path in (real_new, str(outside)):
         with pytest.raises(duckdb.PermissionException):
             slot.db.execute(f"SELECT * FROM read_parquet('{path}')")
-    # Past the bound on such files, a new slot for the whole snapshot, which later reads reuse.
-    monkeypatch.setattr(native_writes, "_UNLISTED_FILES", 0)
+    # The same files beside the same slot a second time (statements reading them again, such
+    # as scattered DELETEs): a new slot for the whole snapshot, which later reads reuse.
     assert read([new, old[1]], "id, kk, c") == expected
     assert engine.slots._made == made + 1 and real_new in engine.slots._free[-1].files
+    assert read([new, old[1]], "id, kk, c") == expected
+    assert engine.slots._made == made + 1
+    # Past the bounds on such files, or with equality delete files the slot may not read, too.
+    slot_for = native_writes._slot_for
+    few, every = frozenset({"/w/a"}), frozenset({"/w/a", "/w/b", "/w/eq"})
+    assert slot_for(few, every, ["/w/a", "/w/b"], [10, 10], []) == (few, {1})
+    assert slot_for(few, every, ["/w/a", "/w/b"], [10, 10], ["/w/eq"]) == (every, set())
+    assert slot_for(few, every, ["/w/a", "/w/b"], [10, 33 << 20], []) == (every, set())
+    monkeypatch.setattr(native_writes, "_UNLISTED_FILES", 0)
+    assert slot_for(few, every, ["/w/a", "/w/b"], [10, 10], []) == (every, set())
     monkeypatch.setattr(native_writes, "_UNLISTED_FILES", 16)
     # A later file that leads outside the warehouse is refused before any read.
     catalog.load_table("ns.u").append(pa.table({"id": pa.array([300], pa.int64()), "kk": ["x"],
