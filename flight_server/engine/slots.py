@@ -347,12 +347,6 @@ class SlotPool:
                 self._returned.notify()
             raise
 
-    def has_free(self, files: frozenset[str]) -> bool:
-        """Whether a free slot may read exactly ``files`` (``take`` would make no new database,
-        unless another query takes it first)."""
-        with self._lock:
-            return any(slot.files == files for slot in self._free)
-
     def covering(self, files: frozenset[str]) -> frozenset[str] | None:
         """The file set of the free slot that may read the most of ``files`` and nothing
         outside them (a slot made for an earlier snapshot whose files are all still in this
