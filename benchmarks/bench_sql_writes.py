@@ -102,7 +102,8 @@ KINDS = ("delete clustered", "update clustered", "delete scattered", "update sca
 TABLES = ("mor", "cow")
 
 
-def one_run(rows: int, files: int, repeat: int, tables: tuple[str, ...] = TABLES) -> dict[str, Any]:
+def one_run(rows: int, files: int, repeat: int, tables: tuple[str, ...] = TABLES,
+            server_log: Path | None = None) -> dict[str, Any]:
     per_file = rows // files
     duck = duckdb.connect()
     duck.execute(f"CREATE TABLE t AS SELECT {COLUMNS} FROM range({rows})")
@@ -183,6 +184,9 @@ def one_run(rows: int, files: int, repeat: int, tables: tuple[str, ...] = TABLES
             conn.close()
         finally:
             server.stop()
+            if server_log is not None:  # the phase lines of icefloe.sqlwrite.mor (at debug level)
+                with server_log.open("a") as out:
+                    out.writelines(line for line in server.log_lines if "icefloe.sqlwrite" in line)
     result["loadavg_after"] = list(os.getloadavg())
     return result
 
@@ -209,13 +213,17 @@ def main() -> None:
     parser.add_argument("--tables", choices=("both", "mor", "cow"), default="both",
                         help="which icefloe tables to measure (default both)")
     parser.add_argument("--out", type=Path, default=None, help="write the result here instead of a run file")
+    parser.add_argument("--server-log", type=Path, default=None,
+                        help="append the server's icefloe.sqlwrite log lines here (run with ICEFLOE_LOG_LEVEL=debug "
+                             "for the merge-on-read phase times)")
     args = parser.parse_args()
     if args.quick:
         args.rows, args.files, args.runs = 1_000_000, 10, 1
     rows = args.rows // args.files * args.files
     runs = []
     for n in range(args.runs):
-        run = one_run(rows, args.files, args.repeat, TABLES if args.tables == "both" else (args.tables,))
+        run = one_run(rows, args.files, args.repeat, TABLES if args.tables == "both" else (args.tables,),
+                      args.server_log)
         runs.append(run)
         print(f"run {n + 1}/{args.runs}: load average {run['loadavg_before'][0]:.2f} -> {run['loadavg_after'][0]:.2f}",
               flush=True)

@@ -158,7 +158,7 @@ class Engine:
             else:
                 deletes = self.sources.file_deletes(table, pin.snapshot_id) if pin.snapshot_id is not None else {}
             native = tagged_table(self.natives, table, pin.snapshot_id, schema, tagged, deletes, file_positions,
-                                  f"__icefloe_deleted_{i}", self.slots.has_free)
+                                  f"__icefloe_write_{i}", self.slots.covering)
             if native is not None:
                 found[i] = native
         return found

@@ -71,7 +71,7 @@ from pyiceberg.types import (
     TimeType,
 )
 
-from catalog.deletes import FileDeletes, v3_fields
+from catalog.deletes import FileDeletes, distinct_sorted, v3_fields
 from catalog.lru import LockedLRU
 from catalog.sandbox import ConfinedFileIO
 from flight_server.engine.duckdb_types import duckdb_type as view_type
@@ -300,7 +300,7 @@ class NativeTables:
         key = (deletes.key, path)
         found = self._range_filters.get(key)
         if found is None:  # not cached (a cached "too many runs" is the tuple (None,))
-            found = (range_predicate(self.positions_of(io, deletes, path)),)
+            found = (range_predicate(self.sources.delete_sets.position_arrays(io, deletes, path)),)
             self._range_filters.put(key, found)
         return found[0]
 
@@ -469,20 +469,39 @@ def positions_table(arrays: Sequence[np.ndarray]) -> pa.Table:
     return pa.table({"i": i, "pos": pos})
 
 
-def range_predicate(positions: np.ndarray) -> str | None:
-    """A filter on ``d.file_row_number`` keeping every row but ``positions`` (int64, any order,
-    repeats allowed): ``""`` for none, None when they form more than ``_RANGE_FILTER_RUNS`` runs."""
-    if not len(positions):
+def range_predicate(arrays: Sequence[np.ndarray]) -> str | None:
+    """A filter on ``d.file_row_number`` keeping every row but the positions of ``arrays``
+    (each sorted and distinct, as ``DeleteSets.position_arrays`` gives them; others are sorted here): ``""`` for none,
+    None when they form more than ``_RANGE_FILTER_RUNS`` runs.
+
+    Runs are found per array and then merged, with no sort of every position: a clustered
+    merge-on-read DELETE adds one array of 100k positions per statement, and sorting them all
+    again at each statement was most of the filter's cost."""
+    starts, ends = [], []
+    for positions in arrays:
+        if not len(positions):
+            continue
+        steps = np.diff(positions)
+        if len(steps) and steps.min() <= 0:  # not sorted and distinct after all: make it so
+            positions = distinct_sorted(positions)
+            steps = np.diff(positions)
+        breaks = np.flatnonzero(steps != 1)
+        if len(breaks) >= 4 * _RANGE_FILTER_RUNS:  # too many gaps for the other arrays to fill
+            return None
+        starts.append(positions[np.concatenate(([0], breaks + 1))])
+        ends.append(positions[np.concatenate((breaks, [len(positions) - 1]))])
+    if not starts:
         return ""
-    pos = np.unique(positions)
-    breaks = np.flatnonzero(np.diff(pos) != 1)
-    if len(breaks) + 1 > _RANGE_FILTER_RUNS:
+    runs: list[list[int]] = []
+    for a, b in sorted(zip(np.concatenate(starts).tolist(), np.concatenate(ends).tolist(), strict=True)):
+        if runs and a <= runs[-1][1] + 1:  # touching or overlapping runs of two delete files
+            runs[-1][1] = max(runs[-1][1], b)
+        else:
+            runs.append([a, b])
+    if len(runs) > _RANGE_FILTER_RUNS:
         return None
-    starts = np.concatenate((pos[:1], pos[breaks + 1]))
-    ends = np.concatenate((pos[breaks], pos[-1:]))
     return " AND ".join(
-        f"d.{ROW_COLUMN} <> {int(a)}" if a == b else f"d.{ROW_COLUMN} NOT BETWEEN {int(a)} AND {int(b)}"
-        for a, b in zip(starts, ends, strict=True)
+        f"d.{ROW_COLUMN} <> {a}" if a == b else f"d.{ROW_COLUMN} NOT BETWEEN {a} AND {b}" for a, b in runs
     )
 
 

@@ -347,11 +347,17 @@ class SlotPool:
                 self._returned.notify()
             raise
 
-    def has_free(self, files: frozenset[str]) -> bool:
-        """Whether a free slot may read exactly ``files`` (``take`` would make no new database,
-        unless another query takes it first)."""
+    def covering(self, files: frozenset[str]) -> frozenset[str] | None:
+        """The file set of the free slot that may read the most of ``files`` and nothing
+        outside them (a slot made for an earlier snapshot whose files are all still in this
+        one: ``native_writes._slot_for``), or None. Slots that read no file are not counted."""
         with self._lock:
-            return any(slot.files == files for slot in self._free)
+            best: frozenset[str] | None = None
+            for slot in self._free:
+                if slot.files and not slot.single_thread and slot.files <= files and (
+                        best is None or len(slot.files) > len(best)):
+                    best = slot.files
+            return best
 
     def give_back(self, slot: Slot, views: list[str], suspect: bool) -> None:
         """Return a slot a query used (its cursors closed). ``suspect``: the query changed

@@ -106,17 +106,21 @@ def _grouped(hits: pa.Table) -> tuple[list[int], list[np.ndarray]]:
     """The file indexes hit and, for each, its sorted positions (one sort for all rows)."""
     tags = hits.column(0).to_numpy().astype(np.int64, copy=False)
     pos = hits.column(1).to_numpy().astype(np.int64, copy=False)
-    if len(pos) and tags.min() == tags.max():  # one file (a clustered statement)
+    if not len(pos):
+        return [], []
+    if tags.min() == tags.max():  # one file (a clustered statement)
         return [int(tags[0])], [np.sort(pos)]
-    if len(pos) and 0 <= tags.min() and tags.max() < 1 << 23 and 0 <= pos.min() and pos.max() < 1 << 40:
+    if 0 <= tags.min() and tags.max() < 1 << 23 and 0 <= pos.min() and pos.max() < 1 << 40:
         # One sort of (file << 40 | position): ~3x faster than lexsort's two passes on 100k rows.
         keys = np.sort((tags << 40) | pos)
         tags, pos = keys >> 40, keys & ((1 << 40) - 1)
     else:
         order = np.lexsort((pos, tags))
         tags, pos = tags[order], pos[order]
-    uniq, starts = np.unique(tags, return_index=True)
-    return [int(t) for t in uniq], np.split(pos, starts[1:])
+    # Sorted by file: each file's run starts where the tag changes (numpy's unique, which
+    # sorts again, took ~9 ms for 100k rows against well under 1 ms for this).
+    starts = np.flatnonzero(tags[1:] != tags[:-1]) + 1
+    return [int(tags[0]), *(int(t) for t in tags[starts])], np.split(pos, starts)
 
 
 def commit_changes(

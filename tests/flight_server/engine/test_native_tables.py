@@ -30,18 +30,6 @@ from flight_server.engine import Engine, native_tables, native_writes
 from flight_server.engine import engine as engine_module
 
 
-@pytest.fixture
-def lake(tmp_path: Path) -> Iterator[tuple[RocksCatalog, Engine]]:
-    catalog = RocksCatalog("t", warehouse=str(tmp_path / "warehouse"))
-    catalog.create_namespace("ns")
-    engine = Engine(catalog, max_concurrent=2)
-    try:
-        yield catalog, engine
-    finally:
-        engine.close()
-        catalog.close()
-
-
 def _run(engine: Engine, sql: str) -> pa.Table:
     planned, pins = engine.plan(sql, None)
     return engine.query_table(planned, pins, None)
@@ -419,6 +407,25 @@ def test_sql_write_reads_name_each_row_by_file_and_position(lake: tuple[RocksCat
             if pos not in gone and (i >= 300 or i % 7 != 1):
                 expected.append({"f": index, "p": pos, "id": i})
     assert native == expected
+    # Positions deleted in a few runs of rows (a clustered DELETE's) are a filter in the scan,
+    # with no table registered; past _RANGE_FILTER_RUNS runs they are anti-joined: same rows.
+    snapshot = t.metadata.current_snapshot().snapshot_id
+    file_deletes = engine.sources.file_deletes(t, snapshot)
+
+    def built() -> Any:
+        return native_writes.tagged_table(engine.natives, t, snapshot, t.schema(), paths, file_deletes, True, "__w",
+                                          lambda files: files)
+
+    filtered = built()
+    assert filtered.registered == () and "NOT BETWEEN" not in filtered.select
+    assert "file_row_number <> 50" in filtered.select and "ANTI JOIN __w_deleted" not in filtered.select
+    monkeypatch.setattr(native_tables, "_RANGE_FILTER_RUNS", 0)
+    monkeypatch.setattr(engine.natives, "_range_filters", LockedLRU(16))
+    joined = built()
+    assert [name for name, _ in joined.registered] == ["__w_deleted"] and "ANTI JOIN __w_deleted" in joined.select
+    assert read() == expected
+    monkeypatch.undo()
+    monkeypatch.setattr(native_writes, "_MIN_NATIVE_BYTES", 0)
     # A statement reading other files of the same snapshot (a clustered DELETE) reuses the slot:
     # it was made for every data file of the snapshot, not only the ones read.
     made = engine.slots._made
@@ -432,7 +439,7 @@ def test_sql_write_reads_name_each_row_by_file_and_position(lake: tuple[RocksCat
     assert read() == expected
     assert engine.slots._made == made and engine.slots._free[-1].files == frozenset(slot)
     # ... or when its files carry many deleted positions (the Arrow sources merge them per read).
-    monkeypatch.setattr(engine.slots, "has_free", lambda files: False)
+    monkeypatch.setattr(engine.slots, "covering", lambda files: None)
     monkeypatch.setattr(native_writes, "_NATIVE_DELETED_POSITIONS", 4)  # old[0] and old[200] lost 4
     assert read() == expected
     assert engine.slots._free[-1].files == frozenset(slot)

@@ -96,3 +96,19 @@ def test_positions_a_writer_remembers_are_read_without_the_file(tmp_path: Any) -
     assert over_budget.held_bytes == 0
     with pytest.raises(FileNotFoundError):
         over_budget.positions(io, FileDeletes(positions=(delete_file,)), "data.parquet")
+
+
+def test_distinct_sorted_is_numpys_unique() -> None:
+    """Delete sets are made distinct with one sort (numpy 2.4's hashing ``unique`` took 30x
+    longer): the same answer for empty, single, repeated, negative and unordered values."""
+    import numpy as np
+
+    from catalog.deletes import distinct_sorted
+
+    rng = np.random.default_rng(38)
+    cases = [np.empty(0, np.int64), np.array([7], np.int64), np.array([3, 3, 3], np.int64),
+             np.array([5, -1, 5, 2, 2, 9, -1], np.int64), rng.integers(0, 1000, 50_000, dtype=np.int64),
+             np.arange(100_000, dtype=np.int64)]
+    for values in cases:
+        got = distinct_sorted(values)
+        assert got.dtype == np.int64 and got.tolist() == np.unique(values).tolist()

@@ -90,6 +90,7 @@ def test_merge_on_read_delete_and_update(conn: Any, reader_catalog: Any, write_s
         footer = pq.ParquetFile(pa.BufferReader(raw))
         assert [str(footer.schema.column(i).logical_type) for i in range(2)] == ["String", "None"]
         assert "RLE_DICTIONARY" in footer.metadata.row_group(0).column(0).encodings  # one entry per data file
+        assert "DELTA_BINARY_PACKED" in footer.metadata.row_group(0).column(1).encodings  # sorted positions
         pairs = list(zip(written.column(0).to_pylist(), written.column(1).to_pylist(), strict=True))
         assert pairs == sorted(pairs) and len(set(pairs)) == len(pairs)
         assert len({path for path, _ in pairs}) == 1
