@@ -61,7 +61,7 @@ from flight_server.engine.native_tables import NativeTable, NativeTables
 from flight_server.engine.native_writes import tagged_table
 from flight_server.engine.origins import ColumnOrigin
 from flight_server.engine.planner import QueryPlanner
-from flight_server.engine.pushdown import plain_projection, row_filter
+from flight_server.engine.pushdown import ALWAYS_TRUE, plain_projection, row_filter
 from flight_server.engine.runs import QueryRuns, run_failure
 from flight_server.engine.scans import BATCH_ROWS, ScanPaths, arrow_schema
 from flight_server.engine.slots import CATALOG_NAME, Slot, SlotPool, SpillFolder
@@ -120,8 +120,8 @@ class Engine:
         self.watchdog.close()
         self.spill.remove()
 
-    def _new_slot(self, files: frozenset[str], single_thread: bool = False) -> Slot:
-        return Slot(self._threads, self.spill.new_folder(), self._memory_limit, files, single_thread)
+    def _new_slot(self, files: frozenset[str], single_thread: bool = False, unordered: bool = False) -> Slot:
+        return Slot(self._threads, self.spill.new_folder(), self._memory_limit, files, single_thread, unordered)
 
     def _take_slot(
         self, pins: list[PinnedTable], sql: str | None,
@@ -138,7 +138,8 @@ class Engine:
         # A query of no table and no table function (SELECT 1, SELECT now()) has nothing to
         # run in parallel: a one-thread slot answers it without a hand-off to DuckDB's workers.
         single = not pins and sql is not None and self.planner.reads_nothing(sql)
-        return self.slots.take(files=files, single_thread=single), native
+        unordered = any(table.unordered for table in native.values())
+        return self.slots.take(files=files, single_thread=single, unordered=unordered), native
 
     def _native_writes(
         self, pins: list[PinnedTable], file_tags: dict[tuple[tuple[str, ...], str], list[str]],
@@ -174,8 +175,11 @@ class Engine:
             schema = table.schemas().get(pin.schema_id) or table.schema()
             # The same pruning as _data_parts, so planning and execution bind the same files.
             prune = row_filter(sql, schema) if sql is not None and len(pins) == 1 else None
+            # The statement's one table, with no filter to push into its scan: its position
+            # deletes may be a POSITIONAL JOIN per file (which takes no filter below it).
+            whole = prune is ALWAYS_TRUE
             native = self.natives.native_table(table, pin.snapshot_id, schema, prune, pin.split,
-                                               f"__icefloe_positions_{i}")
+                                               f"__icefloe_positions_{i}", whole=whole)
             if native is not None:
                 found[i] = native
         return found

@@ -42,6 +42,7 @@ every shape: see ``refusal`` for the list.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
@@ -107,6 +108,10 @@ _CACHED_POSITIONS = 4_000_000
 KEPT_POSITION_BYTES = 16 << 20
 # Slot tables holding kept positions are named with this prefix in the slot's ``memory.main``.
 KEPT_PREFIX = "__icefloe_kept_"
+# A data file's rows as kept flags (``_PositionPlan.masks``): its table's name ends so, and its
+# one column is named so. About a byte per row in DuckDB's memory (a BIT string takes a bit).
+_MASK_SUFFIX = "_mask"
+MASK_COLUMN = "keep"
 
 
 @dataclass(frozen=True)
@@ -121,17 +126,21 @@ class NativeTable:
     # Position tables the view names as ``memory.main."<name>"``, which the slot keeps across
     # queries (``Slot.hold_tables``): named by content, so a slot already holding one uses it.
     kept: tuple[KeptPositions, ...] = ()
+    # It reads deletes by POSITIONAL JOIN: its slot runs the reads at once, unordered (``Slot.unordered``).
+    unordered: bool = False
 
 
 @dataclass(frozen=True)
 class KeptPositions:
-    """A group of data files' deleted rows as a table a slot keeps (``_PositionPlan.kept``):
-    ``name`` says what it holds (the files and their delete files), ``nbytes`` about its size,
-    ``make`` builds it (as Arrow, ``deleted_bits``) when a slot lacks it."""
+    """A group of data files' deleted rows as a table a slot keeps (``_PositionPlan.kept``,
+    ``_PositionPlan.masks``): ``name`` says what it holds (the files and their delete files),
+    ``nbytes`` about its size, ``make`` builds it as Arrow when a slot lacks it, and ``select``
+    makes the kept table from that Arrow table (named ``{loading}``)."""
 
     name: str
     nbytes: int
     make: Callable[[], pa.Table]
+    select: str = "SELECT i, CAST(b AS BIT) AS b FROM {loading}"
 
 
 def duckdb_type(typ: IcebergType) -> str | None:
@@ -170,14 +179,16 @@ class NativeTables:
     def native_table(
         self, table: Table, snapshot_id: int | None, schema: Schema,
         row_filter: BooleanExpression | None = None, split: tuple[int, int] | None = None,
-        registered_name: str = "__icefloe_positions",
+        registered_name: str = "__icefloe_positions", whole: bool = False,
     ) -> NativeTable | None:
         """The table at ``snapshot_id`` as a ``read_parquet`` view, or None (Arrow path);
-        ``registered_name``: the name of its table of cached positions, if it needs one."""
+        ``registered_name``: the name of its table of cached positions, if it needs one;
+        ``whole``: the statement reads this table alone, with no filter to push into its scan
+        (its position deletes may then be a POSITIONAL JOIN per file: see ``reads``)."""
         reason = refusal(table, schema)
         if reason is None:
             try:
-                return self._build(table, snapshot_id, schema, row_filter, split, registered_name)
+                return self._build(table, snapshot_id, schema, row_filter, split, registered_name, whole)
             except NotNative as exc:
                 reason = str(exc)
         logger.debug("%s reads through Arrow datasets: %s", table.name(), reason)
@@ -186,6 +197,7 @@ class NativeTables:
     def _build(
         self, table: Table, snapshot_id: int | None, schema: Schema,
         row_filter: BooleanExpression | None, split: tuple[int, int] | None, registered_name: str,
+        whole: bool = False,
     ) -> NativeTable:
         io = table.io
         assert isinstance(io, ConfinedFileIO)  # refusal checked
@@ -200,21 +212,22 @@ class NativeTables:
             return _empty(columns)
         # The columns, not only the schema id: a rolled-back transaction's staged schema id may
         # be given to other columns by a later commit of the same snapshot's table.
-        key = (str(table.metadata.table_uuid), snapshot_id, tuple(columns), tuple(p for p, _, _ in files))
+        key = (str(table.metadata.table_uuid), snapshot_id, tuple(columns), tuple(p for p, _, _ in files), whole)
         built = self._built.get(key)
         if built is not None:
             return built
         deletes = self.sources.file_deletes(table, snapshot_id)
         selects, allowed, registered, kept = self.reads(io, [p for p, _, _ in files], deletes, schema,
-                                                        registered_name)
-        built = NativeTable(" UNION ALL ".join(selects), tuple(dict.fromkeys(allowed)), registered, kept)
+                                                        registered_name, positional=whole)
+        unordered = any(k.name.endswith(_MASK_SUFFIX) for k in kept)
+        built = NativeTable(" UNION ALL ".join(selects), tuple(dict.fromkeys(allowed)), registered, kept, unordered)
         if not registered:  # a view with its own Arrow positions (up to millions) is not kept
             self._built.put(key, built)
         return built
 
     def reads(
         self, io: ConfinedFileIO, paths: Sequence[str], deletes: dict[str, FileDeletes], schema: Schema,
-        registered_name: str = "__icefloe_positions",
+        registered_name: str = "__icefloe_positions", positional: bool = False,
     ) -> tuple[list[str], list[str], tuple[tuple[str, Any], ...], tuple[KeptPositions, ...]]:
         """The SELECTs (to UNION ALL) of ``paths`` read as ``schema``, each file's deletes applied,
         the real paths they read (for the slot's allow-list), the Arrow tables the SELECTs name
@@ -240,7 +253,8 @@ class NativeTables:
             else:
                 key = file_deletes.key
             groups.setdefault(key, []).append(i)
-        selects, allowed = [], [real[p] for p in paths]
+        selects: list[str] = []
+        allowed = [real[p] for p in paths]
         registered: list[tuple[str, Any]] = []
         kept: list[KeptPositions] = []
         for key, indexes in groups.items():
@@ -256,6 +270,13 @@ class NativeTables:
                 joins = []  # the positions are a filter DuckDB pushes into the scan
                 where = f" WHERE {plan.ranges[group[0]]}" if plan.ranges[group[0]] else ""
             elif key[:1] == ("cached",):
+                masks = plan.masks(self, io, group, real, deletes) if positional and not applied.equality else None
+                if masks is not None:  # a flag per row, lined up with the file's rows by position
+                    kept.extend(masks)
+                    selects.extend(f"SELECT {outer} FROM read_parquet({_file_list([real[p]])}, schema = {schema_map}) "
+                                   f'AS d POSITIONAL JOIN memory.main."{m.name}" AS pm WHERE pm.{MASK_COLUMN}'
+                                   for p, m in zip(group, masks, strict=True))
+                    continue
                 held = plan.kept(self, io, group, real, deletes)
                 if held is not None:  # one bit per row, tested after a join on the file alone
                     kept.append(held)
@@ -446,6 +467,43 @@ class _PositionPlan:
         what = repr([(p, applied[p].key) for p in group]).encode()
         return KeptPositions(KEPT_PREFIX + hashlib.sha256(what).hexdigest()[:32], sum(rows) // 8 + 1,
                              lambda: deleted_bits([natives.positions_of(io, applied[p], p) for p in group], rows))
+
+    def masks(self, natives: NativeTables, io: ConfinedFileIO, group: Sequence[str], real: dict[str, str],
+              deletes: dict[str, FileDeletes]) -> list[KeptPositions] | None:
+        """Each of ``group``'s files as a table slots keep, one BOOLEAN per row in the file's
+        row order (false: deleted), for a read of the file ``POSITIONAL JOIN`` it; None past
+        ``KEPT_POSITION_BYTES`` (a byte per row here), where ``kept``'s bits take over.
+
+        A positional join lines the two up without a hash or a row number: on 5M rows in 10
+        files with 1% deleted, in plain DuckDB, a count and sum took 1.2x the plain scan's time
+        against 4.4x with ``kept``'s join and ``get_bit`` (``docs/deletes.md``). DuckDB pushes
+        no filter below a positional join, so only a statement with no filter to push into
+        this table's scan reads it this way (``NativeTables.native_table``'s ``whole``). Named
+        like ``kept`` by what decides the rows: the file and its delete files."""
+        rows = [natives.row_count(p, real[p]) for p in group]
+        if sum(rows) > KEPT_POSITION_BYTES:
+            return None
+        masks = []
+        for p, n in zip(group, rows, strict=True):
+            applied = deletes[p]
+            digest = hashlib.sha256(repr((p, applied.key)).encode()).hexdigest()[:32]
+            masks.append(KeptPositions(KEPT_PREFIX + digest + _MASK_SUFFIX, n + 1,
+                                       functools.partial(_mask_of, natives, io, applied, p, n),
+                                       f"SELECT {MASK_COLUMN} FROM {{loading}} ORDER BY r"))
+        return masks
+
+
+def _mask_of(natives: NativeTables, io: ConfinedFileIO, applied: FileDeletes, path: str, rows: int) -> pa.Table:
+    return kept_mask(natives.positions_of(io, applied, path), rows)
+
+
+def kept_mask(positions: np.ndarray, rows: int) -> pa.Table:
+    """(r, keep) for each of a file's ``rows`` rows: its number, and false where deleted. The
+    slot orders the kept table by ``r``, as the POSITIONAL JOIN lines it up with the file's rows."""
+    keep = np.ones(rows, dtype=np.bool_)
+    # A position past the file's rows names no row (as the anti-join it replaces ignored it).
+    keep[positions[(positions >= 0) & (positions < rows)]] = False
+    return pa.table({"r": np.arange(rows, dtype=np.int64), MASK_COLUMN: keep})
 
 
 def deleted_bits(arrays: Sequence[np.ndarray], rows: Sequence[int]) -> pa.Table:

@@ -116,7 +116,7 @@ class Slot:
     """One sandboxed in-memory DuckDB database; a query has it to itself from setup to the end."""
 
     def __init__(self, threads: int | None, spill_dir: str | None = None, memory_limit: str | None = None,
-                 files: frozenset[str] = frozenset(), single_thread: bool = False) -> None:
+                 files: frozenset[str] = frozenset(), single_thread: bool = False, unordered: bool = False) -> None:
         config = dict(SANDBOX_SETTINGS)
         # A slot for queries that read nothing (``SlotPool.take``): one thread, so DuckDB runs
         # the statement on the caller's thread instead of handing its one task to a worker
@@ -126,6 +126,13 @@ class Slot:
             config["threads"] = 1
         elif threads:
             config["threads"] = threads
+        # A slot for scans that apply deletes by position (``native_tables``, one POSITIONAL
+        # JOIN per data file, each a one-thread pipeline): DuckDB runs the UNION ALL's branches
+        # at once only when it need not keep rows in their insertion order. Results without an
+        # ORDER BY then come in any order, as SQL allows; the slots of every other query keep it.
+        self.unordered = unordered
+        if unordered:
+            config["preserve_insertion_order"] = False
         if memory_limit:
             config["memory_limit"] = memory_limit
         # Without a folder of ours DuckDB spills to "<cwd>/.tmp", which it then lets SQL read.
@@ -187,8 +194,8 @@ class Slot:
             loading = "__icefloe_loading"
             self.admin.register(loading, kept.make())
             try:
-                self.admin.execute(
-                    f'CREATE TABLE memory.main."{kept.name}" AS SELECT i, CAST(b AS BIT) AS b FROM {loading}')
+                # An ORDER BY in the select keeps its order in the table, unordered slot or not.
+                self.admin.execute(f'CREATE TABLE memory.main."{kept.name}" AS {kept.select.format(loading=loading)}')
             finally:
                 self.admin.unregister(loading)
             self.kept_tables[kept.name] = kept.nbytes
@@ -295,7 +302,7 @@ class SlotPool:
 
     AUDIT_EVERY = 64
 
-    def __init__(self, size: int, make: Callable[[frozenset[str], bool], Slot]) -> None:
+    def __init__(self, size: int, make: Callable[[frozenset[str], bool, bool], Slot]) -> None:
         self.size = size
         self._make = make
         self._free: list[Slot] = []  # least recently returned first
@@ -304,11 +311,13 @@ class SlotPool:
         self._returned = threading.Condition(self._lock)
         self.waiting = 0  # queries queued for a slot (for metrics; updated under the lock)
 
-    def take(self, wait_s: float = 5.0, files: frozenset[str] = frozenset(), single_thread: bool = False) -> Slot:
+    def take(self, wait_s: float = 5.0, files: frozenset[str] = frozenset(), single_thread: bool = False,
+             unordered: bool = False) -> Slot:
         """A clean slot that may read exactly ``files``; a new one while fewer than ``size``
         exist (or in place of a free one made for other files), else wait for one.
         ``single_thread``: a slot whose DuckDB runs one thread (for queries that read nothing);
-        such slots serve only such queries, and count against ``size`` like the others.
+        ``unordered``: one that need not keep insertion order (``Slot.unordered``). Such slots
+        serve only such queries, and count against ``size`` like the others.
 
         Raises:
             errors.ResourceExhausted: None came free within ``wait_s``.
@@ -317,7 +326,8 @@ class SlotPool:
         with self._lock:
             while True:
                 for i in range(len(self._free) - 1, -1, -1):
-                    if self._free[i].files == files and self._free[i].single_thread == single_thread:
+                    free = self._free[i]
+                    if free.files == files and free.single_thread == single_thread and free.unordered == unordered:
                         return self._free.pop(i)
                 evicted = None
                 if self._made >= self.size and self._free:
@@ -340,7 +350,7 @@ class SlotPool:
         if evicted is not None:
             evicted.close()
         try:
-            return self._make(files, single_thread)
+            return self._make(files, single_thread, unordered)
         except BaseException:
             with self._lock:
                 self._made -= 1
@@ -354,7 +364,7 @@ class SlotPool:
         with self._lock:
             best: frozenset[str] | None = None
             for slot in self._free:
-                if slot.files and not slot.single_thread and slot.files <= files and (
+                if slot.files and not slot.single_thread and not slot.unordered and slot.files <= files and (
                         best is None or len(slot.files) > len(best)):
                     best = slot.files
             return best
