@@ -18,7 +18,10 @@ Iceberg's rules, in SQL DuckDB runs:
 - **position deletes**: taken from the engine's cache of parsed delete files, which knows
   each position's data file whatever the delete file's scope (``_PositionPlan``): a data file
   whose positions form a few runs is a ``read_parquet`` of its own with a filter DuckDB pushes
-  into the scan (no join); the other files with deletes are one ``read_parquet`` joined on
+  into the scan (no join); in a statement reading the table alone with no filter to push, the
+  other files with deletes are each a ``read_parquet`` ``POSITIONAL JOIN`` a kept table of one
+  flag per row in the file's order (``_PositionPlan.masks``, in an unordered slot); otherwise
+  they are one ``read_parquet`` joined on
   ``file_index`` against a table of one BIT string per file (a bit per row, set where deleted)
   that the slot keeps across queries, each row kept where ``get_bit`` of its
   ``file_row_number`` is 0 (``KeptPositions``; past ``KEPT_POSITION_BYTES``, an anti-join on
