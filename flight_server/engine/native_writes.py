@@ -14,7 +14,7 @@ row crosses into Python before it is a match.
 Positions already deleted are not read from their delete files by DuckDB: they come from the
 engine's cache of parsed delete files (``catalog.deletes.DeleteSets``, the one the Arrow path
 uses): a file's positions that form a few runs of rows are a filter in its scan
-(``native_tables.range_predicate``), the others one registered Arrow table of (file index,
+(``deleted_rows.range_predicate``), the others one registered Arrow table of (file index,
 position), which the view anti-joins. Every merge-on-read statement adds a delete file; were
 the delete files the slot's to read, its file set would differ on every statement, and each
 statement would pay a new DuckDB database (~15 ms of CPU) and read every footer and every
@@ -48,11 +48,11 @@ from pyiceberg.table import Table
 from catalog.deletes import FileDeletes
 from catalog.lru import LockedLRU
 from catalog.sandbox import ConfinedFileIO
+from flight_server.engine.deleted_rows import ROW_COLUMN
 from flight_server.engine.deletes import POSITION_COLUMN
 from flight_server.engine.iceberg_source import quote
 from flight_server.engine.native_tables import (
     FILE_COLUMN,
-    ROW_COLUMN,
     NativeTable,
     NativeTables,
     NotNative,

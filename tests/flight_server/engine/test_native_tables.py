@@ -26,7 +26,7 @@ from servers import ServerProcess
 from catalog import RocksCatalog
 from catalog.lru import LockedLRU
 from catalog.sandbox import OutsideTableError
-from flight_server.engine import Engine, native_tables, native_writes
+from flight_server.engine import Engine, deleted_rows, native_tables, native_writes
 from flight_server.engine import engine as engine_module
 
 
@@ -183,7 +183,7 @@ def test_position_delete_files_over_several_data_files(lake: tuple[RocksCatalog,
         assert bits.schema.field("i").type == pa.uint64()  # as file_index: no cast in the join
         assert sorted(bits.column("b").to_pylist()) == ["01" * 50, "10" * 50]
         # A position outside the file (a malformed delete file) deletes nothing, as in the join.
-        odd = native_tables.deleted_bits([np.array([1, 5, -1], np.int64)], [4])
+        odd = deleted_rows.deleted_bits([np.array([1, 5, -1], np.int64)], [4])
         assert odd.column("b").to_pylist() == ["0100"]
 
 
@@ -419,7 +419,7 @@ def test_sql_write_reads_name_each_row_by_file_and_position(lake: tuple[RocksCat
     filtered = built()
     assert filtered.registered == () and "NOT BETWEEN" not in filtered.select
     assert "file_row_number <> 50" in filtered.select and "ANTI JOIN __w_deleted" not in filtered.select
-    monkeypatch.setattr(native_tables, "_RANGE_FILTER_RUNS", 0)
+    monkeypatch.setattr(deleted_rows, "_RANGE_FILTER_RUNS", 0)
     monkeypatch.setattr(engine.natives, "_range_filters", LockedLRU(16))
     joined = built()
     assert [name for name, _ in joined.registered] == ["__w_deleted"] and "ANTI JOIN __w_deleted" in joined.select

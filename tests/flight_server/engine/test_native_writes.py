@@ -1,6 +1,6 @@
 """The reads of SQL writes (``engine/native_writes.py``): a slot made for an earlier snapshot
 serving the next statement, and deleted positions as a filter in the scan
-(``native_tables.range_predicate``). In-process, a real ``RocksCatalog`` and ``Engine``."""
+(``deleted_rows.range_predicate``). In-process, a real ``RocksCatalog`` and ``Engine``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from row_deletes_support import data_files, position_delete
 
 from catalog import RocksCatalog
 from catalog.sandbox import OutsideTableError
-from flight_server.engine import Engine, native_tables, native_writes
+from flight_server.engine import Engine, deleted_rows, native_writes
 
 
 def _slot_files(engine: Engine) -> set[str]:
@@ -119,13 +119,13 @@ def test_deleted_positions_as_runs_match_the_rows_they_leave(monkeypatch: pytest
     ]
     for arrays in cases:
         arrays = [a.astype(np.int64) for a in arrays]
-        where = native_tables.range_predicate(arrays)
+        where = deleted_rows.range_predicate(arrays)
         assert where is not None
         gone = set(np.concatenate(arrays).tolist()) if arrays else set()
         sql = "SELECT file_row_number FROM (SELECT range AS file_row_number FROM range(1000)) AS d"
         kept = {r for (r,) in con.execute(sql + (f" WHERE {where}" if where else "")).fetchall()}
         assert kept == set(range(1000)) - gone
-    assert native_tables.range_predicate([np.arange(0, 200, 2, dtype=np.int64)]) is None
-    monkeypatch.setattr(native_tables, "_RANGE_FILTER_RUNS", 2)
-    assert native_tables.range_predicate([np.array([1, 5, 9], np.int64)]) is None
-    assert native_tables.range_predicate([np.array([1, 5], np.int64), np.array([2, 3, 4], np.int64)]) is not None
+    assert deleted_rows.range_predicate([np.arange(0, 200, 2, dtype=np.int64)]) is None
+    monkeypatch.setattr(deleted_rows, "_RANGE_FILTER_RUNS", 2)
+    assert deleted_rows.range_predicate([np.array([1, 5, 9], np.int64)]) is None
+    assert deleted_rows.range_predicate([np.array([1, 5], np.int64), np.array([2, 3, 4], np.int64)]) is not None
