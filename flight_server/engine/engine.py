@@ -256,9 +256,20 @@ class Engine:
         params: list[Any] | None = None,
         context: Any = None,
         file_tags: dict[tuple[tuple[str, ...], str], list[str]] | None = None,
+        annotate: Callable[[pa.Schema], pa.Schema] | None = None,
     ) -> pa.RecordBatchReader:
-        """Start the query; the reader streams from DuckDB and frees its slot when dropped."""
+        """Start the query; the reader streams from DuckDB and frees its slot when dropped.
+
+        ``annotate`` gives the schema the caller streams (column metadata, NOT NULL flags): the
+        reader casts to it here, in C++, per batch. A caller must not wrap the reader in another
+        that reads it from C++ (``reader.cast``): the wrapper holds the stream, not this Python
+        object, so dropping this object would end the query (its slot and kept cursor given to
+        the next query) while the wrapper still reads from it."""
         reader, run = self._start(sql, pins, default_schema, params, context, file_tags)
+        if annotate is not None:
+            target = annotate(reader.schema)
+            if not target.equals(reader.schema, check_metadata=True):
+                reader = reader.cast(target)
         weakref.finalize(reader, self.runs.release, run)
         return reader
 

@@ -79,17 +79,18 @@ class TicketRunner:
         rows = param_rows(handle.params)
         try:
             with self.own_writes(handle, principal):
+                # Cast by the engine, which ties the query's end to the reader it returns: a
+                # cast made here reads the engine's reader from C++ after this code dropped it,
+                # and its query ended then, its slot and cursor serving another query at once.
                 reader = self.engine.execute(
-                    handle.sql, handle.pins, handle.default_schema, rows[0] if rows else None, context=context
+                    handle.sql, handle.pins, handle.default_schema, rows[0] if rows else None, context=context,
+                    annotate=lambda schema: self.annotated(schema, handle),
                 )
         except Exception as exc:
             self.querylog.record(handle.sql, principal, started, errors.status_of(exc))
             raise
         if rows is not None and len(rows) > 1:
             reader = self._each_row(reader, handle, rows, principal, context)
-        annotated = self.annotated(reader.schema, handle)
-        if not annotated.equals(reader.schema, check_metadata=True):
-            reader = reader.cast(annotated)  # in C++, per batch: metadata and NOT NULL flags only
         if handle.readback:
             return bounded_stream(reader)  # a write's count: the write is logged already
         # Counted per batch (rows, bytes), cut to message size in the same pass, and logged

@@ -23,6 +23,14 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
     """One query at a time, 3 s timeout: a query that kept its slot would block the next one."""
     warehouse = tmp_path_factory.mktemp("limits") / "warehouse"
     make_sample_warehouse(warehouse)
+    from catalog import RocksCatalog
+
+    cat = RocksCatalog("t", warehouse=str(warehouse))
+    try:  # a table whose scan is several batches: more than the server reads ahead at DoGet
+        cat.create_table("sales.many", pa.schema([pa.field("id", pa.int64())])).append(
+            pa.table({"id": pa.array(range(1_000_000), pa.int64())}))
+    finally:
+        cat.close()
     proc = ServerProcess(warehouse, ["--query-timeout", "3", "--max-concurrent-queries", "1"]).start()
     try:
         yield proc
@@ -82,6 +90,27 @@ def test_concurrent_query_cap(limited: ServerProcess) -> None:
         start(client, "SELECT 2").read_all()
     assert "too many concurrent queries" in str(info.value)
     holder.cancel()
+    assert select_one(client) == 1
+    client.close()
+
+
+def test_a_streaming_query_over_a_table_holds_its_slot_to_the_end(limited: ServerProcess) -> None:
+    """A result over a table is cast to the schema clients read (column origins, NOT NULL):
+    the query keeps its DuckDB slot until its stream ends. The cast was made around the
+    engine's reader, which was then dropped: the query ended there, its slot (and kept cursor)
+    went to the next query while the stream still read from it, and under concurrent clients
+    queries failed with DuckDB's "connection is busy with another call"."""
+    client = flight.FlightClient(limited.location)
+    full = start(client, "SELECT id FROM sales.many").read_all()  # alone, it streams whole
+    assert full.num_rows == 1_000_000 and full.column("id").to_pylist()[-1] == 999_999
+    holder = start(client, "SELECT id, id * 2 AS twice FROM sales.many")
+    first = holder.read_chunk().data
+    assert first.num_rows > 0
+    assert first.schema.field("id").metadata  # annotated (column origins): the reader was cast
+    with pytest.raises(flight.FlightError) as info:
+        start(client, "SELECT count(*) FROM sales.orders").read_all()
+    assert "too many concurrent queries" in str(info.value)
+    holder.cancel()  # (past the 3 s query timeout by now)
     assert select_one(client) == 1
     client.close()
 
