@@ -50,7 +50,7 @@ from catalog.lru import LockedLRU
 from catalog.sandbox import ConfinedFileIO
 from flight_server.engine.deleted_rows import ROW_COLUMN
 from flight_server.engine.deletes import POSITION_COLUMN
-from flight_server.engine.iceberg_source import quote
+from flight_server.engine.iceberg_source import footer_field_ids, quote
 from flight_server.engine.native_tables import (
     FILE_COLUMN,
     NativeTable,
@@ -243,11 +243,7 @@ def _arrow_read(local: str, columns: list[tuple[int, str, str]]) -> pa.Table:
     """A data file as the read schema's columns (matched by field id; a column the file lacks
     is NULL) and its row positions (``file_row_number``, as ``read_parquet`` names them)."""
     parquet = pq.ParquetFile(local)
-    by_id = {}
-    for field in parquet.schema_arrow:
-        fid = (field.metadata or {}).get(b"PARQUET:field_id")
-        if fid is not None:
-            by_id[int(fid)] = field.name
+    by_id = footer_field_ids(parquet.schema_arrow)
     data = parquet.read(columns=[by_id[fid] for fid, _, _ in columns if fid in by_id], use_threads=False)
     arrays = [data.column(by_id[fid]) if fid in by_id else pa.nulls(data.num_rows) for fid, _, _ in columns]
     arrays.append(pa.array(np.arange(data.num_rows, dtype=np.int64)))
