@@ -34,7 +34,8 @@ from catalog import delete_writer
 from catalog.append_schema import stage_schema
 from catalog.commit_requests import AppendResult, CommitRequest
 from catalog.context import current_commit_context
-from catalog.deletes import DeleteSets, FileDeletes, bind, file_batches, plan_files
+from catalog.delete_reads import bind, file_batches
+from catalog.deletes import DeleteSets, FileDeletes, plan_files
 from catalog.idempotency import check_key
 from catalog.quarantine import check_table
 from catalog.schema_policy import SchemaMismatchError, plan, policy_of, renamed

@@ -49,7 +49,8 @@ from pyiceberg.table.update.snapshot import _MergeAppendFiles
 
 from catalog import avro_cache, durable_io, manifest_list_cache
 from catalog.delete_cleanup import DroppingOverwrite, unneeded_delete_files
-from catalog.deletes import DeleteSets, PlannedFile, plan_files, visible_batches
+from catalog.delete_reads import visible_batches
+from catalog.deletes import DeleteSets, PlannedFile, plan_files
 from catalog.object_store import OBJECT_SCHEMES, ObjectStoreFailed, storage_failure
 from catalog.sandbox import ConfinedFileIO, Warehouse, confine
 from catalog.table import RocksTable

@@ -3,7 +3,7 @@
 DuckDB scans a registered ``pyarrow.dataset.Dataset`` by calling its Python ``scanner(columns=,
 filter=)`` method: that is where projection and filter pushdown reach Arrow. A
 ``DeletedDataset`` is a dataset of the files that have deletes whose ``scanner`` streams each
-file through ``catalog.deletes.read_with_deletes`` (a position mask per batch, equality deletes
+file through ``catalog.delete_reads.read_with_deletes`` (a position mask per batch, equality deletes
 as semi-joins) before the pushed-down projection and filter apply. It can be scanned any
 number of times (a self-join, a sub-query), as a plain dataset can.
 
@@ -24,7 +24,8 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 from pyiceberg.io import FileIO
 
-from catalog.deletes import BoundDeletes, DeleteSets, FileDeletes, bind, read_with_deletes
+from catalog.delete_reads import BoundDeletes, bind, read_with_deletes
+from catalog.deletes import DeleteSets, FileDeletes
 
 _BATCH_ROWS = 122_880
 # A dataset whose schema has this column fills it with each row's position in its data file

@@ -22,7 +22,8 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
 
-from catalog.deletes import DeleteSets, FileDeletes, PlannedFile, bind, file_batches, plan_files
+from catalog.delete_reads import bind, file_batches
+from catalog.deletes import DeleteSets, FileDeletes, PlannedFile, plan_files
 from flight_server.engine.iceberg_source import empty_table
 from flight_server.feed.rows import RowsUnavailable
 
